@@ -1,0 +1,3 @@
+from prefilltui.cli import main
+
+raise SystemExit(main())

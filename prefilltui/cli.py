@@ -1,0 +1,76 @@
+"""Command-line entry point: ``prefilltui [URL | COMMAND] ...``.
+
+``prefilltui URL`` opens the live TUI against a server (the ``watch`` command);
+every other use goes through a subcommand.  Each subcommand lives in
+``prefilltui/commands/<name>.py`` and exposes ``register(subparsers)``.
+Exit codes: 0 ok, 2 usage error, 3 server unreachable / every probe failed,
+1 any other failure (always with a one-line reason, never a traceback).
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import sys
+
+from prefilltui import __version__
+
+#: (subcommand, module) in the order --help lists them.
+COMMANDS = (
+    ("watch", "prefilltui.commands.watch"),
+    ("demo", "prefilltui.commands.demo"),
+    ("sweep", "prefilltui.commands.sweep"),
+    ("estimate", "prefilltui.commands.estimate"),
+    ("report", "prefilltui.commands.report"),
+    ("cache-check", "prefilltui.commands.cache_check"),
+)
+
+
+def build_parser() -> argparse.ArgumentParser:
+    """The full argument parser (tests and docs use it too)."""
+    parser = argparse.ArgumentParser(
+        prog="prefilltui",
+        description=(
+            "Measure the prefill phase of LLM inference: fire one-token probes at an "
+            "OpenAI-compatible server, fit TTFT = a + b*n over prompt length n, and hold "
+            "the prefill throughput 1/b against the hardware's roofline.\n\n"
+            "  prefilltui URL            live TUI against a server (same as 'prefilltui watch URL')\n"
+            "  prefilltui demo           live TUI against a local llama.cpp + SmolLM2 server\n"
+            "  prefilltui COMMAND -h     help for one command"
+        ),
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    parser.add_argument("--version", action="version", version=f"prefilltui {__version__}")
+    sub = parser.add_subparsers(dest="command", metavar="COMMAND")
+    for _name, module in COMMANDS:
+        importlib.import_module(module).register(sub)
+    return parser
+
+
+def _normalise_argv(argv: list[str]) -> list[str]:
+    """``prefilltui URL ...`` -> ``prefilltui watch URL ...``."""
+    names = {name for name, _ in COMMANDS}
+    for i, a in enumerate(argv):
+        if a.startswith("-"):
+            if a in ("-h", "--help", "--version"):
+                return argv
+            continue
+        if a not in names:
+            return argv[:i] + ["watch"] + argv[i:]
+        return argv
+    return argv
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Run the CLI; returns the process exit code."""
+    argv = list(sys.argv[1:] if argv is None else argv)
+    parser = build_parser()
+    args = parser.parse_args(_normalise_argv(argv))
+    if not getattr(args, "func", None):
+        parser.print_help()
+        return 2
+    try:
+        return int(args.func(args) or 0)
+    except KeyboardInterrupt:
+        print("prefilltui: interrupted", file=sys.stderr)
+        return 130

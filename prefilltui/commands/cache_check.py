@@ -1,0 +1,8 @@
+"""`prefilltui cache-check` (placeholder until its issue lands)."""
+
+from __future__ import annotations
+
+
+def register(sub) -> None:
+    p = sub.add_parser("cache-check", help="(not built yet)")
+    p.set_defaults(func=lambda args: (print("prefilltui cache-check: not built yet"), 1)[1])

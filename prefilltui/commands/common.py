@@ -1,0 +1,133 @@
+"""Argument groups shared by the commands that probe a server or analyse a run.
+
+Precedence for every setting: command-line flag > environment variable (where one
+is named) > the server's own metadata > the built-in catalog.
+"""
+
+from __future__ import annotations
+
+import argparse
+
+
+def _int_list(text: str) -> list[int]:
+    try:
+        values = [int(v) for v in text.split(",") if v.strip()]
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected comma-separated integers, got {text!r}")
+    if not values or any(v <= 0 for v in values):
+        raise argparse.ArgumentTypeError(f"lengths must be positive integers, got {text!r}")
+    return values
+
+
+def _positive_float(text: str) -> float:
+    try:
+        v = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a number, got {text!r}")
+    if not v > 0:
+        raise argparse.ArgumentTypeError(f"expected a positive number, got {text!r}")
+    return v
+
+
+def _positive_int(text: str) -> int:
+    try:
+        v = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected an integer, got {text!r}")
+    if v <= 0:
+        raise argparse.ArgumentTypeError(f"expected a positive integer, got {text!r}")
+    return v
+
+
+def _non_negative_int(text: str) -> int:
+    try:
+        v = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected an integer, got {text!r}")
+    if v < 0:
+        raise argparse.ArgumentTypeError(f"expected an integer >= 0, got {text!r}")
+    return v
+
+
+def add_server_args(p: argparse.ArgumentParser) -> None:
+    """How to talk to the server: API flavour, model, auth, TLS, timeouts."""
+    g = p.add_argument_group("server")
+    g.add_argument("--api", choices=("completions", "chat"), default="completions",
+                   help="endpoint: /v1/completions (default) or /v1/chat/completions")
+    g.add_argument("--model", help="model id to request (default: the first of /v1/models)")
+    g.add_argument("--api-key-env", default="OPENAI_API_KEY", metavar="NAME",
+                   help="environment variable holding the API key (default OPENAI_API_KEY); "
+                        "the key is never printed, logged or written")
+    g.add_argument("--insecure", action="store_true", help="skip TLS certificate verification")
+    g.add_argument("--timeout", type=_positive_float, default=120.0, metavar="S",
+                   help="per-probe time cap in seconds (default 120)")
+
+
+def add_sweep_args(p: argparse.ArgumentParser, *, min_tokens: int = 32,
+                   max_tokens: int = 4096, points: int = 8) -> None:
+    """Which prompt lengths to probe and how."""
+    g = p.add_argument_group("sweep")
+    g.add_argument("--lengths", type=_int_list, metavar="N,N,...",
+                   help="explicit prompt lengths in tokens (overrides min/max/points)")
+    g.add_argument("--min-tokens", type=_positive_int, default=min_tokens, metavar="N",
+                   help=f"shortest prompt in tokens (default {min_tokens})")
+    g.add_argument("--max-tokens", type=_positive_int, default=max_tokens, metavar="N",
+                   help=f"longest prompt in tokens (default {max_tokens}; capped at the "
+                        "server's context)")
+    g.add_argument("--points", type=_positive_int, default=points, metavar="K",
+                   help=f"number of log-spaced lengths between min and max (default {points})")
+    g.add_argument("--repeats", type=_positive_int, default=1, metavar="R",
+                   help="probes per length (default 1)")
+    g.add_argument("--warmup", type=_non_negative_int, default=1, metavar="W",
+                   help="warm-up probes, recorded but kept out of the fit (default 1)")
+    g.add_argument("--pause", type=float, default=0.0, metavar="S",
+                   help="seconds to wait between probes (default 0)")
+    g.add_argument("--seed", type=int, default=None, help="seed for the randomized order")
+    g.add_argument("--out", metavar="FILE",
+                   help="run file (JSONL; default: a new file in the user data dir)")
+
+
+def add_hardware_args(p: argparse.ArgumentParser) -> None:
+    """Roofline inputs: the GPU and the model shape (override the catalog)."""
+    g = p.add_argument_group("hardware and model (roofline)")
+    g.add_argument("--gpu", metavar="NAME", help="GPU catalog name (default: NVML's device name)")
+    g.add_argument("--peak-tflops", type=_positive_float, metavar="T",
+                   help="dense peak in TFLOP/s (overrides the catalog; needed for MFU on a CPU)")
+    g.add_argument("--bandwidth-tbs", type=_positive_float, metavar="B",
+                   help="memory bandwidth in TB/s (overrides the catalog)")
+    g.add_argument("--dtype", choices=("bf16", "fp16", "fp8"), default="bf16",
+                   help="datatype whose peak to use (default bf16)")
+    g.add_argument("--params", type=_positive_float, metavar="P",
+                   help="parameters doing matmuls (active params for MoE), e.g. 8.03e9")
+    g.add_argument("--layers", type=_positive_int, metavar="L", help="transformer layers")
+    g.add_argument("--hidden", type=_positive_int, metavar="D", help="hidden size")
+    g.add_argument("--attn-width", type=_positive_int, metavar="D_ATTN",
+                   help="attention width heads*head_dim (default: hidden)")
+    g.add_argument("--model-config", metavar="PATH",
+                   help="a Hugging Face config.json to compute the model shape from")
+    g.add_argument("--efficiency", type=_positive_float, default=0.5, metavar="F",
+                   help="fraction of peak for the expected-time line (default 0.5)")
+
+
+def add_telemetry_args(p: argparse.ArgumentParser) -> None:
+    g = p.add_argument_group("telemetry")
+    g.add_argument("--gpus", metavar="I,J", help="GPU indices to sample (default: all visible; "
+                   "CUDA_VISIBLE_DEVICES is respected)")
+    g.add_argument("--sample-hz", type=_positive_float, default=10.0, metavar="HZ",
+                   help="GPU/CPU sampling rate (default 10)")
+    g.add_argument("--no-telemetry", action="store_true", help="do not sample GPU/CPU")
+
+
+def add_analysis_args(p: argparse.ArgumentParser) -> None:
+    g = p.add_argument_group("analysis")
+    g.add_argument("--fit", choices=("robust", "ols"), default="robust",
+                   help="fit shown: robust (Theil-Sen, default) or ordinary least squares")
+    g.add_argument("--window", type=_positive_int, default=50, metavar="N",
+                   help="sliding-window fit over the last N probes (default 50)")
+    g.add_argument("--baseline", metavar="RUN.jsonl",
+                   help="a saved run to compare the live fit against (drift warning)")
+
+
+def add_output_args(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--format", choices=("text", "json"), default="text",
+                   help="text summary (default) or one JSON object on stdout")

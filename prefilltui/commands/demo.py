@@ -1,0 +1,8 @@
+"""`prefilltui demo` (placeholder until its issue lands)."""
+
+from __future__ import annotations
+
+
+def register(sub) -> None:
+    p = sub.add_parser("demo", help="(not built yet)")
+    p.set_defaults(func=lambda args: (print("prefilltui demo: not built yet"), 1)[1])

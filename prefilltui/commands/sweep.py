@@ -1,0 +1,8 @@
+"""`prefilltui sweep` (placeholder until its issue lands)."""
+
+from __future__ import annotations
+
+
+def register(sub) -> None:
+    p = sub.add_parser("sweep", help="(not built yet)")
+    p.set_defaults(func=lambda args: (print("prefilltui sweep: not built yet"), 1)[1])

@@ -1,0 +1,162 @@
+"""Records shared by every part of prefilltui: one probe, one server.
+
+All times are seconds (floats); wall-clock stamps are unix seconds, intervals are
+measured with ``time.perf_counter`` (monotonic).  Milliseconds appear only on screen.
+A value the server or the machine did not report is ``None``, never 0.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass, field
+from typing import Any
+
+#: The failure kinds a probe can end with (issue 3, item 6).
+ERROR_KINDS = (
+    "connect",  # TCP/TLS connection refused, reset or DNS failure
+    "timeout",  # no first token / body within the probe's time cap
+    "http",  # a non-2xx status not covered below
+    "rate_limited",  # 429 or 503; Retry-After honoured by the sweep
+    "context_length",  # prompt longer than the server's context (any status)
+    "stream_error",  # an error object or `event: error` inside a 200 stream
+    "no_token",  # the stream ended without any generated token
+    "protocol",  # malformed SSE / JSON, or a body over the size cap
+)
+
+
+@dataclass(slots=True)
+class ProbeResult:
+    """One probe: one streaming request with one output token.
+
+    Written to the run file as one JSON line (``to_json``); ``from_json`` reads it
+    back, ignoring keys it does not know so older/newer run files still load.
+
+    Timing fields (seconds, ``None`` when not measured):
+      ttfb_s   -- request sent -> first response body byte.
+      ttft_s   -- request sent -> first SSE event carrying a generated token is complete.
+      total_s  -- request sent -> stream closed.
+      connect_s -- TCP(+TLS) connect time, only when a new connection was opened.
+      server_prefill_s -- the server's own prefill time (llama.cpp ``timings.prompt_ms``
+                  / 1000, vLLM per-request prefill metric), when it reports one.
+      queue_s  -- the server's queue time for this request, when it reports one.
+      overhead_s -- client/network overhead = ttft_s - server-side TTFT (or - server
+                  prefill when the server gives no TTFT of its own).
+    Token fields: ``requested_tokens`` is what the sweep asked for; ``prompt_tokens``
+    is what the server counted (usage / tokenize / timings); ``cached_tokens`` is
+    the part of the prompt the server served from its prefix cache.
+    Telemetry fields are joined in after the probe from the sampler's samples in
+    the request window [t_send, t_end] (``telemetry_device`` names what was sampled,
+    e.g. "GPU 0" or "CPU").
+    """
+
+    seq: int = 0
+    started_at: float = 0.0  # unix seconds when the request was sent
+    requested_tokens: int = 0
+    prompt_tokens: int | None = None
+    prompt_tokens_source: str | None = None  # "usage" | "timings" | "tokenize"
+    cached_tokens: int | None = None
+    ttft_s: float | None = None
+    ttfb_s: float | None = None
+    total_s: float | None = None
+    connect_s: float | None = None
+    server_prefill_s: float | None = None
+    queue_s: float | None = None
+    overhead_s: float | None = None
+    ok: bool = False
+    error_kind: str | None = None
+    error_message: str | None = None
+    http_status: int | None = None
+    retry_after_s: float | None = None
+    warmup: bool = False
+    burst: bool = False
+    api: str = "completions"
+    model: str | None = None
+    # perf_counter() stamps of the request window, for telemetry attribution.
+    t_send: float | None = None
+    t_end: float | None = None
+    # server load around the probe (from /metrics), when available
+    server_running: float | None = None
+    server_waiting: float | None = None
+    # telemetry attribution (issue 5, item 5)
+    telemetry_device: str | None = None
+    util_peak_pct: float | None = None
+    util_mean_pct: float | None = None
+    power_peak_w: float | None = None
+    energy_j: float | None = None
+    extra: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def cache_hit(self) -> bool:
+        """True when the server served part of this prompt from its prefix cache."""
+        return bool(self.cached_tokens)
+
+    @property
+    def fit_eligible(self) -> bool:
+        """True when this probe may enter the fit: ok, not warm-up, no cache hit,
+        a TTFT and a server-counted (or requested) prompt length."""
+        return (
+            self.ok
+            and not self.warmup
+            and not self.cache_hit
+            and self.ttft_s is not None
+            and self.tokens is not None
+        )
+
+    @property
+    def tokens(self) -> int | None:
+        """The x value of the fit: prompt tokens as the server counts them
+        (uncached part when a cache hit is reported), else the requested length."""
+        if self.prompt_tokens is not None:
+            return self.prompt_tokens
+        return self.requested_tokens or None
+
+    def to_json(self) -> dict[str, Any]:
+        """A JSON-ready dict (the run file's line schema)."""
+        d = dataclasses.asdict(self)
+        if not d["extra"]:
+            d.pop("extra")
+        return d
+
+    @classmethod
+    def from_json(cls, d: dict[str, Any]) -> "ProbeResult":
+        """Build from a run-file line.  Unknown keys go into ``extra``.
+
+        Raises:
+            TypeError: when ``d`` is not a dict.
+        """
+        if not isinstance(d, dict):
+            raise TypeError(f"run-file line is {type(d).__name__}, not an object")
+        names = {f.name for f in dataclasses.fields(cls)}
+        known = {k: v for k, v in d.items() if k in names and k != "extra"}
+        extra = dict(d.get("extra") or {})
+        extra.update({k: v for k, v in d.items() if k not in names})
+        return cls(**known, extra=extra)
+
+
+@dataclass(slots=True)
+class ServerInfo:
+    """What discovery learned about the server (issue 3, item 5).
+
+    kind: "vllm" | "sglang" | "tgi" | "llama.cpp" | "ollama" | "openai" (generic).
+    context_tokens: the server's context limit in tokens, when exposed.
+    n_params / n_embd / n_layer: model shape when the server exposes it
+    (llama.cpp ``/v1/models`` ``meta``), else None.
+    n_batch / n_ubatch: chunk sizes when exposed (llama.cpp ``/props``).
+    metrics_url: the Prometheus endpoint if it answered, else None.
+    """
+
+    base_url: str = ""
+    kind: str = "openai"
+    model: str | None = None
+    context_tokens: int | None = None
+    n_params: float | None = None
+    n_embd: int | None = None
+    n_layer: int | None = None
+    n_batch: int | None = None
+    n_ubatch: int | None = None
+    has_tokenize: bool = False
+    metrics_url: str | None = None
+    notes: list[str] = field(default_factory=list)
+
+    def to_json(self) -> dict[str, Any]:
+        return dataclasses.asdict(self)
