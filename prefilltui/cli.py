@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import argparse
 import importlib
+import os
 import sys
 
 from prefilltui import __version__
@@ -74,3 +75,10 @@ def main(argv: list[str] | None = None) -> int:
     except KeyboardInterrupt:
         print("prefilltui: interrupted", file=sys.stderr)
         return 130
+    except BrokenPipeError:
+        # stdout closed early (`prefilltui report X | head`): not an error.
+        try:
+            sys.stdout = open(os.devnull, "w")
+        except OSError:
+            pass
+        return 0

@@ -121,7 +121,7 @@ def add_telemetry_args(p: argparse.ArgumentParser) -> None:
 def add_analysis_args(p: argparse.ArgumentParser) -> None:
     g = p.add_argument_group("analysis")
     g.add_argument("--fit", choices=("robust", "ols"), default="robust",
-                   help="fit shown: robust (Theil-Sen, default) or ordinary least squares")
+                   help="fit shown: robust (bisquare from a Theil-Sen start, default) or ordinary least squares")
     g.add_argument("--window", type=_positive_int, default=50, metavar="N",
                    help="sliding-window fit over the last N probes (default 50)")
     g.add_argument("--baseline", metavar="RUN.jsonl",

@@ -1,8 +1,98 @@
-"""`prefilltui estimate` (placeholder until its issue lands)."""
+"""`prefilltui estimate`: the back-of-envelope prefill estimate, no server needed.
+
+    prefilltui estimate --model llama-3-8b --gpu h100-sxm --tokens 2000 [--efficiency 0.5]
+
+FLOPs(n) = 2*P*n + 2*L*d_attn*n^2; time = FLOPs / (efficiency * peak); arithmetic
+intensity n*d/(d+2n) against the ridge point peak/bandwidth (formulas and figures:
+prefilltui/core/roofline.py, catalog.py).  Every number printed is an estimate.
+"""
 
 from __future__ import annotations
 
+import json
+import sys
+
+from prefilltui.commands.common import _positive_int, add_hardware_args, add_output_args
+from prefilltui.core import roofline
+from prefilltui.core.catalog import known_names, resolve_gpu, resolve_model
+
 
 def register(sub) -> None:
-    p = sub.add_parser("estimate", help="(not built yet)")
-    p.set_defaults(func=lambda args: (print("prefilltui estimate: not built yet"), 1)[1])
+    p = sub.add_parser(
+        "estimate", help="back-of-envelope prefill time for a model on a GPU (no server)",
+        description="Estimate prefill FLOPs, time at peak and at an efficiency, prompt tokens/s, "
+                    "arithmetic intensity vs the ridge point, and the attention share. "
+                    "All figures are estimates from datasheet peaks and config.json shapes.")
+    p.add_argument("--model", metavar="NAME",
+                   help="catalog model name, HF id or GGUF file name (e.g. llama-3-8b)")
+    p.add_argument("--tokens", type=_positive_int, default=2000, metavar="N",
+                   help="prompt length in tokens (default 2000)")
+    add_hardware_args(p)
+    add_output_args(p)
+    p.set_defaults(func=run)
+
+
+def _fail(msg: str, code: int = 2) -> int:
+    print(f"prefilltui: {msg}", file=sys.stderr)
+    return code
+
+
+def run(args) -> int:
+    try:
+        model, mnotes = resolve_model(args, None)
+    except (OSError, ValueError) as e:
+        return _fail(f"cannot read --model-config: {e}")
+    if model is None or not model.params or not model.layers or not model.d_attn:
+        what = f"unknown model {args.model!r}" if args.model else "no model given"
+        return _fail(f"{what}; use --model NAME (one of {', '.join(known_names()['models'])}) or "
+                     "--params, --layers and --hidden, or --model-config config.json")
+    hw, hnotes = resolve_gpu(args, None)
+    if args.gpu and (hw is None or hw.key == "flags") and not args.peak_tflops:
+        return _fail(f"unknown GPU {args.gpu!r}; use one of {', '.join(known_names()['gpus'])} "
+                     "or give --peak-tflops and --bandwidth-tbs")
+    est = roofline.estimate(model.params, model.layers, model.d_attn, args.tokens,
+                            hidden=model.hidden, peak_flops=hw.peak_flops if hw else None,
+                            bandwidth_bytes_s=hw.bandwidth_bytes_s if hw else None,
+                            efficiency=args.efficiency)
+    out = {**est, "model": model.to_json(), "hardware": hw.to_json() if hw else None,
+           "notes": mnotes + hnotes}
+    if args.format == "json":
+        print(json.dumps(out, indent=2))
+    else:
+        print(format_estimate(out))
+    return 0
+
+
+def format_estimate(e: dict) -> str:
+    """Text for an ``estimate`` dict (ms on screen; every figure marked as an estimate)."""
+    m, hw = e["model"], e["hardware"]
+    q = lambda unc: " (?)" if unc else ""  # noqa: E731
+    lines = [f"Prefill estimate (estimates, not measurements) — {m['name']}{q(m['uncertain'])}: "
+             f"P = {m['params'] / 1e9:.3g}e9, L = {m['layers']}, d_attn = {m['attn_width']}"]
+    if hw and hw.get("peak_tflops"):
+        lines.append(f"  hardware: {hw['name']} {hw['dtype']} dense peak {hw['peak_tflops']:g} TFLOP/s"
+                     + (f", {hw['bandwidth_tbs']:g} TB/s" if hw.get("bandwidth_tbs") else "")
+                     + q(hw["uncertain"] or str(hw.get("matched_by")).endswith("(?)")))
+    lines += [
+        f"  prompt:    {e['tokens']:,} tokens",
+        f"  FLOPs:     {e['flops'] / 1e12:.3g} TFLOP ({e['linear_flops'] / 1e12:.3g} linear 2·P·n + "
+        f"{e['attention_flops'] / 1e12:.3g} attention 2·L·d_attn·n²)",
+        f"  attention: adds {e['attention_share']:.1%} to the linear FLOPs; equal to them near "
+        f"{e['attention_equal_tokens']:,.0f} tokens",
+    ]
+    ai = f"  arithmetic intensity: {e['arithmetic_intensity']:,.0f} FLOP/byte (d = {e['arithmetic_intensity_d']})"
+    if e["ridge_point"]:
+        ai += f" vs ridge point {e['ridge_point']:,.0f}: {e['bound']}-bound"
+    lines.append(ai)
+    if e["time_at_peak_s"]:
+        lines += [
+            f"  time:      {e['time_at_peak_s'] * 1e3:.1f} ms at peak, "
+            f"{e['time_at_efficiency_s'] * 1e3:.1f} ms at {e['efficiency']:.0%} of peak "
+            f"(linear FLOPs alone: {e['linear_time_at_peak_s'] * 1e3:.1f} / "
+            f"{e['linear_time_at_efficiency_s'] * 1e3:.1f} ms)",
+            f"  prefill:   {e['tokens_per_s']:,.0f} prompt tokens/s at {e['efficiency']:.0%} of peak",
+        ]
+    else:
+        lines.append("  time:      needs a peak: give --gpu NAME or --peak-tflops T")
+    lines += [f"  note: {n}" for n in e.get("notes", [])]
+    return "\n".join(lines)

@@ -1,8 +1,133 @@
-"""`prefilltui report` (placeholder until its issue lands)."""
+"""`prefilltui report RUN.jsonl`: re-analyse a saved run file.
+
+Prints the same summary as the end of a sweep (fit with 95 % intervals, window fit,
+roofline comparison, verdict) and a plotext scatter of TTFT against prompt tokens
+with the fitted line; ``--format json`` prints the ``analyze`` dict instead.
+Exit codes: 0 ok; 1 unreadable file or no probe in it; 3 every probe in it failed.
+"""
 
 from __future__ import annotations
 
+import json
+import re
+import shutil
+import sys
+from collections import Counter
+
+from prefilltui.commands.common import add_analysis_args, add_hardware_args, add_output_args
+from prefilltui.core.analysis import analyze, format_summary
+from prefilltui.core.runfile import read_run
+from prefilltui.core.running_fit import RunningFit
+from prefilltui.core.types import ServerInfo
+
 
 def register(sub) -> None:
-    p = sub.add_parser("report", help="(not built yet)")
-    p.set_defaults(func=lambda args: (print("prefilltui report: not built yet"), 1)[1])
+    p = sub.add_parser("report", help="re-analyse a saved run file (text + plot, or JSON)",
+                       description="Re-analyse a run file written by sweep/watch: fit TTFT = a + b*n "
+                                   "with 95 % intervals, compare with the roofline, give a verdict.")
+    p.add_argument("run_file", metavar="RUN.jsonl", help="run file (one JSON line per probe)")
+    p.add_argument("--model", metavar="NAME",
+                   help="model name for the roofline (default: the model recorded in the run)")
+    p.add_argument("--no-plot", action="store_true", help="text summary without the plot")
+    add_hardware_args(p)
+    add_analysis_args(p)
+    add_output_args(p)
+    p.set_defaults(func=run)
+
+
+def _err(msg: str, code: int) -> int:
+    print(f"prefilltui: {msg}", file=sys.stderr)
+    return code
+
+
+def _load(path: str):
+    try:
+        results, problems = read_run(path)
+    except (OSError, UnicodeError) as e:
+        return None, f"cannot read {path}: {getattr(e, 'strerror', None) or e}"
+    for msg in problems[:5]:
+        print(f"prefilltui: {path}: {msg} (skipped)", file=sys.stderr)
+    if len(problems) > 5:
+        print(f"prefilltui: {path}: {len(problems) - 5} more bad lines skipped", file=sys.stderr)
+    if not results:
+        return None, f"no probe results in {path}"
+    return results, None
+
+
+def run(args) -> int:
+    results, err = _load(args.run_file)
+    if err:
+        return _err(err, 1)
+    models = Counter(r.model for r in results if r.model)
+    info = ServerInfo(model=models.most_common(1)[0][0] if models else None)
+    d = analyze(results, info, args)
+    d["run_file"] = str(args.run_file)
+    if getattr(args, "baseline", None):
+        d["drift"] = _drift(args, results)
+    if args.format == "json":
+        print(json.dumps(d, indent=2, allow_nan=False, default=str))
+    else:
+        text = format_summary(d)
+        if d.get("drift"):
+            text += f"\nDrift vs baseline: {d['drift']}"
+        print(text)
+        if not args.no_plot:
+            plot = render_plot(results, d)
+            if plot:
+                print(plot)
+    return 3 if not any(r.ok for r in results) else 0
+
+
+def _drift(args, results) -> str | None:
+    """diagnose.drift(baseline fit, this run's fit), or None (no baseline fit, no worsening)."""
+    base, err = _load(args.baseline)
+    if err:
+        print(f"prefilltui: baseline not used: {err}", file=sys.stderr)
+        return None
+    try:
+        from prefilltui.core.diagnose import drift
+    except ImportError:  # the diagnosis module is not there
+        return None
+    method = getattr(args, "fit", "robust") or "robust"
+    snaps = []
+    for rs in (base, results):
+        rf = RunningFit()
+        for r in rs:
+            rf.add(r)
+        snaps.append(rf.snapshot("all", method))
+    fits = [s.fit if s else None for s in snaps]
+    return drift(fits[0], fits[1])
+
+
+def render_plot(results, d, *, width: int | None = None, height: int | None = None) -> str:
+    """plotext scatter of TTFT (ms) vs prompt tokens, fit line over it; '' with no points."""
+    import plotext as plt
+
+    pts = [r for r in results if r.fit_eligible]
+    if not pts:
+        return ""
+    cols, rows = shutil.get_terminal_size((100, 30))
+    plt.clear_figure()
+    plt.plotsize(width or min(cols, 120), height or max(12, min(rows - 4, 24)))
+    color = sys.stdout.isatty()
+    if not color:
+        plt.theme("clear")
+    plt.scatter([r.tokens for r in pts], [r.ttft_s * 1e3 for r in pts], label="TTFT (fit-eligible)")
+    f = d.get("fit") or {}
+    if f.get("n") is not None:
+        lo = max(f["knee_tokens"] or 0, min(r.tokens for r in pts))
+        hi = max(r.tokens for r in pts)
+        xs = [lo + (hi - lo) * i / 40 for i in range(41)]
+        ys = [(f["intercept_s"] + f["slope_s_per_token"] * x) * 1e3 for x in xs]
+        plt.plot(xs, ys, label=f"{f['method']} fit: {f['prefill_tokens_per_s'] or 0:,.0f} tok/s")
+    q = d.get("quadratic")
+    if q and q.get("applies"):
+        xs = [q["x_min"] + (q["x_max"] - q["x_min"]) * i / 40 for i in range(41)]
+        ys = [(q["intercept_s"] + q["slope_s_per_token"] * x + q["c_s_per_token2"] * x * x) * 1e3
+              for x in xs]
+        plt.plot(xs, ys, label="quadratic fit")
+    plt.xlabel("prompt tokens")
+    plt.ylabel("TTFT (ms)")
+    plt.title("TTFT vs prompt length")
+    out = plt.build()
+    return out if color else re.sub(r"\x1b\[[0-9;]*m", "", out)

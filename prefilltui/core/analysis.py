@@ -1,0 +1,283 @@
+"""The run summary: fits, roofline comparison and verdict, as JSON-ready dict and text.
+
+``analyze(results, server_info, args)`` is shared by ``sweep`` (end of run),
+``report`` (a saved run file) and the TUI stats panel.  Data in seconds; the text
+from ``format_summary`` shows ms.  Every roofline figure is an estimate (catalog /
+datasheet values, 2*P FLOPs per token) and is labelled so.
+"""
+
+from __future__ import annotations
+
+import math
+from collections import Counter
+from typing import Any, Iterable
+
+from prefilltui.core import roofline
+from prefilltui.core.catalog import resolve_gpu, resolve_model
+from prefilltui.core.fit import LinearFit
+from prefilltui.core.running_fit import FitSnapshot, RunningFit
+from prefilltui.core.types import ProbeResult, ServerInfo
+
+SCHEMA = "prefilltui.analysis/1"
+FIT_KEYS = ("method", "intercept_s", "intercept_ci", "slope_s_per_token", "slope_ci",
+            "prefill_tokens_per_s", "prefill_tokens_per_s_ci", "r2", "n", "n_offered",
+            "outliers", "sampled", "x_min", "x_max", "resid_std_s", "rel_scale", "knee_tokens")
+ESTIMATE_NOTE = ("Roofline figures are estimates: datasheet peaks, 2*P FLOPs per prompt token "
+                 "plus 2*L*d_attn*n^2 for attention.")
+
+
+def _fit_json(fit: LinearFit | None) -> dict[str, Any]:
+    return fit.to_json() if fit is not None else {k: None for k in FIT_KEYS}
+
+
+def _probe_counts(results: list[ProbeResult]) -> dict[str, Any]:
+    errs = Counter(r.error_kind or "unknown" for r in results if not r.ok)
+    toks = [r.tokens for r in results if r.fit_eligible]
+    return {
+        "total": len(results), "ok": sum(r.ok for r in results),
+        "failed": sum(not r.ok for r in results), "warmup": sum(r.warmup for r in results),
+        "cache_hit": sum(r.ok and r.cache_hit for r in results),
+        "fit_eligible": len(toks), "errors": dict(errs),
+        "tokens_min": min(toks) if toks else None, "tokens_max": max(toks) if toks else None,
+    }
+
+
+def analyze(results: Iterable[ProbeResult], server_info: ServerInfo | None = None,
+            args: Any = None, *, gpu_names: list[str] | None = None,
+            running_fit: RunningFit | None = None) -> dict[str, Any]:
+    """Summarise a run.  ``args`` may be an argparse Namespace from any command (missing
+    attributes take their defaults: --fit robust, --window 50, --efficiency 0.5) or None.
+    ``gpu_names`` = NVML device names from telemetry; ``running_fit`` = a live RunningFit
+    to reuse (the TUI) instead of refitting.  Never raises for bad data; an unreadable
+    --model-config becomes a note.  Returns a JSON-ready dict (see format_summary)."""
+    results = list(results)
+    g = lambda k, d=None: getattr(args, k, d) if args is not None else d  # noqa: E731
+    method = g("fit", "robust") or "robust"
+    window = int(g("window", 50) or 50)
+    efficiency = float(g("efficiency", 0.5) or 0.5)
+    rf = running_fit
+    if rf is None:
+        rf = RunningFit(window=max(window, 3))
+        for r in results:
+            rf.add(r)
+    snap = rf.snapshot("all", method)
+    win = rf.snapshot("window", method)
+    notes: list[str] = []
+    try:
+        model, mnotes = resolve_model(args, server_info)
+    except (OSError, ValueError) as e:
+        model, mnotes = None, [f"--model-config not used: {e}"]
+    hw, hnotes = resolve_gpu(args, gpu_names)
+    notes += mnotes + hnotes
+    fit = snap.fit if snap else None
+    out: dict[str, Any] = {
+        "schema": SCHEMA,
+        "estimate_note": ESTIMATE_NOTE,
+        "server": None if server_info is None else {
+            "base_url": server_info.base_url, "kind": server_info.kind, "model": server_info.model},
+        "probes": _probe_counts(results),
+        "fit": _fit_json(fit),
+        "ols": _fit_json(snap.ols) if snap else None,
+        "robust": _fit_json(snap.robust) if snap else None,
+        "knee_tokens": snap.knee_tokens if snap else None,
+        "quadratic": None,
+        "window": _window_json(win, snap, window),
+        "model": model.to_json() if model else None,
+        "hardware": hw.to_json() if hw else None,
+        "roofline": None,
+        "verdict": None,
+        "notes": notes,
+    }
+    if snap and snap.quadratic is not None:
+        out["quadratic"] = {**snap.quadratic.to_json(), "applies": snap.quadratic_applies}
+    out["roofline"] = _roofline(snap, model, hw, efficiency)
+    out["verdict"] = _verdict(snap, model, hw, out["roofline"], out["probes"])
+    return out
+
+
+def _window_json(win: FitSnapshot | None, snap: FitSnapshot | None, size: int) -> dict[str, Any]:
+    d = {"size": size, "n": win.n_points if win else 0, "fit": _fit_json(win.fit if win else None),
+         "throughput_change": None}
+    a = snap.fit.throughput_tok_s if snap and snap.fit else None
+    b = win.fit.throughput_tok_s if win and win.fit else None
+    if a and b and win.n_points < (snap.n_points if snap else 0):
+        d["throughput_change"] = b / a - 1.0
+    return d
+
+
+def _roofline(snap, model, hw, efficiency) -> dict[str, Any] | None:
+    if model is None or not model.params:
+        return None
+    P, L, d_attn = model.params, model.layers, model.d_attn
+    peak = hw.peak_flops if hw else None
+    bw = hw.bandwidth_bytes_s if hw else None
+    r: dict[str, Any] = {"estimate": True, "peak_flops": peak, "ridge_point": hw.ridge_point if hw else None,
+                         "efficiency": efficiency}
+    fit = snap.fit if snap else None
+    if fit is None:
+        return r
+    n_top = fit.x_max
+    if L and d_attn:
+        r["expected_at_max"] = roofline.estimate(P, L, d_attn, max(int(n_top), 1), hidden=model.hidden,
+                                                 peak_flops=peak, bandwidth_bytes_s=bw,
+                                                 efficiency=efficiency)
+        r["measured_ttft_at_max_s"] = fit.predict(n_top)
+    b = fit.slope_s_per_token
+    quad = snap.quadratic if snap.quadratic_applies else None
+    if quad is not None:
+        b = quad.slope_s_per_token
+        r["slope_source"] = "quadratic (linear term)"
+    else:
+        r["slope_source"] = fit.method
+    ach = roofline.achieved_flops(b, P)
+    r["achieved_flops"] = ach
+    r["mfu"] = roofline.mfu(b, P, peak)
+    lo, hi = (quad or fit).slope_ci
+    r["mfu_ci"] = None
+    if peak and lo > 0:
+        r["mfu_ci"] = [roofline.mfu(hi, P, peak), roofline.mfu(lo, P, peak)]
+    elif peak and hi > 0:
+        r["mfu_ci"] = [roofline.mfu(hi, P, peak), None]
+    if quad is not None and ach and L and d_attn:
+        c_exp = 2.0 * L * d_attn / ach
+        r["c_expected_s_per_token2"] = c_exp
+        r["c_ratio"] = quad.c_s_per_token2 / c_exp
+        r["mfu_with_attention_at_max"] = roofline.mfu_with_attention(
+            (quad.intercept_s, quad.slope_s_per_token, quad.c_s_per_token2), n_top, P, L, d_attn, peak)
+    return r
+
+
+def _verdict(snap, model, hw, roof, probes) -> dict[str, str]:
+    if snap is None or snap.fit is None:
+        n = probes["fit_eligible"]
+        if probes["total"] and not probes["ok"]:
+            return {"level": "failed", "text": "Every probe failed: no fit."}
+        return {"level": "insufficient",
+                "text": f"Too few usable probes for a fit ({n}; need 3 at 2 or more lengths)."}
+    fit = snap.fit
+    if fit.throughput_tok_s is None:
+        return {"level": "no-slope", "text": "TTFT does not grow with prompt length here: no "
+                "throughput (prompts too short, or a prefix cache the server does not report?)."}
+    if roof is None:
+        return {"level": "unknown-model", "text": f"{fit.throughput_tok_s:,.0f} prompt tok/s. "
+                "Model shape unknown: FLOP/s and MFU need --params (or --model-config)."}
+    level, text = roofline.verdict(
+        roof.get("mfu"), achieved=roof.get("achieved_flops"), tokens_per_s=fit.throughput_tok_s,
+        max_tokens=fit.x_max, ridge=roof.get("ridge_point"), hidden=model.hidden if model else None)
+    return {"level": level, "text": text}
+
+
+# ---------------------------------------------------------------- text
+
+
+def _sig(v: float) -> str:
+    """About 3 significant digits, never in exponent notation (screen text)."""
+    a = abs(v)
+    if a >= 100:
+        return f"{v:,.0f}"
+    if a >= 10:
+        return f"{v:.1f}"
+    if a >= 1:
+        return f"{v:.2f}"
+    return f"{v:.3g}"
+
+
+def _ms(s: float | None, digits: int = 1) -> str:
+    return "n/a" if s is None or not math.isfinite(s) else f"{s * 1e3:.{digits}f} ms"
+
+
+def _ci(ci, fmt) -> str:
+    if not ci or ci[0] is None:
+        return ""
+    return f"[{fmt(ci[0])}, {'inf' if ci[1] is None else fmt(ci[1])}]"
+
+
+def format_fit_lines(f: dict[str, Any], indent: str = "  ") -> list[str]:
+    """Lines for one fit dict (``_fit_json`` shape); ms on screen."""
+    if f is None or f.get("n") is None:
+        return [indent + "no fit (too few usable probes)"]
+    tp = lambda v: f"{v:,.0f}"  # noqa: E731
+    ms = lambda v: f"{v * 1e3:.2f}"  # noqa: E731
+    per_k = lambda v: _sig(v * 1e6)  # noqa: E731  (s/token -> ms per 1k tokens)
+    lines = [
+        f"{indent}TTFT = {_ms(f['intercept_s'], 2)} + {per_k(f['slope_s_per_token'])} ms per 1k "
+        f"tokens x n      R² {f['r2']:.3f}, n = {f['n']}"
+        + (f" ({f['outliers']} outliers set aside)" if f.get("outliers") else ""),
+        f"{indent}intercept    {ms(f['intercept_s'])} ms   95% {_ci(f['intercept_ci'], ms)} ms",
+        f"{indent}slope        {per_k(f['slope_s_per_token'])} ms/1k tok   95% "
+        f"{_ci(f['slope_ci'], per_k)}",
+    ]
+    if f.get("prefill_tokens_per_s"):
+        lines.append(f"{indent}throughput   {tp(f['prefill_tokens_per_s'])} prompt tok/s   95% "
+                     f"{_ci(f['prefill_tokens_per_s_ci'], tp)}")
+    else:
+        lines.append(f"{indent}throughput   n/a (slope <= 0)")
+    if f.get("knee_tokens"):
+        lines.append(f"{indent}knee: TTFT flat below ~{f['knee_tokens']:,} tokens; line fitted above it")
+    return lines
+
+
+def format_summary(d: dict[str, Any]) -> str:
+    """Plain-text summary of an ``analyze`` dict (ms on screen; estimates labelled)."""
+    p = d["probes"]
+    out = [f"Probes: {p['total']} total, {p['ok']} ok, {p['failed']} failed, {p['warmup']} warm-up, "
+           f"{p['cache_hit']} cache hits; {p['fit_eligible']} in the fit"
+           + (f" ({p['tokens_min']:,}-{p['tokens_max']:,} tokens)" if p["tokens_min"] else "")]
+    if p["errors"]:
+        out.append("  errors: " + ", ".join(f"{k} {v}" for k, v in sorted(p["errors"].items())))
+    f = d["fit"]
+    out.append(f"Fit ({f.get('method') or 'none'}, all-time):")
+    out += format_fit_lines(f)
+    q = d.get("quadratic")
+    if q and q.get("applies"):
+        roof = d.get("roofline") or {}
+        line = (f"  curvature: c = {q['c_s_per_token2'] * 1e9:.3g} ms per (1k tokens)² "
+                f"(95% {_ci(q['c_ci'], lambda v: f'{v * 1e9:.3g}')})")
+        if roof.get("c_expected_s_per_token2"):
+            line += (f"; attention expects {roof['c_expected_s_per_token2'] * 1e9:.3g} "
+                     f"(ratio {roof['c_ratio']:.2f}, estimate)")
+        out.append(line)
+        if q.get("prefill_tokens_per_s"):
+            out.append(f"  TTFT curves up with n: the line above averages over the range; the "
+                       f"linear term alone gives {q['prefill_tokens_per_s']:,.0f} prompt tok/s "
+                       f"95% {_ci(q['prefill_tokens_per_s_ci'], lambda v: f'{v:,.0f}')}")
+    w = d["window"]
+    if w["fit"].get("n") is not None and w["n"] < p["fit_eligible"]:
+        tp = w["fit"].get("prefill_tokens_per_s")
+        chg = w.get("throughput_change")
+        out.append(f"Window (last {w['size']} probes): "
+                   + (f"{tp:,.0f} prompt tok/s {_ci(w['fit']['prefill_tokens_per_s_ci'], lambda v: f'{v:,.0f}')}"
+                      if tp else "no throughput")
+                   + (f", {chg:+.1%} vs all-time" if chg is not None else ""))
+    roof, m, hw = d.get("roofline"), d.get("model"), d.get("hardware")
+    if m or hw:
+        hw_txt = "peak unknown"
+        if hw and hw.get("peak_tflops"):
+            hw_txt = f"{hw['name']} {hw['dtype']} {hw['peak_tflops']:g} TFLOP/s"
+            if hw.get("bandwidth_tbs"):
+                hw_txt += f", {hw['bandwidth_tbs']:g} TB/s, ridge {hw['ridge_point']:.0f} FLOP/byte"
+            if hw.get("uncertain") or str(hw.get("matched_by", "")).endswith("(?)"):
+                hw_txt += " (?)"
+        m_txt = "model unknown" if not m else (
+            f"{m['name']} ({m['params'] / 1e9:.3g}e9 params" if m.get("params") else f"{m['name']} (params ?")
+        if m:
+            m_txt += f", L={m['layers']}, d_attn={m['attn_width']})" + (" (?)" if m.get("uncertain") else "")
+        out.append(f"Roofline (estimates): {m_txt} on {hw_txt}")
+    if roof and roof.get("achieved_flops"):
+        line = f"  achieved {roof['achieved_flops'] / 1e12:.3g} TFLOP/s (from the {roof['slope_source']} slope)"
+        if roof.get("mfu") is not None:
+            line += f" = MFU {roof['mfu']:.1%}"
+            if roof.get("mfu_ci"):
+                line += " " + _ci(roof["mfu_ci"], lambda v: f"{v:.1%}")
+        out.append(line)
+        e = roof.get("expected_at_max")
+        if e and e.get("time_at_peak_s"):
+            out.append(f"  at {e['tokens']:,} tokens: {e['flops'] / 1e12:.3g} TFLOP, expected "
+                       f"{_ms(e['time_at_peak_s'])} at peak, {_ms(e['time_at_efficiency_s'])} at "
+                       f"{e['efficiency']:.0%}; fitted TTFT {_ms(roof['measured_ttft_at_max_s'])}")
+    v = d.get("verdict")
+    if v:
+        out.append(f"Verdict: {v['text']}")
+    for n in d.get("notes", []):
+        out.append(f"  note: {n}")
+    return "\n".join(out)

@@ -1,0 +1,434 @@
+"""GPU and model catalog for the roofline, and the resolution of overrides.
+
+Every figure comes from docs/reference (shared/reference/hardware-and-models.md in the
+project notes), itself from: NVIDIA H100/H200/L4/L40S/A100 datasheets and product
+briefs; stas00/ml-engineering compute/accelerator/README.md; MLPerf inference v4.1
+system descriptions; Baseten's A10 vs A10G note; karpathy/nanochat issue 60 (GeForce
+accumulate rates); NVML names as seen in vLLM fused_moe config file names and public
+``nvidia-smi -L`` outputs; model shapes from each model's config.json on the HF hub.
+Dense = no structured sparsity.  Fields named in ``uncertain`` are marked (?) on screen.
+
+Precedence (see commands/common.py): command-line flag > server metadata > catalog.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from dataclasses import dataclass, replace
+from pathlib import Path
+from typing import Any
+
+GPU_SOURCE = "stas00/ml-engineering accelerator table; NVML name from vLLM config names / nvidia-smi -L"
+MODEL_SOURCE = "the model's config.json (HF hub)"
+
+
+@dataclass(frozen=True, slots=True)
+class Hardware:
+    """One accelerator.  TFLOP/s are dense (no sparsity); bandwidth in TB/s (1e12 B/s).
+
+    ``peak_tflops`` is the peak for the chosen dtype (set by ``for_dtype``); ``None``
+    when unknown (a CPU, an unlisted GPU without --peak-tflops)."""
+
+    key: str
+    name: str
+    nvml_names: tuple[str, ...] = ()
+    bf16_tflops: float | None = None
+    fp8_tflops: float | None = None
+    bandwidth_tbs: float | None = None
+    memory_gb: float | None = None
+    board_w: float | None = None
+    uncertain: frozenset[str] = frozenset()
+    notes: tuple[str, ...] = ()
+    source: str = GPU_SOURCE
+    dtype: str = "bf16"
+    peak_tflops: float | None = None
+    matched_by: str = "catalog"  # "catalog" | "nvml-exact" | "nvml-family (?)" | "flags"
+
+    @property
+    def peak_flops(self) -> float | None:
+        return None if self.peak_tflops is None else self.peak_tflops * 1e12
+
+    @property
+    def bandwidth_bytes_s(self) -> float | None:
+        return None if self.bandwidth_tbs is None else self.bandwidth_tbs * 1e12
+
+    @property
+    def ridge_point(self) -> float | None:
+        """Peak FLOP/s / memory bytes/s (FLOP per byte), when both are known."""
+        if self.peak_flops is None or not self.bandwidth_bytes_s:
+            return None
+        return self.peak_flops / self.bandwidth_bytes_s
+
+    def for_dtype(self, dtype: str) -> "Hardware":
+        peak = self.fp8_tflops if dtype == "fp8" else self.bf16_tflops
+        return replace(self, dtype=dtype, peak_tflops=peak)
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "key": self.key, "name": self.name, "dtype": self.dtype,
+            "peak_tflops": self.peak_tflops, "bandwidth_tbs": self.bandwidth_tbs,
+            "ridge_point": self.ridge_point, "memory_gb": self.memory_gb,
+            "board_w": self.board_w, "uncertain": sorted(self.uncertain),
+            "notes": list(self.notes), "source": self.source, "matched_by": self.matched_by,
+        }
+
+
+def _g(key, name, nvml, bf16, fp8, bw, gb, w, unc=(), notes=(), source=None):
+    return Hardware(key=key, name=name, nvml_names=tuple(nvml), bf16_tflops=bf16,
+                    fp8_tflops=fp8, bandwidth_tbs=bw, memory_gb=gb, board_w=w,
+                    uncertain=frozenset(unc), notes=tuple(notes),
+                    source=source or f"NVIDIA {name} datasheet / product brief; " + GPU_SOURCE)
+
+
+GPUS: tuple[Hardware, ...] = (
+    _g("h100-sxm", "H100 SXM", ["NVIDIA H100 80GB HBM3"], 989.4, 1978.9, 3.35, 80, 700),
+    _g("h100-pcie", "H100 PCIe", ["NVIDIA H100 PCIe"], 756, 1513, 2.0, 80, 350),
+    _g("h100-nvl", "H100 NVL", ["NVIDIA H100 NVL"], 835.5, 1670.5, 3.9, 94, 400, ["board_w"],
+       ["board power 350-400 W (?)"]),
+    _g("h200", "H200 SXM", ["NVIDIA H200"], 989.4, 1978.9, 4.8, 141, 700),
+    _g("h200-nvl", "H200 NVL", ["NVIDIA H200 NVL"], 835.5, 1670.5, 4.8, 141, 600),
+    _g("gh200", "GH200 (HBM3)", ["NVIDIA GH200 480GB"], 989.4, 1978.9, 4.0, 96, None, ["board_w"],
+       ["module power 450-1000 W (?)"]),
+    _g("b200", "B200", ["NVIDIA B200"], 2250, 4500, 8.0, 192, 1000, ["bandwidth_tbs", "memory_gb"],
+       ["bandwidth 7.7-8.0 TB/s (?)", "memory 180-192 GB (?)"],
+       "NVIDIA DGX B200 / HGX B200 pages; stas00/ml-engineering accelerator table; MLPerf v4.1"),
+    _g("a100-sxm-40gb", "A100 SXM 40GB", ["NVIDIA A100-SXM4-40GB"], 312, None, 1.555, 40, 400),
+    _g("a100-sxm-80gb", "A100 SXM 80GB", ["NVIDIA A100-SXM4-80GB"], 312, None, 2.039, 80, 400),
+    _g("a100-pcie-40gb", "A100 PCIe 40GB", ["NVIDIA A100-PCIE-40GB"], 312, None, 1.555, 40, 250,
+       ["nvml_name"], ["NVML name NVIDIA A100-PCIE-40GB (?)"]),
+    _g("a100-pcie-80gb", "A100 PCIe 80GB", ["NVIDIA A100 80GB PCIe"], 312, None, 1.935, 80, 300),
+    _g("a10", "A10", ["NVIDIA A10"], 125, None, 0.60, 24, 150),
+    _g("a10g", "A10G", ["NVIDIA A10G"], 70, None, 0.60, 24, None, ["bf16_tflops", "board_w"],
+       ["dense BF16 ~70 TFLOP/s (?)"], "Baseten A10 vs A10G note; NVML name from nvidia-smi -L"),
+    _g("l4", "L4", ["NVIDIA L4"], 121, 242.5, 0.30, 24, 72),
+    _g("l40s", "L40S", ["NVIDIA L40S"], 362, 733, 0.864, 48, 350),
+    _g("l40", "L40", ["NVIDIA L40"], 181, 362, 0.864, 48, 300),
+    _g("t4", "T4", ["Tesla T4"], 65, None, 0.32, 16, 70, (), ["no BF16: the FP16 peak is used"]),
+    _g("v100-sxm2", "V100 SXM2", ["Tesla V100-SXM2-16GB", "Tesla V100-SXM2-32GB"], 125, None,
+       0.90, 32, 300, (), ["no BF16: the FP16 peak is used", "16 or 32 GB"]),
+    _g("rtx-4090", "RTX 4090", ["NVIDIA GeForce RTX 4090"], 165.2, 330, 1.008, 24, 450, (),
+       ["165.2 TFLOP/s with FP32 accumulate; 330 with FP16 accumulate"],
+       "NVIDIA Ada whitepaper; karpathy/nanochat issue 60 (GeForce accumulate rates)"),
+    _g("rtx-3090", "RTX 3090", ["NVIDIA GeForce RTX 3090"], 71, None, 0.936, 24, 350, (),
+       ["71 TFLOP/s with FP32 accumulate; 142 with FP16 accumulate"],
+       "NVIDIA Ampere GA102 whitepaper; karpathy/nanochat issue 60 (GeForce accumulate rates)"),
+    _g("rtx-6000-ada", "RTX 6000 Ada", ["NVIDIA RTX 6000 Ada Generation"], 364, 728.5, 0.96, 48, 300),
+    _g("mi300x", "MI300X", ["AMD Instinct MI300X"], 1307.4, 2614.9, 5.3, 192, 750, (), (),
+       "AMD Instinct MI300X data sheet; stas00/ml-engineering accelerator table"),
+)
+
+#: family token -> default key when the NVML name only names the family.
+_FAMILY_DEFAULT = {
+    "h100": "h100-sxm", "h200": "h200", "gh200": "gh200", "b200": "b200", "a100": "a100-sxm-80gb",
+    "a10": "a10", "a10g": "a10g", "l4": "l4", "l40s": "l40s", "l40": "l40", "t4": "t4",
+    "v100": "v100-sxm2", "4090": "rtx-4090", "3090": "rtx-3090", "6000": "rtx-6000-ada",
+    "mi300x": "mi300x",
+}
+_GPU_NOISE = {"nvidia", "tesla", "geforce", "amd", "instinct", "rtx", "generation", "gpu"}
+
+
+def _gpu_tokens(name: str) -> list[str]:
+    return [t for t in re.split(r"[\s\-_/,()]+", name.lower()) if t and t not in _GPU_NOISE]
+
+
+def lookup_gpu(name: str | None) -> Hardware | None:
+    """Catalog entry for an NVML device name or a catalog key ("h100-sxm"), else None.
+
+    Exact NVML names and keys match as is; otherwise the family token (h100, a100,
+    4090, ...) is matched and the variant with most shared tokens (pcie, nvl, sxm4,
+    80gb ...) wins -- marked ``matched_by="nvml-family (?)"`` because it is a guess
+    (e.g. "Tesla V100-PCIE-16GB" gets the SXM2 figures)."""
+    if not name or not name.strip():
+        return None
+    low = name.strip().lower()
+    for g in GPUS:
+        if low == g.key or low.replace(" ", "-") == g.key or low == g.name.lower():
+            return replace(g, matched_by="catalog")
+        if any(low == n.lower() for n in g.nvml_names):
+            return replace(g, matched_by="nvml-exact")
+    toks = _gpu_tokens(name)
+    if "ada" in toks and "6000" in toks:
+        return replace(_by_key("rtx-6000-ada"), matched_by="nvml-family (?)")
+    fam = next((t for t in toks if t in _FAMILY_DEFAULT), None)
+    if fam is None:
+        return None
+    cands = [g for g in GPUS if fam in {t for n in g.nvml_names for t in _gpu_tokens(n)}
+             or fam in _gpu_tokens(g.key)]
+    if not cands:
+        return None
+    tokset = set(toks)
+
+    def score(g: Hardware) -> tuple[int, int]:
+        gt = {t for n in (g.key, g.name, *g.nvml_names) for t in _gpu_tokens(n)}
+        variant = {"pcie", "nvl", "sxm", "sxm2", "sxm4", "40gb", "80gb", "hbm3"}
+        return (len(tokset & gt & variant) - len((gt & variant) - tokset - {"sxm", "hbm3"}),
+                int(g.key == _FAMILY_DEFAULT[fam]))
+
+    best = max(cands, key=score)
+    return replace(best, matched_by="nvml-family (?)")
+
+
+def _by_key(key: str) -> Hardware:
+    return next(g for g in GPUS if g.key == key)
+
+
+# ---------------------------------------------------------------- models
+
+
+@dataclass(frozen=True, slots=True)
+class ModelShape:
+    """Model shape for the FLOP count.  ``params`` = parameters doing matmuls per
+    token (active params for MoE; like the reference, embeddings are included, which
+    overstates FLOPs by up to ~20 % for small models with big vocabularies).
+    ``attn_width`` = heads x head_dim (d_attn in 2*L*d_attn*n^2; GQA does not shrink it)."""
+
+    key: str
+    name: str
+    params: float | None
+    layers: int | None
+    hidden: int | None
+    heads: int | None = None
+    kv_heads: int | None = None
+    head_dim: int | None = None
+    attn_width: int | None = None
+    vocab: int | None = None
+    max_pos: int | None = None
+    total_params: float | None = None
+    aliases: tuple[str, ...] = ()
+    uncertain: frozenset[str] = frozenset()
+    notes: tuple[str, ...] = ()
+    source: str = MODEL_SOURCE
+
+    @property
+    def d_attn(self) -> int | None:
+        if self.attn_width:
+            return self.attn_width
+        if self.heads and self.head_dim:
+            return self.heads * self.head_dim
+        return self.hidden
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "key": self.key, "name": self.name, "params": self.params, "layers": self.layers,
+            "hidden": self.hidden, "heads": self.heads, "kv_heads": self.kv_heads,
+            "head_dim": self.head_dim, "attn_width": self.d_attn, "vocab": self.vocab,
+            "max_pos": self.max_pos, "total_params": self.total_params,
+            "uncertain": sorted(self.uncertain), "notes": list(self.notes), "source": self.source,
+        }
+
+
+_HF_REPO = {
+    "llama-3-8b": "meta-llama/Meta-Llama-3-8B, Llama-3.1-8B", "llama-3-70b": "meta-llama/Meta-Llama-3-70B",
+    "llama-3.1-405b": "meta-llama/Llama-3.1-405B", "llama-3.2-1b": "meta-llama/Llama-3.2-1B",
+    "llama-3.2-3b": "meta-llama/Llama-3.2-3B", "mistral-7b": "mistralai/Mistral-7B-v0.1",
+    "mixtral-8x7b": "mistralai/Mixtral-8x7B-v0.1", "qwen2.5-0.5b": "Qwen/Qwen2.5-0.5B",
+    "qwen2.5-7b": "Qwen/Qwen2.5-7B", "qwen2.5-72b": "Qwen/Qwen2.5-72B", "qwen3-8b": "Qwen/Qwen3-8B",
+    "gemma-2-9b": "google/gemma-2-9b", "phi-3-mini": "microsoft/Phi-3-mini-4k-instruct",
+    "smollm2-135m": "HuggingFaceTB/SmolLM2-135M", "smollm2-360m": "HuggingFaceTB/SmolLM2-360M",
+    "smollm2-1.7b": "HuggingFaceTB/SmolLM2-1.7B", "deepseek-v3": "deepseek-ai/DeepSeek-V3",
+}
+
+
+def _m(key, name, params, L, d, h, kv, hd, vocab, maxpos, aliases=(), **kw):
+    return ModelShape(key=key, name=name, params=params, layers=L, hidden=d, heads=h,
+                      kv_heads=kv, head_dim=hd, vocab=vocab, max_pos=maxpos,
+                      aliases=tuple(aliases), source=f"{_HF_REPO[key]} config.json (HF hub)", **kw)
+
+
+MODELS: tuple[ModelShape, ...] = (
+    _m("llama-3-8b", "Llama-3-8B / 3.1-8B", 8.03e9, 32, 4096, 32, 8, 128, 128256, 131072,
+       ["llama-3-8b", "llama-3.1-8b", "llama3-8b", "llama3.1-8b"]),
+    _m("llama-3-70b", "Llama-3(.1)-70B", 70.55e9, 80, 8192, 64, 8, 128, 128256, 131072,
+       ["llama-3-70b", "llama-3.1-70b", "llama-3.3-70b"]),
+    _m("llama-3.1-405b", "Llama-3.1-405B", 405.85e9, 126, 16384, 128, 8, 128, 128256, 131072,
+       ["llama-3.1-405b"]),
+    _m("llama-3.2-1b", "Llama-3.2-1B", 1.24e9, 16, 2048, 32, 8, 64, 128256, 131072, ["llama-3.2-1b"]),
+    _m("llama-3.2-3b", "Llama-3.2-3B", 3.21e9, 28, 3072, 24, 8, 128, 128256, 131072, ["llama-3.2-3b"]),
+    _m("mistral-7b", "Mistral-7B-v0.1", 7.24e9, 32, 4096, 32, 8, 128, 32000, 32768, ["mistral-7b"]),
+    _m("mixtral-8x7b", "Mixtral-8x7B (active)", 12.9e9, 32, 4096, 32, 8, 128, 32000, 32768,
+       ["mixtral-8x7b"], total_params=46.7e9, notes=("MoE: 12.9e9 active of 46.7e9",)),
+    _m("qwen2.5-0.5b", "Qwen2.5-0.5B", 0.49e9, 24, 896, 14, 2, 64, 151936, 32768, ["qwen2.5-0.5b"]),
+    _m("qwen2.5-7b", "Qwen2.5-7B", 7.62e9, 28, 3584, 28, 4, 128, 152064, 131072, ["qwen2.5-7b"]),
+    _m("qwen2.5-72b", "Qwen2.5-72B", 72.7e9, 80, 8192, 64, 8, 128, 152064, 131072, ["qwen2.5-72b"]),
+    _m("qwen3-8b", "Qwen3-8B", 8.19e9, 36, 4096, 32, 8, 128, 151936, 40960, ["qwen3-8b"]),
+    _m("gemma-2-9b", "Gemma-2-9B", 9.24e9, 42, 3584, 16, 8, 256, 256000, 8192, ["gemma-2-9b"],
+       attn_width=4096, notes=("attention width 16 x 256 = 4096, wider than hidden 3584",)),
+    _m("phi-3-mini", "Phi-3-mini-4k", 3.82e9, 32, 3072, 32, 32, 96, 32064, 4096,
+       ["phi-3-mini-4k", "phi-3-mini"]),
+    _m("smollm2-135m", "SmolLM2-135M", 135e6, 30, 576, 9, 3, 64, 49152, 8192, ["smollm2-135m"]),
+    _m("smollm2-360m", "SmolLM2-360M", 362e6, 32, 960, 15, 5, 64, 49152, 8192, ["smollm2-360m"]),
+    _m("smollm2-1.7b", "SmolLM2-1.7B", 1.71e9, 24, 2048, 32, 32, 64, 49152, 8192, ["smollm2-1.7b"]),
+    _m("deepseek-v3", "DeepSeek-V3 (active)", 37e9, 61, 7168, 128, 128, 192, 129280, 163840,
+       ["deepseek-v3"], total_params=671e9, attn_width=20480, uncertain=frozenset({"attn_width"}),
+       notes=("MoE: 37e9 active of 671e9", "MLA: q/k head_dim 192, v 128; d_attn taken as "
+              "128 x (192 + 128) / 2 = 20480 (?)")),
+)
+
+_QUANT = re.compile(r"[.\-_](i?q\d(?:_[a-z0-9]+)*|f16|f32|bf16|fp16|fp8|int4|int8|awq|gptq|gguf|mlx)$")
+_MODEL_NOISE = {"meta", "instruct", "chat", "it", "hf", "base", "gguf", "awq", "gptq", "fp8",
+                "bf16", "fp16", "f16", "hub", "latest", "model", "models"}
+
+
+def _model_tokens(name: str) -> list[str]:
+    s = name.strip().lower().rstrip("/")
+    s = s.split("/")[-1].split(":")[0] if "/" in s else s.split(":")[0]
+    s = re.sub(r"\.gguf$", "", s)
+    while (m := _QUANT.search(s)) is not None:
+        s = s[: m.start()]
+    s = re.sub(r"(?<=[a-z])(?=\d)", "-", s)  # llama3 -> llama-3, qwen2.5 -> qwen-2.5
+    return [t for t in re.split(r"[\s\-_]+", s) if t and t not in _MODEL_NOISE]
+
+
+def lookup_model(name: str | None) -> ModelShape | None:
+    """Catalog entry for a common model name, else None.
+
+    Accepts HF ids ("meta-llama/Meta-Llama-3-8B-Instruct"), GGUF file names and paths
+    ("SmolLM2-135M-Instruct.Q4_1.gguf"), Ollama tags ("qwen2.5:7b" matches only when
+    the size is in the name), catalog keys.  Quantisation and chat/instruct suffixes
+    are ignored; the longest alias whose tokens all appear in the name wins."""
+    if not name or not name.strip():
+        return None
+    toks = _model_tokens(name)
+    if ":" in name and "/" not in name:  # ollama "qwen2.5:7b"
+        base, _, tag = name.partition(":")
+        toks = _model_tokens(base) + _model_tokens(tag)
+    if not toks:
+        return None
+    tokset = set(toks)
+    best, best_len = None, 0
+    for m in MODELS:
+        for alias in (m.key, *m.aliases):
+            at = _model_tokens(alias)
+            if at == toks:
+                return m
+            if set(at) <= tokset and len(at) > best_len:
+                best, best_len = m, len(at)
+    return best if best_len >= 2 else None
+
+
+def model_from_config(path: str | Path) -> ModelShape:
+    """Model shape from a Hugging Face config.json, params computed from the shapes.
+
+    Per layer: attention q,o = hidden x heads*head_dim, k,v = hidden x kv*head_dim;
+    MLP 3 x hidden x intermediate (gated; 2 for GPT-2/NeoX-style), MoE: experts per
+    token x that (+ shared experts); plus embeddings (x2 when untied).  Raises OSError
+    when unreadable, ValueError when the JSON lacks hidden size or layer count."""
+    raw = json.loads(Path(path).read_text())
+    if not isinstance(raw, dict):
+        raise ValueError(f"{path}: not a JSON object")
+    c = raw.get("text_config") if isinstance(raw.get("text_config"), dict) else raw
+    get = lambda *ks, d=None: next((c[k] for k in ks if c.get(k) is not None), d)  # noqa: E731
+    hidden, layers = get("hidden_size", "n_embd", "d_model"), get("num_hidden_layers", "n_layer", "num_layers")
+    if not hidden or not layers:
+        raise ValueError(f"{path}: no hidden_size/num_hidden_layers")
+    heads = get("num_attention_heads", "n_head", d=max(1, hidden // 64))
+    kv = get("num_key_value_heads", "num_kv_heads", d=heads)
+    hd = get("head_dim", d=hidden // heads)
+    inter = get("intermediate_size", "n_inner", "ffn_dim", d=4 * hidden)
+    vocab = get("vocab_size", d=0)
+    mtype = str(raw.get("model_type", c.get("model_type", "")))
+    mats = 2 if mtype in {"gpt2", "gpt_neox", "opt", "bloom", "falcon", "gpt_bigcode", "phi",
+                          "starcoder2", "gptj"} else 3
+    experts_tok = get("num_experts_per_tok", "moe_topk")
+    moe_inter = get("moe_intermediate_size", d=inter)
+    shared = get("n_shared_experts", "num_shared_experts", d=0) or 0
+    attn = 2 * hidden * heads * hd + 2 * hidden * kv * hd
+    if experts_tok and get("num_local_experts", "num_experts", "n_routed_experts"):
+        mlp = mats * hidden * moe_inter * (experts_tok + shared)
+        total_mlp = mats * hidden * moe_inter * (get("num_local_experts", "num_experts",
+                                                     "n_routed_experts") + shared)
+    else:
+        mlp = total_mlp = mats * hidden * inter
+    emb = vocab * hidden * (1 if raw.get("tie_word_embeddings", c.get("tie_word_embeddings", False)) else 2)
+    params = layers * (attn + mlp) + emb
+    name = str(raw.get("_name_or_path") or Path(path).parent.name or "config.json")
+    return ModelShape(key="config", name=name, params=float(params), layers=int(layers),
+                      hidden=int(hidden), heads=int(heads), kv_heads=int(kv), head_dim=int(hd),
+                      attn_width=int(heads * hd), vocab=int(vocab) or None,
+                      max_pos=get("max_position_embeddings"),
+                      total_params=float(layers * (attn + total_mlp) + emb),
+                      source=f"computed from {path}", notes=("params computed from config.json",))
+
+
+# ---------------------------------------------------------------- resolution
+
+
+def resolve_model(args: Any, server_info: Any = None) -> tuple[ModelShape | None, list[str]]:
+    """Model shape from flags > --model-config > server metadata > catalog (by --model
+    / server model id).  Returns (shape or None, notes).  Raises OSError/ValueError for
+    an unreadable --model-config."""
+    notes: list[str] = []
+    a = lambda k: getattr(args, k, None) if args is not None else None  # noqa: E731
+    shape: ModelShape | None = None
+    if a("model_config"):
+        shape = model_from_config(a("model_config"))
+    names = [a("model")] + ([getattr(server_info, "model", None)] if server_info else [])
+    if shape is None:
+        for nm in names:
+            if nm and (shape := lookup_model(nm)) is not None:
+                notes.append(f"model {nm!r} -> catalog {shape.name} ({shape.source})")
+                break
+    si = server_info
+    if si is not None and (si.n_params or si.n_embd or si.n_layer):
+        upd = {k: v for k, v in (("params", si.n_params), ("hidden", si.n_embd),
+                                  ("layers", si.n_layer)) if v}
+        if shape is None:
+            shape = ModelShape(key="server", name=str(si.model or "server model"), params=None,
+                               layers=None, hidden=None, source="server metadata",
+                               uncertain=frozenset({"attn_width"}),
+                               notes=("attention width assumed = hidden (?)",))
+        if "hidden" in upd and shape.hidden and upd["hidden"] != shape.hidden:
+            upd["attn_width"] = None
+        shape = replace(shape, **upd, source=shape.source + " + server metadata")
+        notes.append("model shape from the server's metadata (" + ", ".join(sorted(upd)) + ")")
+    flags = {k: a(f) for k, f in (("params", "params"), ("layers", "layers"),
+                                  ("hidden", "hidden"), ("attn_width", "attn_width")) if a(f)}
+    if flags:
+        if shape is None:
+            shape = ModelShape(key="flags", name="given by flags", params=None, layers=None,
+                               hidden=None, source="command-line flags")
+        if "layers" in flags:
+            flags["layers"] = int(flags["layers"])
+        shape = replace(shape, **flags)
+        notes.append("model shape overridden by " + ", ".join("--" + k.replace("_", "-") for k in flags))
+    return shape, notes
+
+
+def resolve_gpu(args: Any, nvml_names: list[str] | None = None) -> tuple[Hardware | None, list[str]]:
+    """Hardware from --gpu > the first NVML name > None, with --peak-tflops /
+    --bandwidth-tbs overriding (or standing alone).  Returns (hardware or None, notes);
+    hardware.peak_tflops None means the peak is unknown."""
+    notes: list[str] = []
+    a = lambda k: getattr(args, k, None) if args is not None else None  # noqa: E731
+    dtype = a("dtype") or "bf16"
+    hw = None
+    if a("gpu"):
+        hw = lookup_gpu(a("gpu"))
+        if hw is None:
+            notes.append(f"GPU {a('gpu')!r} is not in the catalog; give --peak-tflops and --bandwidth-tbs")
+    elif nvml_names:
+        hw = lookup_gpu(nvml_names[0])
+        if hw is None:
+            notes.append(f"GPU {nvml_names[0]!r} is not in the catalog; MFU needs --peak-tflops")
+        if len(set(nvml_names)) > 1:
+            notes.append("several GPU models visible; using the first")
+    if hw is not None:
+        hw = hw.for_dtype(dtype)
+        if hw.matched_by.endswith("(?)"):
+            notes.append(f"GPU matched to {hw.name} by family (?)")
+        if hw.peak_tflops is None:
+            notes.append(f"{hw.name} has no {dtype} peak in the catalog")
+    if a("peak_tflops") or a("bandwidth_tbs"):
+        if hw is None:
+            hw = Hardware(key="flags", name="hardware from flags:", source="command-line flags",
+                          dtype=dtype, matched_by="flags")
+        hw = replace(hw, peak_tflops=a("peak_tflops") or hw.peak_tflops,
+                     bandwidth_tbs=a("bandwidth_tbs") or hw.bandwidth_tbs)
+        notes.append("peak/bandwidth overridden by flags")
+    return hw, notes
+
+
+def known_names() -> dict[str, list[str]]:
+    """Catalog keys, for error messages and --help."""
+    return {"gpus": [g.key for g in GPUS], "models": [m.key for m in MODELS]}
