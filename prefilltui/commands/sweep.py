@@ -1,8 +1,259 @@
-"""`prefilltui sweep` (placeholder until its issue lands)."""
+"""``prefilltui sweep URL``: a headless sweep with text progress and a summary.
+
+Runs the same SweepRunner the TUI uses (warm-up, randomized order, one probe in
+flight), appends every probe to the run file, and prints a summary table and the
+fit TTFT = a + b*n.  ``--format json`` prints one JSON object at the end (keys
+``server``, ``probes``, ``failed``, ``errors``, ``fit``, ...); progress then goes
+to stderr.  Exit: 0 the sweep ran (even with failed probes), 2 usage error,
+3 server unreachable or every probe failed, 1 other failure (run file not writable).
+"""
 
 from __future__ import annotations
 
+import json
+import os
+import statistics
+import sys
+from collections import Counter
+from typing import Any
+
+from prefilltui.commands.common import (add_analysis_args, add_hardware_args, add_output_args,
+                                        add_server_args, add_sweep_args)
+from prefilltui.core.types import ProbeResult
+
 
 def register(sub) -> None:
-    p = sub.add_parser("sweep", help="(not built yet)")
-    p.set_defaults(func=lambda args: (print("prefilltui sweep: not built yet"), 1)[1])
+    p = sub.add_parser(
+        "sweep", help="run a headless TTFT sweep and print the fit",
+        description="Fire one-token streaming probes at an OpenAI-compatible server over a "
+                    "range of prompt lengths and fit TTFT = a + b*n. The API key is read "
+                    "from the environment variable named by --api-key-env.")
+    p.add_argument("url", metavar="URL", help="server base URL, with or without /v1")
+    add_server_args(p)
+    add_sweep_args(p)
+    add_hardware_args(p)
+    add_analysis_args(p)
+    add_output_args(p)
+    p.set_defaults(func=run)
+
+
+def _err(msg: str) -> None:
+    print(f"prefilltui: {msg}", file=sys.stderr)
+
+
+def compute_fit(results: list[ProbeResult]) -> dict[str, Any] | None:
+    """The fit of TTFT over server-counted prompt tokens for fit-eligible probes.
+
+    Uses ``prefilltui.core.fit.fit_robust`` (falling back to ``fit_ols``) when the
+    analysis module is installed, else a plain numpy OLS.  Returns a JSON-ready dict
+    with at least intercept_s, slope_s_per_token, prefill_tokens_per_s, r2, n, or
+    None with fewer than 3 points or a single length.
+    """
+    pts = [(float(r.tokens), float(r.ttft_s)) for r in results if r.fit_eligible]
+    if len(pts) < 3 or len({x for x, _ in pts}) < 2:
+        return None
+    xs, ys = [p[0] for p in pts], [p[1] for p in pts]
+    try:
+        from prefilltui.core import fit as fitmod
+    except ImportError:
+        fitmod = None
+    if fitmod is not None:
+        f = fitmod.fit_robust(xs, ys) or fitmod.fit_ols(xs, ys)
+        return f.to_json() if f is not None else None
+    import numpy as np
+
+    x, y = np.asarray(xs), np.asarray(ys)
+    b, a = np.polyfit(x, y, 1)
+    ss_res = float(((y - (a + b * x)) ** 2).sum())
+    ss_tot = float(((y - y.mean()) ** 2).sum())
+    return {"method": "ols", "intercept_s": float(a), "slope_s_per_token": float(b),
+            "prefill_tokens_per_s": (1.0 / b) if b > 0 else None,
+            "r2": 1 - ss_res / ss_tot if ss_tot > 0 else 1.0, "n": len(pts)}
+
+
+def summarize(results: list[ProbeResult], info, *, rate_limited: int = 0,
+              run_file: str | None = None) -> dict[str, Any]:
+    """The JSON summary of a finished sweep."""
+    ok = [r for r in results if r.ok]
+    failed = [r for r in results if not r.ok]
+    overheads = [r.ttft_s - r.server_prefill_s for r in ok
+                 if r.ttft_s is not None and r.server_prefill_s is not None and not r.warmup]
+    by_len: dict[int, list[ProbeResult]] = {}
+    for r in ok:
+        if not r.warmup:
+            by_len.setdefault(r.requested_tokens, []).append(r)
+    rows = []
+    for n in sorted(by_len):
+        rs = by_len[n]
+        counted = [r.prompt_tokens for r in rs if r.prompt_tokens is not None]
+        sp = [r.server_prefill_s for r in rs if r.server_prefill_s is not None]
+        rows.append({"requested_tokens": n, "prompt_tokens": int(statistics.median(counted))
+                     if counted else None, "n": len(rs),
+                     "ttft_median_s": statistics.median(r.ttft_s for r in rs),
+                     "ttft_min_s": min(r.ttft_s for r in rs),
+                     "server_prefill_median_s": statistics.median(sp) if sp else None,
+                     "cache_hits": sum(1 for r in rs if r.cache_hit)})
+    d: dict[str, Any] = {
+        "server": {"kind": info.kind if info else None, "model": info.model if info else None,
+                   "context_tokens": info.context_tokens if info else None,
+                   "base_url": info.base_url if info else None},
+        "probes": len(ok),
+        "failed": len(failed),
+        "warmup": sum(1 for r in results if r.warmup),
+        "errors": dict(Counter(r.error_kind for r in failed)),
+        "rate_limited": rate_limited,
+        "cache_hits": sum(1 for r in ok if r.cache_hit),
+        "fit": compute_fit(results),
+        "overhead_median_s": statistics.median(overheads) if overheads else None,
+        "lengths": rows,
+        "run_file": run_file,
+    }
+    return d
+
+
+def format_text(d: dict[str, Any]) -> str:
+    s = d["server"]
+    out = [f"server  {s['kind']}  model {s['model']}  context {s['context_tokens'] or '?'} tokens",
+           "",
+           f"{'requested':>9} {'counted':>8} {'n':>3} {'TTFT med':>10} {'TTFT min':>10} "
+           f"{'server prefill':>15}"]
+    for r in d["lengths"]:
+        sp = f"{r['server_prefill_median_s'] * 1e3:12.1f} ms" if r["server_prefill_median_s"] \
+            is not None else f"{'-':>15}"
+        out.append(f"{r['requested_tokens']:>9} {r['prompt_tokens'] or '-':>8} {r['n']:>3} "
+                   f"{r['ttft_median_s'] * 1e3:7.1f} ms {r['ttft_min_s'] * 1e3:7.1f} ms {sp}")
+    out.append("")
+    out.append(f"probes ok {d['probes']}, failed {d['failed']}, warm-up {d['warmup']}"
+               + (f", rate-limited {d['rate_limited']}" if d["rate_limited"] else "")
+               + (f", cache hits {d['cache_hits']}" if d["cache_hits"] else ""))
+    if d["errors"]:
+        out.append("errors  " + ", ".join(f"{k} {v}" for k, v in sorted(d["errors"].items())))
+    f = d["fit"]
+    if d.get("analysis") is not None:
+        pass  # the analysis summary below shows the fit with its intervals
+    elif f:
+        tps = f.get("prefill_tokens_per_s")
+        out.append(f"fit ({f.get('method', 'ols')})  TTFT = {f['intercept_s'] * 1e3:.2f} ms + "
+                   f"{f['slope_s_per_token'] * 1e3:.4f} ms/token x n   "
+                   f"prefill {tps:,.0f} tokens/s   R2 {f['r2']:.3f}   n {f['n']}"
+                   if tps else f"fit  intercept {f['intercept_s'] * 1e3:.2f} ms, slope <= 0")
+    else:
+        out.append("fit  too few points (need 3 fit-eligible probes at 2+ lengths)")
+    if d["overhead_median_s"] is not None:
+        out.append(f"client overhead (TTFT - server prefill, median)  "
+                   f"{d['overhead_median_s'] * 1e3:.2f} ms")
+    if d["run_file"]:
+        out.append(f"run file  {d['run_file']}")
+    return "\n".join(out)
+
+
+def _attach_analysis(d: dict[str, Any], results, info, args) -> str | None:
+    """Add the analysis module's summary (roofline, CIs, verdict) when it is installed:
+    ``d["analysis"]`` and its fit as ``d["fit"]``; returns its text form or None."""
+    try:
+        from prefilltui.core.analysis import analyze, format_summary
+    except ImportError:
+        return None
+    try:
+        a = analyze(results, info, args)
+        text = format_summary(a)
+    except Exception as e:  # the summary must not lose a finished sweep
+        d.setdefault("notes", []).append(f"analysis failed: {type(e).__name__}: {e}")
+        return None
+    d["analysis"] = a
+    fit = a.get("fit") or {}
+    d["fit"] = fit if fit.get("n") else None
+    return text
+
+
+def _progress_line(r: ProbeResult, total: int | None) -> str:
+    tag = " warm-up" if r.warmup else (" burst" if r.burst else "")
+    head = f"[{r.seq:>3}/{total or '?':>3}] {r.requested_tokens:>6} tok{tag}"
+    if r.ok:
+        sp = f"  server {r.server_prefill_s * 1e3:.1f} ms" if r.server_prefill_s is not None else ""
+        cnt = f" ({r.prompt_tokens} counted)" if r.prompt_tokens is not None else ""
+        cache = f"  CACHE HIT {r.cached_tokens}" if r.cache_hit else ""
+        return f"{head}{cnt}  TTFT {r.ttft_s * 1e3:.1f} ms{sp}{cache}"
+    return f"{head}  FAILED {r.error_kind}: {r.error_message}"
+
+
+def run(args) -> int:
+    from prefilltui.core.probe import ProbeClient
+    from prefilltui.core.runfile import RunWriter, default_run_path
+    from prefilltui.core.sweep import SweepConfig, SweepRunner, make_lengths
+
+    if args.lengths:
+        lengths = sorted(set(args.lengths))
+    else:
+        if args.min_tokens > args.max_tokens:
+            _err(f"--min-tokens ({args.min_tokens}) is above --max-tokens ({args.max_tokens})")
+            return 2
+        lengths = make_lengths(args.min_tokens, args.max_tokens, args.points)
+    if args.pause < 0:
+        _err("--pause must be >= 0")
+        return 2
+    api_key = os.environ.get(args.api_key_env) or None
+    out_path = args.out or str(default_run_path())
+    try:
+        writer = RunWriter(out_path)
+    except OSError as e:
+        _err(f"cannot write the run file {out_path}: {e.strerror or e}")
+        return 1
+    as_json = args.format == "json"
+    stream = sys.stderr if as_json else sys.stdout
+    cfg = SweepConfig(lengths=lengths, repeats=args.repeats, warmup=args.warmup,
+                      pause_s=args.pause, seed=args.seed)
+    holder: dict[str, Any] = {}
+
+    def on_result(r: ProbeResult) -> None:
+        runner = holder["runner"]
+        total = args.warmup + len(runner.lengths) * args.repeats
+        print(_progress_line(r, total), file=stream, flush=True)
+
+    def on_state(state: str, detail: str) -> None:
+        if state in ("retrying",) or (state == "probing" and detail.startswith("context")):
+            print(f"  {detail}", file=stream, flush=True)
+
+    runner = SweepRunner(
+        lambda: ProbeClient(args.url, api=args.api, model=args.model, api_key=api_key,
+                            timeout=args.timeout, verify=not args.insecure, seed=args.seed),
+        cfg, on_result=on_result, on_state=on_state, runfile=writer)
+    holder["runner"] = runner
+    if not as_json:
+        print(f"sweeping {args.url}: lengths {','.join(map(str, lengths))} x {args.repeats}"
+              f" + {args.warmup} warm-up", file=stream, flush=True)
+    runner.start()
+    try:
+        while runner._thread is not None and runner._thread.is_alive():
+            runner.join(0.2)
+    except KeyboardInterrupt:
+        runner.stop(10)
+        writer.close()
+        _err("interrupted")
+        return 130
+    finally:
+        writer.close()
+    results = runner.results
+    if runner.state == "failed" and not any(r.ok for r in results):
+        _err(runner.state_detail or "the sweep failed")
+        return 3
+    if not results or not any(r.ok for r in results):
+        kinds = Counter(r.error_kind for r in results)
+        _err(f"every probe failed ({', '.join(f'{k} {v}' for k, v in kinds.items()) or 'none ran'})")
+        return 3
+    d = summarize(results, runner.server_info, rate_limited=runner.rate_limited,
+                  run_file=str(writer.path))
+    analysis_text = _attach_analysis(d, results, runner.server_info, args)
+    if runner.state == "failed":
+        d["stopped_early"] = runner.state_detail
+    if as_json:
+        print(json.dumps(d, indent=2))
+    else:
+        print("", file=stream)
+        print(format_text(d), file=stream)
+        if analysis_text:
+            print("", file=stream)
+            print(analysis_text, file=stream)
+        if runner.state == "failed":
+            print(f"stopped early: {runner.state_detail}", file=stream)
+    return 0

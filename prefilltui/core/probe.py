@@ -1,0 +1,401 @@
+"""One-token streaming probes: exact, cache-proof TTFT (issue 3, items 1-4, 6).
+
+A probe is one ``stream: true`` request with ``max_tokens: 1`` to
+``/v1/completions`` (or ``/v1/chat/completions``).  Clock: ``time.perf_counter``
+from just before the request is handed to httpx to the moment the read that
+completes the first SSE event carrying a generated token returns (see
+``prefilltui.core.sse``).  If a new TCP/TLS connection had to be opened for the
+request, its set-up time is recorded as ``connect_s`` and taken out of TTFB/TTFT
+(the clock starts when the connection is ready).  ``probe()`` never raises for
+server or network failures: it returns ``ok=False`` with an ``error_kind``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import re
+import time
+from typing import Any
+
+import httpx
+
+from prefilltui.core import server as _server
+from prefilltui.core.prompts import LengthModel, PromptBuilder, build_prompt
+from prefilltui.core.sse import SSEStreamDecoder, classify_chunk, error_message
+from prefilltui.core.types import ProbeResult, ServerInfo
+
+#: Cap on a streamed body (a one-token stream is a few KiB; 4 MiB means runaway).
+MAX_STREAM_BYTES = 4 * 1024 * 1024
+#: Cap on an error body that is read for its message.
+MAX_ERROR_BYTES = 64 * 1024
+#: Fields a probe adds beyond the OpenAI API; dropped if a server rejects them by name.
+OPTIONAL_FIELDS = ("stream_options", "ignore_eos", "cache_prompt", "temperature")
+
+_CTX_PATTERNS = re.compile(
+    r"context[ _-]?(size|length|window)|exceed_context|maximum context|n_ctx|"
+    r"too many tokens|prompt is too long|input is too long|max_model_len|"
+    r"context_length_exceeded|longer than the maximum",
+    re.I,
+)
+
+
+def context_numbers(err: Any, text: str) -> tuple[int | None, int | None]:
+    """(prompt tokens, context limit) quoted in a context-length error, when given."""
+    n_prompt = n_ctx = None
+    if isinstance(err, dict):
+        for k in ("n_prompt_tokens", "prompt_tokens", "n_tokens"):
+            if isinstance(err.get(k), int):
+                n_prompt = err[k]
+        for k in ("n_ctx", "max_model_len", "context_length", "max_context_length"):
+            if isinstance(err.get(k), int):
+                n_ctx = err[k]
+    m = re.search(r"maximum context length is (\d+)", text) or re.search(r"n_ctx[\"' :=]+(\d+)", text)
+    if n_ctx is None and m:
+        n_ctx = int(m.group(1))
+    m = (re.search(r"(?:you )?requested (\d+) tokens", text)
+         or re.search(r"n_prompt_tokens[\"' :=]+(\d+)", text)
+         or re.search(r"\((\d+)\) exceeds", text))
+    if n_prompt is None and m:
+        n_prompt = int(m.group(1))
+    return n_prompt, n_ctx
+
+
+def parse_retry_after(value: str | None) -> float | None:
+    """Seconds from a Retry-After header (delta-seconds or HTTP-date)."""
+    if not value:
+        return None
+    try:
+        return max(0.0, float(value))
+    except ValueError:
+        pass
+    try:
+        from email.utils import parsedate_to_datetime
+        return max(0.0, parsedate_to_datetime(value).timestamp() - time.time())
+    except (TypeError, ValueError, IndexError):
+        return None
+
+
+class ProbeClient:
+    """An async client that discovers a server and fires one-token probes.
+
+    ``async with ProbeClient(url) as c: info = await c.discover(); r = await c.probe(512)``.
+    The API key is sent as ``Authorization: Bearer``; it is never put in results,
+    error messages, logs or ``repr``.
+    """
+
+    def __init__(self, base_url: str, *, api: str = "completions", model: str | None = None,
+                 api_key: str | None = None, timeout: float = 120.0, verify: bool = True,
+                 extra_body: dict | None = None, seed: int | None = None) -> None:
+        if api not in ("completions", "chat"):
+            raise ValueError(f"api must be 'completions' or 'chat', not {api!r}")
+        self.root, self.v1 = _server.split_base_url(base_url)
+        self.api = api
+        self.model = model
+        self.timeout = float(timeout)
+        self.extra_body = dict(extra_body or {})
+        self.info: ServerInfo | None = None
+        self._key = api_key or None
+        headers = {"Authorization": f"Bearer {api_key}"} if api_key else {}
+        self._http = httpx.AsyncClient(
+            headers=headers, verify=verify, timeout=httpx.Timeout(self.timeout, connect=10.0),
+            limits=httpx.Limits(max_connections=4, max_keepalive_connections=4,
+                                keepalive_expiry=300.0), follow_redirects=False,
+            trust_env=False)
+        self.builder = PromptBuilder(seed)
+        self.lengths = LengthModel()
+        self._dropped: set[str] = set()
+
+    def __repr__(self) -> str:
+        return f"ProbeClient({self.root!r}, api={self.api!r}, model={self.model!r})"
+
+    async def __aenter__(self) -> "ProbeClient":
+        return self
+
+    async def __aexit__(self, *exc: Any) -> None:
+        await self.aclose()
+
+    async def aclose(self) -> None:
+        await self._http.aclose()
+
+    def _scrub(self, text: str | None) -> str | None:
+        if text and self._key:
+            text = text.replace(self._key, "***")
+        return text
+
+    # -- discovery / warm-up
+    async def discover(self) -> ServerInfo:
+        """Fill and return ``self.info``.  Raises ``ServerUnreachable``."""
+        try:
+            info = await _server.discover(self._http, self.root, model=self.model,
+                                          timeout=min(10.0, self.timeout))
+        except _server.ServerUnreachable as e:
+            raise _server.ServerUnreachable(self._scrub(str(e))) from None
+        if self.model is None:
+            self.model = info.model
+        self.info = info
+        if info.kind == "llama.cpp" and self.api == "chat":
+            info.has_tokenize = True  # content count; the template offset is calibrated
+        return info
+
+    async def warm(self) -> float | None:
+        """Open (or re-use) a keep-alive connection with a cheap GET; returns its
+        connect time in seconds when a new connection was opened, else None."""
+        stamps: dict[str, float] = {}
+        try:
+            r = await self._http.get(self.v1 + "/models", timeout=min(10.0, self.timeout),
+                                     extensions={"trace": _tracer(stamps)})
+            await r.aread()
+        except httpx.HTTPError:
+            return None
+        return _connect_time(stamps)
+
+    async def _count(self, text: str) -> int | None:
+        if self.info is None or not self.info.has_tokenize:
+            return None
+        return await _server.count_tokens(self._http, self.info, text)
+
+    # -- the probe
+    def _body(self, prompt: str) -> dict[str, Any]:
+        body: dict[str, Any] = {"max_tokens": 1, "stream": True,
+                                "stream_options": {"include_usage": True}, "temperature": 0}
+        if self.model:
+            body["model"] = self.model
+        if self.api == "chat":
+            body["messages"] = [{"role": "user", "content": prompt}]
+        else:
+            body["prompt"] = prompt
+        kind = self.info.kind if self.info else "openai"
+        if kind == "llama.cpp":
+            body["cache_prompt"] = False
+        if kind in ("llama.cpp", "vllm", "sglang"):
+            body["ignore_eos"] = True  # a first-token EOS would read as "no token"
+        body.update(self.extra_body)
+        for k in self._dropped:
+            body.pop(k, None)
+        return body
+
+    def _maybe_drop_field(self, r: ProbeResult) -> None:
+        """A server that rejects an optional field we add (400/422 naming it) gets
+        later probes without it; the failed probe stays recorded with a note."""
+        if r.http_status in (400, 422) and r.error_kind == "http" and r.error_message:
+            for k in OPTIONAL_FIELDS:
+                if k in r.error_message and k not in self._dropped and k not in self.extra_body:
+                    self._dropped.add(k)
+                    r.extra["dropped_field"] = k
+
+    async def probe(self, requested_tokens: int, *, warmup: bool = False, burst: bool = False,
+                    prompt: str | None = None) -> ProbeResult:
+        """Fire one probe of ``requested_tokens`` server-counted prompt tokens."""
+        r = ProbeResult(requested_tokens=int(requested_tokens), warmup=warmup, burst=burst,
+                        api=self.api, model=self.model)
+        words = None
+        tok_count = None
+        if prompt is None:
+            try:
+                prompt, words, tok_count = await build_prompt(
+                    requested_tokens, self.builder, self.lengths,
+                    self._count if self.info and self.info.has_tokenize else None)
+            except Exception as e:  # never raise from a probe
+                return self._fail(r, "protocol", f"prompt construction failed: {e}")
+        url = self.v1 + ("/chat/completions" if self.api == "chat" else "/completions")
+        try:
+            await asyncio.wait_for(self._stream(url, self._body(prompt), r), self.timeout)
+        except (asyncio.TimeoutError, httpx.TimeoutException):
+            what = "first token" if r.ttft_s is None else "end of stream"
+            self._fail(r, "timeout", f"no {what} within {self.timeout:g} s")
+        except httpx.ConnectError as e:
+            self._fail(r, "connect", _server.describe_exc(e))
+        except httpx.RemoteProtocolError as e:
+            self._fail(r, "protocol", "stream cut off: " + _server.describe_exc(e))
+        except (httpx.ReadError, httpx.WriteError, httpx.NetworkError) as e:
+            self._fail(r, "connect", "connection lost: " + _server.describe_exc(e))
+        except httpx.HTTPError as e:
+            self._fail(r, "protocol", _server.describe_exc(e))
+        if r.t_end is None:
+            r.t_end = time.perf_counter()
+            if r.t_send is not None:
+                r.total_s = r.t_end - r.t_send
+        self._learn(r, words, tok_count)
+        self._maybe_drop_field(r)
+        r.error_message = self._scrub(r.error_message)
+        return r
+
+    def _learn(self, r: ProbeResult, words: int | None, tok_count: int | None) -> None:
+        if r.prompt_tokens is None and tok_count is not None and r.ok:
+            r.prompt_tokens, r.prompt_tokens_source = tok_count + round(self.lengths.offset), "tokenize"
+        if r.prompt_tokens is None or r.prompt_tokens_source == "tokenize":
+            return
+        if tok_count is not None:
+            self.lengths.update_offset(tok_count, r.prompt_tokens)
+        elif words:
+            self.lengths.update(words, r.prompt_tokens)
+
+    @staticmethod
+    def _fail(r: ProbeResult, kind: str, message: str | None) -> ProbeResult:
+        if r.error_kind is None:  # the first failure wins
+            r.ok, r.error_kind, r.error_message = False, kind, (message or kind)[:1000]
+        return r
+
+    async def _stream(self, url: str, body: dict, r: ProbeResult) -> None:
+        stamps: dict[str, float] = {}
+        req = self._http.build_request(
+            "POST", url, json=body, headers={"Accept": "text/event-stream"},
+            extensions={"trace": _tracer(stamps)})
+        r.started_at = time.time()
+        t0 = r.t_send = time.perf_counter()
+        resp = await self._http.send(req, stream=True)
+        try:
+            r.connect_s = _connect_time(stamps)
+            if r.connect_s is not None:
+                t0 = r.t_send = stamps.get("ready", t0)
+                r.extra["connect_excluded"] = True
+            r.http_status = resp.status_code
+            if resp.status_code != 200:
+                await self._http_error(resp, r)
+                return
+            ctype = resp.headers.get("content-type", "")
+            if "text/event-stream" not in ctype:
+                head = await _read_capped(resp, MAX_ERROR_BYTES)
+                self._classify_body_error(r, head, f"server did not stream (content-type {ctype!r})")
+                return
+            await self._read_events(resp, r, t0)
+        finally:
+            await resp.aclose()
+
+    async def _read_events(self, resp: httpx.Response, r: ProbeResult, t0: float) -> None:
+        dec = SSEStreamDecoder()
+        size = 0
+        done = False
+        async for chunk in resp.aiter_bytes():
+            now = time.perf_counter()
+            if r.ttfb_s is None and chunk:
+                r.ttfb_s = now - t0
+            size += len(chunk)
+            if size > MAX_STREAM_BYTES:
+                self._fail(r, "protocol", f"stream over {MAX_STREAM_BYTES} bytes, cut off")
+                return
+            for ev in dec.feed(chunk):
+                if ev.data.strip() == "[DONE]":
+                    done = True
+                    continue
+                if ev.event == "error":
+                    try:
+                        msg = error_message(json.loads(ev.data))
+                    except ValueError:
+                        msg = ev.data
+                    self._classify_body_error(r, ev.data, msg or "error event", stream=True)
+                    continue
+                try:
+                    obj = json.loads(ev.data)
+                except ValueError:
+                    self._fail(r, "protocol", f"malformed JSON in stream: {ev.data[:120]!r}")
+                    continue
+                info = classify_chunk(obj)
+                if info.error is not None and info.error_obj is not None:
+                    self._classify_body_error(r, ev.data, info.error, stream=True)
+                    continue
+                if info.error is not None:
+                    self._fail(r, "protocol", info.error)
+                    continue
+                if info.has_token and r.ttft_s is None:
+                    r.ttft_s = now - t0
+                _take_usage(r, info.usage, info.timings)
+        r.t_end = time.perf_counter()
+        r.total_s = r.t_end - t0
+        dec.close()
+        if r.error_kind is not None:
+            return
+        if r.ttft_s is None:
+            self._fail(r, "no_token", "stream ended without a generated token"
+                       + ("" if done else " (no [DONE])"))
+            return
+        r.ok = True
+
+    async def _http_error(self, resp: httpx.Response, r: ProbeResult) -> None:
+        text = await _read_capped(resp, MAX_ERROR_BYTES)
+        r.t_end = time.perf_counter()
+        if r.t_send is not None:
+            r.total_s = r.t_end - r.t_send
+        if resp.status_code in (429, 503):
+            r.retry_after_s = parse_retry_after(resp.headers.get("retry-after"))
+            kind = "rate_limited"
+        else:
+            kind = "http"
+        self._classify_body_error(r, text, f"HTTP {resp.status_code}", default_kind=kind)
+
+    def _classify_body_error(self, r: ProbeResult, text: str, fallback: str, *,
+                             stream: bool = False, default_kind: str = "protocol") -> None:
+        """Turn an error body / stream error into error_kind + message."""
+        err: Any = None
+        try:
+            obj = json.loads(text)
+            if isinstance(obj, dict):
+                err = obj["error"] if "error" in obj else (obj if "message" in obj else None)
+            elif isinstance(obj, str):
+                err = obj
+        except ValueError:
+            err = text.strip()[:300] or None if default_kind != "protocol" else None
+        msg = error_message(err) if err is not None else fallback
+        if stream:
+            default_kind = "stream_error"
+        elif not msg or msg == fallback:
+            msg = fallback
+        elif default_kind in ("http", "rate_limited"):
+            msg = f"{fallback}: {msg}"
+        if _CTX_PATTERNS.search(text) or _CTX_PATTERNS.search(msg):
+            n_prompt, n_ctx = context_numbers(err, text)
+            if n_prompt and n_ctx:
+                msg = f"prompt too long for the context: {n_prompt} > {n_ctx} tokens ({msg})"
+            if n_ctx:
+                r.extra["n_ctx"] = n_ctx
+            if n_prompt:
+                r.extra["n_prompt_tokens"] = n_prompt
+            self._fail(r, "context_length", msg)
+            return
+        self._fail(r, default_kind, msg)
+
+
+def _take_usage(r: ProbeResult, usage: dict | None, timings: dict | None) -> None:
+    """Server-counted prompt tokens, cached tokens and server prefill time."""
+    if usage:
+        if isinstance(usage.get("prompt_tokens"), int):
+            r.prompt_tokens, r.prompt_tokens_source = usage["prompt_tokens"], "usage"
+        det = usage.get("prompt_tokens_details")
+        if isinstance(det, dict) and isinstance(det.get("cached_tokens"), int):
+            r.cached_tokens = det["cached_tokens"]
+    if timings:
+        pn, cn, pms = timings.get("prompt_n"), timings.get("cache_n"), timings.get("prompt_ms")
+        if isinstance(cn, int) and r.cached_tokens is None:
+            r.cached_tokens = cn
+        if isinstance(pn, int) and r.prompt_tokens_source != "usage":
+            r.prompt_tokens = pn + (cn if isinstance(cn, int) else 0)
+            r.prompt_tokens_source = "timings"
+        if isinstance(pms, (int, float)) and pms >= 0:
+            r.server_prefill_s = pms / 1000.0
+
+
+async def _read_capped(resp: httpx.Response, cap: int) -> str:
+    buf = bytearray()
+    async for chunk in resp.aiter_bytes():
+        buf += chunk
+        if len(buf) > cap:
+            buf = buf[:cap]
+            break
+    return buf.decode("utf-8", "replace")
+
+
+def _tracer(stamps: dict[str, float]):
+    async def trace(name: str, info: dict) -> None:
+        if name in ("connection.connect_tcp.started", "connection.connect_tcp.complete",
+                    "connection.start_tls.complete"):
+            stamps[name] = time.perf_counter()
+            if name != "connection.connect_tcp.started":
+                stamps["ready"] = stamps[name]
+    return trace
+
+
+def _connect_time(stamps: dict[str, float]) -> float | None:
+    t0 = stamps.get("connection.connect_tcp.started")
+    t1 = stamps.get("ready")
+    return None if t0 is None or t1 is None else t1 - t0

@@ -1,0 +1,175 @@
+"""Server discovery: what kind of OpenAI-compatible server is this, which model,
+what context limit and model shape (issue 3, item 5).
+
+Kind detection, from the endpoints each server exposes (first match wins):
+  llama.cpp  ``GET /props`` answers with ``default_generation_settings`` / ``build_info``,
+             or /metrics names start with ``llamacpp:``
+  vLLM       ``GET /version`` answers and /metrics names start with ``vllm:``
+  SGLang     ``GET /get_model_info`` answers (``model_path``), or ``sglang:`` metrics
+  TGI        ``GET /info`` answers with ``model_id`` / ``max_input_tokens``
+  Ollama     ``GET /api/version`` answers with ``version``
+  otherwise  "openai" (generic)
+"""
+
+from __future__ import annotations
+
+import asyncio
+from typing import Any
+
+import httpx
+
+from prefilltui.core.types import ServerInfo
+
+
+class ServerUnreachable(Exception):
+    """The server did not answer at all (connection refused, DNS, TLS, timeout)."""
+
+
+def split_base_url(url: str) -> tuple[str, str]:
+    """``(root, v1)`` for a base URL given with or without a trailing ``/v1``.
+
+    >>> split_base_url("http://h:8080/v1/")
+    ('http://h:8080', 'http://h:8080/v1')
+    """
+    u = url.strip().rstrip("/")
+    if "://" not in u:
+        u = "http://" + u
+    if u.endswith("/v1"):
+        u = u[: -len("/v1")]
+    return u, u + "/v1"
+
+
+async def _get(client: httpx.AsyncClient, url: str, timeout: float) -> httpx.Response | None:
+    try:
+        return await client.get(url, timeout=timeout)
+    except httpx.HTTPError:
+        return None
+
+
+def _json(r: httpx.Response | None) -> Any:
+    if r is None or r.status_code != 200 or len(r.content) > 4_000_000:
+        return None
+    try:
+        return r.json()
+    except ValueError:
+        return None
+
+
+def _int(v: Any) -> int | None:
+    try:
+        return int(v) if v is not None and int(v) > 0 else None
+    except (TypeError, ValueError):
+        return None
+
+
+async def discover(client: httpx.AsyncClient, base_url: str, *, model: str | None = None,
+                   timeout: float = 10.0) -> ServerInfo:
+    """Probe the server's metadata endpoints concurrently and fill a ServerInfo.
+
+    Raises:
+        ServerUnreachable: when ``/v1/models`` (and the root) cannot be reached at all.
+    """
+    root, v1 = split_base_url(base_url)
+    info = ServerInfo(base_url=root, model=model)
+    try:
+        models_r = await client.get(v1 + "/models", timeout=timeout)
+    except httpx.HTTPError as e:
+        raise ServerUnreachable(f"cannot reach {root}: {describe_exc(e)}") from None
+    names = ("/props", "/version", "/metrics", "/info", "/api/version", "/get_model_info")
+    rs = await asyncio.gather(*(_get(client, root + n, timeout) for n in names))
+    props, version, metrics, tgi, ollama, sgl = rs
+
+    models = _json(models_r)
+    entry: dict = {}
+    if isinstance(models, dict) and isinstance(models.get("data"), list) and models["data"]:
+        ids = [m for m in models["data"] if isinstance(m, dict)]
+        if model:
+            entry = next((m for m in ids if m.get("id") == model), {})
+        elif ids:
+            entry = ids[0]
+            info.model = str(entry.get("id")) if entry.get("id") is not None else None
+    elif models_r.status_code != 200:
+        info.notes.append(f"/v1/models answered HTTP {models_r.status_code}")
+
+    metric_text = metrics.text[:200_000] if metrics is not None and metrics.status_code == 200 else ""
+    if metric_text:
+        info.metrics_url = root + "/metrics"
+    pj, tj, oj, sj = _json(props), _json(tgi), _json(ollama), _json(sgl)
+    if isinstance(pj, dict) and ("default_generation_settings" in pj or "build_info" in pj
+                                 or "total_slots" in pj) or "llamacpp:" in metric_text:
+        info.kind = "llama.cpp"
+    elif "vllm:" in metric_text or (_json(version) is not None and "max_model_len" in entry):
+        info.kind = "vllm"
+    elif isinstance(sj, dict) and "model_path" in sj or "sglang:" in metric_text:
+        info.kind = "sglang"
+    elif isinstance(tj, dict) and ("model_id" in tj or "max_input_tokens" in tj):
+        info.kind = "tgi"
+    elif isinstance(oj, dict) and "version" in oj:
+        info.kind = "ollama"
+
+    # context limit and model shape
+    meta = entry.get("meta") if isinstance(entry.get("meta"), dict) else {}
+    ctx = _int(entry.get("max_model_len")) or _int(entry.get("context_length"))
+    if info.kind == "llama.cpp" and isinstance(pj, dict):
+        dgs = pj.get("default_generation_settings") or {}
+        ctx = _int(dgs.get("n_ctx")) or _int(pj.get("n_ctx")) or ctx
+        info.n_batch = _int(pj.get("n_batch")) or _int(dgs.get("n_batch"))
+        info.n_ubatch = _int(pj.get("n_ubatch")) or _int(dgs.get("n_ubatch"))
+        info.has_tokenize = True
+    if info.kind == "tgi" and isinstance(tj, dict):
+        ctx = _int(tj.get("max_input_tokens")) or _int(tj.get("max_input_length")) or ctx
+        info.model = info.model or tj.get("model_id")
+    if info.kind == "sglang" and isinstance(sj, dict):
+        info.model = info.model or sj.get("model_path")
+    if info.kind == "vllm":
+        info.has_tokenize = True
+    if ctx is None and meta:
+        ctx = _int(meta.get("n_ctx"))
+    if ctx is None and meta:
+        ctx = _int(meta.get("n_ctx_train"))
+        if ctx:
+            info.notes.append("context limit from n_ctx_train (server's own n_ctx unknown)")
+    info.context_tokens = ctx
+    if meta:
+        try:
+            info.n_params = float(meta["n_params"]) if meta.get("n_params") else None
+        except (TypeError, ValueError):
+            pass
+        info.n_embd = _int(meta.get("n_embd"))
+        info.n_layer = _int(meta.get("n_layer"))
+    if info.model is None and model is None:
+        info.notes.append("no model id from /v1/models; requests send no model")
+    return info
+
+
+async def count_tokens(client: httpx.AsyncClient, info: ServerInfo, text: str,
+                       timeout: float = 30.0) -> int | None:
+    """Tokens the server counts for ``text`` as a completions prompt, via its
+    tokenize endpoint (llama.cpp ``POST /tokenize``, vLLM ``POST /tokenize``);
+    None when there is none or it fails."""
+    if not info.has_tokenize:
+        return None
+    root = info.base_url
+    try:
+        if info.kind == "llama.cpp":
+            r = await client.post(root + "/tokenize", json={"content": text, "add_special": True},
+                                  timeout=timeout)
+            j = r.json() if r.status_code == 200 else None
+            toks = j.get("tokens") if isinstance(j, dict) else None
+            return len(toks) if isinstance(toks, list) else None
+        r = await client.post(root + "/tokenize", json={"model": info.model, "prompt": text},
+                              timeout=timeout)
+        j = r.json() if r.status_code == 200 else None
+        if isinstance(j, dict):
+            return _int(j.get("count")) or (len(j["tokens"]) if isinstance(j.get("tokens"), list)
+                                            else None)
+    except (httpx.HTTPError, ValueError):
+        return None
+    return None
+
+
+def describe_exc(e: BaseException) -> str:
+    """A short one-line description of a network exception (never includes headers)."""
+    name = type(e).__name__
+    msg = str(e).strip().splitlines()[0] if str(e).strip() else ""
+    return f"{name}: {msg}" if msg else name

@@ -1,0 +1,154 @@
+"""Incremental Server-Sent Events framing and OpenAI stream-chunk classification.
+
+Framing follows the event-stream interpretation rules of the HTML standard
+(https://html.spec.whatwg.org/multipage/server-sent-events.html): bytes are
+buffered until a blank line completes an event; an event may be split across
+reads or several may arrive in one read; multi-line ``data:`` fields are joined
+with ``\\n``; comments (``:...``) and blocks without data (``id:``/``retry:`` only)
+dispatch nothing.  Line splitting and field parsing reuse httpx-sse's
+``SSELineDecoder``/``SSEDecoder``; this module only adds the byte -> text step
+(incremental UTF-8, BOM stripped) so the caller can feed raw socket reads and
+stamp the clock on the read that completes an event.
+"""
+
+from __future__ import annotations
+
+import codecs
+import json
+from dataclasses import dataclass
+from typing import Any
+
+from httpx_sse._decoders import SSEDecoder, SSELineDecoder
+
+
+@dataclass(slots=True, frozen=True)
+class SSEEvent:
+    """One dispatched event: ``event`` type ("message" by default), joined ``data``, last ``id``."""
+
+    event: str
+    data: str
+    id: str = ""
+    retry: int | None = None
+
+
+class SSEStreamDecoder:
+    """Feed raw body bytes, get the events completed by those bytes.
+
+    ``feed(b)`` -> list of ``SSEEvent`` (possibly empty); ``close()`` -> events a
+    final unterminated block would not dispatch (always ``[]`` per the standard:
+    an incomplete event at end of stream is discarded).
+    """
+
+    def __init__(self) -> None:
+        self._utf8 = codecs.getincrementaldecoder("utf-8")(errors="replace")
+        self._lines = SSELineDecoder()
+        self._events = SSEDecoder()
+        self._first = True
+
+    def feed(self, chunk: bytes) -> list[SSEEvent]:
+        text = self._utf8.decode(chunk)
+        if self._first and text:
+            self._first = False
+            if text.startswith("\ufeff"):
+                text = text[1:]
+        if not text:
+            return []
+        out: list[SSEEvent] = []
+        for line in self._lines.decode(text):
+            ev = self._events.decode(line)
+            # The standard dispatches nothing when the data buffer is empty
+            # (e.g. "retry: 3000\n\n" or "id: 7\n\n"); httpx-sse returns those too.
+            if ev is not None and (ev.data != "" or ev.event == "error"):
+                out.append(SSEEvent(ev.event, ev.data, ev.id, ev.retry))
+        return out
+
+    def close(self) -> list[SSEEvent]:
+        self._utf8.decode(b"", final=True)
+        self._lines.flush()  # an unterminated last block is discarded (no blank line)
+        return []
+
+
+# --------------------------------------------------------------------------------------
+# OpenAI-compatible chunk classification
+
+
+@dataclass(slots=True)
+class ChunkInfo:
+    """What one ``data:`` JSON chunk carries.
+
+    has_token: a generated token on any channel (text, content, reasoning, tool call).
+    error: the server's error message when the chunk is an error object.
+    usage / timings: the raw dicts when present (usage-only chunks have no token).
+    """
+
+    has_token: bool = False
+    error: str | None = None
+    error_obj: Any = None
+    usage: dict | None = None
+    timings: dict | None = None
+    finish_reason: str | None = None
+
+
+def _nonempty(v: Any) -> bool:
+    if v is None:
+        return False
+    if isinstance(v, str):
+        return v != ""
+    if isinstance(v, (list, dict)):
+        return len(v) > 0
+    return True
+
+
+def classify_chunk(obj: Any) -> ChunkInfo:
+    """Classify a decoded JSON chunk from /v1/completions or /v1/chat/completions.
+
+    A token counts when any choice has non-empty ``text`` (completions) or a
+    ``delta``/``message`` with non-empty ``content``, ``reasoning_content``,
+    ``reasoning`` or ``tool_calls``.  A role-only delta, empty strings, and chunks
+    with empty/missing ``choices`` (usage-only, progress) never count.
+    """
+    info = ChunkInfo()
+    if not isinstance(obj, dict):
+        info.error = f"stream chunk is {type(obj).__name__}, not an object"
+        return info
+    if "error" in obj and obj["error"] not in (None, ""):
+        err = obj["error"]
+        info.error_obj = err
+        info.error = error_message(err)
+        return info
+    usage = obj.get("usage")
+    if isinstance(usage, dict):
+        info.usage = usage
+    timings = obj.get("timings")
+    if isinstance(timings, dict):
+        info.timings = timings
+    choices = obj.get("choices")
+    if isinstance(choices, list):
+        for ch in choices:
+            if not isinstance(ch, dict):
+                continue
+            if ch.get("finish_reason"):
+                info.finish_reason = str(ch["finish_reason"])
+            if _nonempty(ch.get("text")):
+                info.has_token = True
+            for key in ("delta", "message"):
+                d = ch.get(key)
+                if isinstance(d, dict) and any(
+                    _nonempty(d.get(k))
+                    for k in ("content", "reasoning_content", "reasoning", "tool_calls")
+                ):
+                    info.has_token = True
+    return info
+
+
+def error_message(err: Any) -> str:
+    """The human message of an OpenAI-style error value (dict, string or other)."""
+    if isinstance(err, dict):
+        for k in ("message", "detail", "error", "msg"):
+            v = err.get(k)
+            if isinstance(v, str) and v:
+                return v
+            if isinstance(v, dict):
+                return error_message(v)
+        return json.dumps(err)[:500]
+    return str(err)[:500]

@@ -1,0 +1,343 @@
+"""The sweep: probes at many prompt lengths, one in flight at a time, in its own
+thread with its own asyncio loop so a busy UI never delays reading a first token.
+
+``SweepRunner(lambda: ProbeClient(url), SweepConfig(make_lengths(32, 4096, 8)))``;
+``start()`` returns at once; ``on_result(result)`` / ``on_state(state, detail)`` are
+called from the runner's thread.  States: connecting, probing, retrying, paused,
+stopped, done, failed.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import math
+import random
+import threading
+from dataclasses import dataclass
+from typing import Callable, Iterator, Protocol
+
+from prefilltui.core.server import ServerUnreachable
+from prefilltui.core.types import ProbeResult, ServerInfo
+
+log = logging.getLogger(__name__)
+
+#: Tokens kept free below the server's context limit: the one generated token, a
+#: chat template, and the +-2 % length tolerance (applied on top, see ``_cap_for``).
+CONTEXT_RESERVE = 8
+#: Longest back-off after repeated 429/503 without Retry-After (seconds).
+MAX_BACKOFF_S = 60.0
+#: A non-continuous sweep gives up after this many failures in a row
+#: (rate limits and context-length caps excluded).
+MAX_CONSECUTIVE_FAILURES = 10
+
+
+class ProbeHook(Protocol):
+    async def before_probe(self, client) -> None: ...
+    async def after_probe(self, result: ProbeResult) -> None: ...
+
+
+@dataclass
+class SweepConfig:
+    lengths: list[int]
+    repeats: int = 1
+    warmup: int = 1
+    pause_s: float = 0.0
+    seed: int | None = None
+    continuous: bool = False
+
+
+def make_lengths(min_tokens: int, max_tokens: int, points: int) -> list[int]:
+    """``points`` log-spaced integer lengths from min to max inclusive (sorted, unique).
+
+    Raises:
+        ValueError: when min < 1, max < min or points < 1.
+    """
+    if min_tokens < 1 or max_tokens < min_tokens or points < 1:
+        raise ValueError(f"bad range {min_tokens}..{max_tokens} x {points}")
+    if points == 1 or min_tokens == max_tokens:
+        return [int(max_tokens)]
+    lo, hi = math.log(min_tokens), math.log(max_tokens)
+    vals = {int(round(math.exp(lo + (hi - lo) * i / (points - 1)))) for i in range(points)}
+    return sorted(vals)
+
+
+def cap_for_context(context_tokens: int | None) -> int | None:
+    """Longest prompt to request under a context limit (None when unknown)."""
+    if not context_tokens:
+        return None
+    return max(1, int((context_tokens - CONTEXT_RESERVE) / 1.02))
+
+
+class SweepRunner:
+    """Runs a sweep in a background thread.  See the module docstring."""
+
+    def __init__(self, client_factory: Callable[[], object], config: SweepConfig, *,
+                 on_result: Callable[[ProbeResult], None] | None = None,
+                 on_state: Callable[[str, str], None] | None = None,
+                 runfile=None, hooks=()) -> None:
+        if not config.lengths:
+            raise ValueError("a sweep needs at least one length")
+        self._factory = client_factory
+        self.config = config
+        self.on_result = on_result
+        self.on_state = on_state
+        self.runfile = runfile
+        self.hooks = list(hooks)
+        self.results: list[ProbeResult] = []
+        self.rate_limited = 0
+        self.error: str | None = None
+        self.state = "stopped"
+        self.state_detail = ""
+        self._lengths = sorted(set(int(x) for x in config.lengths))
+        self._points = len(self._lengths)
+        self._cap: int | None = None
+        self._info: ServerInfo | None = None
+        self._lock = threading.Lock()
+        self._paused = False
+        self._stop = False
+        self._burst = False
+        self._new_range = False
+        self._rng = random.Random(config.seed)
+        self._thread: threading.Thread | None = None
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._task: asyncio.Task | None = None
+        self._wake: asyncio.Event | None = None
+        self._seq = 0
+
+    # -- public controls (any thread)
+    @property
+    def server_info(self) -> ServerInfo | None:
+        return self._info
+
+    @property
+    def lengths(self) -> list[int]:
+        """The lengths now planned, after the context cap."""
+        return self._capped(self._lengths)
+
+    def start(self) -> None:
+        if self._thread is not None:
+            raise RuntimeError("runner already started")
+        self._set_state("connecting", "")
+        self._thread = threading.Thread(target=self._run, name="prefilltui-sweep", daemon=True)
+        self._thread.start()
+
+    def stop(self, timeout: float | None = 10.0) -> None:
+        """Stop (cancelling a probe in flight) and wait up to ``timeout`` s for the thread."""
+        self._stop = True
+        loop, task = self._loop, self._task
+        if loop is not None and task is not None and not loop.is_closed():
+            try:
+                loop.call_soon_threadsafe(task.cancel)
+            except RuntimeError:
+                pass
+        self.join(timeout)
+
+    def join(self, timeout: float | None = None) -> None:
+        """Wait for the runner thread (a no-op when called from the runner's own thread)."""
+        if self._thread is not None and self._thread is not threading.current_thread():
+            self._thread.join(timeout)
+
+    def pause(self) -> None:
+        self._paused = True
+        self._poke()
+
+    def resume(self) -> None:
+        self._paused = False
+        self._poke()
+
+    def burst(self) -> None:
+        """Next probe: one at the longest allowed length (flagged ``burst``)."""
+        self._burst = True
+        self._poke()
+
+    def set_range(self, min_tokens: int, max_tokens: int) -> None:
+        """New lengths (log-spaced, same number of points); takes effect next probe."""
+        with self._lock:
+            self._lengths = make_lengths(min_tokens, max_tokens, self._points)
+            self._new_range = True
+        self._poke()
+
+    # -- internals
+    def _poke(self) -> None:
+        loop, wake = self._loop, self._wake
+        if loop is not None and wake is not None and not loop.is_closed():
+            try:
+                loop.call_soon_threadsafe(wake.set)
+            except RuntimeError:
+                pass
+
+    def _set_state(self, state: str, detail: str = "") -> None:
+        self.state, self.state_detail = state, detail
+        if self.on_state is not None:
+            try:
+                self.on_state(state, detail)
+            except Exception:
+                log.exception("on_state callback failed")
+
+    def _capped(self, lengths: list[int]) -> list[int]:
+        if self._cap is None:
+            return list(lengths)
+        return sorted({min(x, self._cap) for x in lengths})
+
+    def _run(self) -> None:
+        loop = asyncio.new_event_loop()
+        self._loop = loop
+        try:
+            self._wake = asyncio.Event()
+            self._task = loop.create_task(self._main())
+            loop.run_until_complete(self._task)
+        except asyncio.CancelledError:
+            self._set_state("stopped", "")
+        except Exception as e:  # the runner must never die silently
+            log.exception("sweep runner crashed")
+            self.error = f"internal error: {type(e).__name__}: {e}"
+            self._set_state("failed", self.error)
+        finally:
+            loop.run_until_complete(loop.shutdown_asyncgens())
+            loop.close()
+
+    async def _sleep(self, seconds: float) -> None:
+        """Sleep, woken early by stop/pause/burst/set_range pokes."""
+        assert self._wake is not None
+        self._wake.clear()
+        try:
+            await asyncio.wait_for(self._wake.wait(), timeout=max(0.0, seconds))
+        except asyncio.TimeoutError:
+            pass
+
+    def _plan(self) -> Iterator[tuple[int, bool]]:
+        """(length, warmup) pairs; continuous mode cycles reshuffled rounds forever."""
+        for i in range(self.config.warmup):
+            ls = self.lengths
+            yield (ls[len(ls) // 2] if i % 2 == 0 else ls[0]), True
+        while True:
+            with self._lock:
+                self._new_range = False
+                round_ = [x for x in self.lengths for _ in range(self.config.repeats)]
+            self._rng.shuffle(round_)
+            for x in round_:
+                if self._new_range:
+                    break
+                yield x, False
+            if not self.config.continuous and not self._new_range:
+                return
+
+    async def _main(self) -> None:
+        client = self._factory()
+        try:
+            if not await self._connect(client):
+                return
+            await self._loop_probes(client)
+        finally:
+            try:
+                await client.aclose()
+            except Exception:
+                pass
+
+    async def _connect(self, client) -> bool:
+        while not self._stop:
+            self._set_state("connecting", client.root)
+            try:
+                info = await client.discover()
+            except ServerUnreachable as e:
+                self.error = str(e)
+                if not self.config.continuous:
+                    self._set_state("failed", str(e))
+                    return False
+                self._set_state("retrying", f"{e}; retrying in 2 s")
+                await self._sleep(2.0)
+                continue
+            self._info = info
+            self._cap = cap_for_context(info.context_tokens)
+            await client.warm()
+            return True
+        self._set_state("stopped", "")
+        return False
+
+    async def _loop_probes(self, client) -> None:
+        fails = 0
+        backoff = 1.0
+        plan = self._plan()
+        pending: tuple[int, bool] | None = None
+        while not self._stop:
+            while self._paused and not self._stop:
+                self._set_state("paused", "")
+                await self._sleep(3600)
+            if self._stop:
+                break
+            burst = self._burst
+            if burst:
+                self._burst = False
+                length, warm = max(self.lengths), False
+            elif pending is not None:
+                (length, warm), pending = pending, None
+            else:
+                nxt = next(plan, None)
+                if nxt is None:
+                    break
+                length, warm = nxt
+            if self._cap is not None:
+                length = min(length, self._cap)
+            result = await self._one(client, length, warm, burst)
+            kind = result.error_kind
+            if kind == "rate_limited":
+                self.rate_limited += 1
+                wait = result.retry_after_s if result.retry_after_s is not None else backoff
+                wait = min(MAX_BACKOFF_S, wait)
+                backoff = min(MAX_BACKOFF_S, backoff * 2)
+                self._set_state("retrying", f"rate limited (HTTP {result.http_status}); "
+                                f"waiting {wait:.1f} s [{self.rate_limited} so far]")
+                pending = (length, warm)
+                await self._sleep(wait)
+                continue
+            backoff = 1.0
+            if kind == "context_length":
+                n_ctx = result.extra.get("n_ctx")
+                new = cap_for_context(n_ctx) if n_ctx else int(length * 0.9)
+                self._cap = min(self._cap or new, new, max(1, length - 1))
+                self._set_state("probing", f"context limit: capping prompts at {self._cap} tokens")
+            elif kind is not None:
+                fails += 1
+                if not self.config.continuous and fails >= MAX_CONSECUTIVE_FAILURES:
+                    self.error = f"{fails} probes failed in a row (last: {kind}: {result.error_message})"
+                    self._set_state("failed", self.error)
+                    return
+                if self.config.continuous and kind in ("connect", "timeout"):
+                    self._set_state("retrying", f"{kind}: {result.error_message}")
+                    await self._sleep(min(MAX_BACKOFF_S, 2.0 * fails))
+                    continue
+            else:
+                fails = 0
+            if self.config.pause_s > 0 and not self._stop:
+                await self._sleep(self.config.pause_s)
+        self._set_state("stopped" if self._stop else "done", "")
+
+    async def _one(self, client, length: int, warm: bool, burst: bool) -> ProbeResult:
+        for h in self.hooks:
+            try:
+                await h.before_probe(client)
+            except Exception:
+                log.exception("probe hook before_probe failed")
+        self._set_state("probing", f"{length} tokens" + (" (warm-up)" if warm else "")
+                        + (" (burst)" if burst else ""))
+        result = await client.probe(length, warmup=warm, burst=burst)
+        self._seq += 1
+        result.seq = self._seq
+        for h in self.hooks:
+            try:
+                await h.after_probe(result)
+            except Exception:
+                log.exception("probe hook after_probe failed")
+        self.results.append(result)
+        if self.runfile is not None:
+            try:
+                self.runfile.append(result)
+            except (OSError, ValueError) as e:
+                log.error("cannot write the run file: %s", e)
+        if self.on_result is not None:
+            try:
+                self.on_result(result)
+            except Exception:
+                log.exception("on_result callback failed")
+        return result

@@ -1,0 +1,62 @@
+"""Prompt construction: unique first word, length within +-2 % of the server's count."""
+
+import pytest
+
+from fakeserver import Reply, llama_routes, sse_data, sse_done, sse_text
+from prefilltui.core.probe import ProbeClient
+from prefilltui.core.prompts import LengthModel, PromptBuilder, build_prompt
+
+
+def fake_count(text: str) -> int:
+    """A toy tokenizer: 1 BOS, long words are 2 tokens."""
+    return 1 + sum(2 if len(w) > 6 else 1 for w in text.split())
+
+
+def test_first_words_unique():
+    b = PromptBuilder(seed=3)
+    firsts = [b.words(5)[0] for _ in range(300)]
+    assert len(set(firsts)) == 300
+
+
+@pytest.mark.parametrize("target", [8, 32, 100, 257, 512, 3000])
+async def test_tokenize_hits_target(target):
+    async def counter(text):
+        return fake_count(text)
+    text, words, count = await build_prompt(target, PromptBuilder(1), LengthModel(), counter)
+    assert count == fake_count(text)
+    assert abs(count - target) <= max(1, 0.02 * target)
+
+
+def test_usage_calibration_converges():
+    m = LengthModel()
+    # server: 20 template tokens + 1.5 tokens per word
+    for w in (100, 300, 50):
+        m.update(w, 20 + int(1.5 * w))
+    for target in (64, 500, 2000):
+        w = m.words_for(target)
+        assert abs(20 + 1.5 * w - target) <= max(1, 0.02 * target)
+
+
+async def test_llama_tokenize_used_and_prompt_unique(fake_server):
+    def tokenize(req):
+        body = req.json
+        assert body["add_special"] is True
+        return Reply.json({"tokens": list(range(fake_count(body["content"])))})
+
+    def complete(req):
+        n = fake_count(req.json["prompt"])
+        return Reply.sse([(0, sse_text("x")),
+                          (0.01, sse_data({"choices": [], "timings": {"prompt_n": n, "cache_n": 0,
+                                                                      "prompt_ms": 1.0}})),
+                          (0.02, sse_done())])
+    routes = llama_routes()
+    routes.update({"POST /tokenize": tokenize, "POST /v1/completions": complete})
+    srv = fake_server(routes)
+    async with ProbeClient(srv.base_url, timeout=5, seed=0) as c:
+        await c.discover()
+        rs = [await c.probe(n) for n in (64, 256, 64)]
+    for r in rs:
+        assert r.ok and r.prompt_tokens_source == "timings" and r.cached_tokens == 0
+        assert abs(r.prompt_tokens - r.requested_tokens) <= max(1, 0.02 * r.requested_tokens)
+    prompts = [q.json["prompt"] for q in srv.requests if q.path == "/v1/completions"]
+    assert len({p.split()[0] for p in prompts}) == 3

@@ -1,0 +1,144 @@
+"""SweepRunner against the fake server: order, warm-up, caps, back-off, controls."""
+
+import threading
+import time
+
+from fakeserver import Reply, models_reply, sse_data, sse_done, sse_text
+from prefilltui.core.probe import ProbeClient
+from prefilltui.core.runfile import RunWriter, read_run
+from prefilltui.core.sweep import SweepConfig, SweepRunner, cap_for_context, make_lengths
+
+
+def usage_server(fake_server, n_ctx=None, extra=None):
+    """Completions whose TTFT grows with the prompt, usage = words counted as tokens."""
+    def complete(req):
+        words = len(req.json["prompt"].split())
+        return Reply.sse([(0.002 + words * 1e-5, sse_text("x")),
+                          (0.01, sse_data({"choices": [], "usage": {"prompt_tokens": words}})),
+                          (0.011, sse_done())])
+    entry = {"max_model_len": n_ctx} if n_ctx else {}
+    routes = {"GET /v1/models": models_reply("m", **entry), "POST /v1/completions": complete}
+    routes.update(extra or {})
+    return fake_server(routes)
+
+
+def run(srv, cfg, **kw):
+    states = []
+    runner = SweepRunner(lambda: ProbeClient(srv.base_url, timeout=5), cfg,
+                         on_state=lambda s, d: states.append(s), **kw)
+    runner.start()
+    return runner, states
+
+
+def test_make_lengths():
+    assert make_lengths(32, 4096, 8) == [32, 64, 128, 256, 512, 1024, 2048, 4096]
+    assert make_lengths(100, 100, 5) == [100]
+    assert cap_for_context(4096) == 4007
+
+
+def test_sweep_runs_all_and_writes_runfile(fake_server, tmp_path):
+    srv = usage_server(fake_server)
+    got = []
+    w = RunWriter(tmp_path / "run.jsonl")
+    runner, states = run(srv, SweepConfig([16, 64, 256], repeats=2, warmup=2, seed=1),
+                         runfile=w, on_result=got.append)
+    runner.join(30)
+    w.close()
+    assert runner.state == "done" and states[0] == "connecting"
+    assert len(got) == 8 and [r.seq for r in got] == list(range(1, 9))
+    assert [r.warmup for r in got] == [True, True] + [False] * 6
+    assert all(r.ok for r in got)
+    assert sorted(r.requested_tokens for r in got[2:]) == [16, 16, 64, 64, 256, 256]
+    # usage calibration: counted tokens within 2 % once calibrated (after the warm-ups)
+    for r in got[2:]:
+        assert abs(r.prompt_tokens - r.requested_tokens) <= max(1, 0.02 * r.requested_tokens)
+    back, problems = read_run(tmp_path / "run.jsonl")
+    assert problems == [] and [b.seq for b in back] == [r.seq for r in got]
+
+
+def test_context_cap_from_discovery_and_errors(fake_server):
+    srv = usage_server(fake_server, n_ctx=200)
+    runner, _ = run(srv, SweepConfig([64, 1000], warmup=0))
+    runner.join(30)
+    assert sorted(r.requested_tokens for r in runner.results) == [64, cap_for_context(200)]
+
+    def ctx_err(req):
+        if len(req.json["prompt"].split()) > 500:
+            return Reply.json({"error": {"type": "exceed_context_size_error",
+                                         "n_prompt_tokens": 1000, "n_ctx": 400}}, status=400)
+        return Reply.sse([(0, sse_text("x")), (0.01, sse_done())])
+    srv.set("POST /v1/completions", ctx_err)
+    srv.set("GET /v1/models", models_reply("m"))
+    runner, _ = run(srv, SweepConfig([1000, 1000], repeats=3, warmup=0, seed=0))
+    runner.join(30)
+    kinds = [r.error_kind for r in runner.results]
+    assert kinds[0] == "context_length" and all(k is None for k in kinds[1:])
+    assert all(r.requested_tokens == cap_for_context(400) for r in runner.results[1:])
+
+
+def test_rate_limit_backoff_counted(fake_server):
+    srv = usage_server(fake_server)
+    ok = Reply.sse([(0, sse_text("x")), (0.01, sse_done())])
+    srv.set("POST /v1/completions", [Reply.json({"error": {"message": "busy"}}, status=429,
+                                                headers={"Retry-After": "0.2"}), ok])
+    t0 = time.monotonic()
+    runner, states = run(srv, SweepConfig([32], warmup=0))
+    runner.join(30)
+    assert [r.error_kind for r in runner.results] == ["rate_limited", None]
+    assert runner.rate_limited == 1 and "retrying" in states
+    assert time.monotonic() - t0 >= 0.2
+
+
+def test_unreachable_fails():
+    runner = SweepRunner(lambda: ProbeClient("http://127.0.0.1:9", timeout=2), SweepConfig([8]))
+    runner.start()
+    runner.join(30)
+    assert runner.state == "failed" and "cannot reach" in runner.state_detail
+
+
+def test_continuous_pause_resume_burst_stop(fake_server):
+    srv = usage_server(fake_server)
+    seen = threading.Event()
+    results = []
+
+    def on_result(r):
+        results.append(r)
+        if len(results) >= 3:
+            seen.set()
+    runner, states = run(srv, SweepConfig([8, 16], warmup=0, continuous=True, pause_s=0.02),
+                         on_result=on_result)
+    assert seen.wait(20)
+    runner.pause()
+    time.sleep(0.3)
+    n = len(results)
+    assert runner.state == "paused"
+    time.sleep(0.2)
+    assert len(results) == n
+    runner.set_range(40, 50)
+    runner.burst()
+    runner.resume()
+    deadline = time.monotonic() + 10
+    while len(results) < n + 3 and time.monotonic() < deadline:
+        time.sleep(0.02)
+    runner.stop(5)
+    assert runner.state == "stopped"
+    assert results[n].burst and results[n].requested_tokens == 50
+    assert all(r.requested_tokens in (40, 50) for r in results[n:])
+    # one probe in flight at a time: request windows never overlap
+    spans = sorted((r.t_send, r.t_end) for r in results)
+    assert all(a[1] <= b[0] for a, b in zip(spans, spans[1:]))
+
+
+def test_hooks_never_break_the_sweep(fake_server):
+    srv = usage_server(fake_server)
+
+    class Hook:
+        async def before_probe(self, client):
+            raise RuntimeError("boom")
+
+        async def after_probe(self, result):
+            result.queue_s = 0.5
+
+    runner, _ = run(srv, SweepConfig([8], warmup=0), hooks=[Hook()])
+    runner.join(30)
+    assert runner.state == "done" and runner.results[0].ok and runner.results[0].queue_s == 0.5

@@ -1,0 +1,78 @@
+"""`prefilltui sweep URL` end to end against the fake server (in-process CLI)."""
+
+import json
+
+import pytest
+
+from fakeserver import Reply, models_reply, sse_data, sse_done, sse_text
+from prefilltui.cli import main
+
+SECRET = "sk-test-SECRET-0123456789"
+
+
+def server(fake_server, fail_every=0):
+    calls = {"n": 0}
+
+    def complete(req):
+        calls["n"] += 1
+        if fail_every and calls["n"] % fail_every == 0:
+            return Reply.sse([(0, sse_data({"error": {"message": f"boom {SECRET}"}}))])
+        words = len(req.json["prompt"].split())
+        return Reply.sse([(0.001 + words * 2e-5, sse_text("x")),
+                          (0.005, sse_data({"choices": [], "usage": {"prompt_tokens": words}})),
+                          (0.006, sse_done())])
+    return fake_server({"GET /v1/models": models_reply("m", max_model_len=8192),
+                        "GET /version": Reply.json({"version": "0.0"}),
+                        "POST /v1/completions": complete})
+
+
+def test_json_summary_and_key_never_leaks(fake_server, tmp_path, capsys, monkeypatch):
+    srv = server(fake_server, fail_every=4)
+    monkeypatch.setenv("MY_KEY", SECRET)
+    out = tmp_path / "run.jsonl"
+    rc = main(["sweep", srv.base_url + "/v1", "--lengths", "16,64,256", "--repeats", "2",
+               "--warmup", "1", "--out", str(out), "--format", "json", "--api-key-env", "MY_KEY"])
+    cap = capsys.readouterr()
+    assert rc == 0, cap.err
+    d = json.loads(cap.out)
+    assert d["server"] == {"kind": "vllm", "model": "m", "context_tokens": 8192,
+                           "base_url": srv.base_url}
+    assert d["probes"] + d["failed"] == 7 and d["errors"] == {"stream_error": d["failed"]}
+    assert set(d["fit"]) >= {"intercept_s", "slope_s_per_token", "prefill_tokens_per_s", "r2", "n"}
+    assert d["fit"]["slope_s_per_token"] > 0
+    # the key was sent, and is nowhere else
+    assert all(q.headers.get("authorization") == f"Bearer {SECRET}" for q in srv.requests)
+    assert SECRET not in cap.out + cap.err + out.read_text()
+    assert "***" in out.read_text()  # the echoed key was scrubbed from the error message
+
+
+def test_text_output(fake_server, tmp_path, capsys):
+    srv = server(fake_server)
+    rc = main(["sweep", srv.base_url, "--min-tokens", "16", "--max-tokens", "128", "--points", "4",
+               "--out", str(tmp_path / "r.jsonl")])
+    cap = capsys.readouterr()
+    assert rc == 0, cap.err
+    assert "TTFT" in cap.out and "fit (" in cap.out and "run file" in cap.out
+    assert len((tmp_path / "r.jsonl").read_text().splitlines()) == 5
+
+
+def test_unreachable_exit_3(tmp_path, capsys):
+    rc = main(["sweep", "http://127.0.0.1:9", "--lengths", "8", "--out", str(tmp_path / "r.jsonl")])
+    err = capsys.readouterr().err
+    assert rc == 3 and err.startswith("prefilltui: cannot reach") and err.count("\n") == 1
+
+
+def test_all_failed_exit_3(fake_server, tmp_path, capsys):
+    srv = fake_server({"GET /v1/models": models_reply(),
+                       "POST /v1/completions": Reply.json({"error": {"message": "nope"}}, status=500)})
+    rc = main(["sweep", srv.base_url, "--lengths", "8,16", "--warmup", "0",
+               "--out", str(tmp_path / "r.jsonl")])
+    err = capsys.readouterr().err
+    assert rc == 3 and "every probe failed (http 2)" in err
+
+
+def test_usage_errors_exit_2(capsys):
+    with pytest.raises(SystemExit) as e:
+        main(["sweep", "http://x", "--lengths", "a,b"])
+    assert e.value.code == 2
+    assert main(["sweep", "http://x", "--min-tokens", "100", "--max-tokens", "10"]) == 2
