@@ -1,0 +1,484 @@
+"""Server metrics: scrape a server's Prometheus ``/metrics`` and read the pieces of TTFT.
+
+Each server kind publishes its own names (tables below, one per kind, with the source
+of every name).  ``parse_metrics`` turns exposition text into a frozen
+``MetricsSample``; ``MetricsReader`` scrapes it over HTTP; ``delta`` takes the
+difference of two samples around one probe; ``MetricsHook`` (a sweep ``ProbeHook``)
+does both around every probe and fills ``ProbeResult.queue_s``, ``server_running``,
+``server_waiting`` and ``overhead_s``.
+
+When a server does not publish a metric the reader says which flag enables it
+(``enable_hint``) and leaves the value ``None``; it never guesses a number.
+
+Units: seconds and token counts, as the servers publish them.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import math
+import statistics
+import time
+from dataclasses import dataclass, field
+from typing import Any
+
+import httpx
+from prometheus_client.parser import text_string_to_metric_families
+
+from prefilltui.core.types import ProbeResult
+
+
+@dataclass(frozen=True)
+class MetricNames:
+    """The Prometheus names one server kind publishes, newest name first.
+
+    Histogram entries are base names (``_sum``/``_count`` are appended); counters are
+    given with ``_total``.  ``prefill_labels`` filters the prefill histogram's series
+    (TGI keeps prefill and decode in one family, split by ``method``).
+    """
+
+    kind: str
+    ttft: tuple[str, ...] = ()  # histogram: server-side time to first token, s
+    queue: tuple[str, ...] = ()  # histogram: time waiting before scheduling, s
+    prefill: tuple[str, ...] = ()  # histogram: prefill (prompt) phase, s
+    prefill_labels: tuple[tuple[str, str], ...] = ()
+    prompt_seconds: tuple[str, ...] = ()  # counter: total prompt processing time, s
+    prompt_tokens: tuple[str, ...] = ()  # counter: prompt tokens processed
+    cached_tokens: tuple[str, ...] = ()  # counter: prompt tokens served from the prefix cache
+    cache_queries: tuple[str, ...] = ()  # counter: prefix-cache queries (tokens)
+    cache_hits: tuple[str, ...] = ()  # counter: prefix-cache hits (tokens)
+    cache_hit_rate: tuple[str, ...] = ()  # gauge: 0..1
+    running: tuple[str, ...] = ()  # gauge: requests being processed
+    waiting: tuple[str, ...] = ()  # gauge: requests waiting for a slot / in the queue
+    enable_hint: str = ""  # how to make the server publish /metrics
+
+
+#: vLLM: vllm/v1/metrics/loggers.py and docs/design/metrics.md (v1 names first,
+#: v0 ``gpu_prefix_cache_hit_rate`` kept for old servers).  Served by default.
+VLLM = MetricNames(
+    kind="vllm",
+    ttft=("vllm:time_to_first_token_seconds",),
+    queue=("vllm:request_queue_time_seconds",),
+    prefill=("vllm:request_prefill_time_seconds",),
+    prompt_tokens=("vllm:prompt_tokens_total",),
+    cache_queries=("vllm:prefix_cache_queries_total", "vllm:gpu_prefix_cache_queries_total"),
+    cache_hits=("vllm:prefix_cache_hits_total", "vllm:gpu_prefix_cache_hits_total"),
+    cache_hit_rate=("vllm:gpu_prefix_cache_hit_rate",),
+    running=("vllm:num_requests_running",),
+    waiting=("vllm:num_requests_waiting",),
+    enable_hint="vLLM serves /metrics on its API port by default (check that a proxy "
+                "in front of it passes /metrics through)",
+)
+
+#: SGLang: python/sglang/srt/metrics/collector.py, docs/references/production_metrics.md.
+SGLANG = MetricNames(
+    kind="sglang",
+    ttft=("sglang:time_to_first_token_seconds",),
+    queue=("sglang:queue_time_seconds",),
+    prompt_tokens=("sglang:prompt_tokens_total",),
+    cached_tokens=("sglang:cached_tokens_total",),
+    cache_hit_rate=("sglang:cache_hit_rate",),
+    running=("sglang:num_running_reqs",),
+    waiting=("sglang:num_queue_reqs",),
+    enable_hint="start SGLang with --enable-metrics to publish /metrics",
+)
+
+#: TGI: docs/source/reference/metrics.md (router, metrics-exporter-prometheus).
+TGI = MetricNames(
+    kind="tgi",
+    queue=("tgi_request_queue_duration",),
+    prefill=("tgi_batch_forward_duration",),
+    prefill_labels=(("method", "prefill"),),
+    prompt_tokens=(),
+    running=("tgi_batch_current_size",),
+    waiting=("tgi_queue_size",),
+    enable_hint="TGI serves /metrics on its HTTP port (newer releases also on "
+                "--prometheus-port, default 9000)",
+)
+
+#: llama.cpp: tools/server/server-task.cpp ``to_metrics`` (prefix ``llamacpp:``).
+LLAMA_CPP = MetricNames(
+    kind="llama.cpp",
+    prompt_seconds=("llamacpp:prompt_seconds_total",),
+    prompt_tokens=("llamacpp:prompt_tokens_total",),
+    cached_tokens=("llamacpp:prompt_tokens_cached_total",),
+    running=("llamacpp:requests_processing",),
+    waiting=("llamacpp:requests_deferred",),
+    enable_hint="start llama-server with --metrics to publish /metrics",
+)
+
+NAMES: dict[str, MetricNames] = {n.kind: n for n in (VLLM, SGLANG, TGI, LLAMA_CPP)}
+
+#: Kinds with no Prometheus endpoint of their own.
+NO_METRICS = {
+    "ollama": "Ollama publishes no Prometheus /metrics; queue time and load are not available",
+    "openai": "unknown server kind: no known /metrics names (queue time and load not available)",
+}
+
+
+def names_for(kind: str) -> MetricNames | None:
+    """The name table for a server kind ("vllm", "sglang", "tgi", "llama.cpp"), else None."""
+    return NAMES.get(kind)
+
+
+def enable_hint(kind: str) -> str:
+    """One line saying how to get metrics from this kind of server."""
+    n = NAMES.get(kind)
+    if n is not None:
+        return n.enable_hint
+    return NO_METRICS.get(kind, NO_METRICS["openai"])
+
+
+_FIELDS = ("ttft", "queue", "prefill")
+_SCALARS = ("prompt_seconds", "prompt_tokens", "cached_tokens", "cache_queries",
+            "cache_hits", "cache_hit_rate", "running", "waiting")
+
+
+@dataclass(frozen=True)
+class MetricsSample:
+    """One scrape, reduced to the values prefilltui uses (None = not published).
+
+    Histograms are kept as (sum_s, count) pairs summed over all label sets (several
+    engines / models add up); gauges and counters are summed the same way.
+    ``t`` is ``time.perf_counter()`` when the scrape finished.
+    ``missing`` names the roles this server did not publish.
+    """
+
+    kind: str
+    t: float
+    hist: dict[str, tuple[float, float]] = field(default_factory=dict)
+    values: dict[str, float] = field(default_factory=dict)
+    missing: tuple[str, ...] = ()
+    n_series: int = 0
+
+    def get(self, role: str) -> float | None:
+        """A gauge/counter value by role ("running", "prompt_seconds", ...), or None."""
+        return self.values.get(role)
+
+
+def _series(text: str) -> dict[str, list[tuple[dict[str, str], float]]]:
+    """Sample name -> [(labels, value)], via prometheus_client's parser.
+
+    Raises:
+        ValueError: when the text is not Prometheus exposition format.
+    """
+    out: dict[str, list[tuple[dict[str, str], float]]] = {}
+    for fam in text_string_to_metric_families(text):
+        for s in fam.samples:
+            out.setdefault(s.name, []).append((dict(s.labels), float(s.value)))
+    return out
+
+
+def _total(series, names: tuple[str, ...], suffix: str = "",
+           labels: tuple[tuple[str, str], ...] = ()) -> float | None:
+    for base in names:
+        rows = series.get(base + suffix)
+        if rows is None and base.endswith("_total") and not suffix:
+            rows = series.get(base[: -len("_total")])
+        if rows is None:
+            continue
+        vals = [v for lab, v in rows
+                if "le" not in lab and "quantile" not in lab
+                and all(lab.get(k) == want for k, want in labels)
+                and not math.isnan(v)]
+        if vals:
+            return float(sum(vals))
+    return None
+
+
+def parse_metrics(text: str, kind: str, *, t: float | None = None) -> MetricsSample:
+    """Reduce Prometheus exposition ``text`` from a ``kind`` server to a MetricsSample.
+
+    Raises:
+        ValueError: when ``text`` is not valid exposition format.
+    """
+    names = NAMES.get(kind) or MetricNames(kind=kind)
+    series = _series(text)
+    hist: dict[str, tuple[float, float]] = {}
+    missing: list[str] = []
+    for role in _FIELDS:
+        base = getattr(names, role)
+        labels = names.prefill_labels if role == "prefill" else ()
+        s = _total(series, base, "_sum", labels)
+        c = _total(series, base, "_count", labels)
+        if s is not None and c is not None:
+            hist[role] = (s, c)
+        elif base:
+            missing.append(role)
+    values: dict[str, float] = {}
+    for role in _SCALARS:
+        v = _total(series, getattr(names, role))
+        if v is not None:
+            values[role] = v
+        elif getattr(names, role):
+            missing.append(role)
+    return MetricsSample(kind=kind, t=time.perf_counter() if t is None else t, hist=hist,
+                         values=values, missing=tuple(missing),
+                         n_series=sum(len(v) for v in series.values()))
+
+
+@dataclass(frozen=True)
+class MetricsDelta:
+    """The change between two samples taken around one probe.
+
+    ``hist[role]`` = (d_sum_s, d_count): requests that finished that phase in the
+    window and their total time.  ``mean(role)`` is the per-request value, and
+    ``only(role)`` is the value only when exactly one request finished the phase in
+    the window (then it is this probe's own figure).  Counters are differences;
+    gauges are the larger of the before/after readings.
+    """
+
+    hist: dict[str, tuple[float, float]]
+    counters: dict[str, float]
+    gauges_before: dict[str, float]
+    gauges_after: dict[str, float]
+    elapsed_s: float
+
+    def mean(self, role: str) -> float | None:
+        h = self.hist.get(role)
+        if not h or h[1] <= 0:
+            return None
+        return h[0] / h[1]
+
+    def only(self, role: str) -> float | None:
+        h = self.hist.get(role)
+        if not h or round(h[1]) != 1:
+            return None
+        return max(0.0, h[0])
+
+    def gauge(self, role: str) -> float | None:
+        vals = [g[role] for g in (self.gauges_before, self.gauges_after) if role in g]
+        return max(vals) if vals else None
+
+
+_GAUGES = ("running", "waiting", "cache_hit_rate")
+
+
+def delta(before: MetricsSample, after: MetricsSample) -> MetricsDelta:
+    """after − before.  A counter that went down (server restart) gives no delta."""
+    hist = {}
+    for role, (s1, c1) in after.hist.items():
+        if role in before.hist:
+            s0, c0 = before.hist[role]
+            if c1 >= c0 and s1 >= s0 - 1e-9:
+                hist[role] = (s1 - s0, c1 - c0)
+    counters = {}
+    for role, v1 in after.values.items():
+        if role in _GAUGES or role not in before.values:
+            continue
+        d = v1 - before.values[role]
+        if d >= -1e-9:
+            counters[role] = max(0.0, d)
+    g0 = {k: v for k, v in before.values.items() if k in _GAUGES}
+    g1 = {k: v for k, v in after.values.items() if k in _GAUGES}
+    return MetricsDelta(hist, counters, g0, g1, after.t - before.t)
+
+
+def metrics_url(base_url: str) -> str:
+    """``http://h:p[/v1][/]`` -> ``http://h:p/metrics``."""
+    root = base_url.rstrip("/")
+    if root.endswith("/v1"):
+        root = root[:-3]
+    return root + "/metrics"
+
+
+class MetricsReader:
+    """Scrapes ``/metrics`` of one server.
+
+    ``await scrape()`` returns a MetricsSample, or None when the endpoint is missing,
+    refuses, or returns something that is not exposition text; then ``problem``
+    holds one plain line, ending with how to enable the metrics (never raises for
+    server or network failures).
+    """
+
+    def __init__(self, base_url: str, kind: str, *, url: str | None = None,
+                 timeout: float = 5.0, client: httpx.AsyncClient | None = None,
+                 headers: dict[str, str] | None = None, verify: bool = True) -> None:
+        self.kind = kind
+        self.url = url or metrics_url(base_url)
+        self.problem: str | None = None
+        self.last: MetricsSample | None = None
+        self._own = client is None
+        self._client = client or httpx.AsyncClient(timeout=timeout, headers=headers,
+                                                   verify=verify)
+
+    @property
+    def names(self) -> MetricNames | None:
+        return NAMES.get(self.kind)
+
+    async def scrape(self) -> MetricsSample | None:
+        if self.kind not in NAMES:
+            self.problem = enable_hint(self.kind)
+            return None
+        try:
+            r = await self._client.get(self.url)
+        except httpx.HTTPError as e:
+            self.problem = f"{self.url}: {type(e).__name__}; {enable_hint(self.kind)}"
+            return None
+        if r.status_code != 200:
+            self.problem = f"{self.url} answered HTTP {r.status_code}; {enable_hint(self.kind)}"
+            return None
+        try:
+            sample = parse_metrics(r.text, self.kind)
+        except ValueError as e:
+            self.problem = f"{self.url} is not Prometheus text ({e}); {enable_hint(self.kind)}"
+            return None
+        if not sample.hist and not sample.values:
+            self.problem = (f"{self.url} publishes none of the known {self.kind} metrics; "
+                            f"{enable_hint(self.kind)}")
+        else:
+            self.problem = None
+        self.last = sample
+        return sample
+
+    async def aclose(self) -> None:
+        if self._own:
+            await self._client.aclose()
+
+    async def __aenter__(self) -> "MetricsReader":
+        return self
+
+    async def __aexit__(self, *exc: Any) -> None:
+        await self.aclose()
+
+
+def apply_delta(result: ProbeResult, d: MetricsDelta | None, *,
+                quiet_overhead_s: float | None = None) -> None:
+    """Fill the breakdown fields of ``result`` from a metrics delta (in place).
+
+    - server TTFT / queue / prefill: taken from a histogram delta only when exactly one
+      request finished that phase in the window (the probe itself; the sweep keeps one
+      probe in flight).  Already-set fields (llama.cpp ``timings.prompt_ms`` in
+      ``server_prefill_s``) are kept.
+    - ``server_running`` / ``server_waiting``: the larger of the before/after gauges.
+    - ``overhead_s`` = ttft − server TTFT, else ttft − server prefill − queue.
+    - Servers without a queue metric (llama.cpp): when the server was idle around the
+      probe, queue_s = 0; when other requests were running or waiting and a quiet
+      overhead is known (median overhead of probes on an idle server),
+      queue_s = max(0, ttft − prefill − quiet overhead) (``extra["queue_source"]`` =
+      "estimated").
+    """
+    if not result.ok or result.ttft_s is None:
+        return
+    extra = result.extra
+    server_ttft = None
+    if d is not None:
+        server_ttft = d.only("ttft")
+        q = d.only("queue")
+        if q is not None:
+            result.queue_s = q
+            extra["queue_source"] = "metrics"
+        if result.server_prefill_s is None:
+            p = d.only("prefill")
+            if p is not None:
+                result.server_prefill_s = p
+        result.server_running = d.gauge("running")
+        result.server_waiting = d.gauge("waiting")
+        if server_ttft is not None:
+            extra["server_ttft_s"] = server_ttft
+    if server_ttft is not None:
+        result.overhead_s = result.ttft_s - server_ttft
+        return
+    if result.server_prefill_s is None:
+        return
+    rest = result.ttft_s - result.server_prefill_s
+    if result.queue_s is None and d is not None and "queue" not in d.hist:
+        busy = (result.server_running or 0) + (result.server_waiting or 0)
+        if busy <= 0 and (result.server_running is not None
+                          or result.server_waiting is not None):
+            result.queue_s = 0.0
+            extra["queue_source"] = "idle"
+        elif busy > 0 and quiet_overhead_s is not None:
+            result.queue_s = max(0.0, rest - quiet_overhead_s)
+            extra["queue_source"] = "estimated"
+    result.overhead_s = rest - (result.queue_s or 0.0)
+
+
+#: Re-scrapes after a probe while the server's request histograms have not counted it.
+RESCRAPE_TRIES = 3
+RESCRAPE_DELAY_S = 0.05
+
+
+class MetricsHook:
+    """ProbeHook: scrape before and after each probe and fill the TTFT breakdown.
+
+    ``before_probe(client)`` scrapes; ``after_probe(result)`` scrapes again and calls
+    ``apply_delta``.  It never raises into the sweep; the last problem is in
+    ``problem`` (with the flag that enables metrics), and ``last_sample`` holds the
+    latest scrape for load display.  Keeps the median client overhead of probes on an
+    idle server (``quiet_overhead_s``) to estimate queue time where the server
+    publishes none.
+    """
+
+    def __init__(self, reader: MetricsReader | None = None, *, base_url: str | None = None,
+                 kind: str | None = None) -> None:
+        if reader is None and base_url is not None and kind is not None:
+            reader = MetricsReader(base_url, kind)
+        #: None until the first probe when built without a reader: then it is made
+        #: from the probe client (``client.root`` and ``client.info.kind``).
+        self.reader = reader
+        self._problem: str | None = None
+        self._before: MetricsSample | None = None
+        self._quiet: list[float] = []
+        self.last_sample: MetricsSample | None = None
+        self.last_delta: MetricsDelta | None = None
+
+    @property
+    def problem(self) -> str | None:
+        return (self.reader.problem if self.reader is not None else None) or self._problem
+
+    def _ensure(self, client: Any) -> MetricsReader | None:
+        if self.reader is None:
+            info = getattr(client, "info", None)
+            root = getattr(client, "root", None)
+            if info is None or root is None:
+                self._problem = "metrics: server not discovered yet"
+                return None
+            self.reader = MetricsReader(root, info.kind, url=info.metrics_url)
+        return self.reader
+
+    @property
+    def quiet_overhead_s(self) -> float | None:
+        return statistics.median(self._quiet) if self._quiet else None
+
+    async def before_probe(self, client: Any = None) -> None:
+        self._before = None
+        self._problem = None
+        try:
+            if self._ensure(client) is not None:
+                self._before = await self.reader.scrape()
+        except Exception as e:  # never into the sweep
+            self._problem = f"metrics scrape failed: {e}"
+
+    async def after_probe(self, result: ProbeResult) -> None:
+        try:
+            after = await self.reader.scrape() if self.reader is not None else None
+            d = delta(self._before, after) if (self._before and after) else None
+            # request histograms may be recorded a moment after the stream ends
+            # (vLLM records them in its output loop): re-scrape briefly, at most
+            # RESCRAPE_TRIES times, while none has counted this probe yet
+            tries = 0
+            while (d is not None and result.ok and tries < RESCRAPE_TRIES
+                   and any(r in self._before.hist for r in _FIELDS)
+                   and all(d.hist.get(r, (0, 0))[1] < 1 for r in _FIELDS)):
+                tries += 1
+                await asyncio.sleep(RESCRAPE_DELAY_S)
+                again = await self.reader.scrape()
+                if again is None:
+                    break
+                after, d = again, delta(self._before, again)
+            self.last_sample = after or self.last_sample
+            self.last_delta = d
+            apply_delta(result, d, quiet_overhead_s=self.quiet_overhead_s)
+            if (result.extra.get("queue_source") == "idle" and result.overhead_s is not None
+                    and not result.warmup):
+                self._quiet.append(result.overhead_s)
+                del self._quiet[:-50]
+        except Exception as e:
+            self._problem = f"metrics: {e}"
+        finally:
+            self._before = None
+
+    async def aclose(self) -> None:
+        if self.reader is not None:
+            await self.reader.aclose()

@@ -1,0 +1,145 @@
+"""Prefix-cache check: does the server reuse its prefix cache, and what does it save?
+
+``cache_check(client, tokens)`` sends a prompt cold, the same prompt again, the same
+prompt with a new tail, and (llama.cpp) the same prompt with ``cache_prompt: false``;
+it reports reused tokens (``cached_tokens`` from usage / llama.cpp ``timings.cache_n``)
+and the TTFT saved.  ``run_cache_check`` is the same from synchronous code (the TUI's
+worker thread).  Re-exported by ``prefilltui.core.diagnose``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+from prefilltui.core.types import ProbeResult
+
+
+def _ms(s: float | None) -> str:
+    if s is None:
+        return "n/a"
+    return f"{s * 1000:,.0f} ms" if abs(s) < 10 else f"{s:,.1f} s"
+
+
+@dataclass
+class CacheCheckResult:
+    """What ``cache_check`` measured (seconds, tokens).
+
+    verdict: "on" | "off" | "unclear" | "failed".  ``cold``/``repeat``/``prefix``/
+    ``nocache`` are the probes (repeat = the same prompt again; prefix = the same
+    prompt plus a new tail; nocache = the same prompt with caching disabled per
+    request, llama.cpp only).  ``line`` is the one-line report.
+    """
+
+    verdict: str
+    tokens: int | None
+    line: str
+    cold_ttft_s: float | None = None
+    repeat_ttft_s: float | None = None
+    repeat_cached: int | None = None
+    prefix_ttft_s: float | None = None
+    prefix_cached: int | None = None
+    nocache_ttft_s: float | None = None
+    nocache_cached: int | None = None
+    saved_s: float | None = None
+    notes: list[str] = field(default_factory=list)
+
+    def to_json(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+def _cached_str(n: int | None) -> str:
+    return "cached tokens not reported" if n is None else f"{n:,} cached"
+
+
+async def _probe_with(client: Any, prompt: str, tokens: int, cache: bool | None) -> ProbeResult:
+    """One probe; ``cache`` True/False sets llama.cpp ``cache_prompt`` for this request
+    (through the client's ``extra_body``, applied last), None keeps the client's body."""
+    saved = client.extra_body
+    kind = client.info.kind if client.info else "openai"
+    if cache is not None and kind == "llama.cpp":
+        client.extra_body = {**saved, "cache_prompt": bool(cache)}
+    try:
+        return await client.probe(tokens, prompt=prompt)
+    finally:
+        client.extra_body = saved
+
+
+async def cache_check(client: Any, tokens: int = 512, *, tail_tokens: int = 32
+                      ) -> CacheCheckResult:
+    """Measure the prefix cache: cold prompt, the same prompt again, the same prefix
+    with a new tail, and (llama.cpp) the same prompt with ``cache_prompt: false``.
+
+    Probes are sent with the server's default caching (llama.cpp: ``cache_prompt:
+    true``, its default, overriding the probe engine's ``false``).  Never raises for
+    server failures: returns verdict "failed" with the reason.
+    """
+    from prefilltui.core.prompts import build_prompt
+
+    if client.info is None:
+        await client.discover()
+    counter = client._count if client.info.has_tokenize else None
+    prompt, _w, _c = await build_prompt(tokens, client.builder, client.lengths, counter)
+    tail = " ".join(client.builder.words(tail_tokens))
+    kind = client.info.kind
+    cold = await _probe_with(client, prompt, tokens, True)
+    if not cold.ok:
+        return CacheCheckResult("failed", None, f"cache check failed: {cold.error_message}")
+    n = cold.prompt_tokens or tokens
+    rep = await _probe_with(client, prompt, tokens, True)
+    pre = await _probe_with(client, prompt + " " + tail, tokens + tail_tokens, True)
+    noc = await _probe_with(client, prompt, tokens, False) if kind == "llama.cpp" else None
+    if not rep.ok:
+        return CacheCheckResult("failed", n, f"cache check failed: {rep.error_message}")
+    res = CacheCheckResult("unclear", n, "", cold.ttft_s, rep.ttft_s, rep.cached_tokens,
+                           pre.ttft_s if pre.ok else None, pre.cached_tokens if pre.ok else None,
+                           noc.ttft_s if noc and noc.ok else None,
+                           noc.cached_tokens if noc and noc.ok else None)
+    ratio = rep.ttft_s / cold.ttft_s if cold.ttft_s else 1.0
+    reused = rep.cached_tokens
+    if reused is not None:
+        on = reused >= 0.5 * n
+    else:
+        on = ratio < 0.5
+        res.notes.append("the server reports no cached-token count; judged by TTFT alone")
+    if on:
+        res.verdict = "on"
+        res.saved_s = cold.ttft_s - rep.ttft_s
+    elif (reused == 0 or reused is None) and ratio > 0.7:
+        res.verdict = "off"
+    head = {"on": "cache on", "off": "cache off", "unclear": "cache unclear"}[res.verdict]
+    line = (f"{head}: repeat of {n:,} tokens {_ms(cold.ttft_s)} → {_ms(rep.ttft_s)} "
+            f"({_cached_str(reused)})")
+    if pre.ok:
+        line += (f"; shared prefix + {tail_tokens} new tokens {_ms(pre.ttft_s)} "
+                 f"({_cached_str(pre.cached_tokens)})")
+    if noc is not None and noc.ok:
+        line += f"; cache_prompt:false {_ms(noc.ttft_s)} ({_cached_str(noc.cached_tokens)})"
+    if res.verdict == "off" and kind in ("vllm", "sglang"):
+        res.notes.append("vLLM: --enable-prefix-caching; SGLang: radix cache (off with "
+                         "--disable-radix-cache)")
+    res.line = line
+    return res
+
+
+def run_cache_check(base_url: str, tokens: int = 512, **client_kwargs: Any) -> CacheCheckResult:
+    """``cache_check`` from synchronous code, with its own ProbeClient and event loop
+    (call it from a worker thread, never from a running loop).  ``client_kwargs`` go to
+    ProbeClient (api, model, api_key, timeout, verify).  Server unreachable ->
+    verdict "failed" with the reason; never raises for server failures."""
+    from prefilltui.core.probe import ProbeClient
+    from prefilltui.core.server import ServerUnreachable
+
+    async def go() -> CacheCheckResult:
+        async with ProbeClient(base_url, **client_kwargs) as c:
+            try:
+                info = await c.discover()
+            except ServerUnreachable as e:
+                return CacheCheckResult("failed", None, f"cache check: server unreachable: {e}")
+            n = tokens
+            if info.context_tokens:
+                n = min(n, max(16, info.context_tokens - 64))
+            return await cache_check(c, n)
+
+    return asyncio.run(go())

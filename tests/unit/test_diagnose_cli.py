@@ -1,0 +1,40 @@
+"""``prefilltui cache-check`` end to end against a loopback fake llama.cpp server."""
+
+from __future__ import annotations
+
+import json
+
+from fakeserver import llama_routes
+from prefilltui.cli import main
+from test_diagnose import CachingLlama
+
+
+def test_cache_check_cli_json(fake_server, capsys):
+    srv = fake_server({**llama_routes(), "POST /v1/completions": CachingLlama()})
+    assert main(["cache-check", srv.base_url + "/v1", "--tokens", "120", "--format", "json"]) == 0
+    d = json.loads(capsys.readouterr().out)
+    assert d["verdict"] == "on" and d["server"]["kind"] == "llama.cpp"
+    assert d["repeat_cached"] >= d["tokens"] - 1 and d["nocache_cached"] == 0
+
+
+def test_cache_check_cli_text(fake_server, capsys):
+    srv = fake_server({**llama_routes(), "POST /v1/completions": CachingLlama()})
+    assert main(["cache-check", srv.base_url, "--tokens", "80"]) == 0
+    out = capsys.readouterr().out
+    assert out.startswith("cache on: repeat of ") and out.count("\n") == 1
+
+
+def test_cache_check_cli_unreachable(capsys):
+    assert main(["cache-check", "http://127.0.0.1:9", "--timeout", "2"]) == 3
+    err = capsys.readouterr().err
+    assert err.startswith("prefilltui: server unreachable") and "Traceback" not in err
+
+
+def test_run_cache_check_sync(fake_server):
+    from prefilltui.core.diagnose import run_cache_check
+
+    srv = fake_server({**llama_routes(), "POST /v1/completions": CachingLlama()})
+    res = run_cache_check(srv.base_url, 60, timeout=10)
+    assert res.verdict == "on" and res.line.startswith("cache on: repeat of ")
+    down = run_cache_check("http://127.0.0.1:9", 60, timeout=2)
+    assert down.verdict == "failed" and "unreachable" in down.line
