@@ -18,7 +18,7 @@ from collections import Counter
 from typing import Any
 
 from prefilltui.commands.common import (add_analysis_args, add_hardware_args, add_output_args,
-                                        add_server_args, add_sweep_args)
+                                        add_server_args, add_sweep_args, add_telemetry_args)
 from prefilltui.core.types import ProbeResult
 
 
@@ -32,6 +32,7 @@ def register(sub) -> None:
     add_server_args(p)
     add_sweep_args(p)
     add_hardware_args(p)
+    add_telemetry_args(p)
     add_analysis_args(p)
     add_output_args(p)
     p.set_defaults(func=run)
@@ -147,7 +148,8 @@ def format_text(d: dict[str, Any]) -> str:
     return "\n".join(out)
 
 
-def _attach_analysis(d: dict[str, Any], results, info, args) -> str | None:
+def _attach_analysis(d: dict[str, Any], results, info, args,
+                     gpu_names: list[str] | None = None) -> str | None:
     """Add the analysis module's summary (roofline, CIs, verdict) when it is installed:
     ``d["analysis"]`` and its fit as ``d["fit"]``; returns its text form or None."""
     try:
@@ -155,7 +157,7 @@ def _attach_analysis(d: dict[str, Any], results, info, args) -> str | None:
     except ImportError:
         return None
     try:
-        a = analyze(results, info, args)
+        a = analyze(results, info, args, gpu_names=gpu_names)
         text = format_summary(a)
     except Exception as e:  # the summary must not lose a finished sweep
         d.setdefault("notes", []).append(f"analysis failed: {type(e).__name__}: {e}")
@@ -171,13 +173,30 @@ def _progress_line(r: ProbeResult, total: int | None) -> str:
     head = f"[{r.seq:>3}/{total or '?':>3}] {r.requested_tokens:>6} tok{tag}"
     if r.ok:
         sp = f"  server {r.server_prefill_s * 1e3:.1f} ms" if r.server_prefill_s is not None else ""
+        if r.queue_s is not None:
+            sp += f"  queue {r.queue_s * 1e3:.1f} ms"
+        if r.server_running is not None or r.server_waiting is not None:
+            sp += f"  [{r.server_running or 0:g} running, {r.server_waiting or 0:g} waiting]"
+        if r.util_peak_pct is not None:
+            sp += f"  {r.telemetry_device} peak {r.util_peak_pct:.0f}%"
+        if r.power_peak_w is not None:
+            sp += f" {r.power_peak_w:.0f} W"
+        if r.energy_j is not None:
+            sp += f" {r.energy_j:.2f} J"
         cnt = f" ({r.prompt_tokens} counted)" if r.prompt_tokens is not None else ""
         cache = f"  CACHE HIT {r.cached_tokens}" if r.cache_hit else ""
         return f"{head}{cnt}  TTFT {r.ttft_s * 1e3:.1f} ms{sp}{cache}"
     return f"{head}  FAILED {r.error_kind}: {r.error_message}"
 
 
+def run_sweep(args, base_url: str) -> int:
+    """Run the headless sweep against ``base_url`` (used by ``prefilltui demo --headless``)."""
+    args.url = base_url
+    return run(args)
+
+
 def run(args) -> int:
+    from prefilltui.core.metrics import MetricsHook
     from prefilltui.core.probe import ProbeClient
     from prefilltui.core.runfile import RunWriter, default_run_path
     from prefilltui.core.sweep import SweepConfig, SweepRunner, make_lengths
@@ -214,10 +233,23 @@ def run(args) -> int:
         if state in ("retrying",) or (state == "probing" and detail.startswith("context")):
             print(f"  {detail}", file=stream, flush=True)
 
+    metrics_hook = MetricsHook()  # scrapes /metrics around each probe (kind from discovery)
+    hooks: list[Any] = [metrics_hook]
+    sampler = None
+    if not getattr(args, "no_telemetry", False):
+        from prefilltui.core.telemetry import make_sampler
+        try:
+            sampler = make_sampler(getattr(args, "gpus", None),
+                                   hz=getattr(args, "sample_hz", 10.0)).start()
+        except ValueError as e:  # a bad --gpus value
+            writer.close()
+            _err(str(e))
+            return 2
+        hooks.append(sampler)  # joins util/power/energy of each request window
     runner = SweepRunner(
         lambda: ProbeClient(args.url, api=args.api, model=args.model, api_key=api_key,
                             timeout=args.timeout, verify=not args.insecure, seed=args.seed),
-        cfg, on_result=on_result, on_state=on_state, runfile=writer)
+        cfg, on_result=on_result, on_state=on_state, runfile=writer, hooks=hooks)
     holder["runner"] = runner
     if not as_json:
         print(f"sweeping {args.url}: lengths {','.join(map(str, lengths))} x {args.repeats}"
@@ -233,6 +265,8 @@ def run(args) -> int:
         return 130
     finally:
         writer.close()
+        if sampler is not None:
+            sampler.stop()
     results = runner.results
     if runner.state == "failed" and not any(r.ok for r in results):
         _err(runner.state_detail or "the sweep failed")
@@ -243,7 +277,19 @@ def run(args) -> int:
         return 3
     d = summarize(results, runner.server_info, rate_limited=runner.rate_limited,
                   run_file=str(writer.path))
-    analysis_text = _attach_analysis(d, results, runner.server_info, args)
+    gpu_names = None
+    if sampler is not None:
+        snap = sampler.snapshot()
+        if snap.kind == "gpu":
+            gpu_names = [dev.name for dev in snap.devices if dev.name]
+        d["telemetry"] = {"kind": snap.kind, "reason": snap.reason}
+    analysis_text = _attach_analysis(d, results, runner.server_info, args, gpu_names)
+    from prefilltui.core.diagnose import format_diagnosis, summarize_diagnosis
+
+    d["diagnosis"] = summarize_diagnosis(results, runner.server_info,
+                                         baseline=getattr(args, "baseline", None),
+                                         metrics_problem=metrics_hook.problem,
+                                         method=getattr(args, "fit", "robust"))
     if runner.state == "failed":
         d["stopped_early"] = runner.state_detail
     if as_json:
@@ -254,6 +300,8 @@ def run(args) -> int:
         if analysis_text:
             print("", file=stream)
             print(analysis_text, file=stream)
+        print("", file=stream)
+        print(format_diagnosis(d["diagnosis"]), file=stream)
         if runner.state == "failed":
             print(f"stopped early: {runner.state_detail}", file=stream)
     return 0

@@ -299,6 +299,7 @@ class MetricsReader:
         self.problem: str | None = None
         self.last: MetricsSample | None = None
         self._own = client is None
+        self._timeout = timeout
         self._client = client or httpx.AsyncClient(timeout=timeout, headers=headers,
                                                    verify=verify)
 
@@ -311,7 +312,7 @@ class MetricsReader:
             self.problem = enable_hint(self.kind)
             return None
         try:
-            r = await self._client.get(self.url)
+            r = await self._client.get(self.url, timeout=self._timeout)
         except httpx.HTTPError as e:
             self.problem = f"{self.url}: {type(e).__name__}; {enable_hint(self.kind)}"
             return None
@@ -434,7 +435,10 @@ class MetricsHook:
             if info is None or root is None:
                 self._problem = "metrics: server not discovered yet"
                 return None
-            self.reader = MetricsReader(root, info.kind, url=info.metrics_url)
+            # Reuse the probe client's connection pool: same auth header, TLS
+            # settings and keep-alive connection as the probes.
+            self.reader = MetricsReader(root, info.kind, url=info.metrics_url,
+                                        client=getattr(client, "http", None))
         return self.reader
 
     @property

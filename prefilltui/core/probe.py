@@ -106,6 +106,12 @@ class ProbeClient:
         self.lengths = LengthModel()
         self._dropped: set[str] = set()
 
+    @property
+    def http(self) -> httpx.AsyncClient:
+        """The client's httpx pool (auth header, TLS settings, keep-alive), for
+        side requests to the same server such as ``/metrics`` scrapes."""
+        return self._http
+
     def __repr__(self) -> str:
         return f"ProbeClient({self.root!r}, api={self.api!r}, model={self.model!r})"
 
