@@ -1,0 +1,381 @@
+"""The Textual app: TTFT plot, stats, gauges and probe log over a live sweep.
+
+``build_app`` is the one factory used by the CLI (commands/watch.py) and the tests.
+Data flows one way: the runner's thread -> ProbeDone/RunnerStateChanged messages ->
+buffers + RunningFit -> (throttled tick) -> widgets.  Threads never touch widgets.
+"""
+
+from __future__ import annotations
+
+import time
+from collections import deque
+from pathlib import Path
+from typing import Any, Callable
+
+from textual.app import App, ComposeResult
+from textual.binding import Binding
+from textual.css.query import NoMatches
+from textual.containers import Horizontal, VerticalScroll
+from textual.widgets import Footer, Static
+
+from prefilltui.core.types import ProbeResult
+from prefilltui.tui.help import HelpScreen
+from prefilltui.tui.workers import WorkerActions
+from prefilltui.tui.messages import ProbeDone, RunnerStateChanged
+from prefilltui.tui.themes import DEFAULT_THEME, VARIABLE_DEFAULTS, ThemeSet, load_themes
+from prefilltui.tui.viewmodel import (
+    Analysis, Counters, build_stats, linear_of, no_analysis, status_line,
+)
+from prefilltui.tui.widgets.gauges import GaugePanel
+from prefilltui.tui.widgets.probe_log import ProbeLog, probe_message
+from prefilltui.tui.widgets.stats import StatsPanel, stats_title
+from prefilltui.tui.widgets.ttft_plot import TTFTPlot
+
+#: runner_factory(on_result, on_state) -> an object with the SweepRunner interface.
+RunnerFactory = Callable[[Callable[[ProbeResult], None], Callable[[str, str], None]], Any]
+
+
+class PrefillApp(WorkerActions, App[int]):
+    """Live prefill monitor.  Build it with ``build_app``."""
+
+    CSS_PATH = "app.tcss"
+    TITLE = "prefilltui"
+    ENABLE_COMMAND_PALETTE = False
+    #: wider terminals (>= 120 columns) get a taller log and a wider stats panel
+    HORIZONTAL_BREAKPOINTS = [(0, "-narrow"), (120, "-wide")]
+
+    BINDINGS = [
+        Binding("space", "toggle_pause", "Pause"),
+        Binding("r", "reset_fit", "Reset"),
+        Binding("w", "toggle_window", "Window"),
+        Binding("b", "burst", "Burst"),
+        Binding("plus,equals_sign", "widen", "Wider", key_display="+"),
+        Binding("minus", "narrow", "Narrower", key_display="-"),
+        Binding("e", "export", "Export"),
+        Binding("c", "cache_check", "Cache", show=False),
+        Binding("t", "next_theme", "Theme", show=False),
+        Binding("question_mark", "help", "Help", key_display="?"),
+        Binding("q", "quit_app", "Quit"),
+    ]
+
+    def __init__(self, runner_factory: RunnerFactory, *, sampler: Any = None,
+                 fit: Any = None, analysis: Analysis = no_analysis,
+                 themes: ThemeSet | None = None, theme: str | None = None,
+                 sweep_range: tuple[int, int] = (32, 4096), context_cap: int | None = None,
+                 fit_method: str = "robust", run_path: Path | None = None,
+                 exporter: Callable[[list[ProbeResult], Any], list[Path]] | None = None,
+                 cache_checker: Callable[[], str] | None = None,
+                 clock: Callable[[], float] = time.perf_counter,
+                 replot_hz: float = 4.0, gauge_hz: float = 2.0,
+                 problems: list[str] = (), on_ready: Callable[["PrefillApp"], None] | None = None,
+                 max_results: int = 100_000) -> None:
+        super().__init__()
+        self.runner_factory = runner_factory
+        self.runner: Any = None
+        self.sampler = sampler
+        self.fit = fit
+        self.analysis = analysis
+        self.theme_set = themes or load_themes()
+        self._initial_theme = theme or DEFAULT_THEME
+        self.sweep_range = tuple(sweep_range)
+        self.context_cap = context_cap
+        self.fit_method = fit_method
+        self.run_path = run_path
+        self.exporter = exporter
+        self.cache_checker = cache_checker
+        self.clock = clock
+        self.replot_hz = replot_hz
+        self.gauge_hz = gauge_hz
+        self.problems = list(problems)
+        self.on_ready = on_ready
+        self.which = "all"
+        self.paused = False
+        self.state, self.state_detail = "connecting", ""
+        self.counters = Counters()
+        self.results: deque[ProbeResult] = deque(maxlen=max_results)
+        self.windows: deque[tuple[float, float]] = deque(maxlen=256)
+        self.last_result: ProbeResult | None = None
+        self.last_ok: ProbeResult | None = None
+        self.last_fit: Any = None
+        self._dirty = True
+        self._device_label: str | None = None
+        self._device_names: list[str] = []
+        self._status_text = ""
+
+    # ----------------------------------------------------------------- layout
+    def get_theme_variable_defaults(self) -> dict[str, str]:
+        return {**super().get_theme_variable_defaults(), **VARIABLE_DEFAULTS}
+
+    def compose(self) -> ComposeResult:
+        yield Static("", id="status")
+        with Horizontal(id="top"):
+            yield TTFTPlot(id="plot")
+            with VerticalScroll(id="stats-box"):
+                yield StatsPanel(id="stats")
+        yield GaugePanel(id="gauges")
+        yield ProbeLog(id="log")
+        yield Footer(compact=True)
+
+    def on_mount(self) -> None:
+        for theme in self.theme_set.themes:
+            self.register_theme(theme)
+        self.theme = (self._initial_theme if self._initial_theme in self.theme_set.names()
+                      else DEFAULT_THEME)
+        self.theme_changed_signal.subscribe(self, lambda _t: self._on_theme_changed())
+        for problem in self.theme_set.problems + self.problems:
+            self.notify(problem, severity="warning", timeout=8)
+        self.query_one("#plot", TTFTPlot).border_title = "TTFT vs prompt tokens"
+        self.query_one("#stats-box").border_title = "fit"
+        self.query_one("#log", ProbeLog).border_title = "probes"
+        self.query_one("#plot", TTFTPlot).set_range_hint(self.sweep_range[1])
+        self._update_status()
+        self.set_interval(1.0 / self.replot_hz, self._tick)
+        if self.sampler is not None:
+            self.set_interval(1.0 / self.gauge_hz, self._gauge_tick)
+        self._gauge_tick()
+        self._tick()
+        try:
+            self.runner = self.runner_factory(self._runner_result, self._runner_state)
+            self.runner.start()
+        except Exception as exc:  # e.g. an empty sweep: say so, never a traceback
+            self.state, self.state_detail = "failed", f"cannot start probing: {exc}"
+            self.notify(self.state_detail, severity="error", timeout=15)
+            self._update_status()
+        if self.on_ready is not None:
+            self.on_ready(self)
+
+    def on_unmount(self) -> None:
+        if self.runner is not None:
+            try:
+                self.runner.stop(timeout=2.0)
+            except Exception:  # never a traceback at exit
+                pass
+
+    # ------------------------------------------------- runner thread -> messages
+    def _runner_result(self, result: ProbeResult) -> None:
+        """Called from the runner's thread: only post a message (thread-safe)."""
+        self.post_message(ProbeDone(result))
+
+    def _runner_state(self, state: str, detail: str = "") -> None:
+        self.post_message(RunnerStateChanged(state, detail))
+
+    def on_probe_done(self, message: ProbeDone) -> None:
+        r = message.result
+        self.results.append(r)
+        self.counters.add(r)
+        self.last_result = r
+        if r.ok:
+            self.last_ok = r
+        if r.t_send is not None and r.t_end is not None:
+            self.windows.append((r.t_send, r.t_end))
+        if self.fit is not None:
+            self.fit.add(r)
+        self._dirty = True
+        try:
+            self.query_one("#plot", TTFTPlot).add_result(r)
+            self.query_one("#log", ProbeLog).add_result(r)
+        except NoMatches:  # a probe that lands while the app is shutting down
+            pass
+
+    def on_runner_state_changed(self, message: RunnerStateChanged) -> None:
+        old = self.state
+        self.state, self.state_detail = message.state, message.detail
+        if message.state == "failed" and old != "failed":
+            self.notify(message.detail or "probing failed", severity="error", timeout=10)
+        self._update_status()
+
+    # ------------------------------------------------------------ throttled ticks
+    def flush(self) -> None:
+        """Redraw now whatever changed (tests call this instead of waiting a tick)."""
+        self._dirty = True
+        self._tick()
+        self._gauge_tick()
+
+    def _tick(self) -> None:
+        """At most ``replot_hz`` times a second: refit snapshot, stats, replot."""
+        if not self._dirty or not self.query("#plot"):
+            return
+        self._dirty = False
+        try:
+            snap = None
+            if self.fit is not None:
+                snap = self.fit.snapshot(which=self.which, method=self.fit_method)
+            self.last_fit = snap
+            info = getattr(self.runner, "server_info", None) if self.runner else None
+            roof = self.analysis(snap, info, self._device_names)
+            lin = linear_of(snap)
+            plot = self.query_one("#plot", TTFTPlot)
+            if lin is not None:
+                plot.set_fit(lin.intercept_s * 1e3, lin.slope_s_per_token * 1e3)
+            else:
+                plot.set_fit(None, None)
+            plot.set_reference_lines([(lab, (lambda n, f=fn: f(n) * 1e3))
+                                      for lab, fn in (roof.lines if roof else [])])
+            plot.replot()
+            legend = plot.legend_markup()
+            if plot.border_subtitle != legend:
+                plot.border_subtitle = legend
+            stats = build_stats(snap, which=self.which, method=self.fit_method, info=info,
+                                last=self.last_ok, counters=self.counters,
+                                device=self._device_label, roof=roof)
+            self.query_one("#stats", StatsPanel).show(stats)
+            box = self.query_one("#stats-box")
+            if box.border_title != stats_title(stats):
+                box.border_title = stats_title(stats)
+            self._update_status()
+        except Exception as exc:  # a bad fit must not end the app
+            self.notify(f"display update failed: {exc}", severity="error", timeout=6)
+
+    def _gauge_tick(self) -> None:
+        """Gauges from the sampler's latest snapshot (cheap; no I/O here)."""
+        try:
+            if self.query("#gauges"):
+                self._show_gauges()
+        except Exception as exc:  # never a traceback from a timer
+            self.notify(f"gauge update failed: {exc}", severity="warning", timeout=4)
+
+    def _show_gauges(self) -> None:
+        panel = self.query_one("#gauges", GaugePanel)
+        if self.sampler is None:
+            panel.show(None, self.clock())
+            return
+        try:
+            snap = self.sampler.snapshot()
+        except Exception as exc:
+            panel.show(None, self.clock())
+            self.notify(f"telemetry failed: {exc}", severity="warning")
+            return
+        devices = tuple(getattr(snap, "devices", ()) or ())
+        names = [getattr(d, "name", "") for d in devices]
+        if names != self._device_names:
+            self._device_names = names
+            kind = getattr(snap, "kind", "none")
+            if devices:
+                first = getattr(devices[0], "name", None) or getattr(devices[0], "label", "")
+                label = "CPU" if kind == "cpu" else first
+                self._device_label = label + (f" ×{len(devices)}" if len(devices) > 1 else "")
+            self._dirty = True
+        now = getattr(snap, "t", None) or self.clock()
+        panel.show(snap, now, tuple(self.windows))
+
+    def _update_status(self) -> None:
+        if not self.query("#status"):
+            return
+        text = status_line(self.state, self.state_detail, self.counters, self.sweep_range,
+                           self.which, self.paused)
+        if text != self._status_text:  # unchanged text: no redraw, no terminal bytes
+            self._status_text = text
+            self.query_one("#status", Static).update(text)
+
+    def _on_theme_changed(self) -> None:
+        self._dirty = True
+        self._gauge_tick()
+
+    # ------------------------------------------------------------------- actions
+    def action_toggle_pause(self) -> None:
+        if self.runner is None:
+            return
+        if self.paused:
+            self.runner.resume()
+            self.paused = False
+        else:
+            self.runner.pause()
+            self.paused = True
+        self._update_status()
+
+    def action_reset_fit(self) -> None:
+        if self.fit is not None:
+            self.fit.reset()
+        self.query_one("#plot", TTFTPlot).clear_points()
+        self._dirty = True
+        self.notify("fit reset (the run file keeps every probe)", timeout=3)
+
+    def action_toggle_window(self) -> None:
+        self.which = "window" if self.which == "all" else "all"
+        self._dirty = True
+        self._update_status()
+
+    def action_burst(self) -> None:
+        if self.runner is not None:
+            self.runner.burst()
+            self.notify(f"burst: next probe at {self.sweep_range[1]} tokens", timeout=3)
+
+    def _set_range(self, lo: int, hi: int) -> None:
+        if self.context_cap is None:
+            info = getattr(self.runner, "server_info", None)
+            ctx = getattr(info, "context_tokens", None)
+            if ctx:
+                from prefilltui.core.sweep import cap_for_context
+
+                self.context_cap = cap_for_context(ctx)
+        if self.context_cap:
+            hi = min(hi, self.context_cap)
+        hi = max(hi, lo)
+        if (lo, hi) == self.sweep_range:
+            self.notify(f"range stays {lo}–{hi} tokens", timeout=3)
+            return
+        self.sweep_range = (lo, hi)
+        if self.runner is not None:
+            self.runner.set_range(lo, hi)
+        self.query_one("#plot", TTFTPlot).set_range_hint(hi)
+        self._dirty = True
+        self._update_status()
+
+    def action_widen(self) -> None:
+        lo, hi = self.sweep_range
+        self._set_range(lo, hi * 2)
+
+    def action_narrow(self) -> None:
+        lo, hi = self.sweep_range
+        self._set_range(lo, max(hi // 2, lo * 2))
+
+    def action_next_theme(self) -> None:
+        names = self.theme_set.names()
+        if not names:
+            return
+        i = names.index(self.theme) if self.theme in names else -1
+        self.theme = names[(i + 1) % len(names)]
+        self.notify(f"theme: {self.theme}", timeout=2)
+
+    def action_help(self) -> None:
+        if not isinstance(self.screen, HelpScreen):
+            self.push_screen(HelpScreen())
+
+    def action_quit_app(self) -> None:
+        code = self.exit_code()
+        self.exit(code, return_code=code)
+
+    def exit_code(self) -> int:
+        """0 normally; 3 when the server was never reached or every probe failed."""
+        if self.counters.ok == 0 and (self.state == "failed" or self.counters.failed):
+            return 3
+        return 0
+
+    def on_gauge_panel_info(self, message: GaugePanel.Info) -> None:
+        self.notify(message.text, title="telemetry", timeout=6)
+
+    def on_probe_log_selected(self, message: ProbeLog.Selected) -> None:
+        r = message.result
+        self.notify(probe_message(r), severity="information" if r.ok else "warning",
+                    timeout=8)
+
+
+def build_app(runner_factory: RunnerFactory, sampler: Any = None, *, fit: Any = None,
+              analysis: Analysis = no_analysis, theme: str | None = None,
+              themes: ThemeSet | None = None, **kw: Any) -> PrefillApp:
+    """The single factory for the CLI and the tests.
+
+    runner_factory(on_result, on_state) -> runner with start/stop/pause/resume/burst/
+    set_range/state/server_info (core.sweep.SweepRunner or a fake).  sampler: an object
+    with ``snapshot() -> TelemetrySnapshot`` (already started) or None.  fit: a
+    ``RunningFit`` (default: a new one).  analysis: see ``viewmodel.Analysis``.
+    Other keyword arguments go to ``PrefillApp``.
+    """
+    if fit is None:
+        from prefilltui.core.fit import RunningFit
+
+        fit = RunningFit(window=kw.pop("window", 50))
+    else:
+        kw.pop("window", None)
+    return PrefillApp(runner_factory, sampler=sampler, fit=fit, analysis=analysis,
+                      themes=themes, theme=theme, **kw)

@@ -1,0 +1,55 @@
+"""Typed messages that carry data from worker threads into the Textual app.
+
+Threads (the sweep runner's, export/cache-check workers) never touch widgets: they
+only ``post_message`` one of these to the app (``post_message`` is thread-safe).
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from textual.message import Message
+
+from prefilltui.core.types import ProbeResult
+
+
+class ProbeDone(Message):
+    """One probe finished (ok or failed); posted from the runner's thread."""
+
+    def __init__(self, result: ProbeResult) -> None:
+        super().__init__()
+        self.result = result
+
+
+class RunnerStateChanged(Message):
+    """The runner's connection state changed: one of "connecting", "probing",
+    "retrying", "paused", "stopped", "done", "failed", with a detail line."""
+
+    def __init__(self, state: str, detail: str = "") -> None:
+        super().__init__()
+        self.state = state
+        self.detail = detail
+
+    def can_replace(self, message: Message) -> bool:
+        # Only the newest state matters: merge a burst of state changes.
+        return isinstance(message, RunnerStateChanged)
+
+
+class ExportDone(Message):
+    """The export worker wrote these files (or failed with ``error``)."""
+
+    def __init__(self, paths: list[Path], error: str | None = None) -> None:
+        super().__init__()
+        self.paths = paths
+        self.error = error
+
+
+class CacheCheckDone(Message):
+    """The cache-check worker finished: ``text`` is its one-line result."""
+
+    def __init__(self, text: str, ok: bool = True, detail: Any = None) -> None:
+        super().__init__()
+        self.text = text
+        self.ok = ok
+        self.detail = detail

@@ -1,0 +1,232 @@
+"""Plain functions that turn core objects into what the widgets show.
+
+No textual import, no I/O: the app calls these on its throttled tick and hands the
+results to the widgets.  The roofline part is an ``Analysis`` object: the CLI builds
+one from the command-line args (``roofline_analysis``); tests pass fixed ones.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, Callable
+
+from prefilltui.core.types import ProbeResult, ServerInfo
+from prefilltui.tui.widgets.stats import StatsView
+
+
+@dataclass
+class RooflineView:
+    """What the roofline comparison adds to the stats and the plot.
+
+    lines: (label, tokens -> expected TTFT in seconds) drawn on the plot.
+    """
+
+    achieved_tflops: float | None = None
+    mfu: float | None = None
+    estimate: bool = False
+    verdict: str | None = None
+    lines: list[tuple[str, Callable[[float], float]]] = field(default_factory=list)
+    notes: list[str] = field(default_factory=list)
+    warnings: list[str] = field(default_factory=list)  # shown in bold near the top
+
+
+#: signature of an analysis: (fit snapshot or None, server info or None,
+#: telemetry device names) -> RooflineView.  Must be cheap (called <= 4x/s).
+Analysis = Callable[[Any, "ServerInfo | None", list[str]], RooflineView]
+
+
+def no_analysis(_fit: Any, _info: ServerInfo | None, _names: list[str]) -> RooflineView:
+    return RooflineView()
+
+
+def linear_of(snap: Any):
+    """The LinearFit to show from a FitSnapshot (or a LinearFit, or None)."""
+    if snap is None:
+        return None
+    if hasattr(snap, "slope_s_per_token"):
+        return snap
+    return getattr(snap, "fit", None)
+
+
+@dataclass
+class Counters:
+    """Running counts the app keeps from ProbeDone messages."""
+
+    probes: int = 0
+    ok: int = 0
+    failed: int = 0
+    cached: int = 0
+    last_cached_tokens: int | None = None
+    errors: dict[str, int] = field(default_factory=dict)
+
+    def add(self, r: ProbeResult) -> None:
+        self.probes += 1
+        if r.ok:
+            self.ok += 1
+        else:
+            self.failed += 1
+            kind = r.error_kind or "failed"
+            self.errors[kind] = self.errors.get(kind, 0) + 1
+        if r.cache_hit:
+            self.cached += 1
+            self.last_cached_tokens = r.cached_tokens
+
+
+def build_stats(snap: Any, *, which: str, method: str, info: ServerInfo | None,
+                last: ProbeResult | None, counters: Counters, device: str | None,
+                roof: RooflineView | None) -> StatsView:
+    """Assemble the StatsView from the fit snapshot, server info and last probe."""
+    fit = linear_of(snap)
+    v = StatsView(method=getattr(snap, "method", None) or method, which=which,
+                  probes=counters.probes, failed=counters.failed,
+                  cached_probes=counters.cached, last_cached_tokens=counters.last_cached_tokens)
+    v.n = int(getattr(snap, "n_points", 0) or (fit.n if fit else 0))
+    if fit is not None:
+        v.intercept_s = fit.intercept_s
+        v.intercept_ci = tuple(fit.intercept_ci) if fit.intercept_ci else None
+        v.slope_s = fit.slope_s_per_token
+        v.slope_ci = tuple(fit.slope_ci) if fit.slope_ci else None
+        v.throughput = fit.throughput_tok_s
+        ci = fit.throughput_ci
+        if ci and ci[0] is not None and ci[1] is not None:
+            v.throughput_ci = (ci[0], ci[1])
+        v.r2 = fit.r2
+        v.n = fit.n
+    knee = getattr(snap, "knee_tokens", None)
+    if knee:
+        v.notes.append(f"knee at {knee} tok (fit above)")
+    if getattr(snap, "quadratic_applies", False):
+        q = getattr(snap, "quadratic", None)
+        c = getattr(q, "c_s_per_token2", None)
+        if c:
+            v.quadratic_note = f"quadratic: c={c * 1e9:.3g} ns/tok²"
+    if info is not None:
+        v.server_kind = info.kind
+        # llama.cpp reports the GGUF path as the model id: show the file name only
+        v.model = info.model.rsplit("/", 1)[-1] if info.model else None
+    v.device = device
+    if last is not None:
+        v.requested = last.requested_tokens
+        v.counted = last.prompt_tokens
+        v.overhead_s = last.overhead_s
+        v.queue_s = last.queue_s
+        v.prefill_s = last.server_prefill_s
+    if roof is not None:
+        v.achieved_tflops = roof.achieved_tflops
+        v.mfu = roof.mfu
+        v.estimate = roof.estimate
+        v.verdict = roof.verdict
+        v.notes.extend(roof.notes)
+        v.warnings.extend(roof.warnings)
+    return v
+
+
+def status_line(state: str, detail: str, counters: Counters, rng: tuple[int, int],
+                which: str, paused: bool) -> str:
+    """The always-visible connection/progress line (markup)."""
+    icons = {"connecting": "[$warning]◌ connecting[/]", "probing": "[$success]● probing[/]",
+             "retrying": "[$warning]↻ retrying[/]", "paused": "[$accent]‖ paused[/]",
+             "stopped": "■ stopped", "done": "■ done", "failed": "[$error]✖ failed[/]"}
+    shown = "paused" if paused and state not in ("failed", "stopped") else state
+    text = icons.get(shown, shown)
+    if detail and shown in ("connecting", "retrying", "failed", "probing"):
+        text += f" {_escape(detail)}"
+    parts = [text, f"{counters.ok} ok"]
+    if counters.failed:
+        parts.append(f"[$error]{counters.failed} failed[/]")
+    parts.append(f"{rng[0]}–{rng[1]} tok")
+    parts.append("window fit" if which == "window" else "all-time fit")
+    return "  ".join(parts)
+
+
+def _escape(text: str) -> str:
+    return text.replace("[", r"\[")
+
+
+#: Short words for roofline.verdict levels (the full sentence is shown below them).
+VERDICT_WORDS = {
+    "healthy": "healthy", "below": "below expectations", "wrong": "something is wrong",
+    "impossible": "impossible: check inputs", "unknown-peak": "MFU needs --peak-tflops",
+    "short-prompts": "prompts too short to judge",
+}
+
+
+def roofline_analysis(args: Any) -> Analysis:
+    """An Analysis built from the command-line args (core.catalog + core.roofline).
+
+    Model shape: flags > --model-config > server metadata > catalog; hardware: --gpu >
+    the telemetry's first NVML name; resolved once per (server, device names) and
+    cached.  Lines: expected prefill time FLOPs(n)/peak and FLOPs(n)/(peak*efficiency)
+    (formulas: shared/reference/hardware-and-models.md).
+    """
+    from prefilltui.core import roofline
+    from prefilltui.core.catalog import resolve_gpu, resolve_model
+
+    efficiency = float(getattr(args, "efficiency", 0.5) or 0.5)
+    cache: dict[Any, Any] = {}
+
+    def resolve(info: ServerInfo | None, names: list[str]):
+        key = (id(info), getattr(info, "model", None), getattr(info, "n_params", None),
+               tuple(n for n in names if n))
+        if key not in cache:
+            notes: list[str] = []
+            try:
+                model, n1 = resolve_model(args, info)
+                notes += n1
+            except (OSError, ValueError) as exc:
+                model, notes = None, [f"model shape: {exc}"]
+            gpu_names = [n for n in names if n and not n.upper().startswith("CPU")]
+            hw, n2 = resolve_gpu(args, gpu_names)
+            cache.clear()
+            cache[key] = (model, hw, notes + n2)
+        return cache[key]
+
+    def analysis(snap: Any, info: ServerInfo | None, names: list[str]) -> RooflineView:
+        model, hw, notes = resolve(info, names)
+        view = RooflineView(estimate=True)
+        peak = hw.peak_flops if hw is not None else None
+        if model is None or not model.params:
+            if snap is not None and linear_of(snap) is not None:
+                view.notes.append("FLOP/s and MFU need --params (or --model-config)")
+            return view
+        P, L, d = model.params, model.layers, model.d_attn
+        if peak and L and d:
+            view.lines = [
+                ("peak", lambda n, P=P, L=L, d=d, pk=peak: roofline.prefill_flops(n, P, L, d) / pk),
+                (f"{efficiency:.0%}", lambda n, P=P, L=L, d=d, pk=peak:
+                    roofline.prefill_flops(n, P, L, d) / (pk * efficiency)),
+            ]
+        fit = linear_of(snap)
+        if fit is None or not fit.slope_s_per_token or fit.slope_s_per_token <= 0:
+            return view
+        b = fit.slope_s_per_token
+        quad = getattr(snap, "quadratic", None) if getattr(snap, "quadratic_applies", False) else None
+        if quad is not None and quad.slope_s_per_token > 0:
+            b = quad.slope_s_per_token
+        ach = roofline.achieved_flops(b, P)
+        view.achieved_tflops = ach / 1e12 if ach else None
+        view.mfu = roofline.mfu(b, P, peak)
+        level, text = roofline.verdict(
+            view.mfu, achieved=ach, tokens_per_s=fit.throughput_tok_s,
+            max_tokens=getattr(fit, "x_max", None), ridge=hw.ridge_point if hw else None,
+            hidden=model.hidden)
+        view.verdict = VERDICT_WORDS.get(level, level)
+        view.notes.append(text)
+        return view
+
+    return analysis
+
+
+def with_baseline(analysis: Analysis, baseline_fit: Any) -> Analysis:
+    """Wrap an Analysis so a worse live fit than ``baseline_fit`` (a LinearFit from
+    ``--baseline RUN.jsonl``) adds core.diagnose.drift's warning."""
+    from prefilltui.core.diagnose import drift
+
+    def wrapped(snap: Any, info: ServerInfo | None, names: list[str]) -> RooflineView:
+        view = analysis(snap, info, names)
+        warning = drift(baseline_fit, linear_of(snap))
+        if warning:
+            view.warnings.append(f"⚠ {warning}")
+        return view
+
+    return wrapped

@@ -1,0 +1,275 @@
+"""Utilization and power gauges, side by side per device, each with a ~60 s history.
+
+Widgets read a TelemetrySnapshot (core/telemetry.py) handed to them by the app; they
+never call NVML or psutil.  The history is bucketed by *time* (one column per
+span/width seconds, peak value per column) on a fixed scale (0-100 % for util,
+0-power limit for power), and columns that fall inside a probe's request window get
+a tinted background, so each long prefill's spike lines up with its probe.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Iterable, Sequence
+
+from rich.segment import Segment
+from rich.style import Style
+from textual.app import ComposeResult, RenderResult
+from textual.color import Color
+from textual.containers import Horizontal, Vertical
+from textual.message import Message
+from textual.strip import Strip
+from textual.widgets import Sparkline, Static
+
+BARS = "▁▂▃▄▅▆▇█"
+
+#: Devices shown with a 2-line history; above this many GPUs rows go compact (1 line).
+COMPACT_ABOVE = 2
+
+
+def bucket_history(
+    history: Iterable[tuple[float, float | None]], now: float, span: float, width: int
+) -> list[float | None]:
+    """Peak value per time bucket over [now - span, now]; None where no sample.
+
+    history: (t_perf seconds, value or None) pairs.  Returns ``width`` values,
+    oldest first.
+    """
+    out: list[float | None] = [None] * max(width, 0)
+    if width <= 0 or span <= 0:
+        return out
+    start = now - span
+    step = span / width
+    for t, v in history:
+        if v is None or t < start or t > now:
+            continue
+        i = min(int((t - start) / step), width - 1)
+        cur = out[i]
+        out[i] = v if cur is None else max(cur, v)
+    return out
+
+
+def window_mask(windows: Iterable[tuple[float, float]], now: float, span: float,
+                width: int) -> list[bool]:
+    """True for each bucket that overlaps a probe window (t_send, t_end)."""
+    mask = [False] * max(width, 0)
+    if width <= 0:
+        return mask
+    start = now - span
+    step = span / width
+    for t0, t1 in windows:
+        if t1 < start or t0 > now:
+            continue
+        i0 = max(int((t0 - start) / step), 0)
+        i1 = min(int((t1 - start) / step), width - 1)
+        for i in range(i0, i1 + 1):
+            mask[i] = True
+    return mask
+
+
+class HistorySpark(Sparkline):
+    """A Sparkline on a fixed scale over a time window, with probe windows tinted.
+
+    Set ``history`` ((t, value|None) pairs), ``now``, ``span`` (s), ``hi`` (scale
+    top; values above clip), ``windows`` ((t0, t1) perf_counter pairs) then refresh.
+    """
+
+    DEFAULT_CSS = """
+    HistorySpark { height: 2; width: 1fr; }
+    """
+
+    def __init__(self, *, span: float = 60.0, **kw: Any) -> None:
+        super().__init__(**kw)
+        self.history: Sequence[tuple[float, float | None]] = ()
+        self.windows: Sequence[tuple[float, float]] = ()
+        self.now = 0.0
+        self.span = span
+        self.hi = 100.0
+        self._sig: tuple | None = None
+
+    def set_data(self, history, now: float, hi: float, windows=()) -> None:
+        """New data; refreshes only when the drawn columns change (saves terminal bytes:
+        at 60 s over ~40 columns a column lasts ~1.5 s, longer than a gauge tick)."""
+        self.history = tuple(history)
+        self.now = now
+        self.hi = hi if hi and hi > 0 else 1.0
+        self.windows = tuple(windows)
+        width = self.size.width
+        sig = (width, self.hi, tuple(bucket_history(self.history, now, self.span, width)),
+               tuple(window_mask(self.windows, now, self.span, width)))
+        if sig != self._sig:
+            self._sig = sig
+            self.refresh()
+
+    def render(self) -> RenderResult:  # pragma: no cover - render_lines is used
+        return ""
+
+    def render_line(self, y: int) -> Strip:
+        width, height = self.size.width, self.size.height
+        if width <= 0 or height <= 0:
+            return Strip.blank(width)
+        vals = bucket_history(self.history, self.now, self.span, width)
+        mask = window_mask(self.windows, self.now, self.span, width)
+        variables = self.app.theme_variables
+        cool = Color.parse(variables.get("gauge-cool", "#2f6f4f"))
+        hot = Color.parse(variables.get("gauge-hot", "#f0625d"))
+        probe = Color.parse(variables.get("gauge-probe", "#f5b342"))
+        base = self.background_colors[1]
+        tint = base.blend(probe, 0.22)
+        row = height - 1 - y  # 0 = bottom row
+        levels = len(BARS)
+        segs = []
+        plain = base.rich_color
+        for v, in_probe in zip(vals, mask):
+            bg = tint.rich_color if in_probe else plain
+            if v is None:
+                segs.append(Segment(" ", Style(bgcolor=bg)))
+                continue
+            ratio = max(0.0, min(v / self.hi, 1.0))
+            total = ratio * height * levels
+            filled = total - row * levels
+            if filled >= levels:
+                ch = "█"
+            elif filled >= 1:
+                ch = BARS[int(filled) - 1]
+            else:
+                ch = BARS[0] if row == 0 else " "
+            color = cool.blend(hot, ratio)
+            segs.append(Segment(ch, Style(color=color.rich_color, bgcolor=bg)))
+        return Strip(segs, width)
+
+
+def _fmt(v: float | None, unit: str, digits: int = 0) -> str:
+    return "N/A" if v is None else f"{v:.{digits}f} {unit}"
+
+
+class DeviceGauge(Horizontal):
+    """One device: [util text + history] [power text + history], side by side."""
+
+    DEFAULT_CSS = """
+    DeviceGauge { height: auto; }
+    DeviceGauge > Vertical { width: 1fr; height: auto; padding: 0 1 0 0; }
+    DeviceGauge .gauge-text { height: 1; width: 1fr; }
+    DeviceGauge.-compact > Vertical { layout: horizontal; }
+    DeviceGauge.-compact .gauge-text { width: 22; }
+    DeviceGauge.-compact HistorySpark { height: 1; }
+    """
+
+    def __init__(self, label: str, **kw: Any) -> None:
+        super().__init__(**kw)
+        self.label = label
+        self._pending: tuple | None = None
+        self._texts: tuple[str, str] | None = None
+
+    def compose(self) -> ComposeResult:
+        with Vertical(classes="util"):
+            yield Static("", classes="gauge-text util-text", markup=False)
+            yield HistorySpark(classes="util-spark")
+        with Vertical(classes="power"):
+            yield Static("", classes="gauge-text power-text", markup=False)
+            yield HistorySpark(classes="power-spark")
+
+    def on_resize(self) -> None:
+        for spark in self.query(HistorySpark):
+            spark._sig = None
+        if self._pending is not None:
+            self.show(*self._pending)
+
+    def on_mount(self) -> None:
+        if self._pending is not None:
+            self.show(*self._pending)
+
+    def show(self, dev: Any, now: float, windows: Sequence[tuple[float, float]]) -> None:
+        """Update from one DeviceSnapshot-shaped object (kept until composed)."""
+        self._pending = (dev, now, windows)
+        if not self.query(".util-text"):
+            return
+        na = dict(getattr(dev, "na", None) or {})
+        label = getattr(dev, "label", None) or self.label
+        util = getattr(dev, "util_pct", None)
+        power = getattr(dev, "power_w", None)
+        limit = getattr(dev, "power_limit_w", None)
+        averaged = bool(getattr(dev, "power_averaged", False))
+        if util is None:
+            why = na.get("util") or na.get("util_pct") or na.get("utilization")
+            util_text = f"{label} util N/A" + (f": {why}" if why else "")
+        else:
+            util_text = f"{label} util {util:3.0f} %"
+        if power is None:
+            why = na.get("power") or na.get("power_w")
+            power_text = "power N/A" + (f": {why}" if why else "")
+        else:
+            power_text = f"power {power:.0f}" + (" avg" if averaged else "") + " W"
+            power_text += f" / {limit:.0f} W" if limit else ""
+        history = tuple(getattr(dev, "history", None) or ())
+        util_hist = [(h[0], h[1]) for h in history]
+        power_hist = [(h[0], h[2]) for h in history]
+        if limit:
+            p_hi = float(limit)
+        else:
+            p_hi = max((p for _, p in power_hist if p is not None), default=1.0)
+        if (util_text, power_text) != self._texts:
+            self._texts = (util_text, power_text)
+            self.query_one(".util-text", Static).update(util_text)
+            self.query_one(".power-text", Static).update(power_text)
+        self.query_one(".util-spark", HistorySpark).set_data(util_hist, now, 100.0, windows)
+        self.query_one(".power-spark", HistorySpark).set_data(power_hist, now, p_hi, windows)
+
+
+class GaugePanel(Vertical):
+    """All devices of one TelemetrySnapshot; compact rows when there are many GPUs."""
+
+    DEFAULT_CSS = """
+    GaugePanel { height: auto; }
+    GaugePanel > .gauge-status { height: auto; }
+    GaugePanel > .gauge-status.-hidden { display: none; }
+    """
+
+    class Info(Message):
+        """A new telemetry info line (e.g. why the CPU is shown instead of GPUs)."""
+
+        def __init__(self, text: str) -> None:
+            super().__init__()
+            self.text = text
+
+    def __init__(self, **kw: Any) -> None:
+        super().__init__(**kw)
+        self._labels: list[str] = []
+        self.info_reason: str | None = None
+
+    def compose(self) -> ComposeResult:
+        yield Static("telemetry: starting", classes="gauge-status", markup=False)
+
+    def show(self, snap: Any, now: float, windows: Sequence[tuple[float, float]] = ()) -> None:
+        """Update from a TelemetrySnapshot-shaped object (None = no sampler)."""
+        status = self.query_one(".gauge-status", Static)
+        devices = tuple(getattr(snap, "devices", None) or ()) if snap is not None else ()
+        if snap is None:
+            status.update("telemetry off")
+            status.remove_class("-hidden")
+        elif not getattr(snap, "available", True) or not devices:
+            reason = getattr(snap, "reason", None) or "no devices"
+            status.update(f"telemetry unavailable: {reason}")
+            status.remove_class("-hidden")
+        else:
+            reason = getattr(snap, "reason", None)
+            status.set_class(not reason, "-hidden")
+            if reason:
+                status.update(reason)
+            if reason and reason != self.info_reason:
+                self.info_reason = reason
+                self.post_message(self.Info(reason))
+        # "why CPU" is an info line: hidden on narrow screens (the app notifies it once)
+        status.set_class(bool(devices) and getattr(snap, "available", True), "-info")
+        labels = [getattr(d, "label", f"dev {i}") for i, d in enumerate(devices)]
+        if labels != self._labels:
+            for g in self.query(DeviceGauge):
+                g.remove()
+            compact = len(labels) > COMPACT_ABOVE
+            self.mount_all([DeviceGauge(lab, classes="-compact" if compact else "")
+                            for lab in labels])
+            self._labels = labels
+        self._fill(devices, now, windows)
+
+    def _fill(self, devices, now, windows) -> None:
+        for gauge, dev in zip(self.query(DeviceGauge), devices):
+            gauge.show(dev, now, windows)

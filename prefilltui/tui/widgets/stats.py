@@ -1,0 +1,135 @@
+"""Stats panel: the fit, roofline comparison and the server/probe facts, as text.
+
+Renders a ``StatsView`` (plain data built by the app in ``tui/viewmodel.py``); no
+fitting or I/O here.  Seconds are converted to ms / µs for the screen only.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from rich.text import Text
+from textual.widgets import Static
+
+
+@dataclass
+class StatsView:
+    """What the stats panel shows.  Seconds everywhere; None = not known."""
+
+    method: str = "robust"
+    which: str = "all"  # "all" | "window"
+    n: int = 0
+    intercept_s: float | None = None
+    intercept_ci: tuple[float, float] | None = None
+    slope_s: float | None = None  # seconds per token
+    slope_ci: tuple[float, float] | None = None
+    throughput: float | None = None  # tokens/s
+    throughput_ci: tuple[float, float] | None = None
+    r2: float | None = None
+    quadratic_note: str | None = None
+    achieved_tflops: float | None = None
+    mfu: float | None = None  # fraction
+    estimate: bool = False  # achieved/MFU rest on estimated (uncertain) inputs
+    verdict: str | None = None
+    server_kind: str | None = None
+    model: str | None = None
+    device: str | None = None
+    requested: int | None = None
+    counted: int | None = None
+    cached_probes: int = 0
+    last_cached_tokens: int | None = None
+    overhead_s: float | None = None
+    queue_s: float | None = None
+    prefill_s: float | None = None
+    probes: int = 0
+    failed: int = 0
+    notes: list[str] = field(default_factory=list)
+    warnings: list[str] = field(default_factory=list)
+
+
+def si(v: float | None, digits: int = 1) -> str:
+    """12345 -> '12.3k'; None -> '—'."""
+    if v is None:
+        return "—"
+    a = abs(v)
+    for div, suffix in ((1e9, "G"), (1e6, "M"), (1e3, "k")):
+        if a >= div:
+            return f"{v / div:.{digits}f}{suffix}"
+    return f"{v:.{digits if a < 100 else 0}f}"
+
+
+def _ms(v: float | None) -> str:
+    return "—" if v is None else (f"{v * 1e3:.1f}" if abs(v) < 10 else f"{v * 1e3:.0f}")
+
+
+def stats_text(v: StatsView) -> Text:
+    """The panel's content (one fact per line, label then value)."""
+    t = Text(no_wrap=False, overflow="fold")
+
+    def line(label: str, value: str, style: str = "") -> None:
+        t.append(f"{label:<10}", style="dim")
+        t.append(value + "\n", style=style)
+
+    if v.slope_s is None:
+        t.append("fit: needs ≥3 probes at\n  different lengths\n", style="italic")
+    else:
+        line("intercept", f"{_ms(v.intercept_s)} ms")
+        us = v.slope_s * 1e6
+        line("slope", f"{us:.3g} µs/tok" if abs(us) < 1000 else f"{us / 1e3:.3g} ms/tok")
+        line("prefill", f"{si(v.throughput)} tok/s", "bold")
+        if v.throughput_ci:
+            lo, hi = v.throughput_ci
+            line(" 95%", f"{si(lo)}–{si(hi)}")
+        if v.r2 is not None:
+            line("R²", f"{v.r2:.3f}")
+        if v.quadratic_note:
+            t.append(v.quadratic_note + "\n", style="dim")
+    for warning in v.warnings:
+        t.append(warning + "\n", style="bold")
+    if v.achieved_tflops is not None:
+        est = " est." if v.estimate else ""
+        if v.achieved_tflops >= 1:
+            line("achieved", f"{v.achieved_tflops:.3g} TFLOP/s{est}")
+        else:
+            line("achieved", f"{v.achieved_tflops * 1e3:.3g} GFLOP/s{est}")
+    if v.mfu is not None:
+        line("MFU", f"{v.mfu * 100:.1f} %" + (" est." if v.estimate else ""), "bold")
+    if v.verdict:
+        line("verdict", v.verdict, "bold")
+    facts = " · ".join(x for x in (v.server_kind, v.model, v.device) if x)
+    if facts:
+        t.append(facts + "\n", style="dim")
+    if v.requested is not None:
+        counted = "—" if v.counted is None else str(v.counted)
+        line("tokens", f"{v.requested} req → {counted}")
+    if v.overhead_s is not None or v.queue_s is not None or v.prefill_s is not None:
+        line("ovh/q/pf", f"{_ms(v.overhead_s)}/{_ms(v.queue_s)}/{_ms(v.prefill_s)} ms")
+    if v.cached_probes:
+        t.append(f"⚠ cached tokens in {v.cached_probes} probe(s)"
+                 + (f", last {v.last_cached_tokens}" if v.last_cached_tokens else "")
+                 + "\n", style="bold")
+    for note in v.notes:
+        t.append(note + "\n", style="italic")
+    t.rstrip()
+    return t
+
+
+def stats_title(v: StatsView) -> str:
+    """Border title: which fit, over what, from how many probes."""
+    which = "window" if v.which == "window" else "all"
+    return f"{v.method} fit · {which} · n {v.n}"
+
+
+class StatsPanel(Static):
+    """Shows a StatsView; call ``show(view)``."""
+
+    DEFAULT_CSS = "StatsPanel { height: auto; }"
+    _spans: list = []
+
+    def show(self, view: StatsView) -> None:
+        """Update; an unchanged text is not redrawn (no layout, no terminal bytes)."""
+        self.view = view
+        text = stats_text(view)
+        if text.plain != getattr(self, "_plain", None) or text.spans != self._spans:
+            self._plain, self._spans = text.plain, list(text.spans)
+            self.update(text)

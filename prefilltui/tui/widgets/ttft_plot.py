@@ -1,0 +1,191 @@
+"""The TTFT scatter: TTFT (ms) against prompt tokens, the running fit line and the
+roofline expectation lines.
+
+The widget owns bounded buffers of points and only draws; it never fits.  The app
+calls ``add_result`` per probe, ``set_fit``/``set_reference_lines`` when the fit
+changes, and ``replot()`` at most a few times a second (it merges updates).
+"""
+
+from __future__ import annotations
+
+import math
+from collections import deque
+from typing import Callable
+
+from textual_plotext import PlotextPlot
+
+from prefilltui.core.types import ProbeResult
+from prefilltui.tui.themes import VARIABLE_DEFAULTS, rgb
+
+#: Markers: one character each so the kinds differ without colour (NO_COLOR).
+MARK_OK = "•"
+MARK_NEWEST = "◆"
+MARK_WARMUP = "×"
+MARK_CACHE = "○"
+
+
+def nice_ticks(hi: float, target: int = 5) -> list[float]:
+    """Round tick positions 0, s, 2s, ... <= hi with s from the 1-2-5 series."""
+    if hi <= 0:
+        return [0.0]
+    raw = hi / max(target - 1, 1)
+    mag = 10 ** math.floor(math.log10(raw))
+    step = next(m * mag for m in (1, 2, 2.5, 5, 10) if m * mag >= raw)
+    n = int(hi // step)
+    return [i * step for i in range(n + 1)]
+
+
+def tick_label(v: float) -> str:
+    """4096 -> '4k', 1500 -> '1.5k', 12.5 -> '12.5', 40 -> '40'."""
+    if abs(v) >= 1000:
+        k = v / 1000
+        return f"{k:.0f}k" if k == int(k) else f"{k:.1f}k"
+    return f"{v:.0f}" if v == int(v) else f"{v:.1f}"
+
+
+class TTFTPlot(PlotextPlot):
+    """Scatter of TTFT (ms) vs prompt tokens with fit and roofline lines.
+
+    Buffers hold at most ``max_points`` fit points and ``max_points // 4`` warm-up /
+    cache-hit points (oldest dropped).  Failed probes are never plotted.
+    """
+
+    def __init__(self, *, max_points: int = 2000, show_excluded: bool = True, **kw) -> None:
+        super().__init__(**kw)
+        self._ok: deque[tuple[int, float]] = deque(maxlen=max_points)
+        self._warm: deque[tuple[int, float]] = deque(maxlen=max(8, max_points // 4))
+        self._cache: deque[tuple[int, float]] = deque(maxlen=max(8, max_points // 4))
+        self._newest: tuple[int, float] | None = None
+        self._fit: tuple[float, float] | None = None  # (intercept ms, slope ms/token)
+        self._lines: list[tuple[str, Callable[[float], float]]] = []
+        self.show_excluded = show_excluded
+        self._max_tokens_hint: int | None = None
+        self.replots = 0  # how many times replot() drew (tests check throttling)
+        self._render_key: tuple | None = None
+        self._plot_text = None
+
+    # -- data in -------------------------------------------------------------
+    def add_result(self, r: ProbeResult) -> None:
+        """Buffer one probe (failed probes and probes without TTFT are ignored)."""
+        if not r.ok or r.ttft_s is None or r.tokens is None:
+            return
+        point = (int(r.tokens), r.ttft_s * 1000.0)
+        if r.warmup:
+            self._warm.append(point)
+        elif r.cache_hit:
+            self._cache.append(point)
+        else:
+            self._ok.append(point)
+            self._newest = point
+
+    def clear_points(self) -> None:
+        """Forget every plotted point (the fit was reset)."""
+        self._ok.clear()
+        self._warm.clear()
+        self._cache.clear()
+        self._newest = None
+
+    def set_fit(self, intercept_ms: float | None, slope_ms_per_token: float | None) -> None:
+        """The fit line TTFT = a + b*n in ms; None hides it."""
+        if intercept_ms is None or slope_ms_per_token is None:
+            self._fit = None
+        else:
+            self._fit = (float(intercept_ms), float(slope_ms_per_token))
+
+    def set_reference_lines(self, lines: list[tuple[str, Callable[[float], float]]]) -> None:
+        """Roofline expectation lines: (label, tokens -> TTFT ms)."""
+        self._lines = list(lines)
+
+    def set_range_hint(self, max_tokens: int | None) -> None:
+        """The sweep's longest prompt, so the x axis does not jump around."""
+        self._max_tokens_hint = max_tokens
+
+    @property
+    def point_count(self) -> int:
+        return len(self._ok)
+
+    # -- drawing -------------------------------------------------------------
+    def _color(self, var: str) -> tuple[int, int, int]:
+        try:
+            value = self.app.theme_variables.get(var)
+        except Exception:  # not mounted yet
+            value = None
+        return rgb(value or VARIABLE_DEFAULTS.get(var))
+
+    def replot(self) -> None:
+        """Redraw from the buffers (cheap: a few thousand points at most)."""
+        self.replots += 1
+        plt = self.plt
+        plt.clear_data()
+        plt.clear_figure()
+        plt.xlabel("prompt tokens")
+        plt.ylabel("TTFT ms")
+        xs_all = [p[0] for p in self._ok]
+        ys_all = [p[1] for p in self._ok]
+        if self.show_excluded:
+            xs_all += [p[0] for p in self._warm] + [p[0] for p in self._cache]
+            ys_all += [p[1] for p in self._warm] + [p[1] for p in self._cache]
+        x_max = max(xs_all, default=0)
+        if self._max_tokens_hint:
+            x_max = max(x_max, self._max_tokens_hint)
+        x_max = max(x_max, 16) * 1.05
+        y_max = max(ys_all, default=0.0)
+        if self._fit:
+            y_max = max(y_max, self._fit[0] + self._fit[1] * x_max)
+        y_max = max(y_max, 1.0) * 1.08
+        xs_line = [0.0, x_max * 0.25, x_max * 0.5, x_max * 0.75, x_max]
+        for label, fn in self._lines:
+            try:
+                ys = [fn(x) for x in xs_line]
+            except Exception:
+                continue
+            plt.plot(xs_line, ys, marker="braille", color=self._color("plot-roofline"))
+        if self._fit:
+            a, b = self._fit
+            plt.plot([0.0, x_max], [a, a + b * x_max], marker="braille",
+                     color=self._color("plot-fit"))
+        if self.show_excluded and self._warm:
+            plt.scatter([p[0] for p in self._warm], [p[1] for p in self._warm],
+                        marker=MARK_WARMUP, color=self._color("plot-warmup"))
+        if self.show_excluded and self._cache:
+            plt.scatter([p[0] for p in self._cache], [p[1] for p in self._cache],
+                        marker=MARK_CACHE, color=self._color("plot-cache"))
+        if self._ok:
+            plt.scatter([p[0] for p in self._ok], [p[1] for p in self._ok],
+                        marker=MARK_OK, color=self._color("plot-point"))
+        if self._newest:
+            plt.scatter([self._newest[0]], [self._newest[1]], marker=MARK_NEWEST,
+                        color=self._color("plot-newest"))
+        plt.xlim(0, x_max)
+        plt.ylim(0, y_max)
+        width = max(self.size.width, 20)
+        xt = nice_ticks(x_max, max(4, min(width // 9, 10)))
+        yt = nice_ticks(y_max, max(4, min(int(self.size.height / 2.5), 8)))
+        plt.xticks(xt, [tick_label(v) for v in xt])
+        plt.yticks(yt, [tick_label(v) for v in yt])
+        self.refresh()
+
+    def render(self):
+        """Build the plotext text once per (replot, size, theme); Textual may call
+        render() more often than the data changes (overlapping toasts, focus)."""
+        key = (self.replots, self.size.width, self.size.height, self.app.theme)
+        if key != self._render_key:
+            self._render_key = key
+            self._plot_text = super().render()
+        return self._plot_text
+
+    def on_resize(self) -> None:
+        # tick density depends on the size: redraw (cheap) when the terminal changes
+        self.replot()
+
+    def legend_markup(self) -> str:
+        """A one-line legend for the border subtitle (colours from the theme)."""
+        parts = [f"[$plot-point]{MARK_OK}[/]probe", f"[$plot-newest]{MARK_NEWEST}[/]new",
+                 "[$plot-fit]─[/]fit"]
+        if self._lines:
+            parts.append("[$plot-roofline]─[/]" + "/".join(l for l, _ in self._lines))
+        if self.show_excluded and self._warm:
+            parts.append(f"[$plot-warmup]{MARK_WARMUP}[/]warm-up")
+        if self.show_excluded and self._cache:
+            parts.append(f"[$plot-cache]{MARK_CACHE}[/]cached")
+        return " ".join(parts)

@@ -1,0 +1,78 @@
+"""Export and cache-check actions: thread workers that only post messages.
+
+Mixed into PrefillApp (kept apart so app.py stays small).  Each worker runs with
+``exit_on_error=False``; errors become notifications, never tracebacks.
+"""
+
+from __future__ import annotations
+
+import time
+from typing import Any
+
+from textual import work
+from textual.worker import Worker, WorkerState
+
+from prefilltui.core.types import ProbeResult
+from prefilltui.tui.messages import CacheCheckDone, ExportDone
+
+
+class WorkerActions:
+    """``e`` export and ``c`` cache check for PrefillApp."""
+
+    def action_export(self) -> None:
+        if self.exporter is None:
+            self.notify("export needs a run file", severity="warning")
+            return
+        self.notify("exporting…", timeout=2)
+        self._export_worker(list(self.results), self.last_fit)
+
+    @work(thread=True, exclusive=True, exit_on_error=False, group="export")
+    def _export_worker(self, results: list[ProbeResult], fit: Any) -> None:
+        try:
+            paths = self.exporter(results, fit)
+        except Exception as exc:
+            self.post_message(ExportDone([], f"{type(exc).__name__}: {exc}"))
+            return
+        self.post_message(ExportDone(list(paths)))
+
+    def on_export_done(self, message: ExportDone) -> None:
+        if message.error:
+            self.notify(f"export failed: {message.error}", severity="error")
+        else:
+            self.notify("exported " + ", ".join(str(p) for p in message.paths), timeout=8)
+
+    def action_cache_check(self) -> None:
+        if self.cache_checker is None:
+            self.notify("cache check is not available here", severity="warning")
+            return
+        self.notify("cache check: pausing probes…", timeout=3)
+        was_paused = self.paused
+        if self.runner is not None and not was_paused:
+            self.runner.pause()
+        self._cache_worker(was_paused)
+
+    @work(thread=True, exclusive=True, exit_on_error=False, group="cache")
+    def _cache_worker(self, was_paused: bool) -> None:
+        try:
+            # wait for a probe in flight to finish so the check never overlaps one
+            deadline = time.monotonic() + 130.0
+            while (self.runner is not None and getattr(self.runner, "state", "paused")
+                   not in ("paused", "stopped", "failed", "done")
+                   and time.monotonic() < deadline):
+                time.sleep(0.05)
+            text = self.cache_checker()
+            self.post_message(CacheCheckDone(str(text)))
+        except Exception as exc:
+            self.post_message(CacheCheckDone(f"cache check failed: {exc}", ok=False))
+        finally:
+            if self.runner is not None and not was_paused:
+                self.runner.resume()
+
+    def on_cache_check_done(self, message: CacheCheckDone) -> None:
+        self.notify(message.text, severity="information" if message.ok else "error",
+                    timeout=10)
+
+    def on_worker_state_changed(self, event: Worker.StateChanged) -> None:
+        if event.state == WorkerState.ERROR:
+            self.notify(f"{event.worker.name} failed: {event.worker.error}", severity="error")
+

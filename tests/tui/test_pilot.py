@@ -1,0 +1,275 @@
+"""Pilot tests: keys change state, runner callbacks become messages, pause stops probes."""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+
+from fakes import NOW, FakeRunner, FakeSampler, fixed_results, gpu_snapshot, make_result
+
+from prefilltui.tui.app import PrefillApp, build_app
+from prefilltui.tui.help import HelpScreen
+from prefilltui.tui.messages import ProbeDone, RunnerStateChanged
+from prefilltui.tui.widgets.probe_log import ProbeLog
+from prefilltui.tui.widgets.ttft_plot import TTFTPlot
+
+
+def _app(preload=(), interval=None, **kw) -> tuple[PrefillApp, dict]:
+    holder: dict = {}
+
+    def factory(on_result, on_state):
+        holder["runner"] = FakeRunner(on_result, on_state, preload=preload, interval=interval)
+        return holder["runner"]
+
+    kw.setdefault("clock", lambda: NOW)
+    return build_app(factory, kw.pop("sampler", FakeSampler()), **kw), holder
+
+
+def _status(app) -> str:
+    return str(app.query_one("#status").render())
+
+
+async def test_keys_change_state():
+    app, h = _app(preload=fixed_results())
+    async with app.run_test(size=(80, 24)) as pilot:
+        await pilot.pause()
+        runner = h["runner"]
+        assert app.counters.probes == len(fixed_results())
+        await pilot.press("space")
+        assert app.paused and ("pause",) in runner.calls
+        await pilot.pause()
+        assert "paused" in _status(app)
+        await pilot.press("space")
+        assert not app.paused and ("resume",) in runner.calls
+        await pilot.press("w")
+        assert app.which == "window"
+        await pilot.press("w")
+        assert app.which == "all"
+        await pilot.press("b")
+        assert ("burst",) in runner.calls
+        await pilot.press("plus")
+        # 4096 x 2 = 8192, capped below the 8192-token context of the fake server
+        assert runner.calls[-1] == ("set_range", 32, 8023)
+        await pilot.press("minus")
+        assert runner.calls[-1] == ("set_range", 32, 4011)
+        first = app.theme
+        await pilot.press("t")
+        assert app.theme != first and app.theme in app.theme_set.names()
+        app.flush()
+        assert app.query_one("#plot", TTFTPlot).point_count > 0
+        await pilot.press("r")
+        assert app.fit.snapshot() is None
+        assert app.query_one("#plot", TTFTPlot).point_count == 0
+        await pilot.press("question_mark")
+        await pilot.pause()
+        assert isinstance(app.screen, HelpScreen)
+        await pilot.press("escape")
+        await pilot.pause()
+        assert not isinstance(app.screen, HelpScreen)
+        await pilot.press("q")
+    assert app.return_code == 0
+    assert ("stop",) in runner.calls
+
+
+async def test_runner_thread_callbacks_become_messages():
+    seen: list = []
+    app, h = _app()
+    async with app.run_test(size=(80, 24), message_hook=seen.append) as pilot:
+        await pilot.pause()
+        runner = h["runner"]
+        results = fixed_results()
+
+        def from_thread():
+            runner.on_state("retrying", "connect: refused; retrying in 2 s")
+            for r in results:
+                runner.emit(r)
+
+        t = threading.Thread(target=from_thread)
+        t.start()
+        t.join()
+        for _ in range(20):
+            await pilot.pause(0.05)
+            if app.counters.probes == len(results):
+                break
+        done = [m for m in seen if isinstance(m, ProbeDone)]
+        assert [m.result.seq for m in done] == [r.seq for r in results]
+        assert any(isinstance(m, RunnerStateChanged) and m.state == "retrying" for m in seen)
+        assert app.counters.failed == 1 and app.counters.cached == 1
+        app.flush()
+        # failed probe is not plotted; warm-up and cache hit are not in the fit
+        plot = app.query_one("#plot", TTFTPlot)
+        assert plot.point_count == len(results) - 3
+        assert app.last_fit is not None and app.last_fit.fit.n == len(results) - 3
+        assert app.query_one("#log", ProbeLog).row_count == len(results)
+
+
+async def test_state_line_shows_retrying_reason():
+    app, h = _app()
+    async with app.run_test(size=(80, 24)) as pilot:
+        h["runner"].on_state("retrying", "server unreachable; retrying in 2 s")
+        await pilot.pause()
+        assert "retrying" in _status(app) and "unreachable" in _status(app)
+
+
+async def test_pause_stops_probes():
+    app, h = _app(interval=0.02)
+    async with app.run_test(size=(80, 24)) as pilot:
+        for _ in range(50):
+            await pilot.pause(0.05)
+            if app.counters.probes >= 3:
+                break
+        assert app.counters.probes >= 3
+        await pilot.press("space")
+        await pilot.pause(0.1)
+        before = h["runner"].emitted
+        await asyncio.sleep(0.3)
+        await pilot.pause()
+        assert h["runner"].emitted == before
+        await pilot.press("space")
+        for _ in range(50):
+            await pilot.pause(0.05)
+            if h["runner"].emitted > before:
+                break
+        assert h["runner"].emitted > before
+
+
+async def test_replot_is_throttled():
+    app, h = _app(replot_hz=4.0)
+    async with app.run_test(size=(80, 24)) as pilot:
+        await pilot.pause()
+        plot = app.query_one("#plot", TTFTPlot)
+        start = plot.replots
+        for i in range(300):
+            h["runner"].emit(make_result(i + 1, 32 + 13 * i))
+        await pilot.pause(0.6)
+        assert app.counters.probes == 300
+        # 300 probes in well under a second: a handful of redraws, not 300
+        assert plot.replots - start <= 6
+
+
+async def test_row_selection_shows_message():
+    app, h = _app(preload=fixed_results())
+    notes: list[str] = []
+    async with app.run_test(size=(160, 48)) as pilot:
+        await pilot.pause()
+        app.notify = lambda msg, **kw: notes.append(msg)  # capture
+        log = app.query_one("#log", ProbeLog)
+        log.focus()
+        log.move_cursor(row=log.row_count - 1)
+        await pilot.press("enter")
+        await pilot.pause()
+    assert any("failed: timeout" in n and "no first token" in n for n in notes)
+
+
+async def test_export_writes_csv_and_summary(tmp_path):
+    from prefilltui.commands.watch import make_exporter
+    from prefilltui.core.runfile import RunWriter
+
+    run = tmp_path / "run.jsonl"
+    w = RunWriter(run)
+    for r in fixed_results():
+        w.append(r)
+    w.close()
+    app, h = _app(preload=fixed_results(), run_path=run,
+                  exporter=make_exporter(run, lambda: None, None))
+    async with app.run_test(size=(80, 24)) as pilot:
+        await pilot.pause()
+        await pilot.press("e")
+        for _ in range(40):
+            await pilot.pause(0.05)
+            if (tmp_path / "run.summary.json").exists():
+                break
+        await app.workers.wait_for_complete()
+    csv_text = (tmp_path / "run.csv").read_text()
+    assert csv_text.splitlines()[0].startswith("seq,")
+    assert len(csv_text.splitlines()) == len(fixed_results()) + 1
+    assert (tmp_path / "run.summary.json").read_text().strip().startswith("{")
+
+
+async def test_gauges_show_na_and_gpu_rows():
+    snap = gpu_snapshot(3)
+    app, _ = _app(sampler=FakeSampler(snap))
+    async with app.run_test(size=(160, 48)) as pilot:
+        await pilot.pause()
+        app.flush()
+        await pilot.pause()
+        texts = [str(w.render()) for w in app.query(".gauge-text")]
+        assert any("GPU 2 util" in t for t in texts)
+        assert any("612 W / 700 W" in t for t in texts)
+
+
+async def test_cpu_gauge_na_reason_and_unavailable():
+    app, _ = _app()
+    async with app.run_test(size=(80, 24)) as pilot:
+        await pilot.pause()
+        texts = [str(w.render()) for w in app.query(".gauge-text")]
+        assert any(t.startswith("CPU util") for t in texts)
+        assert any("power N/A: RAPL not readable" in t for t in texts)
+    from fakes import FakeSnapshot
+
+    app, _ = _app(sampler=FakeSampler(FakeSnapshot(kind="none", available=False,
+                                                   reason="NVML unavailable: driver not loaded")))
+    async with app.run_test(size=(80, 24)) as pilot:
+        await pilot.pause()
+        status = str(app.query_one(".gauge-status").render())
+        assert status == "telemetry unavailable: NVML unavailable: driver not loaded"
+
+
+async def test_cache_check_runs_in_worker_and_resumes():
+    calls = []
+
+    def checker():
+        calls.append("check")
+        return "prefix cache: no reuse seen (2 identical prompts, cached_tokens 0)"
+
+    app, h = _app(cache_checker=checker)
+    notes = []
+    async with app.run_test(size=(80, 24)) as pilot:
+        await pilot.pause()
+        app.notify = lambda msg, **kw: notes.append(msg)
+        await pilot.press("c")
+        await app.workers.wait_for_complete()
+        await pilot.pause()
+    assert calls == ["check"]
+    assert ("pause",) in h["runner"].calls and ("resume",) in h["runner"].calls
+    assert any("prefix cache" in n for n in notes)
+
+
+async def test_quit_code_3_when_never_reached():
+    app, h = _app()
+    async with app.run_test(size=(80, 24)) as pilot:
+        h["runner"].on_state("failed", "server unreachable: connection refused")
+        await pilot.pause()
+        await pilot.press("q")
+    assert app.return_code == 3
+
+
+async def test_cpu_fallback_reason_notified_and_shown_when_wide():
+    from fakes import FakeDevice, FakeSnapshot, cpu_history
+
+    reason = "NVML unavailable: NVML Shared Library Not Found — showing CPU"
+    snap = FakeSnapshot(reason=reason, devices=(FakeDevice(history=cpu_history()),))
+    for size, shown in (((80, 24), False), ((160, 48), True)):
+        app, _ = _app(sampler=FakeSampler(snap))
+        async with app.run_test(size=size) as pilot:
+            await pilot.pause()
+            await pilot.pause()
+            status = app.query_one(".gauge-status")
+            assert (status.styles.display != "none") is shown
+            assert any(n.message == reason for n in app._notifications)
+
+
+async def test_plot_redraw_without_new_data_reuses_text():
+    """A refresh with no replot (a toast over the plot, focus) reuses the built text."""
+    app, _ = _app(preload=fixed_results())
+    async with app.run_test(size=(80, 24)) as pilot:
+        await pilot.pause()
+        app.flush()
+        await pilot.pause()
+        plot = app.query_one("#plot", TTFTPlot)
+        first = plot.render()
+        plot.refresh()
+        await pilot.pause()
+        assert plot.render() is first
+        app.notify("a toast over the plot")
+        await pilot.pause(0.2)

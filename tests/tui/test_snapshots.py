@@ -1,0 +1,67 @@
+"""Snapshot tests (pytest-textual-snapshot) at 80x24 and 160x48 with fixed fake data.
+
+Update after an intended change with ``pytest tests/tui/test_snapshots.py --snapshot-update``
+and look at the SVGs (snapshot_report.html shows the differences).
+"""
+
+from __future__ import annotations
+
+from fakes import NOW, FakeRunner, FakeSampler, fixed_results, gpu_snapshot
+
+from prefilltui.tui.app import build_app
+from prefilltui.tui.viewmodel import RooflineView
+
+
+def _roofline(_snap, _info, _names):
+    """Fixed roofline: a 135M-parameter model on a 2 TFLOP/s device."""
+    P, peak = 135e6, 2e12
+    lines = [("peak", lambda n: 2 * P * n / peak), ("50%", lambda n: 2 * P * n / (peak * 0.5))]
+    return RooflineView(achieved_tflops=6.04, mfu=None, estimate=True,
+                        verdict="MFU needs --peak-tflops", lines=[],
+                        notes=["Peak unknown (CPU): 22,376 prompt tok/s (estimate)."]) \
+        if _names and _names[0].startswith("CPU") else \
+        RooflineView(achieved_tflops=0.62, mfu=0.31, estimate=True, verdict="below expectations",
+                     lines=lines)
+
+
+def _app(sampler=None, **kw):
+    return build_app(lambda r, s: FakeRunner(r, s, preload=fixed_results()),
+                     sampler or FakeSampler(), clock=lambda: NOW, analysis=_roofline, **kw)
+
+
+async def _settle(pilot):
+    await pilot.pause()
+    pilot.app.flush()
+    await pilot.pause()
+
+
+def test_cpu_80x24(snap_compare):
+    assert snap_compare(_app(), terminal_size=(80, 24), run_before=_settle)
+
+
+def test_cpu_160x48(snap_compare):
+    assert snap_compare(_app(), terminal_size=(160, 48), run_before=_settle)
+
+
+def test_gpus_roofline_160x48(snap_compare):
+    assert snap_compare(_app(FakeSampler(gpu_snapshot(2))), terminal_size=(160, 48),
+                        run_before=_settle)
+
+
+def test_eight_gpus_compact_80x24(snap_compare):
+    assert snap_compare(_app(FakeSampler(gpu_snapshot(8))), terminal_size=(80, 24),
+                        run_before=_settle)
+
+
+def test_help_80x24(snap_compare):
+    async def before(pilot):
+        await _settle(pilot)
+        await pilot.press("question_mark")
+        await pilot.pause()
+
+    assert snap_compare(_app(), terminal_size=(80, 24), run_before=before)
+
+
+def test_light_theme_80x24(snap_compare):
+    assert snap_compare(_app(theme="prefilltui-light"), terminal_size=(80, 24),
+                        run_before=_settle)

@@ -1,0 +1,88 @@
+"""Widget helpers that need no running app: history bucketing, stats text, ticks."""
+
+from __future__ import annotations
+
+from fakes import fixed_results, make_result
+
+from prefilltui.tui.viewmodel import Counters, build_stats, status_line
+from prefilltui.tui.widgets.gauges import bucket_history, window_mask
+from prefilltui.tui.widgets.probe_log import probe_message, probe_status
+from prefilltui.tui.widgets.stats import StatsView, si, stats_text
+from prefilltui.tui.widgets.ttft_plot import nice_ticks, tick_label
+
+
+def test_bucket_history_peaks_by_time():
+    hist = [(0.5, 10.0), (1.2, 90.0), (1.4, 30.0), (2.5, None), (9.9, 5.0)]
+    assert bucket_history(hist, now=10.0, span=10.0, width=10) == [
+        10.0, 90.0, None, None, None, None, None, None, None, 5.0]
+    assert bucket_history([(-5.0, 1.0)], now=10.0, span=10.0, width=2) == [None, None]
+
+
+def test_window_mask_marks_probe_columns():
+    assert window_mask([(2.0, 3.5)], now=10.0, span=10.0, width=10) == [
+        False, False, True, True, False, False, False, False, False, False]
+
+
+def test_stats_text_without_and_with_fit():
+    v = StatsView()
+    assert "needs ≥3 probes" in stats_text(v).plain
+    from prefilltui.core.fit import RunningFit
+
+    fit = RunningFit()
+    for r in fixed_results():
+        fit.add(r)
+    c = Counters()
+    for r in fixed_results():
+        c.add(r)
+    ok = [r for r in fixed_results() if r.ok][-1]
+    v = build_stats(fit.snapshot(), which="all", method="robust", info=None, last=ok,
+                    counters=c, device="CPU", roof=None)
+    text = stats_text(v).plain
+    assert "intercept 20.3 ms" in text.replace("  ", " ")
+    assert "µs/tok" in text and "tok/s" in text and "R²" in text
+    assert "cached tokens in 1 probe" in text
+    assert "3.0/—/23.1 ms" in text  # TTFT breakdown: overhead/queue/prefill
+
+
+def test_status_line_words():
+    c = Counters()
+    c.add(make_result(1, 100))
+    c.add(make_result(2, 100, ok=False))
+    s = status_line("retrying", "connect refused; retrying in 2 s", c, (32, 4096), "all", False)
+    assert "retrying" in s and "connect refused" in s and "1 failed" in s
+    assert "paused" in status_line("probing", "", c, (32, 4096), "window", True)
+
+
+def test_probe_status_and_message():
+    rs = fixed_results()
+    assert probe_status(rs[0]) == "warm-up"
+    assert probe_status(rs[-2]) == "cached 1000"
+    assert probe_status(rs[-1]) == "timeout"
+    assert "failed: timeout" in probe_message(rs[-1])
+
+
+def test_ticks_and_si():
+    assert nice_ticks(4300) == [0, 2000, 4000]
+    assert nice_ticks(4300, 6) == [0, 1000, 2000, 3000, 4000]
+    assert nice_ticks(230, 4) == [0, 100, 200]
+    assert tick_label(4000) == "4k" and tick_label(1500) == "1.5k" and tick_label(40) == "40"
+    assert si(22400) == "22.4k" and si(None) == "—"
+
+
+def test_baseline_drift_warning_in_stats():
+    from fakes import make_result as mk
+
+    from prefilltui.core.fit import RunningFit, fit_robust
+    from prefilltui.tui.viewmodel import RooflineView, with_baseline
+
+    xs = [32, 64, 128, 256, 512, 1024, 2048, 4096]
+    base = fit_robust(xs, [0.02 + 20e-6 * n + (1e-4 if i % 2 else -1e-4) for i, n in enumerate(xs)])
+    live = RunningFit()
+    for i, n in enumerate(xs * 2):
+        live.add(mk(i + 1, n, b=45e-6, noise=(1e-4 if i % 2 else -1e-4)))
+    analysis = with_baseline(lambda *_: RooflineView(), base)
+    roof = analysis(live.snapshot(), None, [])
+    v = build_stats(live.snapshot(), which="all", method="robust", info=None, last=None,
+                    counters=Counters(), device=None, roof=roof)
+    text = stats_text(v).plain
+    assert "⚠" in text and "baseline" in text
