@@ -56,6 +56,9 @@ class PrefillApp(WorkerActions, App[int]):
         Binding("t", "next_theme", "Theme", show=False),
         Binding("question_mark", "help", "Help", key_display="?"),
         Binding("q", "quit_app", "Quit"),
+        # Ctrl-C quits too (Textual would only hint at ctrl+q): the run file is
+        # already on disk and the demo's server is stopped on the way out.
+        Binding("ctrl+c", "quit_app", "Quit", show=False, priority=True),
     ]
 
     def __init__(self, runner_factory: RunnerFactory, *, sampler: Any = None,

@@ -71,6 +71,16 @@ async def test_keys_change_state():
     assert ("stop",) in runner.calls
 
 
+async def test_ctrl_c_quits_like_q():
+    app, h = _app()
+    async with app.run_test(size=(80, 24)) as pilot:
+        await pilot.pause()
+        await pilot.press("ctrl+c")
+        await pilot.pause()
+    assert app.return_code == 0
+    assert ("stop",) in h["runner"].calls
+
+
 async def test_runner_thread_callbacks_become_messages():
     seen: list = []
     app, h = _app()
