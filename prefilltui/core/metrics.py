@@ -314,7 +314,11 @@ class MetricsReader:
         try:
             r = await self._client.get(self.url, timeout=self._timeout)
         except httpx.HTTPError as e:
-            self.problem = f"{self.url}: {type(e).__name__}; {enable_hint(self.kind)}"
+            if isinstance(e, (httpx.ConnectError, httpx.UnsupportedProtocol)):
+                self.problem = f"{self.url}: {type(e).__name__}; {enable_hint(self.kind)}"
+            else:  # a dropped read says nothing about whether metrics are enabled
+                self.problem = (f"{self.url}: scrape failed ({type(e).__name__}); "
+                                "retried next probe")
             return None
         if r.status_code != 200:
             self.problem = f"{self.url} answered HTTP {r.status_code}; {enable_hint(self.kind)}"

@@ -40,6 +40,28 @@ _CTX_PATTERNS = re.compile(
 )
 
 
+class ResendOnStaleConnection(httpx.AsyncHTTPTransport):
+    """An httpx transport that resends a request once when a reused keep-alive
+    connection turns out to be closed by the server before any response byte
+    ("Server disconnected without sending a response").  llama-server closes a
+    connection after some streamed responses; without this the next request on it
+    would fail although the server never saw it.  The resend opens a new connection,
+    whose connect time the probe records separately (``connect_s``) and keeps out of
+    TTFT.  ``resent`` counts the resends.
+    """
+
+    resent = 0
+
+    async def handle_async_request(self, request: httpx.Request) -> httpx.Response:
+        try:
+            return await super().handle_async_request(request)
+        except httpx.RemoteProtocolError as e:
+            if "without sending a response" not in str(e):
+                raise
+            self.resent += 1
+            return await super().handle_async_request(request)
+
+
 def context_numbers(err: Any, text: str) -> tuple[int | None, int | None]:
     """(prompt tokens, context limit) quoted in a context-length error, when given."""
     n_prompt = n_ctx = None
@@ -97,10 +119,12 @@ class ProbeClient:
         self.info: ServerInfo | None = None
         self._key = api_key or None
         headers = {"Authorization": f"Bearer {api_key}"} if api_key else {}
+        self._transport = ResendOnStaleConnection(
+            verify=verify, limits=httpx.Limits(max_connections=4, max_keepalive_connections=4,
+                                               keepalive_expiry=300.0))
         self._http = httpx.AsyncClient(
-            headers=headers, verify=verify, timeout=httpx.Timeout(self.timeout, connect=10.0),
-            limits=httpx.Limits(max_connections=4, max_keepalive_connections=4,
-                                keepalive_expiry=300.0), follow_redirects=False,
+            headers=headers, transport=self._transport,
+            timeout=httpx.Timeout(self.timeout, connect=10.0), follow_redirects=False,
             trust_env=False)
         self.builder = PromptBuilder(seed)
         self.lengths = LengthModel()
@@ -249,8 +273,11 @@ class ProbeClient:
             "POST", url, json=body, headers={"Accept": "text/event-stream"},
             extensions={"trace": _tracer(stamps)})
         r.started_at = time.time()
+        resent = self._transport.resent
         t0 = r.t_send = time.perf_counter()
         resp = await self._http.send(req, stream=True)
+        if self._transport.resent != resent:
+            r.extra["resent_on_stale_connection"] = True
         try:
             r.connect_s = _connect_time(stamps)
             if r.connect_s is not None:

@@ -54,6 +54,7 @@ class Reply:
     chunks: list[tuple[float, bytes]] | None = None  # streamed when not None
     close: bool = False  # close the connection after this reply (or mid-stream if truncate)
     truncate: bool = False  # drop the connection without the terminating chunk
+    drop: bool = False  # close the connection without any response (a stale keep-alive)
 
     @classmethod
     def json(cls, obj: Any, status: int = 200, headers: dict | None = None) -> "Reply":
@@ -201,6 +202,8 @@ class FakeServer:
 
     async def _send(self, writer: asyncio.StreamWriter, r: Reply, t0: float) -> bool:
         """Write one reply; False when the connection must be dropped."""
+        if r.drop:
+            return False
         head = [f"HTTP/1.1 {r.status} {_REASONS.get(r.status, 'Status')}"]
         hdrs = dict(r.headers)
         if r.chunks is None:

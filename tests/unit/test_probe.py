@@ -203,3 +203,17 @@ async def test_chat_tool_call_counts_as_token(fake_server):
     r = await run_probe(srv, api="chat")
     assert r.ok and 0.14 <= r.ttft_s <= 0.3
     assert srv.requests[-1].json["messages"] == [{"role": "user", "content": "hello world"}]
+
+
+async def test_stale_keepalive_connection_is_resent_once_not_failed(fake_server):
+    # The server closes the warmed keep-alive connection without answering (as
+    # llama-server does after some streamed responses): the probe is resent once on
+    # a new connection, whose connect time stays out of TTFT.
+    srv = fake_server({"GET /v1/models": models_reply(), "POST /v1/completions": [
+        Reply(drop=True), Reply.sse([(0.05, sse_text("Hi")), (0.06, sse_done())])]})
+    r = await run_probe(srv)
+    assert r.ok, r.error_message
+    assert r.extra.get("resent_on_stale_connection") is True
+    assert sum(q.method == "POST" for q in srv.requests) == 2
+    assert r.connect_s is not None and r.extra.get("connect_excluded")
+    assert 0.04 <= r.ttft_s < 0.5
