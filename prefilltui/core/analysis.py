@@ -198,14 +198,14 @@ def format_fit_lines(f: dict[str, Any], indent: str = "  ") -> list[str]:
         return [indent + "no fit (too few usable probes)"]
     tp = lambda v: f"{v:,.0f}"  # noqa: E731
     ms = lambda v: f"{v * 1e3:.2f}"  # noqa: E731
-    per_k = lambda v: _sig(v * 1e6)  # noqa: E731  (s/token -> ms per 1k tokens)
+    us = lambda v: _sig(v * 1e6)  # noqa: E731  (s/token -> µs/token, as the TUI shows it)
     lines = [
-        f"{indent}TTFT = {_ms(f['intercept_s'], 2)} + {per_k(f['slope_s_per_token'])} ms per 1k "
-        f"tokens x n      R² {f['r2']:.3f}, n = {f['n']}"
+        f"{indent}TTFT = {_ms(f['intercept_s'], 2)} + {us(f['slope_s_per_token'])} µs x n"
+        f"      R² {f['r2']:.3f}, n = {f['n']}"
         + (f" ({f['outliers']} outliers set aside)" if f.get("outliers") else ""),
         f"{indent}intercept    {ms(f['intercept_s'])} ms   95% {_ci(f['intercept_ci'], ms)} ms",
-        f"{indent}slope        {per_k(f['slope_s_per_token'])} ms/1k tok   95% "
-        f"{_ci(f['slope_ci'], per_k)}",
+        f"{indent}slope        {us(f['slope_s_per_token'])} µs/token   95% "
+        f"{_ci(f['slope_ci'], us)}",
     ]
     if f.get("prefill_tokens_per_s"):
         lines.append(f"{indent}throughput   {tp(f['prefill_tokens_per_s'])} prompt tok/s   95% "
