@@ -1,0 +1,35 @@
+# prefilltui developer commands.  The README's two set-up commands are:
+#   make demo    set up a venv, build/fetch the local llama.cpp target, open the live demo
+#   make test    set up a venv, build/fetch the target, run the whole test suite
+# .ci/run runs `make test` (plus checks); keep them the same.
+
+PYTHON ?= python3
+VENV   ?= .venv
+BIN    := $(VENV)/bin
+# extra arguments: make demo ARGS='--headless'  /  make test PYTEST_ARGS='tests/unit -x'
+ARGS        ?=
+PYTEST_ARGS ?=
+
+.PHONY: setup target demo test bench
+
+# The venv, with the project installed editable plus its test extras.
+$(BIN)/prefilltui: pyproject.toml
+	$(PYTHON) -m venv $(VENV)
+	$(BIN)/python -m pip install --disable-pip-version-check -e '.[test]'
+	touch $@
+
+setup: $(BIN)/prefilltui
+
+# llama-server (built once, ~8-10 min on 2 cores) and the SmolLM2-135M model,
+# cached in $${XDG_CACHE_HOME:-~/.cache}/prefilltui; instant when cached.
+target: setup
+	$(BIN)/prefilltui demo --prepare-only
+
+demo: target
+	$(BIN)/prefilltui demo $(ARGS)
+
+test: target
+	$(BIN)/python -m pytest -q $(PYTEST_ARGS)
+
+bench: target
+	$(BIN)/python -m tests.bench $(ARGS)

@@ -1,0 +1,338 @@
+"""The local demo target: llama.cpp's ``llama-server`` with SmolLM2-135M on the CPU.
+
+``find_llama_server()`` and ``ensure_gguf()`` obtain the two pieces (building or
+downloading them once into the user cache, see ``demo_build``); ``LlamaServer``
+runs the server on a free loopback port for as long as a ``with`` block lasts::
+
+    with LlamaServer(find_llama_server(), ensure_gguf(), threads=2) as srv:
+        run_sweep(args, srv.base_url)
+
+No orphan, ever: the server runs in its own session (its own process group, so a
+terminal's Ctrl-C reaches only prefilltui, which then stops it in order), is
+stopped on ``with`` exit (normal end or exception), at interpreter exit
+(``atexit``), on SIGTERM/SIGHUP (``exit_on_signals`` turns them into SystemExit),
+and, for the cases no Python code sees (``kill -9`` of prefilltui, a crash), the
+kernel sends it SIGTERM when its parent dies (Linux ``PR_SET_PDEATHSIG``, set
+between fork and exec).  PR_SET_PDEATHSIG fires when the *thread* that started the
+server ends, so start it from a thread that outlives it (the main thread).
+"""
+
+from __future__ import annotations
+
+import atexit
+import contextlib
+import ctypes
+import ctypes.util
+import os
+import shutil
+import signal
+import socket
+import subprocess
+import tempfile
+import threading
+import time
+import urllib.error
+import urllib.request
+import weakref
+from pathlib import Path
+from typing import IO, Iterator, Sequence
+
+from prefilltui import demo_build
+from prefilltui.demo_build import (
+    DemoSetupError,
+    build_llama_server,
+    cached_gguf,
+    cached_llama_server,
+    fetch_gguf,
+)
+
+__all__ = [
+    "DemoSetupError", "ServerStartError", "LlamaServer", "find_llama_server",
+    "ensure_gguf", "exit_on_signals", "free_port",
+]
+
+#: <linux/prctl.h>
+PR_SET_PDEATHSIG = 1
+#: Default context size in tokens: room for the demo's 1,024-token sweep and more.
+DEFAULT_CTX = 4096
+
+
+class ServerStartError(DemoSetupError):
+    """llama-server did not become healthy; the message ends with its log tail."""
+
+
+# --------------------------------------------------------------------- the pieces
+
+def find_llama_server(path: str | os.PathLike | None = None, *, build: bool = True,
+                      stream: IO[str] | None = None) -> Path:
+    """The ``llama-server`` binary to run.
+
+    Order: ``path`` (the --llama-server flag), ``llama-server`` on PATH, the cached
+    build, else build it now (about 8-10 minutes on 2 cores, with progress on
+    ``stream``) unless ``build`` is False.
+    Raises: DemoSetupError when ``path`` is not an executable file, when nothing is
+    found and ``build`` is False, or when the build fails (naming the missing tool).
+    """
+    if path is not None:
+        p = Path(path).expanduser()
+        if not (p.is_file() and os.access(p, os.X_OK)):
+            raise DemoSetupError(f"--llama-server {path}: not an executable file")
+        return p.resolve()
+    on_path = shutil.which("llama-server")
+    if on_path:
+        return Path(on_path)
+    cached = cached_llama_server()
+    if cached.is_file() and os.access(cached, os.X_OK):
+        return cached
+    if not build:
+        raise DemoSetupError(f"llama-server not found on PATH nor at {cached}; "
+                             "run `prefilltui demo --prepare-only` to build it")
+    return build_llama_server(stream=stream)
+
+
+def ensure_gguf(path: str | os.PathLike | None = None, *, fetch: bool = True,
+                stream: IO[str] | None = None) -> Path:
+    """The model file: ``path`` (the --gguf flag), else the cached
+    SmolLM2-135M-Instruct Q4_1 GGUF, else download and cache it (~93 MB).
+    Raises: DemoSetupError when ``path`` is not a file or the download fails."""
+    if path is not None:
+        p = Path(path).expanduser()
+        if not p.is_file():
+            raise DemoSetupError(f"--gguf {path}: no such file")
+        return p.resolve()
+    cached = cached_gguf()
+    if cached.is_file() and cached.stat().st_size == demo_build.GGUF_SIZE:
+        return cached
+    if not fetch:
+        raise DemoSetupError(f"model not cached at {cached}")
+    return fetch_gguf(stream=stream)
+
+
+def free_port(host: str = "127.0.0.1") -> int:
+    """A TCP port that was free on ``host`` a moment ago (bound to 0, then released)."""
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        s.bind((host, 0))
+        return s.getsockname()[1]
+
+
+# ---------------------------------------------------------------- child set-up
+
+def _prctl():
+    """libc's prctl, resolved in the parent (no dlopen between fork and exec)."""
+    if not os.uname().sysname == "Linux":
+        return None
+    try:
+        libc = ctypes.CDLL(ctypes.util.find_library("c") or None, use_errno=True)
+        return libc.prctl
+    except (OSError, AttributeError):
+        return None
+
+
+def _make_preexec(parent_pid: int):
+    prctl = _prctl()
+
+    def preexec() -> None:  # runs in the child between fork and exec
+        if prctl is not None:
+            prctl(PR_SET_PDEATHSIG, int(signal.SIGTERM), 0, 0, 0)
+        if os.getppid() != parent_pid:  # the parent died before prctl took hold
+            os._exit(1)
+
+    return preexec
+
+
+@contextlib.contextmanager
+def exit_on_signals(signals: Sequence[int] = (signal.SIGTERM, signal.SIGHUP)) -> Iterator[None]:
+    """Within the block, SIGTERM/SIGHUP raise ``SystemExit(128 + signum)`` in the main
+    thread, so ``with`` blocks (LlamaServer) unwind and clean up.  A second signal
+    gets the default action.  A no-op outside the main thread."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+
+    def handler(signum, _frame):
+        for s in signals:
+            signal.signal(s, signal.SIG_DFL)
+        raise SystemExit(128 + signum)
+
+    old = {s: signal.signal(s, handler) for s in signals}
+    try:
+        yield
+    finally:
+        for s, h in old.items():
+            signal.signal(s, h)
+
+
+# ------------------------------------------------------------------ the server
+
+def _stop_ref(ref: "weakref.ref[LlamaServer]") -> None:
+    srv = ref()
+    if srv is not None:
+        srv.stop()
+
+
+class LlamaServer:
+    """A running ``llama-server`` on 127.0.0.1 (context manager).
+
+    Args:
+        binary, gguf: paths from ``find_llama_server`` / ``ensure_gguf``.
+        threads: ``-t`` CPU threads (default: os.cpu_count()).
+        ctx: ``-c`` context size in tokens (default 4096).
+        extra_args: passed to llama-server after ours (``--llama-arg``).
+        startup_timeout: seconds to wait for ``/health`` to answer 200.
+        log_path: where the server's stdout+stderr go (default: a temp file,
+            deleted on a clean stop, kept when start-up fails).
+
+    Attributes once started: ``port``, ``base_url`` ("http://127.0.0.1:PORT"),
+    ``pid``, ``log_path``, ``command``.
+    Raises (from start/__enter__): ServerStartError with the log tail when the
+    process exits or /health stays unhealthy past ``startup_timeout``.
+    """
+
+    def __init__(self, binary: str | os.PathLike, gguf: str | os.PathLike, *,
+                 threads: int | None = None, ctx: int = DEFAULT_CTX,
+                 extra_args: Sequence[str] = (), startup_timeout: float = 120.0,
+                 log_path: str | os.PathLike | None = None, host: str = "127.0.0.1"):
+        self.binary = Path(binary)
+        self.gguf = Path(gguf)
+        self.threads = threads or os.cpu_count() or 1
+        self.ctx = ctx
+        self.extra_args = list(extra_args)
+        self.startup_timeout = startup_timeout
+        self.host = host
+        self._log_given = log_path is not None
+        self.log_path: Path | None = Path(log_path) if log_path else None
+        self._log: IO[bytes] | None = None
+        self._proc: subprocess.Popen | None = None
+        self.port: int | None = None
+        self.command: list[str] = []
+        self.returncode: int | None = None
+        self._atexit = None
+
+    # -- properties
+    @property
+    def base_url(self) -> str:
+        if self.port is None:
+            raise RuntimeError("LlamaServer not started")
+        return f"http://{self.host}:{self.port}"
+
+    @property
+    def pid(self) -> int | None:
+        return self._proc.pid if self._proc else None
+
+    @property
+    def running(self) -> bool:
+        return self._proc is not None and self._proc.poll() is None
+
+    def log_tail(self, lines: int = 20) -> str:
+        if not self.log_path:
+            return ""
+        try:
+            return "\n".join(self.log_path.read_text(errors="replace").splitlines()[-lines:])
+        except OSError:
+            return ""
+
+    # -- lifecycle
+    def _spawn(self) -> None:
+        self.port = free_port(self.host)
+        self.command = [str(self.binary), "-m", str(self.gguf), "--host", self.host,
+                        "--port", str(self.port), "--metrics", "-c", str(self.ctx),
+                        "-t", str(self.threads), *self.extra_args]
+        if self.log_path is None:
+            fd, name = tempfile.mkstemp(prefix="prefilltui-llama-server-", suffix=".log")
+            os.close(fd)
+            self.log_path = Path(name)
+        self._log = open(self.log_path, "ab")
+        self._log.write(f"$ {' '.join(self.command)}\n".encode())
+        self._log.flush()
+        self._proc = subprocess.Popen(
+            self.command, stdin=subprocess.DEVNULL, stdout=self._log, stderr=subprocess.STDOUT,
+            start_new_session=True, preexec_fn=_make_preexec(os.getpid()), close_fds=True)
+        if self._atexit is None:
+            self._atexit = lambda ref=weakref.ref(self): _stop_ref(ref)
+            atexit.register(self._atexit)
+
+    def _health(self) -> int | None:
+        opener = urllib.request.build_opener(urllib.request.ProxyHandler({}))
+        try:
+            with opener.open(self.base_url + "/health", timeout=2.0) as r:
+                return r.status
+        except urllib.error.HTTPError as e:
+            return e.code
+        except (urllib.error.URLError, OSError):
+            return None
+
+    def start(self) -> "LlamaServer":
+        """Start and wait until ``/health`` answers 200.  Retries twice with a new
+        port when the port was taken in between."""
+        try:
+            return self._start()
+        except (KeyboardInterrupt, SystemExit):  # Ctrl-C / SIGTERM while waiting
+            self.stop()
+            raise
+        except BaseException:  # no server left behind; the log is kept for the user
+            self.stop(keep_log=True)
+            raise
+
+    def _start(self) -> "LlamaServer":
+        for attempt in range(3):
+            self._spawn()
+            deadline = time.monotonic() + self.startup_timeout
+            while True:
+                assert self._proc is not None
+                if self._proc.poll() is not None:
+                    tail = self.log_tail()
+                    rc = self._proc.returncode
+                    self._close(keep_log=True)
+                    low = tail.lower()
+                    if attempt < 2 and ("couldn't bind" in low or "address already in use" in low):
+                        break  # port race: try another
+                    raise ServerStartError(
+                        f"llama-server exited during start-up (exit code {rc}); "
+                        f"log {self.log_path}:\n{tail}", self.log_path)
+                if self._health() == 200:
+                    return self
+                if time.monotonic() > deadline:
+                    tail = self.log_tail()
+                    self.stop(keep_log=True)
+                    raise ServerStartError(
+                        f"llama-server did not become healthy within {self.startup_timeout:g} s; "
+                        f"log {self.log_path}:\n{tail}", self.log_path)
+                time.sleep(0.1)
+        raise ServerStartError("llama-server could not bind a free port", self.log_path)
+
+    def stop(self, timeout: float = 10.0, *, keep_log: bool = False) -> None:
+        """SIGTERM to the server's process group, SIGKILL after ``timeout`` s; reaps
+        it.  Idempotent; safe from atexit."""
+        proc = self._proc
+        if proc is not None and proc.poll() is None:
+            with contextlib.suppress(ProcessLookupError, PermissionError):
+                os.killpg(proc.pid, signal.SIGTERM)
+            try:
+                proc.wait(timeout)
+            except subprocess.TimeoutExpired:
+                with contextlib.suppress(ProcessLookupError, PermissionError):
+                    os.killpg(proc.pid, signal.SIGKILL)
+                proc.wait(5.0)
+        self._close(keep_log=keep_log)
+
+    def _close(self, *, keep_log: bool) -> None:
+        if self._proc is not None:
+            with contextlib.suppress(Exception):
+                self._proc.wait(0.1)
+            self.returncode = self._proc.returncode
+        if self._log is not None:
+            self._log.close()
+            self._log = None
+            if not keep_log and not self._log_given and self.log_path:
+                self.log_path.unlink(missing_ok=True)
+        if self._atexit is not None:
+            atexit.unregister(self._atexit)
+            self._atexit = None
+
+    def __enter__(self) -> "LlamaServer":
+        return self.start()
+
+    def __exit__(self, exc_type, exc, tb) -> None:
+        # keep the log when leaving on an error, so the user can read it
+        self.stop(keep_log=exc_type is not None and not issubclass(
+            exc_type, (KeyboardInterrupt, SystemExit)))

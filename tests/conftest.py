@@ -1,0 +1,34 @@
+"""Test-wide isolation: a developer's own config and run files stay out of the tests.
+
+Every test gets fresh XDG_DATA_HOME / XDG_CONFIG_HOME / XDG_STATE_HOME dirs (run
+files, config and state land there), while XDG_CACHE_HOME is pinned to the
+developer's real cache dir, so the built llama-server and the downloaded model
+(``<cache>/prefilltui/...``) are shared by all tests and reused across runs, even
+by a test that changes HOME.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import pytest
+
+#: The real cache dir, read once before any test can change HOME or XDG vars.
+_REAL_CACHE_HOME = (os.environ.get("XDG_CACHE_HOME")
+                    if os.path.isabs(os.environ.get("XDG_CACHE_HOME") or "")
+                    else str(Path.home() / ".cache"))
+
+
+@pytest.fixture(autouse=True)
+def _isolated_user_dirs(tmp_path_factory: pytest.TempPathFactory,
+                        monkeypatch: pytest.MonkeyPatch) -> Path:
+    """Point the XDG data/config/state dirs at a per-test temp dir; keep the cache."""
+    base = tmp_path_factory.mktemp("xdg")
+    for var, sub in (("XDG_DATA_HOME", "data"), ("XDG_CONFIG_HOME", "config"),
+                     ("XDG_STATE_HOME", "state")):
+        d = base / sub
+        d.mkdir()
+        monkeypatch.setenv(var, str(d))
+    monkeypatch.setenv("XDG_CACHE_HOME", _REAL_CACHE_HOME)
+    return base

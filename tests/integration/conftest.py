@@ -1,0 +1,81 @@
+"""Integration tests run against the real demo target: llama.cpp's llama-server with
+SmolLM2-135M-Instruct Q4_1 on the CPU.
+
+Fixtures:
+  llama_server_binary (session) -- Path of the binary: $PREFILLTUI_LLAMA_SERVER, else
+      llama-server on PATH, else the cache, else built now (8-10 min on 2 cores).
+  demo_gguf (session)           -- Path of the model: $PREFILLTUI_GGUF, else the cache,
+      else downloaded now (~93 MB).
+  llama_server (session)        -- a running prefilltui.demo.LlamaServer shared by all
+      tests (``.base_url``, ``.pid``, ``.log_path``); -c 4096, all cores.
+
+Set PREFILLTUI_SKIP_INTEGRATION=1 to skip them (the only way they skip: a missing
+binary or model is built or fetched, and a failure to do so is an error).
+Every test under tests/integration gets the ``integration`` marker.  When the binary
+is not built yet, they get a long timeout too, since the first one builds it.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import shutil
+from pathlib import Path
+
+import pytest
+
+from prefilltui import demo, demo_build
+
+SKIP = os.environ.get("PREFILLTUI_SKIP_INTEGRATION") == "1"
+_HERE = Path(__file__).resolve().parent
+
+
+def _binary_ready() -> bool:
+    if os.environ.get("PREFILLTUI_LLAMA_SERVER") or shutil.which("llama-server"):
+        return True
+    return demo_build.cached_llama_server().is_file()
+
+
+def pytest_collection_modifyitems(config, items):
+    ready = SKIP or _binary_ready()
+    for item in items:
+        if _HERE not in Path(str(item.fspath)).resolve().parents:
+            continue
+        item.add_marker(pytest.mark.integration)
+        if not ready:
+            item.add_marker(pytest.mark.timeout(3600))
+
+
+@contextlib.contextmanager
+def _uncaptured(request):
+    """Let build/download progress through to the terminal."""
+    capman = request.config.pluginmanager.getplugin("capturemanager")
+    if capman is None:
+        yield
+        return
+    with capman.global_and_fixture_disabled():
+        yield
+
+
+@pytest.fixture(scope="session")
+def llama_server_binary(request) -> Path:
+    if SKIP:
+        pytest.skip("PREFILLTUI_SKIP_INTEGRATION=1")
+    with _uncaptured(request):
+        return demo.find_llama_server(os.environ.get("PREFILLTUI_LLAMA_SERVER") or None)
+
+
+@pytest.fixture(scope="session")
+def demo_gguf(request) -> Path:
+    if SKIP:
+        pytest.skip("PREFILLTUI_SKIP_INTEGRATION=1")
+    with _uncaptured(request):
+        return demo.ensure_gguf(os.environ.get("PREFILLTUI_GGUF") or None)
+
+
+@pytest.fixture(scope="session")
+def llama_server(llama_server_binary, demo_gguf):
+    """A running llama-server (SmolLM2-135M) on 127.0.0.1, shared by the session."""
+    with demo.LlamaServer(llama_server_binary, demo_gguf, ctx=demo.DEFAULT_CTX,
+                          startup_timeout=180) as srv:
+        yield srv
