@@ -11,7 +11,6 @@ stopped on every way out (see ``prefilltui.demo``).
 from __future__ import annotations
 
 import argparse
-import importlib
 import os
 import shlex
 import sys
@@ -26,6 +25,7 @@ from prefilltui.commands.common import (
     add_sweep_args,
     add_telemetry_args,
 )
+from prefilltui.commands.watch import add_tui_args
 
 #: Sweep defaults sized for a CPU: SmolLM2-135M prefill on 2 cores runs at a few
 #: hundred to a few thousand tokens/s, so 1,024 tokens keeps each probe around 1 s.
@@ -77,10 +77,7 @@ def register(sub) -> None:
     add_telemetry_args(p)
     add_analysis_args(p)
     add_output_args(p)
-    add_tui_args = getattr(importlib.import_module("prefilltui.commands.watch"),
-                           "add_tui_args", None)
-    if add_tui_args is not None:  # --theme, shared with `prefilltui watch`
-        add_tui_args(p)
+    add_tui_args(p)  # --theme, shared with `prefilltui watch`
     p.set_defaults(func=run)
 
 
@@ -92,25 +89,13 @@ def _err(message: str) -> None:
 
 
 def _job(headless: bool):
-    """The function to run against the server, ``fn(args, base_url) -> int``, or None.
-
-    Without --headless: ``prefilltui.commands.watch.run_tui`` (the live TUI); with it,
-    or when the TUI is missing: ``prefilltui.commands.sweep.run_sweep``, else that
-    command's ``run(args)`` entry point (which reads ``args.url``)."""
-    if not headless:
-        watch = importlib.import_module("prefilltui.commands.watch")
-        fn = getattr(watch, "run_tui", None)
-        if fn is not None:
-            return fn
-        print("prefilltui: the TUI is not available in this build; running the headless sweep",
-              file=sys.stderr)
-    sweep = importlib.import_module("prefilltui.commands.sweep")
-    fn = getattr(sweep, "run_sweep", None)
-    if fn is None and callable(getattr(sweep, "run", None)):
-        def fn(args, base_url, _run=sweep.run):
-            args.url = base_url
-            return _run(args)
-    return fn
+    """The main job to run against the server, ``fn(args, base_url) -> int``: the live
+    TUI (``watch.run_tui``), or with --headless the sweep (``sweep.run_sweep``)."""
+    if headless:
+        from prefilltui.commands.sweep import run_sweep
+        return run_sweep
+    from prefilltui.commands.watch import run_tui
+    return run_tui
 
 
 def run(args: argparse.Namespace) -> int:
@@ -131,10 +116,6 @@ def run(args: argparse.Namespace) -> int:
                 print(f"llama-server: {binary}\nmodel: {gguf}")
                 return 0
             job = _job(args.headless)
-            if job is None:
-                _err("the headless sweep is not available in this build "
-                     "(prefilltui.commands.sweep.run_sweep is missing)")
-                return 1
             print(f"prefilltui: starting llama-server ({binary.name}, {gguf.name}, "
                   f"-c {args.ctx}, -t {args.threads or os.cpu_count()})", file=sys.stderr,
                   flush=True)
