@@ -264,8 +264,9 @@ def test_demo_command_headless_runs_sweep_then_stops(fake_binary, fake_gguf, mon
         seen["lengths"] = (args.min_tokens, args.max_tokens, args.points)
         with urllib.request.urlopen(base_url + "/health", timeout=5) as r:
             seen["health"] = r.status
+        # this test's server only: a session-scoped llama_server fixture may be a child too
         seen["pid"] = next(p.pid for p in psutil.Process().children()
-                           if "llama-server" in " ".join(p.cmdline()))
+                           if str(fake_binary) in " ".join(p.cmdline()))
         return 0
 
     monkeypatch.setattr(sweep_cmd, "run_sweep", fake_run_sweep, raising=False)

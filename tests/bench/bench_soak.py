@@ -1,0 +1,212 @@
+"""Soak: a continuous sweep against a server that misbehaves on purpose.
+
+    python -m tests.bench.bench_soak [--soak-seconds S]   (default 120; up to 600)
+
+The fast server (tests/bench/fastserver.py) runs in fault mode in its own process:
+about one POST in four is a fault -- connection dropped before any byte or in the
+middle of an event, a stall past the client's 1 s timeout, a malformed JSON event,
+an error event inside a 200 stream, a stream with no token, bursts of three 503s
+with Retry-After: 0.3 -- and every ``RESTART_EVERY_S`` seconds the server crashes on
+a request (exits without answering) and is restarted on the same port after 1 s,
+so probes in between meet a refused connection.  Healthy answers take a simulated
+5 ms + 20 us x tokens (true prefill throughput 50,000 tokens/s).
+
+prefilltui side: the real SweepRunner (continuous, 10 probes/s at most), a RunWriter,
+and a RunningFit fed from ``on_result`` as the TUI feeds it.  Checks:
+  * no crash: the runner thread ends "stopped" when asked, never "failed";
+  * every probe accounted for: run-file lines == probes reported == runner results,
+    seq 1..N without gaps, no unreadable line; the server's own log of the POSTs it
+    saw, outcome by outcome, matches the run file's results (503 -> rate_limited,
+    stall -> timeout, ...), and refused connections make up the rest;
+  * none of the failed probes in the fit: the fit holds exactly the ok, non-warm-up
+    probes, and its throughput (robust fit, as shown) is within 5 % of the same fit
+    over the server's own times (``timings.prompt_ms``) of those probes.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+import tempfile
+import threading
+import time
+from collections import Counter
+from pathlib import Path
+
+from tests.bench import Row
+from tests.bench.fastserver import EXPECTED_KIND, FastServerProcess
+
+SECTION = "6 soak"
+A_S, B_S = 0.005, 20e-6
+RESTART_EVERY_S = 30.0
+DOWNTIME_S = 1.0
+
+
+class Supervisor(threading.Thread):
+    """Restarts the server on its port ``DOWNTIME_S`` after it crashes."""
+
+    def __init__(self, srv: FastServerProcess) -> None:
+        super().__init__(daemon=True, name="bench-supervisor")
+        self.srv = srv
+        self.done = threading.Event()
+        self.restarts = 0
+        self.error: str | None = None
+
+    def run(self) -> None:
+        while not self.done.is_set():
+            p = self.srv.proc
+            if p is not None and p.poll() is not None:
+                time.sleep(DOWNTIME_S)
+                try:
+                    self.srv.restart()
+                    self.restarts += 1
+                except Exception as e:  # report, don't hang the soak
+                    self.error = str(e)
+                    return
+            self.done.wait(0.05)
+
+
+def soak(seconds: float, tmp: str) -> dict:
+    from prefilltui.core.probe import ProbeClient
+    from prefilltui.core.running_fit import RunningFit
+    from prefilltui.core.runfile import RunWriter, read_run
+    from prefilltui.core.sweep import SweepConfig, SweepRunner, make_lengths
+
+    log = Path(tmp) / "server.log"
+    runpath = Path(tmp) / "soak.jsonl"
+    srv = FastServerProcess(a=A_S, b=B_S, faults=1, log=str(log),
+                            restart_every=RESTART_EVERY_S, stall_s=3.0, retry_after=0.3)
+    srv.start()
+    sup = Supervisor(srv)
+    sup.start()
+    fit = RunningFit(window=50)
+    reported: list = []
+    states: Counter = Counter()
+    lock = threading.Lock()
+
+    def on_result(r) -> None:
+        with lock:
+            reported.append(r)
+            fit.add(r)
+
+    writer = RunWriter(runpath)
+    url = srv.base_url
+    runner = SweepRunner(lambda: ProbeClient(url, timeout=1.0),
+                         SweepConfig(make_lengths(32, 2048, 8), warmup=1, pause_s=0.05,
+                                     seed=1, continuous=True),
+                         on_result=on_result, on_state=lambda s, d: states.update([s]),
+                         runfile=writer)
+    t0 = time.monotonic()
+    try:
+        runner.start()
+        time.sleep(seconds)
+        runner.pause()  # let the probe in flight finish, so the server log and file agree
+        deadline = time.monotonic() + 15
+        while runner.state != "paused" and time.monotonic() < deadline:
+            time.sleep(0.05)
+        paused = runner.state == "paused"
+        runner.stop(timeout=10)
+        alive = runner._thread is not None and runner._thread.is_alive()
+    finally:
+        sup.done.set()
+        sup.join(5)
+        writer.close()
+        srv.stop()
+    wall = time.monotonic() - t0
+
+    results, problems = read_run(runpath)
+    outcomes = Counter(x.strip() for x in log.read_text().splitlines() if x.strip())
+    refused = [r for r in results if r.error_kind == "connect"
+               and (r.error_message or "").startswith("ConnectError")]
+    seqs = [r.seq for r in results]
+    issues: list[str] = []
+    if problems:
+        issues.append(f"{len(problems)} unreadable run-file lines")
+    if not (len(results) == len(reported) == len(runner.results) == writer.count):
+        issues.append(f"counts differ: file {len(results)}, reported {len(reported)}, "
+                      f"runner {len(runner.results)}, writer {writer.count}")
+    if seqs != list(range(1, len(seqs) + 1)):
+        issues.append("seq numbers not 1..N")
+    if sum(outcomes.values()) != len(results) - len(refused):
+        issues.append(f"server saw {sum(outcomes.values())} POSTs, run file has "
+                      f"{len(results)} probes of which {len(refused)} refused")
+    # outcome by outcome: ok and each distinctive failure must match exactly
+    refused_ids = {id(r) for r in refused}
+    got = Counter("ok" if r.ok else r.error_kind for r in results if id(r) not in refused_ids)
+    for outcome, kinds in EXPECTED_KIND.items():
+        if kinds is None:
+            if outcomes["ok"] != got["ok"]:
+                issues.append(f"server ok {outcomes['ok']} != run-file ok {got['ok']}")
+        elif len(kinds) == 1 and outcome in ("503", "stall", "error_event", "no_token"):
+            if outcomes[outcome] != got[kinds[0]]:
+                issues.append(f"server {outcome} {outcomes[outcome]} != run-file "
+                              f"{kinds[0]} {got[kinds[0]]}")
+    drops = outcomes["drop_before"] + outcomes["drop_mid"] + outcomes["restart"] + outcomes["malformed"]
+    if drops != got["protocol"] + got["connect"]:
+        issues.append(f"server drops+malformed {drops} != run-file protocol+connect "
+                      f"{got['protocol'] + got['connect']} (refused excluded)")
+    eligible = [r for r in results if r.fit_eligible]
+    x, y = fit.points()
+    fit_ok = len(x) == len(eligible) and sorted(map(float, y)) == sorted(r.ttft_s for r in eligible)
+    in_fit = set(map(float, y))
+    failed_in_fit = sum(1 for r in results if not r.ok and r.ttft_s in in_fit)
+    snap = fit.snapshot("all", "robust")
+    tp = snap.fit.throughput_tok_s if snap and snap.fit else None
+    from prefilltui.core.fit import fit_robust
+
+    srv_pts = [(r.tokens, r.server_prefill_s) for r in eligible if r.server_prefill_s is not None]
+    sf = fit_robust([p[0] for p in srv_pts], [p[1] for p in srv_pts]) if len(srv_pts) > 2 else None
+    crash = states["failed"] > 0 or alive or not paused or sup.error is not None
+    return {
+        "wall_s": wall, "probes": len(results), "ok": sum(r.ok for r in results),
+        "failed": sum(not r.ok for r in results), "refused": len(refused),
+        "server_outcomes": dict(outcomes), "run_file_kinds": dict(got),
+        "restarts": sup.restarts, "issues": issues, "crash": crash,
+        "supervisor_error": sup.error, "runner_error": runner.error,
+        "states": dict(states), "fit_points": len(x), "fit_eligible": len(eligible),
+        "fit_matches_ok_probes": fit_ok, "failed_in_fit": failed_in_fit,
+        "fit_throughput_tok_s": tp, "true_throughput_tok_s": 1 / B_S,
+        "server_time_throughput_tok_s": sf.throughput_tok_s if sf else None,
+    }
+
+
+def run(opts) -> list[Row]:
+    seconds = getattr(opts, "soak_seconds", None) or (30.0 if opts.quick else 120.0)
+    with tempfile.TemporaryDirectory(prefix="prefilltui-soak-") as tmp:
+        d = soak(seconds, tmp)
+    tp = d["fit_throughput_tok_s"]
+    ref = d["server_time_throughput_tok_s"]
+    err = None if tp is None or not ref else tp / ref - 1
+    faults = d["failed"]
+    return [
+        Row(SECTION, f"soak {seconds:.0f} s: probes / failed / restarts",
+            f"{d['probes']} / {faults} / {d['restarts']}", "", None, d),
+        Row(SECTION, "no crash (runner stopped cleanly, never failed)",
+            "ok" if not d["crash"] else "CRASH", "no crash", not d["crash"]),
+        Row(SECTION, "every probe accounted for (run file vs server log)",
+            "all" if not d["issues"] else "; ".join(d["issues"])[:60],
+            "all", not d["issues"]),
+        Row(SECTION, "failed probes in the fit",
+            f"{d['failed_in_fit']} (fit {d['fit_points']} = ok {d['fit_eligible']})",
+            "0", d["failed_in_fit"] == 0 and d["fit_matches_ok_probes"]),
+        Row(SECTION, "fit throughput under faults vs server's own times",
+            "n/a" if err is None else f"{err * 100:+.1f} %", "within 5 %",
+            err is not None and abs(err) <= 0.05),
+    ]
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--quick", action="store_true")
+    ap.add_argument("--soak-seconds", type=float, default=None)
+    opts = ap.parse_args(argv)
+    from tests.bench import format_table
+
+    rows = run(opts)
+    print(format_table(rows))
+    print(rows[0].data)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
