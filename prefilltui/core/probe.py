@@ -230,7 +230,10 @@ class ProbeClient:
                 return self._fail(r, "protocol", f"prompt construction failed: {e}")
         url = self.v1 + ("/chat/completions" if self.api == "chat" else "/completions")
         try:
-            await asyncio.wait_for(self._stream(url, self._body(prompt), r), self.timeout)
+            # asyncio.timeout runs the stream in this task (wait_for would add a task
+            # and its scheduling to every probe).
+            async with asyncio.timeout(self.timeout):
+                await self._stream(url, self._body(prompt), r)
         except (asyncio.TimeoutError, httpx.TimeoutException):
             what = "first token" if r.ttft_s is None else "end of stream"
             self._fail(r, "timeout", f"no {what} within {self.timeout:g} s")
@@ -281,8 +284,10 @@ class ProbeClient:
         try:
             r.connect_s = _connect_time(stamps)
             if r.connect_s is not None:
-                t0 = r.t_send = stamps.get("ready", t0)
                 r.extra["connect_excluded"] = True
+            # TTFT runs from when the request's bytes start to go out (after pool
+            # checkout and any connect), as a raw-socket client would time it.
+            t0 = r.t_send = stamps.get("send", stamps.get("ready", t0))
             r.http_status = resp.status_code
             if resp.status_code != 200:
                 await self._http_error(resp, r)
@@ -418,10 +423,18 @@ async def _read_capped(resp: httpx.Response, cap: int) -> str:
     return buf.decode("utf-8", "replace")
 
 
+_SEND_EVENTS = ("http11.send_request_headers.started", "http2.send_request_headers.started")
+
+
 def _tracer(stamps: dict[str, float]):
+    """An httpcore trace hook recording perf_counter stamps: connect start/ready, and
+    ``send`` = the moment the request's bytes start to go out (the last stamp wins,
+    so a resent request is timed from its own send)."""
     async def trace(name: str, info: dict) -> None:
-        if name in ("connection.connect_tcp.started", "connection.connect_tcp.complete",
-                    "connection.start_tls.complete"):
+        if name in _SEND_EVENTS:
+            stamps["send"] = time.perf_counter()
+        elif name in ("connection.connect_tcp.started", "connection.connect_tcp.complete",
+                      "connection.start_tls.complete"):
             stamps[name] = time.perf_counter()
             if name != "connection.connect_tcp.started":
                 stamps["ready"] = stamps[name]

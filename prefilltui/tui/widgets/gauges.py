@@ -89,16 +89,20 @@ class HistorySpark(Sparkline):
     def set_data(self, history, now: float, hi: float, windows=()) -> None:
         """New data; refreshes only when the drawn columns change (saves terminal bytes:
         at 60 s over ~40 columns a column lasts ~1.5 s, longer than a gauge tick)."""
-        self.history = tuple(history)
+        self.history = history if isinstance(history, tuple) else tuple(history)
         self.now = now
         self.hi = hi if hi and hi > 0 else 1.0
-        self.windows = tuple(windows)
-        width = self.size.width
-        sig = (width, self.hi, tuple(bucket_history(self.history, now, self.span, width)),
-               tuple(window_mask(self.windows, now, self.span, width)))
+        self.windows = windows if isinstance(windows, tuple) else tuple(windows)
+        sig = self._columns()
         if sig != self._sig:
             self._sig = sig
             self.refresh()
+
+    def _columns(self) -> tuple:
+        """(width, scale, peak per column, probe mask per column) for the current data."""
+        width = self.size.width
+        return (width, self.hi, tuple(bucket_history(self.history, self.now, self.span, width)),
+                tuple(window_mask(self.windows, self.now, self.span, width)))
 
     def render(self) -> RenderResult:  # pragma: no cover - render_lines is used
         return ""
@@ -107,8 +111,10 @@ class HistorySpark(Sparkline):
         width, height = self.size.width, self.size.height
         if width <= 0 or height <= 0:
             return Strip.blank(width)
-        vals = bucket_history(self.history, self.now, self.span, width)
-        mask = window_mask(self.windows, self.now, self.span, width)
+        sig = self._sig
+        if sig is None or sig[0] != width or sig[1] != self.hi:
+            sig = self._sig = self._columns()  # computed once per change, not per line
+        vals, mask = sig[2], sig[3]
         variables = self.app.theme_variables
         cool = Color.parse(variables.get("gauge-cool", "#2f6f4f"))
         hot = Color.parse(variables.get("gauge-hot", "#f0625d"))
@@ -208,9 +214,13 @@ class DeviceGauge(Horizontal):
         else:
             p_hi = max((p for _, p in power_hist if p is not None), default=1.0)
         if (util_text, power_text) != self._texts:
+            # one line each, fixed by CSS: a new figure needs no screen layout
+            old = self._texts or ("", "")
             self._texts = (util_text, power_text)
-            self.query_one(".util-text", Static).update(util_text)
-            self.query_one(".power-text", Static).update(power_text)
+            if util_text != old[0]:
+                self.query_one(".util-text", Static).update(util_text, layout=False)
+            if power_text != old[1]:
+                self.query_one(".power-text", Static).update(power_text, layout=False)
         self.query_one(".util-spark", HistorySpark).set_data(util_hist, now, 100.0, windows)
         self.query_one(".power-spark", HistorySpark).set_data(power_hist, now, p_hi, windows)
 
@@ -235,6 +245,14 @@ class GaugePanel(Vertical):
         super().__init__(**kw)
         self._labels: list[str] = []
         self.info_reason: str | None = None
+        self._status_text: str | None = "telemetry: starting"
+
+    def _set_status(self, status: Static, text: str) -> None:
+        """Update the status line only when its text changes (its height is auto, so a
+        change lays the screen out; the same text every tick must not)."""
+        if text != self._status_text:
+            self._status_text = text
+            status.update(text)
 
     def compose(self) -> ComposeResult:
         yield Static("telemetry: starting", classes="gauge-status", markup=False)
@@ -244,17 +262,17 @@ class GaugePanel(Vertical):
         status = self.query_one(".gauge-status", Static)
         devices = tuple(getattr(snap, "devices", None) or ()) if snap is not None else ()
         if snap is None:
-            status.update("telemetry off")
+            self._set_status(status, "telemetry off")
             status.remove_class("-hidden")
         elif not getattr(snap, "available", True) or not devices:
             reason = getattr(snap, "reason", None) or "no devices"
-            status.update(f"telemetry unavailable: {reason}")
+            self._set_status(status, f"telemetry unavailable: {reason}")
             status.remove_class("-hidden")
         else:
             reason = getattr(snap, "reason", None)
             status.set_class(not reason, "-hidden")
             if reason:
-                status.update(reason)
+                self._set_status(status, reason)
             if reason and reason != self.info_reason:
                 self.info_reason = reason
                 self.post_message(self.Info(reason))

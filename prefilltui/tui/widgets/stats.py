@@ -127,9 +127,24 @@ class StatsPanel(Static):
     _spans: list = []
 
     def show(self, view: StatsView) -> None:
-        """Update; an unchanged text is not redrawn (no layout, no terminal bytes)."""
+        """Update; an unchanged text is not redrawn (no layout, no terminal bytes), and
+        the screen is laid out again only when the text needs another number of lines
+        than the panel has now (its height is auto; new figures on the same lines only
+        need a repaint)."""
         self.view = view
         text = stats_text(view)
         if text.plain != getattr(self, "_plain", None) or text.spans != self._spans:
             self._plain, self._spans = text.plain, list(text.spans)
-            self.update(text)
+            self.update(text, layout=False)
+            rows = self._line_count()
+            if rows is None or rows != self.content_size.height:
+                self.refresh(layout=True)
+
+    def _line_count(self) -> int | None:
+        """Lines the current text takes at the current width, measured the way the
+        layout measures it; None before the first layout."""
+        width = self.content_size.width if self.is_mounted else 0
+        if width <= 0:
+            return None
+        self.clear_cached_dimensions()
+        return self.get_content_height(self.content_size, self.content_size, width)
