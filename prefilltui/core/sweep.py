@@ -14,11 +14,15 @@ import logging
 import math
 import random
 import threading
+from collections import deque
 from dataclasses import dataclass
 from typing import Callable, Iterator, Protocol
 
 from prefilltui.core.server import ServerUnreachable
 from prefilltui.core.types import ProbeResult, ServerInfo
+
+#: How many results a continuous SweepRunner keeps in memory.
+RECENT_RESULTS = 1000
 
 log = logging.getLogger(__name__)
 
@@ -84,7 +88,11 @@ class SweepRunner:
         self.on_state = on_state
         self.runfile = runfile
         self.hooks = list(hooks)
-        self.results: list[ProbeResult] = []
+        #: Results in order.  A finite sweep keeps all of them (its summary needs
+        #: them); a continuous one keeps the last RECENT_RESULTS, so memory stays flat
+        #: however long it runs (every probe is in the run file).
+        self.results: list[ProbeResult] | deque[ProbeResult] = (
+            deque(maxlen=RECENT_RESULTS) if config.continuous else [])
         self.rate_limited = 0
         self.error: str | None = None
         self.state = "stopped"
