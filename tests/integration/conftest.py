@@ -20,11 +20,15 @@ from __future__ import annotations
 import contextlib
 import os
 import shutil
+import sys
 from pathlib import Path
 
 import pytest
 
 from prefilltui import demo, demo_build
+
+# shared test helpers (fakeserver, procwait) live in tests/unit
+sys.path.insert(0, str(Path(__file__).parents[1] / "unit"))
 
 SKIP = os.environ.get("PREFILLTUI_SKIP_INTEGRATION") == "1"
 _HERE = Path(__file__).resolve().parent

@@ -13,6 +13,7 @@ import time
 
 import psutil
 import pytest
+from procwait import gone
 
 CHILD = r'''
 import signal, sys, time
@@ -33,18 +34,6 @@ with exit_on_signals():
 
 EXPECTED_RC = {"normal": 0, "exception": 1, "SIGINT": -signal.SIGINT, "SIGTERM": 143,
                "SIGKILL": -signal.SIGKILL}
-
-
-def gone(pid: int, within: float = 20.0) -> bool:
-    deadline = time.monotonic() + within
-    while time.monotonic() < deadline:
-        try:
-            if psutil.Process(pid).status() == psutil.STATUS_ZOMBIE:
-                return True
-        except psutil.NoSuchProcess:
-            return True
-        time.sleep(0.1)
-    return False
 
 
 @pytest.mark.parametrize("mode", list(EXPECTED_RC))

@@ -19,21 +19,10 @@ from urllib.parse import urlparse
 import numpy as np
 import psutil
 import pytest
+from procwait import gone
 
 LENGTHS = [32, 128, 512]  # 4x apart, so the ordering survives a busy shared machine
 REPEATS = 3
-
-
-def gone(pid: int, within: float = 20.0) -> bool:
-    deadline = time.monotonic() + within
-    while time.monotonic() < deadline:
-        try:
-            if psutil.Process(pid).status() == psutil.STATUS_ZOMBIE:
-                return True
-        except psutil.NoSuchProcess:
-            return True
-        time.sleep(0.1)
-    return False
 
 
 @pytest.mark.timeout(900)  # ~20 s on an idle 2-core machine; minutes on a busy one

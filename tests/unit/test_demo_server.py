@@ -23,6 +23,7 @@ import pytest
 from prefilltui import cli
 from prefilltui.demo import LlamaServer, ServerStartError, find_llama_server, ensure_gguf
 from prefilltui.demo_build import DemoSetupError
+from procwait import gone
 
 FAKE_SERVER = r'''
 import http.server, os, signal, sys, time
@@ -86,19 +87,6 @@ def fake_gguf(tmp_path: Path) -> Path:
     p = tmp_path / "model.gguf"
     p.write_bytes(b"GGUF")
     return p
-
-
-def gone(pid: int, within: float = 10.0) -> bool:
-    """True once ``pid`` no longer exists (or is a zombie nobody reaped yet)."""
-    deadline = time.monotonic() + within
-    while time.monotonic() < deadline:
-        try:
-            if psutil.Process(pid).status() == psutil.STATUS_ZOMBIE:
-                return True
-        except psutil.NoSuchProcess:
-            return True
-        time.sleep(0.05)
-    return False
 
 
 def orphan_check(binary: Path, gguf: Path, mode: str, log: Path) -> None:
