@@ -124,6 +124,9 @@ def run(args: argparse.Namespace) -> int:
                 print(f"prefilltui: llama-server ready at {srv.base_url} (pid {srv.pid}, "
                       f"log {srv.log_path})", file=sys.stderr, flush=True)
                 args.url = srv.base_url
+                # show the server's own CPU use beside the machine's (CPU fallback only):
+                # on a shared box the whole-CPU gauge can sit at 100 % regardless
+                args.telemetry_processes = {"llama-server": srv.pid}
                 return int(job(args, srv.base_url) or 0)
     except DemoSetupError as e:
         _err(str(e))

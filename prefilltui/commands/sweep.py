@@ -240,7 +240,8 @@ def run(args) -> int:
         from prefilltui.core.telemetry import make_sampler
         try:
             sampler = make_sampler(getattr(args, "gpus", None),
-                                   hz=getattr(args, "sample_hz", 10.0)).start()
+                                   hz=getattr(args, "sample_hz", 10.0),
+                                   processes=getattr(args, "telemetry_processes", None)).start()
         except ValueError as e:  # a bad --gpus value
             writer.close()
             _err(str(e))

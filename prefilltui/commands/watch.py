@@ -208,7 +208,8 @@ def run_tui(args: argparse.Namespace, base_url: str, *,
         from prefilltui.core.telemetry import make_sampler
 
         try:
-            sampler = make_sampler(g("gpus"), hz=g("sample_hz", 10.0)).start()
+            sampler = make_sampler(g("gpus"), hz=g("sample_hz", 10.0),
+                                   processes=g("telemetry_processes")).start()
         except ValueError as exc:
             writer.close()
             _err(str(exc))
