@@ -174,7 +174,8 @@ def _progress_line(r: ProbeResult, total: int | None) -> str:
     if r.ok:
         sp = f"  server {r.server_prefill_s * 1e3:.1f} ms" if r.server_prefill_s is not None else ""
         if r.queue_s is not None:
-            sp += f"  queue {r.queue_s * 1e3:.1f} ms"
+            est = " (est.)" if r.extra.get("queue_source") in ("idle", "estimated") else ""
+            sp += f"  queue {r.queue_s * 1e3:.1f} ms{est}"
         if r.server_running is not None or r.server_waiting is not None:
             sp += f"  [{r.server_running or 0:g} running, {r.server_waiting or 0:g} waiting]"
         if r.util_peak_pct is not None:

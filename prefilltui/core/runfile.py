@@ -32,7 +32,8 @@ def default_run_path() -> Path:
 
 
 class RunWriter:
-    """Append ProbeResults to a JSONL file (thread-safe).
+    """Append ProbeResults to a JSONL file (thread-safe), one flushed line each.
+    A file this writer created and never wrote to is removed on ``close()``.
 
     Raises:
         OSError: when the file cannot be created/opened.
@@ -41,6 +42,8 @@ class RunWriter:
     def __init__(self, path: str | os.PathLike) -> None:
         self.path = Path(path)
         self.path.parent.mkdir(parents=True, exist_ok=True)
+        # Opened now, so an unwritable path fails before any probe is fired.
+        self._created = not self.path.exists()
         self._f = open(self.path, "a", encoding="utf-8")
         self._lock = threading.Lock()
         self.count = 0
@@ -64,6 +67,13 @@ class RunWriter:
                 except OSError:
                     pass
                 self._f.close()
+                if self._created and self.count == 0:
+                    # no probe completed: leave no empty run file behind
+                    try:
+                        if self.path.stat().st_size == 0:
+                            self.path.unlink()
+                    except OSError:
+                        pass
 
     def __enter__(self) -> "RunWriter":
         return self

@@ -112,6 +112,7 @@ class PrefillApp(WorkerActions, App[int]):
         #: probes received since the last tick, shown in the log on the next tick
         self._pending_rows: list[ProbeResult] = []
         self._gauge_next = 0.0  # time.monotonic() of the next gauge update
+        self._border_texts: dict[str, str] = {}  # border titles as last set
         self._device_label: str | None = None
         self._device_names: list[str] = []
         self._status_text = ""
@@ -211,7 +212,9 @@ class PrefillApp(WorkerActions, App[int]):
         the same frame as its point).  All of it lands in one screen update."""
         now = time.monotonic()
         shown = self._show_data()
-        if self.sampler is not None and (shown or now >= self._gauge_next):
+        # half a tick of slack: timer jitter must not turn 2 Hz into every third tick
+        slack = 0.5 / max(self.replot_hz, self.gauge_hz)
+        if self.sampler is not None and (shown or now >= self._gauge_next - slack):
             self._gauge_next = now + 1.0 / self.gauge_hz
             self._gauge_tick()
 
@@ -243,16 +246,20 @@ class PrefillApp(WorkerActions, App[int]):
             plot.set_reference_lines([(lab, (lambda n, f=fn: f(n) * 1e3))
                                       for lab, fn in (roof.lines if roof else [])])
             plot.replot()
+            # compare with what was set (the getter returns parsed content, which never
+            # equals the markup: setting it anyway repaints the whole plot each tick)
             legend = plot.legend_markup()
-            if plot.border_subtitle != legend:
+            if legend != self._border_texts.get("legend"):
+                self._border_texts["legend"] = legend
                 plot.border_subtitle = legend
             stats = build_stats(snap, which=self.which, method=self.fit_method, info=info,
                                 last=self.last_ok, counters=self.counters,
                                 device=self._device_label, roof=roof)
             self.query_one("#stats", StatsPanel).show(stats)
-            box = self.query_one("#stats-box")
-            if box.border_title != stats_title(stats):
-                box.border_title = stats_title(stats)
+            title = stats_title(stats)
+            if title != self._border_texts.get("stats"):
+                self._border_texts["stats"] = title
+                self.query_one("#stats-box").border_title = title
             self._update_status()
         except Exception as exc:  # a bad fit must not end the app
             self.notify(f"display update failed: {exc}", severity="error", timeout=6)
@@ -302,6 +309,7 @@ class PrefillApp(WorkerActions, App[int]):
 
     def _on_theme_changed(self) -> None:
         self._dirty = True
+        self._border_texts.clear()  # set the legend again under the new theme
         self._gauge_tick()
 
     # ------------------------------------------------------------------- actions

@@ -62,3 +62,14 @@ def test_default_run_path_in_user_data_dir(monkeypatch, tmp_path):
     monkeypatch.setenv("XDG_DATA_HOME", str(tmp_path))
     p = default_run_path()
     assert str(p).startswith(str(tmp_path)) and p.suffix == ".jsonl" and "runs" in p.parts
+
+
+def test_empty_run_file_is_not_left_behind_but_existing_files_are_kept(tmp_path):
+    from prefilltui.core.runfile import RunWriter
+    p = tmp_path / "empty.jsonl"
+    RunWriter(p).close()
+    assert not p.exists()
+    kept = tmp_path / "kept.jsonl"
+    kept.write_text("")
+    RunWriter(kept).close()
+    assert kept.exists()
