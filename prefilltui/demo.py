@@ -68,7 +68,7 @@ def find_llama_server(path: str | os.PathLike | None = None, *, build: bool = Tr
     """The ``llama-server`` binary to run.
 
     Order: ``path`` (the --llama-server flag), ``llama-server`` on PATH, the cached
-    build, else build it now (about 8-10 minutes on 2 cores, with progress on
+    build, else build it now (about 8-15 minutes on 2 cores, with progress on
     ``stream``) unless ``build`` is False.
     Raises: DemoSetupError when ``path`` is not an executable file, when nothing is
     found and ``build`` is False, or when the build fails (naming the missing tool).

@@ -68,7 +68,7 @@ CMAKE_FLAGS = (
     "-DGGML_CCACHE=OFF",
 )
 
-BUILD_NOTICE = ("first run builds llama-server from source: about 8-10 minutes on 2 cores; "
+BUILD_NOTICE = ("first run builds llama-server from source: about 8-15 minutes on 2 cores; "
                 "cached afterwards")
 
 

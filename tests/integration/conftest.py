@@ -3,7 +3,7 @@ SmolLM2-135M-Instruct Q4_1 on the CPU.
 
 Fixtures:
   llama_server_binary (session) -- Path of the binary: $PREFILLTUI_LLAMA_SERVER, else
-      llama-server on PATH, else the cache, else built now (8-10 min on 2 cores).
+      llama-server on PATH, else the cache, else built now (8-15 min on 2 cores).
   demo_gguf (session)           -- Path of the model: $PREFILLTUI_GGUF, else the cache,
       else downloaded now (~93 MB).
   llama_server (session)        -- a running prefilltui.demo.LlamaServer shared by all
