@@ -189,7 +189,7 @@ def _ms(s: float | None, digits: int = 1) -> str:
 def _ci(ci, fmt) -> str:
     if not ci or ci[0] is None:
         return ""
-    return f"[{fmt(ci[0])}, {'inf' if ci[1] is None else fmt(ci[1])}]"
+    return f"[{fmt(ci[0])} to {'inf' if ci[1] is None else fmt(ci[1])}]"
 
 
 def format_fit_lines(f: dict[str, Any], indent: str = "  ") -> list[str]:
@@ -205,11 +205,11 @@ def format_fit_lines(f: dict[str, Any], indent: str = "  ") -> list[str]:
         + (f" ({f['outliers']} outliers set aside)" if f.get("outliers") else ""),
         f"{indent}intercept    {ms(f['intercept_s'])} ms   95% {_ci(f['intercept_ci'], ms)} ms",
         f"{indent}slope        {us(f['slope_s_per_token'])} µs/token   95% "
-        f"{_ci(f['slope_ci'], us)}",
+        f"{_ci(f['slope_ci'], us)} µs/token",
     ]
     if f.get("prefill_tokens_per_s"):
         lines.append(f"{indent}throughput   {tp(f['prefill_tokens_per_s'])} prompt tok/s   95% "
-                     f"{_ci(f['prefill_tokens_per_s_ci'], tp)}")
+                     f"{_ci(f['prefill_tokens_per_s_ci'], tp)} tok/s")
     else:
         lines.append(f"{indent}throughput   n/a (slope <= 0)")
     if f.get("knee_tokens"):
@@ -251,7 +251,7 @@ def format_summary(d: dict[str, Any]) -> str:
                    + (f", {chg:+.1%} vs all-time" if chg is not None else ""))
     roof, m, hw = d.get("roofline"), d.get("model"), d.get("hardware")
     if m or hw:
-        hw_txt = "peak unknown"
+        hw_txt = "hardware of unknown peak"
         if hw and hw.get("peak_tflops"):
             hw_txt = f"{hw['name']} {hw['dtype']} {hw['peak_tflops']:g} TFLOP/s"
             if hw.get("bandwidth_tbs"):
@@ -259,7 +259,7 @@ def format_summary(d: dict[str, Any]) -> str:
             if hw.get("uncertain") or str(hw.get("matched_by", "")).endswith("(?)"):
                 hw_txt += " (?)"
         m_txt = "model unknown" if not m else (
-            f"{m['name']} ({m['params'] / 1e9:.3g}e9 params" if m.get("params") else f"{m['name']} (params ?")
+            f"{m['name']} ({m['params'] / 1e9:.3g} B params" if m.get("params") else f"{m['name']} (params ?")
         if m:
             m_txt += f", L={m['layers']}, d_attn={m['attn_width']})" + (" (?)" if m.get("uncertain") else "")
         out.append(f"Roofline (estimates): {m_txt} on {hw_txt}")
