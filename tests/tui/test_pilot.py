@@ -283,3 +283,26 @@ async def test_plot_redraw_without_new_data_reuses_text():
         assert plot.render() is first
         app.notify("a toast over the plot")
         await pilot.pause(0.2)
+
+
+async def test_probe_log_batches_caps_and_follows():
+    """Rows arrive on the tick (one update for many probes), the oldest go beyond
+    max_rows, the view follows the newest row, and the cursor keys move the cursor."""
+    app, h = _app()
+    async with app.run_test(size=(80, 24)) as pilot:
+        await pilot.pause()
+        log = app.query_one("#log", ProbeLog)
+        for i in range(250):
+            h["runner"].emit(make_result(i + 1, 32 + i))
+        await pilot.pause()
+        app.flush()
+        await pilot.pause()
+        assert log.row_count == log.max_rows == 200
+        assert log.scroll_y == log.max_scroll_y > 0
+        assert "282" in log.render_line(log.size.height - 1).text  # newest: 32+249+1 tokens
+        log.focus()
+        log.move_cursor(row=log.row_count - 1)
+        await pilot.press("up")
+        assert log.cursor_row == log.row_count - 2
+        await pilot.press("home")
+        assert log.cursor_row == 0 and log.scroll_y == 0

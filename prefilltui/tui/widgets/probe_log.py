@@ -1,24 +1,44 @@
-"""Probe log: the last probes in a DataTable (time, tokens, TTFT, energy, status).
+"""Probe log: the last probes (time, tokens, TTFT, energy, status), newest at the bottom.
 
 Selecting a row (enter / click) posts ``ProbeLog.Selected`` with the probe so the app
 can show its full message.  Bounded: the oldest rows are removed beyond ``max_rows``.
 
-Cheap per probe: the app adds the rows of each tick in one ``add_results`` call, and a
-new row changes only the table's scrollable (virtual) size, never its box (its height
-is fixed by CSS), so the screen is not laid out again for it: the scrollbars are
-updated here and the view follows the newest row in the same frame.
+A small line-API scroll view rather than a DataTable (issue 6 benchmark: the DataTable
+re-measured and re-rendered every visible cell through Rich on each new row, ~2 % of a
+core at one probe a second): each row is formatted once, on arrival, into fixed-width
+columns; drawing a line is a lookup.  A new row changes only the scrollable (virtual)
+size, never the box (its height is fixed by CSS), so the screen is not laid out again:
+the scrollbars are updated here and the view follows the newest row in the same frame.
 """
 
 from __future__ import annotations
 
 import time
 
+from rich.segment import Segment
+from textual.binding import Binding
+from textual.events import Click
 from textual.geometry import Size
 from textual.message import Message
 from textual.reactive import Reactive
-from textual.widgets import DataTable
+from textual.scroll_view import ScrollView
+from textual.strip import Strip
 
 from prefilltui.core.types import ProbeResult
+
+#: column headers and widths (cells); the status column takes the rest
+COLUMNS = (("time", 8), ("tokens", 6), ("TTFT ms", 8), ("J", 6), ("status", 0))
+
+
+def _row_text(cells: tuple[str, ...]) -> str:
+    """One line: each cell padded by one space either side, like a DataTable."""
+    out = []
+    for (_, width), cell in zip(COLUMNS, cells):
+        out.append(" " + (cell.ljust(width) if width else cell) + " ")
+    return "".join(out).rstrip()
+
+
+HEADER = _row_text(tuple(name for name, _ in COLUMNS))
 
 
 def probe_status(r: ProbeResult) -> str:
@@ -51,48 +71,56 @@ def probe_message(r: ProbeResult) -> str:
     return f"{head}; failed: {r.error_kind}{status}: {msg}"
 
 
-class ProbeLog(DataTable):
+class ProbeLog(ScrollView, can_focus=True):
     """The last ``max_rows`` probes, newest at the bottom (followed like a log
-    unless the cursor was moved up)."""
+    unless the cursor was moved up).  Keys: up/down/page up/page down/home/end move
+    the cursor, enter selects; a click selects the row under the pointer."""
+
+    BINDINGS = [
+        Binding("enter", "select_cursor", "Select", show=False),
+        Binding("up", "cursor_up", "Up", show=False),
+        Binding("down", "cursor_down", "Down", show=False),
+        Binding("pageup", "page_up", "Page up", show=False),
+        Binding("pagedown", "page_down", "Page down", show=False),
+        Binding("home", "cursor_home", "First", show=False),
+        Binding("end", "cursor_end", "Last", show=False),
+    ]
+    COMPONENT_CLASSES = {"probe-log--header", "probe-log--cursor"}
+    DEFAULT_CSS = """
+    ProbeLog {
+        background: $surface;
+        color: $foreground;
+        & > .probe-log--header { text-style: bold; background: $panel; color: $foreground; }
+        & > .probe-log--cursor { background: $block-cursor-blurred-background; }
+        &:focus > .probe-log--cursor {
+            background: $block-cursor-background;
+            color: $block-cursor-foreground;
+            text-style: $block-cursor-text-style;
+        }
+    }
+    """
+
+    #: Widget.virtual_size with layout=False: see the module docstring and
+    #: ``watch_virtual_size`` (a screen layout per probe row cost ~10 ms).
+    virtual_size = Reactive(Size(0, 0), layout=False)
 
     class Selected(Message):
         def __init__(self, result: ProbeResult) -> None:
             super().__init__()
             self.result = result
 
-    #: Widget.virtual_size with layout=False: see the module docstring and
-    #: ``watch_virtual_size`` (a screen layout per probe row cost ~10 ms).
-    virtual_size = Reactive(Size(0, 0), layout=False)
-
     def __init__(self, *, max_rows: int = 200, **kw) -> None:
-        super().__init__(cursor_type="row", zebra_stripes=False, **kw)
+        super().__init__(**kw)
         self.max_rows = max_rows
-        self._results: dict[str, ProbeResult] = {}
-        self._order: list[str] = []
+        self._rows: list[tuple[ProbeResult, str]] = []  # (probe, formatted line)
+        self._width = len(HEADER)
+        self.cursor_row = 0
         self.follow = True
-        self._follow_pending = False
-        self._added = 0  # rows ever added (unique row keys)
 
-    def watch_virtual_size(self, old: Size, new: Size) -> None:
-        """Rows were added or removed: update the scrollbars (a visibility change still
-        lays the screen out, once) and follow the newest row."""
-        if not self.is_mounted or not self.container_size:
-            return
-        scroll_update = getattr(self, "_scroll_update", None)
-        if scroll_update is None:  # a Textual without it: fall back to a layout
-            self.refresh(layout=True)
-        else:
-            scroll_update(new)
-        if self._follow_pending:
-            self._follow_pending = False
-            self.scroll_to(y=self.max_scroll_y, animate=False, immediate=True)
-
-    def on_mount(self) -> None:
-        self.add_column("time", key="time")
-        self.add_column("tokens", key="tokens")
-        self.add_column("TTFT ms", key="ttft")
-        self.add_column("J", key="energy")
-        self.add_column("status", key="status")
+    # -- data in -------------------------------------------------------------
+    @property
+    def row_count(self) -> int:
+        return len(self._rows)
 
     def add_result(self, r: ProbeResult) -> None:
         """One probe (see ``add_results``)."""
@@ -105,36 +133,110 @@ class ProbeLog(DataTable):
             return
         self.follow = not self.has_focus or self.cursor_row >= self.row_count - 2
         for r in results[-self.max_rows:]:
-            key = f"p{r.seq}-{self._added}-{id(r)}"
-            self._added += 1
             when = (time.strftime("%H:%M:%S", time.localtime(r.started_at))
                     if r.started_at else "—")
             tokens = r.tokens if r.tokens is not None else r.requested_tokens
             ttft = f"{r.ttft_s * 1e3:8.1f}" if (r.ok and r.ttft_s is not None) else "       —"
             energy = f"{r.energy_j:6.1f}" if r.energy_j is not None else "     —"
-            self.add_row(when, f"{tokens:>6}", ttft, energy, probe_status(r), key=key)
-            self._results[key] = r
-            self._order.append(key)
-        if len(self._order) > self.max_rows:
-            drop = len(self._order) - self.max_rows
-            for old in self._order[:drop]:
-                self._results.pop(old, None)
-                self.remove_row(old)
-            del self._order[:drop]
-        # the virtual size changes on the table's next idle (watch_virtual_size scrolls
-        # then); when it does not (the log is full) scroll now if scrolled away
-        self._follow_pending = self.follow
-        if self.follow and self.scroll_y < self.max_scroll_y:
+            line = _row_text((when, f"{tokens:>6}", ttft, energy, probe_status(r)))
+            self._rows.append((r, line))
+            self._width = max(self._width, len(line))
+        drop = len(self._rows) - self.max_rows
+        if drop > 0:
+            del self._rows[:drop]
+            self.cursor_row = max(self.cursor_row - drop, 0)
+        self._set_virtual_size()
+        if self.follow:
             self.scroll_to(y=self.max_scroll_y, animate=False, immediate=True)
+        self.refresh()
 
     def clear_log(self) -> None:
-        self.clear()
-        self._results.clear()
-        self._order.clear()
-        self._follow_pending = False
+        self._rows.clear()
+        self.cursor_row = 0
+        self._set_virtual_size()
+        self.refresh()
 
-    def on_data_table_row_selected(self, event: DataTable.RowSelected) -> None:
-        event.stop()
-        r = self._results.get(event.row_key.value)
-        if r is not None:
-            self.post_message(self.Selected(r))
+    def _set_virtual_size(self) -> None:
+        self.virtual_size = Size(self._width + 1, len(self._rows) + 1)  # + the header
+
+    def watch_virtual_size(self, old: Size, new: Size) -> None:
+        """Rows were added or removed: update the scrollbars (a visibility change still
+        lays the screen out, once)."""
+        if not self.is_mounted or not self.container_size:
+            return
+        scroll_update = getattr(self, "_scroll_update", None)
+        if scroll_update is None:  # a Textual without it: fall back to a layout
+            self.refresh(layout=True)
+        else:
+            scroll_update(new)
+
+    def on_mount(self) -> None:
+        self._set_virtual_size()
+
+    # -- drawing -------------------------------------------------------------
+    def render_line(self, y: int) -> Strip:
+        scroll_x, scroll_y = self.scroll_offset
+        width = self.scrollable_content_region.width
+        base = self.rich_style
+        if y == 0:
+            style = base + self.get_component_rich_style("probe-log--header")
+            text = HEADER
+        else:
+            i = scroll_y + y - 1
+            if i >= len(self._rows):
+                return Strip.blank(width, base)
+            text = self._rows[i][1]
+            style = base
+            if i == self.cursor_row:
+                style = base + self.get_component_rich_style("probe-log--cursor")
+        strip = Strip([Segment(text.ljust(self._width + 1), style)], self._width + 1)
+        return strip.crop_extend(scroll_x, scroll_x + width, style)
+
+    # -- cursor and selection ------------------------------------------------
+    def move_cursor(self, *, row: int | None = None, **_kw) -> None:
+        """Put the cursor on ``row`` (clamped) and scroll it into view."""
+        if row is None or not self._rows:
+            return
+        self.cursor_row = max(0, min(row, len(self._rows) - 1))
+        visible = max(self.scrollable_content_region.height - 1, 1)
+        top = round(self.scroll_y)
+        if self.cursor_row < top:
+            self.scroll_to(y=self.cursor_row, animate=False, immediate=True)
+        elif self.cursor_row >= top + visible:
+            self.scroll_to(y=self.cursor_row - visible + 1, animate=False, immediate=True)
+        self.refresh()
+
+    def _page(self) -> int:
+        return max(self.scrollable_content_region.height - 2, 1)
+
+    def action_cursor_up(self) -> None:
+        self.move_cursor(row=self.cursor_row - 1)
+
+    def action_cursor_down(self) -> None:
+        self.move_cursor(row=self.cursor_row + 1)
+
+    def action_page_up(self) -> None:
+        self.move_cursor(row=self.cursor_row - self._page())
+
+    def action_page_down(self) -> None:
+        self.move_cursor(row=self.cursor_row + self._page())
+
+    def action_cursor_home(self) -> None:
+        self.move_cursor(row=0)
+
+    def action_cursor_end(self) -> None:
+        self.move_cursor(row=len(self._rows) - 1)
+
+    def action_select_cursor(self) -> None:
+        if 0 <= self.cursor_row < len(self._rows):
+            self.post_message(self.Selected(self._rows[self.cursor_row][0]))
+
+    def on_click(self, event: Click) -> None:
+        offset = event.get_content_offset(self)
+        if offset is None or offset.y < 1:
+            return
+        row = round(self.scroll_y) + offset.y - 1
+        if 0 <= row < len(self._rows):
+            event.stop()
+            self.move_cursor(row=row)
+            self.post_message(self.Selected(self._rows[row][0]))
