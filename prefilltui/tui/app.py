@@ -43,6 +43,9 @@ from prefilltui.tui.widgets.ttft_plot import TTFTPlot
 RunnerFactory = Callable[[Callable[[ProbeResult], None], Callable[[str, str], None]], Any]
 
 
+_RANGE = Binding.Group("Range", compact=True)
+
+
 class PrefillApp(WorkerActions, App[int]):
     """Live prefill monitor.  Build it with ``build_app``."""
 
@@ -53,15 +56,16 @@ class PrefillApp(WorkerActions, App[int]):
     HORIZONTAL_BREAKPOINTS = [(0, "-narrow"), (120, "-wide")]
 
     BINDINGS = [
-        Binding("space", "toggle_pause", "Pause"),
+        Binding("space", "toggle_pause", "Pause", key_display="␣"),  # fits 80 columns
         Binding("r", "reset_fit", "Reset"),
         Binding("w", "toggle_window", "Window"),
         Binding("b", "burst", "Burst"),
-        Binding("plus,equals_sign", "widen", "Wider", key_display="+"),
-        Binding("minus", "narrow", "Narrower", key_display="-"),
+        # one footer entry "+-Range" for the pair, so c Cache / t Theme fit at 80 columns
+        Binding("plus,equals_sign", "widen", "Wider", key_display="+", group=_RANGE),
+        Binding("minus", "narrow", "Narrower", key_display="-", group=_RANGE),
         Binding("e", "export", "Export"),
-        Binding("c", "cache_check", "Cache", show=False),
-        Binding("t", "next_theme", "Theme", show=False),
+        Binding("c", "cache_check", "Cache"),
+        Binding("t", "next_theme", "Theme"),
         Binding("question_mark", "help", "Help", key_display="?"),
         Binding("q", "quit_app", "Quit"),
         # Ctrl-C quits too (Textual would only hint at ctrl+q): the run file is
@@ -116,6 +120,7 @@ class PrefillApp(WorkerActions, App[int]):
         self._device_label: str | None = None
         self._device_names: list[str] = []
         self._status_text = ""
+        self._burst_pending = False  # b pressed, its probe not back yet
 
     # ----------------------------------------------------------------- layout
     def get_theme_variable_defaults(self) -> dict[str, str]:
@@ -180,6 +185,8 @@ class PrefillApp(WorkerActions, App[int]):
         self.last_result = r
         if r.ok:
             self.last_ok = r
+        if r.burst:
+            self._burst_pending = False
         if r.t_send is not None and r.t_end is not None:
             self.windows.append((r.t_send, r.t_end))
         if self.fit is not None:
@@ -195,6 +202,10 @@ class PrefillApp(WorkerActions, App[int]):
     def on_runner_state_changed(self, message: RunnerStateChanged) -> None:
         old = self.state
         self.state, self.state_detail = message.state, message.detail
+        try:
+            self._effective_range()
+        except NoMatches:  # a state change that lands while the app is shutting down
+            pass
         if message.state == "failed" and old != "failed":
             self.notify(message.detail or "probing failed", severity="error", timeout=10)
         self._update_status()
@@ -339,7 +350,26 @@ class PrefillApp(WorkerActions, App[int]):
     def action_burst(self) -> None:
         if self.runner is not None:
             self.runner.burst()
-            self.notify(f"burst: next probe at {self.sweep_range[1]} tokens", timeout=3)
+            self._burst_pending = True
+            self._notify_burst()
+
+    def _notify_burst(self) -> None:
+        """Says where the pending burst probe goes: the longest length as it is now
+        (said again when + / - changes it before the probe runs)."""
+        self.notify(f"burst: next probe at the longest length ({self.sweep_range[1]} tokens)",
+                    timeout=3)
+
+    def _effective_range(self) -> None:
+        """Take the range the runner really plans (``runner.lengths``: after server
+        discovery and the context cap), read when a runner message arrives."""
+        lengths = getattr(self.runner, "lengths", None) if self.runner is not None else None
+        try:
+            lo, hi = (min(lengths), max(lengths)) if lengths else self.sweep_range
+        except (TypeError, ValueError):
+            return
+        if (lo, hi) != self.sweep_range:
+            self.sweep_range = (int(lo), int(hi))
+            self.query_one("#plot", TTFTPlot).set_range_hint(self.sweep_range[1])
 
     def _set_range(self, lo: int, hi: int) -> None:
         if self.context_cap is None:
@@ -361,6 +391,8 @@ class PrefillApp(WorkerActions, App[int]):
         self.query_one("#plot", TTFTPlot).set_range_hint(hi)
         self._dirty = True
         self._update_status()
+        if self._burst_pending:
+            self._notify_burst()
 
     def action_widen(self) -> None:
         lo, hi = self.sweep_range
@@ -376,11 +408,26 @@ class PrefillApp(WorkerActions, App[int]):
             return
         i = names.index(self.theme) if self.theme in names else -1
         self.theme = names[(i + 1) % len(names)]
-        self.notify(f"theme: {self.theme}", timeout=2)
+        self.notify(f"theme: {self.theme.removeprefix('prefilltui-')}", timeout=2)
 
     def action_help(self) -> None:
         if not isinstance(self.screen, HelpScreen):
-            self.push_screen(HelpScreen())
+            self.push_screen(HelpScreen(self._telemetry_details()))
+
+    def _telemetry_details(self) -> list[str]:
+        """Full telemetry reasons (the gauges show short ones), for the help screen."""
+        if self.sampler is None:
+            return []
+        try:
+            snap = self.sampler.snapshot()
+        except Exception as exc:
+            return [f"telemetry failed: {exc}"]
+        lines = [f"telemetry: {snap.reason}"] if getattr(snap, "reason", None) else []
+        for dev in getattr(snap, "devices", None) or ():
+            label = getattr(dev, "label", None) or "device"
+            for metric, why in (getattr(dev, "na", None) or {}).items():
+                lines.append(f"{label} {metric} N/A: {why}")
+        return lines
 
     def action_quit_app(self) -> None:
         code = self.exit_code()

@@ -1,44 +1,43 @@
-"""The ``?`` help screen: every key, what the plot marks mean, where data goes."""
+"""The ``?`` help screen: every key, what the plot marks mean, where data goes.
+
+Fits 80x24 as is; the telemetry details (full N/A reasons) that the app passes in
+scroll above a close hint that stays visible.
+"""
 
 from __future__ import annotations
 
 from textual.app import ComposeResult
 from textual.binding import Binding
-from textual.containers import VerticalScroll
+from textual.containers import Vertical, VerticalScroll
 from textual.screen import ModalScreen
 from textual.widgets import Static
 
 HELP_TEXT = """\
 [b]prefilltui[/b] — live prefill monitor
-
 [b]Keys[/b]
-  space   pause / resume probing
-  r       reset the fit (and the plotted points)
-  w       toggle all-time / sliding-window fit
-  b       burst: one probe at the longest allowed length
-  + / -   widen / narrow the sweep range (longest prompt ×2 / ÷2)
-  e       export the run: CSV + JSON summary beside the run file
-  c       cache check: is the server's prefix cache serving prompts?
-  t       next theme
-  ?       this help           q  quit (every probe is already on disk)
+ space  pause / resume probing         r  reset the fit and plotted points
+ w      all-time / sliding-window fit  b  burst: probe the longest length
+ + / -  widen / narrow the sweep range (longest prompt ×2 / ÷2)
+ e      export: CSV + JSON summary beside the run file
+ c      cache check: is the server's prefix cache serving prompts?
+ t      next theme                     ?  this help
+ q      quit (Ctrl-C too; every probe is already on disk)
+[b]Plot[/b]  TTFT (ms) against prompt tokens as the server counts them
+ •  probe in the fit      ◆  newest probe       ─  fit line
+ ×  warm-up (not in fit)  ○  cache hit (not in fit)
+ roofline lines: expected TTFT at the peak and at 50 % (catalog GPU or
+ --peak-tflops).  Failed probes are only in the probe log.
+[b]Fit[/b]  TTFT = intercept + slope × tokens, 95 % intervals below each;
+ prefill = 1/slope.  queue (est.) = inferred, not reported by the server.
+[b]Gauges[/b]  utilization and power over the last 60 s; tinted columns are
+ probe request windows.  N/A: the device does not report it (why: below)."""
 
-[b]Plot[/b]  TTFT (ms) against prompt tokens as the server counts them.
-  •  probe in the fit      ◆  newest probe       ─  fit line
-  ×  warm-up (not in fit)  ○  cache hit (not in fit)
-  roofline lines: expected TTFT at the hardware's peak and at 50 %
-  (shown when the peak is known: a catalog GPU or --peak-tflops).
-  Failed probes are not plotted; they are in the probe log.
-
-[b]Gauges[/b]  utilization and power per device over the last 60 s;
-  tinted columns are probe request windows, so a long prefill's spike
-  lines up with its probe.  N/A means the device does not report it.
-
-press escape, q or ? to close
-"""
+CLOSE_HINT = "escape, q or ? closes this help · Ctrl-C quits"
 
 
 class HelpScreen(ModalScreen[None]):
-    """Modal help; any of escape / q / ? closes it."""
+    """Modal help; any of escape / q / ? closes it.  ``details``: extra lines (the
+    telemetry's full N/A reasons) shown after the help text."""
 
     BINDINGS = [
         Binding("escape", "dismiss_help", "Close"),
@@ -48,15 +47,32 @@ class HelpScreen(ModalScreen[None]):
 
     DEFAULT_CSS = """
     HelpScreen { align: center middle; }
-    HelpScreen > VerticalScroll {
+    HelpScreen > Vertical {
         width: 80; max-width: 100%; height: auto; max-height: 100%;
         background: $panel; border: round $primary; padding: 0 1;
     }
+    HelpScreen VerticalScroll { height: auto; scrollbar-size-vertical: 1; }
+    HelpScreen #help-close {
+        dock: bottom; height: 1; color: $foreground 70%; text-style: italic;
+    }
     """
 
+    def __init__(self, details: list[str] = ()) -> None:
+        super().__init__()
+        self.details = list(details)
+
     def compose(self) -> ComposeResult:
-        with VerticalScroll():
-            yield Static(HELP_TEXT, id="help-text")
+        with Vertical():
+            with VerticalScroll():
+                yield Static(HELP_TEXT, id="help-text")
+                if self.details:
+                    yield Static("\n".join(self.details), id="help-details", markup=False)
+            yield Static(CLOSE_HINT, id="help-close", markup=False)
+
+    def on_resize(self) -> None:
+        # room for the text: the screen less the border (2) and the close hint (1),
+        # so a short terminal scrolls the text and still shows the hint
+        self.query_one(VerticalScroll).styles.max_height = max(1, self.size.height - 3)
 
     def action_dismiss_help(self) -> None:
         self.dismiss(None)

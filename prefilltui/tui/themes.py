@@ -223,7 +223,8 @@ def resolve_theme_arg(arg: str | None, ts: ThemeSet) -> tuple[str, str | None]:
     for cand in (arg, f"prefilltui-{arg}"):
         if cand in names:
             return cand, None
-    return DEFAULT_THEME, f"unknown theme {arg!r} (have: {', '.join(names)})"
+    typed = [n.removeprefix("prefilltui-") for n in names]  # what --theme accepts
+    return DEFAULT_THEME, f"unknown theme {arg!r} (have: {', '.join(typed)})"
 
 
 def rgb(value: str | None, default: tuple[int, int, int] = (200, 200, 200)) -> tuple[int, int, int]:

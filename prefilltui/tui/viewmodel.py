@@ -7,6 +7,7 @@ one from the command-line args (``roofline_analysis``); tests pass fixed ones.
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass, field
 from typing import Any, Callable
 
@@ -102,8 +103,8 @@ def build_stats(snap: Any, *, which: str, method: str, info: ServerInfo | None,
             v.quadratic_note = f"quadratic: c={c * 1e9:.3g} ns/tok²"
     if info is not None:
         v.server_kind = info.kind
-        # llama.cpp reports the GGUF path as the model id: show the file name only
-        v.model = info.model.rsplit("/", 1)[-1] if info.model else None
+        # llama.cpp reports the GGUF path as the model id: the panel shortens it
+        v.model = info.model or None
     v.device = device
     if last is not None:
         v.requested = last.requested_tokens
@@ -111,14 +112,32 @@ def build_stats(snap: Any, *, which: str, method: str, info: ServerInfo | None,
         v.overhead_s = last.overhead_s
         v.queue_s = last.queue_s
         v.prefill_s = last.server_prefill_s
+        source = (getattr(last, "extra", None) or {}).get("queue_source")
+        v.queue_estimated = source in ("idle", "estimated")
     if roof is not None:
         v.achieved_tflops = roof.achieved_tflops
         v.mfu = roof.mfu
         v.estimate = roof.estimate
         v.verdict = roof.verdict
-        v.notes.extend(roof.notes)
+        v.notes.extend(n for n in (drop_repeat(x, roof.verdict) for x in roof.notes) if n)
         v.warnings.extend(roof.warnings)
     return v
+
+
+def drop_repeat(note: str, phrase: str | None) -> str:
+    """``note`` without the sentence or clause that repeats ``phrase`` (the verdict
+    word, e.g. "MFU needs --peak-tflops", already shown on its own line)."""
+    if not phrase or phrase not in note:
+        return note
+    out = []
+    for sentence in re.split(r"(?<=[.;])\s+", note):
+        if phrase in sentence:
+            sentence = sentence[: sentence.find(phrase)].rstrip(" ;,:.")
+            sentence = sentence + "." if sentence else ""
+        if sentence:
+            out.append(sentence)
+    text = " ".join(out).rstrip(" ;,:")
+    return text + "." if text and not text.endswith(".") else text
 
 
 def status_line(state: str, detail: str, counters: Counters, rng: tuple[int, int],

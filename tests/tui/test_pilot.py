@@ -214,7 +214,12 @@ async def test_cpu_gauge_na_reason_and_unavailable():
         await pilot.pause()
         texts = [str(w.render()) for w in app.query(".gauge-text")]
         assert any(t.startswith("CPU util") for t in texts)
-        assert any("power N/A: RAPL not readable" in t for t in texts)
+        assert "power N/A (no RAPL)" in texts  # short on the gauge ...
+        await pilot.press("question_mark")
+        await pilot.pause()
+        details = str(app.screen.query_one("#help-details").render())
+        assert "CPU power N/A: RAPL not readable" in details  # ... full in the help
+        await pilot.press("escape")
     from fakes import FakeSnapshot
 
     app, _ = _app(sampler=FakeSampler(FakeSnapshot(kind="none", available=False,
@@ -306,3 +311,61 @@ async def test_probe_log_batches_caps_and_follows():
         assert log.cursor_row == log.row_count - 2
         await pilot.press("home")
         assert log.cursor_row == 0 and log.scroll_y == 0
+
+
+def _toasts(app) -> list[str]:
+    return [str(n.message) for n in app._notifications]
+
+
+async def test_burst_toast_names_the_longest_length_as_it_is():
+    app, h = _app()
+    async with app.run_test(size=(80, 24)) as pilot:
+        await pilot.pause()
+        await pilot.press("b")
+        assert ("burst",) in h["runner"].calls
+        assert "burst: next probe at the longest length (4096 tokens)" in _toasts(app)
+        await pilot.press("plus")  # before the burst probe ran: said again, new length
+        assert "burst: next probe at the longest length (8023 tokens)" in _toasts(app)
+        burst = make_result(50, 8000)
+        burst.burst = True
+        h["runner"].emit(burst)
+        await pilot.pause()
+        app.clear_notifications()
+        await pilot.press("minus")  # burst done: no more burst toasts
+        assert not any(t.startswith("burst") for t in _toasts(app))
+
+
+async def test_header_shows_the_runners_capped_range():
+    """After discovery the runner caps its lengths at the context (runner.lengths):
+    the status line shows that range, picked up with the runner's next message."""
+    app, h = _app()
+    async with app.run_test(size=(80, 24)) as pilot:
+        await pilot.pause()
+        assert "32–4096 tok" in _status(app)
+        runner = h["runner"]
+        runner.lengths = [32, 64, 128, 256, 512, 1024, 2048, 4007]
+        runner._set("probing", "context limit: capping prompts at 4007 tokens")
+        await pilot.pause()
+        assert "32–4007 tok" in _status(app)
+        assert app.sweep_range == (32, 4007)
+
+
+async def test_help_close_hint_visible_at_small_sizes():
+    for size in ((80, 24), (80, 14)):
+        app, _ = _app()
+        async with app.run_test(size=size) as pilot:
+            await pilot.pause()
+            await pilot.press("question_mark")
+            await pilot.pause()
+            hint = app.screen.query_one("#help-close")
+            assert "Ctrl-C quits" in str(hint.render())
+            assert 0 < hint.region.bottom <= size[1] - 1 and hint.region.height == 1
+
+
+async def test_footer_fits_cache_theme_and_quit_at_80():
+    app, _ = _app()
+    async with app.run_test(size=(80, 24)) as pilot:
+        await pilot.pause()
+        footer = app.screen._compositor.render_strips()[-1].text
+        for entry in ("c Cache", "t Theme", "? Help", "q Quit", "+- Range"):
+            assert entry in footer, footer

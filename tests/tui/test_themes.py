@@ -52,6 +52,8 @@ def test_resolve_theme_arg(tmp_path):
     assert resolve_theme_arg("prefilltui-high-contrast", ts)[0] == "prefilltui-high-contrast"
     name, problem = resolve_theme_arg("nope", ts)
     assert name == DEFAULT_THEME and "unknown theme 'nope'" in problem
+    # lists the names users type (as README / --help), not the internal ones
+    assert "dark" in problem and "high-contrast" in problem and "prefilltui-" not in problem
     p = tmp_path / "t.toml"
     p.write_text('name = "from-path"\nprimary = "#ff0000"\ndark = false\n')
     assert resolve_theme_arg(str(p), ts) == ("from-path", None)

@@ -4,10 +4,10 @@ from __future__ import annotations
 
 from fakes import fixed_results, make_result
 
-from prefilltui.tui.viewmodel import Counters, build_stats, status_line
+from prefilltui.tui.viewmodel import Counters, RooflineView, build_stats, status_line
 from prefilltui.tui.widgets.gauges import bucket_history, window_mask
 from prefilltui.tui.widgets.probe_log import probe_message, probe_status
-from prefilltui.tui.widgets.stats import StatsView, si, stats_text
+from prefilltui.tui.widgets.stats import StatsView, short_model, si, stats_text
 from prefilltui.tui.widgets.ttft_plot import nice_ticks, tick_label
 
 
@@ -41,7 +41,52 @@ def test_stats_text_without_and_with_fit():
     assert "intercept 20.3 ms" in text.replace("  ", " ")
     assert "µs/tok" in text and "tok/s" in text and "R²" in text
     assert "cached tokens in 1 probe" in text
-    assert "3.0/—/23.1 ms" in text  # TTFT breakdown: overhead/queue/prefill
+    # TTFT breakdown: readable labels, one per line
+    assert "overhead  3.0 ms\nqueue     —\nprefill   23.1 ms" in text
+    assert "95%     19.0–21.5 ms" in text or "ms\n  95%" in text  # intercept interval
+    assert "µs/tok\n  95%" in text and "tok/s\n  95%" in text
+    assert text.count(" 95% ") == 3 and "ms/tok" not in text
+
+
+def test_stats_units_noise_queue_and_model():
+    """Slope stays in µs/tok above 1000 µs; intervals carry units; an intercept
+    whose interval spans 0 is flagged; queue marked estimated; model shortened."""
+    from prefilltui.core.types import ServerInfo
+
+    v = StatsView(intercept_s=-0.195, intercept_ci=(-0.4, 0.01), slope_s=6.775e-3,
+                  slope_ci=(6.5e-3, 7.0e-3), throughput=147.6, throughput_ci=(46, 64),
+                  r2=0.99)
+    text = stats_text(v).plain
+    assert "intercept \u2212195 ms" in text
+    assert "\n          ≈0: within noise\n" in text
+    assert "\u2212400 to 10.0 ms" in text
+    assert "slope     6,775 µs/tok" in text and "6,500–7,000 µs/tok" in text
+    assert "95%     46.0–64.0 tok/s" in text
+    assert "≈0" not in stats_text(StatsView(intercept_s=0.02, intercept_ci=(0.01, 0.03),
+                                             slope_s=1e-4)).plain
+    last = make_result(1, 512)
+    last.queue_s = 0.0
+    last.extra["queue_source"] = "idle"
+    info = ServerInfo(base_url="http://x", kind="llama.cpp",
+                      model="/home/u/.cache/prefilltui/models/SmolLM2-135M-Instruct.Q4_1.gguf")
+    v = build_stats(None, which="all", method="robust", info=info, last=last,
+                    counters=Counters(), device="CPU", roof=None)
+    text = stats_text(v).plain
+    assert "queue     0.0 ms (est.)" in text
+    assert "\nSmolLM2-135M-Instruct.Q4_1\n" in text
+    assert short_model("a/" + "x" * 40 + ".gguf") == "x" * 25 + "…"
+
+
+def test_verdict_not_repeated_in_notes():
+    roof = RooflineView(achieved_tflops=0.00604, verdict="MFU needs --peak-tflops", notes=[
+        "Peak unknown (CPU or unlisted GPU): 22 prompt tok/s (estimate). MFU needs "
+        "--peak-tflops (and --gpu / --params if not detected).",
+        "GPU 'X' is not in the catalog; MFU needs --peak-tflops"])
+    v = build_stats(None, which="all", method="robust", info=None, last=None,
+                    counters=Counters(), device=None, roof=roof)
+    text = stats_text(v).plain
+    assert text.count("--peak-tflops") == 1
+    assert "0.00604 TFLOP/s" in text and "GFLOP" not in text
 
 
 def test_status_line_words():

@@ -144,6 +144,20 @@ class HistorySpark(Sparkline):
         return Strip(segs, width)
 
 
+def short_reason(why: str | None) -> str:
+    """A few words for an N/A reason that must fit a gauge line ('RAPL not readable:
+    no permission' -> 'no RAPL'); the full text is in the help screen (``?``)."""
+    if not why:
+        return ""
+    low = why.lower()
+    for key, short in (("rapl", "no RAPL"), ("nvml", "no NVML"), ("psutil", "no psutil"),
+                       ("not supported", "unsupported"), ("permission", "no permission")):
+        if key in low:
+            return short
+    head = why.split(":", 1)[0].strip()
+    return head if len(head) <= 14 else head[:13] + "…"
+
+
 def _fmt(v: float | None, unit: str, digits: int = 0) -> str:
     return "N/A" if v is None else f"{v:.{digits}f} {unit}"
 
@@ -197,12 +211,12 @@ class DeviceGauge(Horizontal):
         averaged = bool(getattr(dev, "power_averaged", False))
         if util is None:
             why = na.get("util") or na.get("util_pct") or na.get("utilization")
-            util_text = f"{label} util N/A" + (f": {why}" if why else "")
+            util_text = f"{label} util N/A" + (f" ({short_reason(why)})" if why else "")
         else:
             util_text = f"{label} util {util:3.0f} %"
         if power is None:
             why = na.get("power") or na.get("power_w")
-            power_text = "power N/A" + (f": {why}" if why else "")
+            power_text = "power N/A" + (f" ({short_reason(why)})" if why else "")
         else:
             power_text = f"power {power:.0f}" + (" avg" if averaged else "") + " W"
             power_text += f" / {limit:.0f} W" if limit else ""

@@ -41,6 +41,7 @@ class StatsView:
     overhead_s: float | None = None
     queue_s: float | None = None
     prefill_s: float | None = None
+    queue_estimated: bool = False  # queue_s inferred (extra["queue_source"] idle/estimated)
     probes: int = 0
     failed: int = 0
     notes: list[str] = field(default_factory=list)
@@ -58,8 +59,47 @@ def si(v: float | None, digits: int = 1) -> str:
     return f"{v:.{digits if a < 100 else 0}f}"
 
 
+def _minus(text: str) -> str:
+    """A leading '-' as a typographic minus sign (U+2212)."""
+    return "\u2212" + text[1:] if text.startswith("-") else text
+
+
 def _ms(v: float | None) -> str:
-    return "—" if v is None else (f"{v * 1e3:.1f}" if abs(v) < 10 else f"{v * 1e3:.0f}")
+    if v is None:
+        return "—"
+    ms = v * 1e3
+    return _minus(f"{ms:.1f}" if abs(ms) < 100 else f"{ms:,.0f}")
+
+
+def _us(v: float | None) -> str:
+    """Seconds per token as µs (no unit): 44.7e-6 -> '44.7', 6.775e-3 -> '6,775'."""
+    if v is None:
+        return "—"
+    us = v * 1e6
+    return _minus(f"{us:,.0f}" if abs(us) >= 100 else f"{us:#.3g}")
+
+
+def _interval(ci: tuple[float, float], fmt, unit: str) -> str:
+    """'95% lo–hi unit'; ' to ' instead of the dash when a bound is negative."""
+    lo, hi = ci
+    sep = "–" if lo >= 0 and hi >= 0 else " to "
+    return f"{fmt(lo)}{sep}{fmt(hi)} {unit}"
+
+
+#: longest model name shown: fits the narrow (80-column) panel's 27 text columns
+MODEL_CHARS = 26
+
+
+def short_model(name: str | None, width: int = MODEL_CHARS) -> str | None:
+    """Model id as shown: file name without directory and ``.gguf``, ellipsised to
+    ``width`` characters ('/m/SmolLM2-135M-Instruct.Q4_1.gguf' ->
+    'SmolLM2-135M-Instruct.Q4_1')."""
+    if not name:
+        return None
+    base = name.replace("\\", "/").rstrip("/").rsplit("/", 1)[-1]
+    if base.lower().endswith(".gguf"):
+        base = base[:-5]
+    return base if len(base) <= width else base[: width - 1] + "…"
 
 
 def stats_text(v: StatsView) -> Text:
@@ -70,16 +110,23 @@ def stats_text(v: StatsView) -> Text:
         t.append(f"{label:<10}", style="dim")
         t.append(value + "\n", style=style)
 
+    def interval(ci, fmt, unit: str) -> None:
+        if ci and ci[0] is not None and ci[1] is not None:
+            line("  95%", _interval(ci, fmt, unit), "dim")
+
     if v.slope_s is None:
         t.append("fit: needs ≥3 probes at\n  different lengths\n", style="italic")
     else:
         line("intercept", f"{_ms(v.intercept_s)} ms")
-        us = v.slope_s * 1e6
-        line("slope", f"{us:.3g} µs/tok" if abs(us) < 1000 else f"{us / 1e3:.3g} ms/tok")
+        interval(v.intercept_ci, _ms, "ms")
+        ci = v.intercept_ci
+        if (v.intercept_s is not None and v.intercept_s < 0) or (
+                ci and ci[0] is not None and ci[1] is not None and ci[0] <= 0 <= ci[1]):
+            line("", "≈0: within noise", "italic")  # fits the 27-column panel
+        line("slope", f"{_us(v.slope_s)} µs/tok")
+        interval(v.slope_ci, _us, "µs/tok")
         line("prefill", f"{si(v.throughput)} tok/s", "bold")
-        if v.throughput_ci:
-            lo, hi = v.throughput_ci
-            line(" 95%", f"{si(lo)}–{si(hi)}")
+        interval(v.throughput_ci, si, "tok/s")
         if v.r2 is not None:
             line("R²", f"{v.r2:.3f}")
         if v.quadratic_note:
@@ -87,23 +134,29 @@ def stats_text(v: StatsView) -> Text:
     for warning in v.warnings:
         t.append(warning + "\n", style="bold")
     if v.achieved_tflops is not None:
+        # always TFLOP/s (as the roofline notes and the text summary)
         est = " est." if v.estimate else ""
-        if v.achieved_tflops >= 1:
-            line("achieved", f"{v.achieved_tflops:.3g} TFLOP/s{est}")
-        else:
-            line("achieved", f"{v.achieved_tflops * 1e3:.3g} GFLOP/s{est}")
+        line("achieved", f"{v.achieved_tflops:.3g} TFLOP/s{est}")
     if v.mfu is not None:
         line("MFU", f"{v.mfu * 100:.1f} %" + (" est." if v.estimate else ""), "bold")
     if v.verdict:
         line("verdict", v.verdict, "bold")
-    facts = " · ".join(x for x in (v.server_kind, v.model, v.device) if x)
+    facts = " · ".join(x for x in (v.server_kind, v.device) if x)
     if facts:
         t.append(facts + "\n", style="dim")
+    model = short_model(v.model)
+    if model:
+        t.append(model + "\n", style="dim")
     if v.requested is not None:
         counted = "—" if v.counted is None else str(v.counted)
         line("tokens", f"{v.requested} req → {counted}")
     if v.overhead_s is not None or v.queue_s is not None or v.prefill_s is not None:
-        line("ovh/q/pf", f"{_ms(v.overhead_s)}/{_ms(v.queue_s)}/{_ms(v.prefill_s)} ms")
+        def ms(x: float | None) -> str:
+            return "—" if x is None else f"{_ms(x)} ms"
+
+        line("overhead", ms(v.overhead_s))
+        line("queue", ms(v.queue_s) + (" (est.)" if v.queue_estimated else ""))
+        line("prefill", ms(v.prefill_s))
     if v.cached_probes:
         t.append(f"⚠ cached tokens in {v.cached_probes} probe(s)"
                  + (f", last {v.last_cached_tokens}" if v.last_cached_tokens else "")
