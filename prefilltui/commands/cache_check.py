@@ -12,10 +12,10 @@ from __future__ import annotations
 
 import asyncio
 import json
-import os
 import sys
 
-from prefilltui.commands.common import _positive_int, add_output_args, add_server_args
+from prefilltui.commands.common import (_positive_int, add_output_args, add_server_args,
+                                        read_api_key)
 
 
 def register(sub) -> None:
@@ -37,7 +37,7 @@ async def _check(args) -> tuple[int, dict | None, str]:
     from prefilltui.core.probe import ProbeClient
     from prefilltui.core.server import ServerUnreachable
 
-    key = os.environ.get(args.api_key_env) or None
+    key = read_api_key(args)
     async with ProbeClient(args.url, api=args.api, model=args.model, api_key=key,
                            timeout=args.timeout, verify=not args.insecure) as client:
         try:

@@ -7,6 +7,8 @@ is named) > the server's own metadata > the built-in catalog.
 from __future__ import annotations
 
 import argparse
+import math
+import os
 
 
 def _int_list(text: str) -> list[int]:
@@ -24,9 +26,52 @@ def _positive_float(text: str) -> float:
         v = float(text)
     except ValueError:
         raise argparse.ArgumentTypeError(f"expected a number, got {text!r}")
-    if not v > 0:
+    if not (v > 0 and math.isfinite(v)):
         raise argparse.ArgumentTypeError(f"expected a positive number, got {text!r}")
     return v
+
+
+def _non_negative_float(text: str) -> float:
+    try:
+        v = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a number, got {text!r}")
+    if not (v >= 0 and math.isfinite(v)):
+        raise argparse.ArgumentTypeError(f"expected a number >= 0, got {text!r}")
+    return v
+
+
+def _efficiency(text: str) -> float:
+    """A fraction of peak in (0, 1.5] (the range roofline.estimate accepts)."""
+    v = _positive_float(text)
+    if v > 1.5:
+        raise argparse.ArgumentTypeError(f"expected a fraction of peak such as 0.5, got {text!r}")
+    return v
+
+
+def _sample_hz(text: str) -> float:
+    """A sampling rate in [0.1, 100] Hz (slower would leave probes unattributed, faster
+    would spend a core on sampling)."""
+    v = _positive_float(text)
+    if not 0.1 <= v <= 100:
+        raise argparse.ArgumentTypeError(f"expected a rate from 0.1 to 100 Hz, got {text!r}")
+    return v
+
+
+def read_api_key(args) -> str | None:
+    """The API key from the environment variable named by ``--api-key-env`` (surrounding
+    whitespace removed), or None.
+
+    Raises:
+        ValueError: when the key cannot be sent in an HTTP header; the message never
+            contains the key.
+    """
+    name = getattr(args, "api_key_env", None) or "OPENAI_API_KEY"
+    key = (os.environ.get(name) or "").strip() or None
+    if key is not None and not (key.isascii() and key.isprintable()):
+        raise ValueError(f"the API key in ${name} contains characters that cannot be sent in "
+                         "an HTTP header (a control character or non-ASCII)")
+    return key
 
 
 def _positive_int(text: str) -> int:
@@ -80,7 +125,7 @@ def add_sweep_args(p: argparse.ArgumentParser, *, min_tokens: int = 32,
                    help="probes per length (default 1)")
     g.add_argument("--warmup", type=_non_negative_int, default=1, metavar="W",
                    help="warm-up probes, recorded but kept out of the fit (default 1)")
-    g.add_argument("--pause", type=float, default=0.0, metavar="S",
+    g.add_argument("--pause", type=_non_negative_float, default=0.0, metavar="S",
                    help="seconds to wait between probes (default 0)")
     g.add_argument("--seed", type=int, default=None, help="seed for the randomized order")
     g.add_argument("--out", metavar="FILE",
@@ -105,7 +150,7 @@ def add_hardware_args(p: argparse.ArgumentParser) -> None:
                    help="attention width heads*head_dim (default: hidden)")
     g.add_argument("--model-config", metavar="PATH",
                    help="a Hugging Face config.json to compute the model shape from")
-    g.add_argument("--efficiency", type=_positive_float, default=0.5, metavar="F",
+    g.add_argument("--efficiency", type=_efficiency, default=0.5, metavar="F",
                    help="fraction of peak for the expected-time line (default 0.5)")
 
 
@@ -113,7 +158,7 @@ def add_telemetry_args(p: argparse.ArgumentParser) -> None:
     g = p.add_argument_group("telemetry")
     g.add_argument("--gpus", metavar="I,J", help="GPU indices to sample (default: all visible; "
                    "CUDA_VISIBLE_DEVICES is respected)")
-    g.add_argument("--sample-hz", type=_positive_float, default=10.0, metavar="HZ",
+    g.add_argument("--sample-hz", type=_sample_hz, default=10.0, metavar="HZ",
                    help="GPU/CPU sampling rate (default 10)")
     g.add_argument("--no-telemetry", action="store_true", help="do not sample GPU/CPU")
 

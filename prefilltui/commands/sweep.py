@@ -11,14 +11,14 @@ to stderr.  Exit: 0 the sweep ran (even with failed probes), 2 usage error,
 from __future__ import annotations
 
 import json
-import os
 import statistics
 import sys
 from collections import Counter
 from typing import Any
 
 from prefilltui.commands.common import (add_analysis_args, add_hardware_args, add_output_args,
-                                        add_server_args, add_sweep_args, add_telemetry_args)
+                                        add_server_args, add_sweep_args, add_telemetry_args,
+                                        read_api_key)
 from prefilltui.core.types import ProbeResult
 
 
@@ -145,6 +145,7 @@ def format_text(d: dict[str, Any]) -> str:
                    f"{d['overhead_median_s'] * 1e3:.2f} ms")
     if d["run_file"]:
         out.append(f"run file  {d['run_file']}")
+    out += [f"note: {n}" for n in d.get("notes", [])]
     return "\n".join(out)
 
 
@@ -212,7 +213,11 @@ def run(args) -> int:
     if args.pause < 0:
         _err("--pause must be >= 0")
         return 2
-    api_key = os.environ.get(args.api_key_env) or None
+    try:
+        api_key = read_api_key(args)
+    except ValueError as e:
+        _err(str(e))
+        return 2
     out_path = args.out or str(default_run_path())
     try:
         writer = RunWriter(out_path)

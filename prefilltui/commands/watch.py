@@ -14,7 +14,6 @@ import asyncio
 import csv
 import inspect
 import json
-import os
 import sys
 from pathlib import Path
 from typing import Any, Callable
@@ -177,8 +176,13 @@ def run_tui(args: argparse.Namespace, base_url: str, *,
     from prefilltui.tui.viewmodel import roofline_analysis, with_baseline
 
     g = lambda name, default=None: getattr(args, name, default)  # noqa: E731
-    key_env = g("api_key_env", "OPENAI_API_KEY")
-    api_key = os.environ.get(key_env) if key_env else None
+    from prefilltui.commands.common import read_api_key
+
+    try:
+        api_key = read_api_key(args)
+    except ValueError as exc:
+        _err(str(exc))
+        return 2
 
     def client_factory() -> ProbeClient:
         return ProbeClient(base_url, api=g("api", "completions"), model=g("model"),

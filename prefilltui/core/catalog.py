@@ -14,6 +14,7 @@ Precedence (see commands/common.py): command-line flag > server metadata > catal
 from __future__ import annotations
 
 import json
+import math
 import re
 from dataclasses import dataclass, replace
 from pathlib import Path
@@ -318,16 +319,30 @@ def model_from_config(path: str | Path) -> ModelShape:
     if not isinstance(raw, dict):
         raise ValueError(f"{path}: not a JSON object")
     c = raw.get("text_config") if isinstance(raw.get("text_config"), dict) else raw
-    get = lambda *ks, d=None: next((c[k] for k in ks if c.get(k) is not None), d)  # noqa: E731
+    raw_get = lambda *ks, d=None: next((c[k] for k in ks if c.get(k) is not None), d)  # noqa: E731
+
+    def get(*ks: str, d: Any = None) -> Any:
+        """A shape field as a non-negative int (the default when absent).
+        Raises ValueError naming the field when it is not one (a string, inf, -3)."""
+        v = raw_get(*ks, d=d)
+        if v is None or v is d:
+            return v
+        ok = (isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v)
+              and v >= 0 and float(v).is_integer())
+        if not ok:
+            key = next((k for k in ks if c.get(k) is not None), ks[0])
+            raise ValueError(f"{path}: {key} is {str(v)[:40]!r}, not a whole number >= 0")
+        return int(v)
     hidden, layers = get("hidden_size", "n_embd", "d_model"), get("num_hidden_layers", "n_layer", "num_layers")
     if not hidden or not layers:
         raise ValueError(f"{path}: no hidden_size/num_hidden_layers")
-    heads = get("num_attention_heads", "n_head", d=max(1, hidden // 64))
+    heads = get("num_attention_heads", "n_head", d=max(1, hidden // 64)) or max(1, hidden // 64)
     kv = get("num_key_value_heads", "num_kv_heads", d=heads)
     hd = get("head_dim", d=hidden // heads)
     inter = get("intermediate_size", "n_inner", "ffn_dim", d=4 * hidden)
     vocab = get("vocab_size", d=0)
     mtype = str(raw.get("model_type", c.get("model_type", "")))
+    hd = hd or hidden // heads
     mats = 2 if mtype in {"gpt2", "gpt_neox", "opt", "bloom", "falcon", "gpt_bigcode", "phi",
                           "starcoder2", "gptj"} else 3
     experts_tok = get("num_experts_per_tok", "moe_topk")
@@ -346,7 +361,7 @@ def model_from_config(path: str | Path) -> ModelShape:
     return ModelShape(key="config", name=name, params=float(params), layers=int(layers),
                       hidden=int(hidden), heads=int(heads), kv_heads=int(kv), head_dim=int(hd),
                       attn_width=int(heads * hd), vocab=int(vocab) or None,
-                      max_pos=get("max_position_embeddings"),
+                      max_pos=get("max_position_embeddings") or None,
                       total_params=float(layers * (attn + total_mlp) + emb),
                       source=f"computed from {path}", notes=("params computed from config.json",))
 

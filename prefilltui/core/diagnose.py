@@ -401,6 +401,9 @@ def summarize_diagnosis(results: Sequence[ProbeResult], server_info: ServerInfo 
             live = fit if fit is not None else (
                 fn([r.tokens for r in pts], [r.ttft_s for r in pts]) if len(pts) >= 3 else None)
             d["drift"] = drift(base, live)
+            d["baseline_used"] = live is not None
+            if live is None:
+                notes.append("drift not computed: this run has no fit yet")
     return d
 
 
@@ -411,7 +414,7 @@ def format_diagnosis(d: dict[str, Any]) -> str:
         lines.append(d["chunking"]["line"])
     if d.get("cache_warning"):
         lines.append("warning: " + d["cache_warning"])
-    if d.get("baseline"):
+    if d.get("baseline") and d.get("baseline_used"):
         lines.append("drift: " + (d["drift"] or "none beyond the uncertainty") + " (baseline "
                      + d["baseline"] + ")")
     lines += [f"note: {n}" for n in d.get("notes", [])]

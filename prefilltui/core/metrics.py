@@ -180,7 +180,7 @@ def _total(series, names: tuple[str, ...], suffix: str = "",
         vals = [v for lab, v in rows
                 if "le" not in lab and "quantile" not in lab
                 and all(lab.get(k) == want for k, want in labels)
-                and not math.isnan(v)]
+                and math.isfinite(v)]
         if vals:
             return float(sum(vals))
     return None

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import math
 import re
 import time
 from typing import Any
@@ -88,9 +89,11 @@ def parse_retry_after(value: str | None) -> float | None:
     if not value:
         return None
     try:
-        return max(0.0, float(value))
+        v = float(value)
     except ValueError:
         pass
+    else:
+        return max(0.0, v) if math.isfinite(v) else None
     try:
         from email.utils import parsedate_to_datetime
         return max(0.0, parsedate_to_datetime(value).timestamp() - time.time())
@@ -117,7 +120,12 @@ class ProbeClient:
         self.timeout = float(timeout)
         self.extra_body = dict(extra_body or {})
         self.info: ServerInfo | None = None
-        self._key = api_key or None
+        api_key = (api_key or "").strip() or None
+        if api_key is not None and not (api_key.isascii() and api_key.isprintable()):
+            # said without the key: httpx would echo it in the error
+            raise ValueError("the API key contains characters that cannot be sent in an "
+                             "HTTP header (a control character or non-ASCII)")
+        self._key = api_key
         headers = {"Authorization": f"Bearer {api_key}"} if api_key else {}
         self._transport = ResendOnStaleConnection(
             verify=verify, limits=httpx.Limits(max_connections=4, max_keepalive_connections=4,
@@ -149,8 +157,9 @@ class ProbeClient:
         await self._http.aclose()
 
     def _scrub(self, text: str | None) -> str | None:
+        """``text`` with the API key (any letter case) replaced by ``***``."""
         if text and self._key:
-            text = text.replace(self._key, "***")
+            text = re.sub(re.escape(self._key), "***", text, flags=re.IGNORECASE)
         return text
 
     # -- discovery / warm-up
@@ -173,10 +182,11 @@ class ProbeClient:
         connect time in seconds when a new connection was opened, else None."""
         stamps: dict[str, float] = {}
         try:
-            r = await self._http.get(self.v1 + "/models", timeout=min(10.0, self.timeout),
-                                     extensions={"trace": _tracer(stamps)})
-            await r.aread()
-        except httpx.HTTPError:
+            async with asyncio.timeout(min(10.0, self.timeout)):
+                r = await self._http.get(self.v1 + "/models", timeout=min(10.0, self.timeout),
+                                         extensions={"trace": _tracer(stamps)})
+                await r.aread()
+        except (httpx.HTTPError, TimeoutError):
             return None
         return _connect_time(stamps)
 
@@ -394,22 +404,50 @@ class ProbeClient:
         self._fail(r, default_kind, msg)
 
 
+#: Largest prompt-token count accepted from a server (no model has a context near
+#: this); a larger, negative or non-integer count is ignored and noted in ``extra``.
+MAX_PLAUSIBLE_TOKENS = 100_000_000
+
+
+def _count(v: Any) -> int | None:
+    """A token count from server JSON: an int (not a bool) in [0, MAX_PLAUSIBLE_TOKENS]."""
+    if isinstance(v, int) and not isinstance(v, bool) and 0 <= v <= MAX_PLAUSIBLE_TOKENS:
+        return v
+    return None
+
+
+def _bad(r: ProbeResult, field: str, v: Any) -> None:
+    r.extra.setdefault("ignored", []).append(f"{field} {str(v)[:40]!r} is not a token count")
+
+
 def _take_usage(r: ProbeResult, usage: dict | None, timings: dict | None) -> None:
-    """Server-counted prompt tokens, cached tokens and server prefill time."""
+    """Server-counted prompt tokens, cached tokens and server prefill time.
+
+    Values that are not plausible (negative, bool, non-integer, over
+    MAX_PLAUSIBLE_TOKENS, non-finite or negative times) are ignored, so they never
+    reach the fit or the run file; each is named in ``extra["ignored"]``."""
     if usage:
-        if isinstance(usage.get("prompt_tokens"), int):
-            r.prompt_tokens, r.prompt_tokens_source = usage["prompt_tokens"], "usage"
+        pt = usage.get("prompt_tokens")
+        if _count(pt):
+            r.prompt_tokens, r.prompt_tokens_source = pt, "usage"
+        elif pt is not None:
+            _bad(r, "usage.prompt_tokens", pt)
         det = usage.get("prompt_tokens_details")
-        if isinstance(det, dict) and isinstance(det.get("cached_tokens"), int):
-            r.cached_tokens = det["cached_tokens"]
+        if isinstance(det, dict) and det.get("cached_tokens") is not None:
+            if _count(det["cached_tokens"]) is not None:
+                r.cached_tokens = det["cached_tokens"]
+            else:
+                _bad(r, "usage.prompt_tokens_details.cached_tokens", det["cached_tokens"])
     if timings:
         pn, cn, pms = timings.get("prompt_n"), timings.get("cache_n"), timings.get("prompt_ms")
-        if isinstance(cn, int) and r.cached_tokens is None:
+        cn = _count(cn)
+        if cn is not None and r.cached_tokens is None:
             r.cached_tokens = cn
-        if isinstance(pn, int) and r.prompt_tokens_source != "usage":
-            r.prompt_tokens = pn + (cn if isinstance(cn, int) else 0)
+        if _count(pn) is not None and r.prompt_tokens_source != "usage" and (pn + (cn or 0)) > 0:
+            r.prompt_tokens = pn + (cn or 0)
             r.prompt_tokens_source = "timings"
-        if isinstance(pms, (int, float)) and pms >= 0:
+        if (isinstance(pms, (int, float)) and not isinstance(pms, bool)
+                and math.isfinite(pms) and pms >= 0):
             r.server_prefill_s = pms / 1000.0
 
 

@@ -9,6 +9,7 @@ killed process; ``close()`` also fsyncs for power loss).  Schema: the fields of
 from __future__ import annotations
 
 import json
+import math
 import os
 import threading
 import time
@@ -49,7 +50,13 @@ class RunWriter:
         self.count = 0
 
     def append(self, result: ProbeResult) -> None:
-        line = json.dumps(result.to_json(), separators=(",", ":"), allow_nan=False,
+        """Write one line.  A non-finite float anywhere in the result (a server's
+        Infinity, a NaN reading) is written as null, so the probe is never lost.
+
+        Raises:
+            OSError: the write failed (disk full); ValueError: the writer is closed.
+        """
+        line = json.dumps(_finite(result.to_json()), separators=(",", ":"), allow_nan=False,
                           default=str) + "\n"
         with self._lock:
             if self._f.closed:
@@ -59,14 +66,19 @@ class RunWriter:
             self.count += 1
 
     def close(self) -> None:
+        """Flush, fsync and close; never raises (a failed flush, e.g. disk full, was
+        already reported by ``append``)."""
         with self._lock:
             if not self._f.closed:
-                self._f.flush()
                 try:
+                    self._f.flush()
                     os.fsync(self._f.fileno())
                 except OSError:
                     pass
-                self._f.close()
+                try:
+                    self._f.close()
+                except OSError:
+                    pass
                 if self._created and self.count == 0:
                     # no probe completed: leave no empty run file behind
                     try:
@@ -80,6 +92,51 @@ class RunWriter:
 
     def __exit__(self, *exc) -> None:
         self.close()
+
+
+def _finite(v):
+    """``v`` with every non-finite float (NaN, +-Infinity) replaced by None."""
+    if isinstance(v, float):
+        return v if math.isfinite(v) else None
+    if isinstance(v, dict):
+        return {k: _finite(x) for k, x in v.items()}
+    if isinstance(v, (list, tuple)):
+        return [_finite(x) for x in v]
+    return v
+
+
+_NUMBER_FIELDS = ("started_at", "ttft_s", "ttfb_s", "total_s", "connect_s", "server_prefill_s",
+                  "queue_s", "overhead_s", "retry_after_s", "t_send", "t_end", "server_running",
+                  "server_waiting", "util_peak_pct", "util_mean_pct", "power_peak_w", "energy_j")
+_COUNT_FIELDS = ("seq", "requested_tokens", "prompt_tokens", "cached_tokens", "http_status")
+_BOOL_FIELDS = ("ok", "warmup", "burst")
+_STR_FIELDS = ("prompt_tokens_source", "error_kind", "error_message", "api", "model",
+               "telemetry_device")
+
+
+def _check(r: ProbeResult) -> None:
+    """Raise ValueError naming the first field of a read-back result with the wrong type
+    (a hand-edited or foreign file), so it is skipped as a bad line instead of
+    breaking the analysis."""
+    def bad(name: str, want: str) -> ValueError:
+        return ValueError(f"{name} is {str(getattr(r, name))[:40]!r}, not {want}")
+
+    for name in _NUMBER_FIELDS:
+        v = getattr(r, name)
+        if v is not None and (isinstance(v, bool) or not isinstance(v, (int, float))
+                              or not math.isfinite(v)):
+            raise bad(name, "a finite number")
+    for name in _COUNT_FIELDS:
+        v = getattr(r, name)
+        if v is not None and (isinstance(v, bool) or not isinstance(v, int) or v < 0):
+            raise bad(name, "a count")
+    for name in _BOOL_FIELDS:
+        if not isinstance(getattr(r, name), bool):
+            raise bad(name, "true/false")
+    for name in _STR_FIELDS:
+        v = getattr(r, name)
+        if v is not None and not isinstance(v, str):
+            raise bad(name, "a string")
 
 
 def read_run(path: str | os.PathLike) -> tuple[list[ProbeResult], list[str]]:
@@ -97,7 +154,9 @@ def read_run(path: str | os.PathLike) -> tuple[list[ProbeResult], list[str]]:
                 continue
             try:
                 obj = json.loads(s)
-                results.append(ProbeResult.from_json(obj))
+                r = ProbeResult.from_json(obj)
+                _check(r)
+                results.append(r)
             except (ValueError, TypeError) as e:
                 reason = str(e).splitlines()[0] if str(e) else type(e).__name__
                 if not line.endswith("\n"):

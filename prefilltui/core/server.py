@@ -14,6 +14,7 @@ Kind detection, from the endpoints each server exposes (first match wins):
 from __future__ import annotations
 
 import asyncio
+import math
 from typing import Any
 
 import httpx
@@ -40,9 +41,12 @@ def split_base_url(url: str) -> tuple[str, str]:
 
 
 async def _get(client: httpx.AsyncClient, url: str, timeout: float) -> httpx.Response | None:
+    # asyncio.timeout bounds the whole exchange: httpx's timeout is per read, so a
+    # server trickling one byte a second would otherwise hold discovery forever.
     try:
-        return await client.get(url, timeout=timeout)
-    except httpx.HTTPError:
+        async with asyncio.timeout(timeout):
+            return await client.get(url, timeout=timeout)
+    except (httpx.HTTPError, TimeoutError):
         return None
 
 
@@ -56,10 +60,21 @@ def _json(r: httpx.Response | None) -> Any:
 
 
 def _int(v: Any) -> int | None:
+    """A positive int from a metadata value, else None (never raises: strings,
+    infinities, NaN and bools from a misbehaving server all give None)."""
+    if isinstance(v, bool):
+        return None
     try:
         return int(v) if v is not None and int(v) > 0 else None
-    except (TypeError, ValueError):
+    except (TypeError, ValueError, OverflowError):
         return None
+
+
+def _str(v: Any) -> str | None:
+    """A model id: a non-empty string (or an integer id as text), else None."""
+    if isinstance(v, int) and not isinstance(v, bool):
+        return str(v)
+    return v if isinstance(v, str) and v else None
 
 
 async def discover(client: httpx.AsyncClient, base_url: str, *, model: str | None = None,
@@ -72,9 +87,13 @@ async def discover(client: httpx.AsyncClient, base_url: str, *, model: str | Non
     root, v1 = split_base_url(base_url)
     info = ServerInfo(base_url=root, model=model)
     try:
-        models_r = await client.get(v1 + "/models", timeout=timeout)
+        async with asyncio.timeout(timeout):
+            models_r = await client.get(v1 + "/models", timeout=timeout)
     except httpx.HTTPError as e:
         raise ServerUnreachable(f"cannot reach {root}: {describe_exc(e)}") from None
+    except TimeoutError:
+        raise ServerUnreachable(f"cannot reach {root}: no complete answer from /v1/models "
+                                f"within {timeout:g} s") from None
     names = ("/props", "/version", "/metrics", "/info", "/api/version", "/get_model_info")
     rs = await asyncio.gather(*(_get(client, root + n, timeout) for n in names))
     props, version, metrics, tgi, ollama, sgl = rs
@@ -87,7 +106,7 @@ async def discover(client: httpx.AsyncClient, base_url: str, *, model: str | Non
             entry = next((m for m in ids if m.get("id") == model), {})
         elif ids:
             entry = ids[0]
-            info.model = str(entry.get("id")) if entry.get("id") is not None else None
+            info.model = _str(entry.get("id"))
     elif models_r.status_code != 200:
         info.notes.append(f"/v1/models answered HTTP {models_r.status_code}")
 
@@ -111,16 +130,17 @@ async def discover(client: httpx.AsyncClient, base_url: str, *, model: str | Non
     meta = entry.get("meta") if isinstance(entry.get("meta"), dict) else {}
     ctx = _int(entry.get("max_model_len")) or _int(entry.get("context_length"))
     if info.kind == "llama.cpp" and isinstance(pj, dict):
-        dgs = pj.get("default_generation_settings") or {}
+        dgs = pj.get("default_generation_settings")
+        dgs = dgs if isinstance(dgs, dict) else {}
         ctx = _int(dgs.get("n_ctx")) or _int(pj.get("n_ctx")) or ctx
         info.n_batch = _int(pj.get("n_batch")) or _int(dgs.get("n_batch"))
         info.n_ubatch = _int(pj.get("n_ubatch")) or _int(dgs.get("n_ubatch"))
         info.has_tokenize = True
     if info.kind == "tgi" and isinstance(tj, dict):
         ctx = _int(tj.get("max_input_tokens")) or _int(tj.get("max_input_length")) or ctx
-        info.model = info.model or tj.get("model_id")
+        info.model = info.model or _str(tj.get("model_id"))
     if info.kind == "sglang" and isinstance(sj, dict):
-        info.model = info.model or sj.get("model_path")
+        info.model = info.model or _str(sj.get("model_path"))
     if info.kind == "vllm":
         info.has_tokenize = True
     if ctx is None and meta:
@@ -132,8 +152,10 @@ async def discover(client: httpx.AsyncClient, base_url: str, *, model: str | Non
     info.context_tokens = ctx
     if meta:
         try:
-            info.n_params = float(meta["n_params"]) if meta.get("n_params") else None
-        except (TypeError, ValueError):
+            n_params = float(meta["n_params"]) if meta.get("n_params") else None
+            info.n_params = n_params if n_params is not None and math.isfinite(n_params) \
+                and n_params > 0 else None
+        except (TypeError, ValueError, OverflowError):
             pass
         info.n_embd = _int(meta.get("n_embd"))
         info.n_layer = _int(meta.get("n_layer"))
@@ -149,22 +171,28 @@ async def count_tokens(client: httpx.AsyncClient, info: ServerInfo, text: str,
     None when there is none or it fails."""
     if not info.has_tokenize:
         return None
-    root = info.base_url
     try:
-        if info.kind == "llama.cpp":
-            r = await client.post(root + "/tokenize", json={"content": text, "add_special": True},
-                                  timeout=timeout)
-            j = r.json() if r.status_code == 200 else None
-            toks = j.get("tokens") if isinstance(j, dict) else None
-            return len(toks) if isinstance(toks, list) else None
-        r = await client.post(root + "/tokenize", json={"model": info.model, "prompt": text},
+        async with asyncio.timeout(timeout):
+            return await _count_tokens(client, info, text, timeout)
+    except (httpx.HTTPError, ValueError, TimeoutError):
+        return None
+
+
+async def _count_tokens(client: httpx.AsyncClient, info: ServerInfo, text: str,
+                        timeout: float) -> int | None:
+    root = info.base_url
+    if info.kind == "llama.cpp":
+        r = await client.post(root + "/tokenize", json={"content": text, "add_special": True},
                               timeout=timeout)
         j = r.json() if r.status_code == 200 else None
-        if isinstance(j, dict):
-            return _int(j.get("count")) or (len(j["tokens"]) if isinstance(j.get("tokens"), list)
-                                            else None)
-    except (httpx.HTTPError, ValueError):
-        return None
+        toks = j.get("tokens") if isinstance(j, dict) else None
+        return len(toks) if isinstance(toks, list) else None
+    r = await client.post(root + "/tokenize", json={"model": info.model, "prompt": text},
+                          timeout=timeout)
+    j = r.json() if r.status_code == 200 else None
+    if isinstance(j, dict):
+        return _int(j.get("count")) or (len(j["tokens"]) if isinstance(j.get("tokens"), list)
+                                        else None)
     return None
 
 

@@ -31,6 +31,9 @@ log = logging.getLogger(__name__)
 CONTEXT_RESERVE = 8
 #: Longest back-off after repeated 429/503 without Retry-After (seconds).
 MAX_BACKOFF_S = 60.0
+#: Shortest wait after a 429/503, whatever Retry-After says ("0" or garbage would
+#: otherwise re-send at once, hammering a server that asked us to slow down).
+MIN_RATE_LIMIT_WAIT_S = 0.5
 #: A non-continuous sweep gives up after this many failures in a row
 #: (rate limits and context-length caps excluded).
 MAX_CONSECUTIVE_FAILURES = 10
@@ -292,7 +295,7 @@ class SweepRunner:
             if kind == "rate_limited":
                 self.rate_limited += 1
                 wait = result.retry_after_s if result.retry_after_s is not None else backoff
-                wait = min(MAX_BACKOFF_S, wait)
+                wait = min(MAX_BACKOFF_S, max(MIN_RATE_LIMIT_WAIT_S, wait))
                 backoff = min(MAX_BACKOFF_S, backoff * 2)
                 self._set_state("retrying", f"rate limited (HTTP {result.http_status}); "
                                 f"waiting {wait:.1f} s [{self.rate_limited} so far]")
@@ -311,7 +314,7 @@ class SweepRunner:
                     self.error = f"{fails} probes failed in a row (last: {kind}: {result.error_message})"
                     self._set_state("failed", self.error)
                     return
-                if self.config.continuous and kind in ("connect", "timeout"):
+                if self.config.continuous:  # back off: never hammer a failing server
                     self._set_state("retrying", f"{kind}: {result.error_message}")
                     await self._sleep(min(MAX_BACKOFF_S, 2.0 * fails))
                     continue

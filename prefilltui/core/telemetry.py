@@ -357,7 +357,7 @@ class Sampler:
         """ProbeHook: wait (at most ~3 periods) until a sample at or after
         ``result.t_end`` exists when the thread runs, then ``attribute(result)``."""
         if result.t_end is not None and self.running:
-            deadline = time.perf_counter() + 3 * self.period_s
+            deadline = time.perf_counter() + min(3 * self.period_s, 1.0)
             while time.perf_counter() < deadline:
                 last = max((d.ring.last_t() or -math.inf for d in self.devices),
                            default=math.inf)
