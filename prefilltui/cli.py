@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import argparse
 import importlib
+import logging
 import os
 import sys
 
@@ -62,9 +63,47 @@ def _normalise_argv(argv: list[str]) -> list[str]:
     return argv
 
 
+class _OneLine(logging.Formatter):
+    """``prefilltui: <message>`` without the traceback (the user sees one line)."""
+
+    def formatException(self, ei) -> str:  # noqa: N802 (logging's name)
+        return ""
+
+    def format(self, record: logging.LogRecord) -> str:
+        record.exc_text = ""
+        line = super().format(record)
+        if record.exc_info and record.exc_info[1] is not None:
+            e = record.exc_info[1]
+            line += f": {type(e).__name__}: {e}"
+        return line
+
+
+class _CurrentStderr(logging.StreamHandler):
+    """Writes to whatever sys.stderr is at emit time (the TUI redirects it)."""
+
+    @property
+    def stream(self):  # type: ignore[override]
+        return sys.stderr
+
+    @stream.setter
+    def stream(self, value) -> None:
+        pass
+
+
+def _setup_logging() -> None:
+    root = logging.getLogger("prefilltui")
+    if not root.handlers:
+        handler = _CurrentStderr()
+        handler.setFormatter(_OneLine("prefilltui: %(message)s"))
+        root.addHandler(handler)
+        root.setLevel(logging.WARNING)
+        root.propagate = False
+
+
 def main(argv: list[str] | None = None) -> int:
     """Run the CLI; returns the process exit code."""
     argv = list(sys.argv[1:] if argv is None else argv)
+    _setup_logging()
     parser = build_parser()
     args = parser.parse_args(_normalise_argv(argv))
     if not getattr(args, "func", None):

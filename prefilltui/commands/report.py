@@ -75,7 +75,10 @@ def run(args) -> int:
             plot = render_plot(results, d)
             if plot:
                 print(plot)
-    return 3 if not any(r.ok for r in results) else 0
+    if not any(r.ok for r in results):
+        print(f"prefilltui: every probe in {args.run_file} failed", file=sys.stderr)
+        return 3
+    return 0
 
 
 def _drift(args, results) -> str | None:

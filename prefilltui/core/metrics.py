@@ -282,6 +282,11 @@ def metrics_url(base_url: str) -> str:
     return root + "/metrics"
 
 
+#: Largest /metrics body scraped (bytes).  A busy vLLM exposition is a few hundred
+#: KB; parsing much more around every probe would slow the sweep itself.
+MAX_METRICS_BYTES = 4 * 2**20
+
+
 class MetricsReader:
     """Scrapes ``/metrics`` of one server.
 
@@ -312,7 +317,14 @@ class MetricsReader:
             self.problem = enable_hint(self.kind)
             return None
         try:
-            r = await self._client.get(self.url, timeout=self._timeout)
+            async with self._client.stream("GET", self.url, timeout=self._timeout) as r:
+                body = bytearray()
+                async for chunk in r.aiter_bytes():
+                    body += chunk
+                    if len(body) > MAX_METRICS_BYTES:
+                        self.problem = (f"{self.url} is over {MAX_METRICS_BYTES // 2**20} MiB; "
+                                        "not scraped (too costly to parse around every probe)")
+                        return None
         except httpx.HTTPError as e:
             if isinstance(e, (httpx.ConnectError, httpx.UnsupportedProtocol)):
                 self.problem = f"{self.url}: {type(e).__name__}; {enable_hint(self.kind)}"
@@ -324,7 +336,7 @@ class MetricsReader:
             self.problem = f"{self.url} answered HTTP {r.status_code}; {enable_hint(self.kind)}"
             return None
         try:
-            sample = parse_metrics(r.text, self.kind)
+            sample = parse_metrics(body.decode("utf-8", "replace"), self.kind)
         except ValueError as e:
             self.problem = f"{self.url} is not Prometheus text ({e}); {enable_hint(self.kind)}"
             return None

@@ -325,3 +325,27 @@ def test_telemetry_after_probe_wait_is_bounded():
         assert time.monotonic() - t0 < 3
     finally:
         s.stop()
+
+
+def test_report_every_probe_failed_says_so_on_stderr(tmp_path, capsys):
+    import json as _json
+    from prefilltui import cli
+    from prefilltui.core.types import ProbeResult
+    p = tmp_path / "failed.jsonl"
+    p.write_text(_json.dumps(ProbeResult(seq=1, requested_tokens=32, ok=False,
+                                         error_kind="connect").to_json()) + "\n")
+    assert cli.main(["report", str(p), "--no-plot"]) == 3
+    assert "every probe in" in capsys.readouterr().err
+
+
+async def test_metrics_body_over_the_cap_is_not_parsed(fake_server, monkeypatch):
+    from fakeserver import Reply
+    from prefilltui.core import metrics
+    monkeypatch.setattr(metrics, "MAX_METRICS_BYTES", 1000)
+    srv = fake_server({"GET /metrics": Reply.text("llamacpp:requests_processing 0\n" * 100)})
+    reader = metrics.MetricsReader(srv.base_url, "llama.cpp")
+    try:
+        assert await reader.scrape() is None
+        assert "not scraped" in reader.problem
+    finally:
+        await reader.aclose()
