@@ -313,6 +313,23 @@ async def test_probe_log_batches_caps_and_follows():
         assert log.cursor_row == 0 and log.scroll_y == 0
 
 
+async def test_focused_probe_log_keeps_following_new_probes():
+    # the log is often the focused widget; it must still show the newest probes
+    app, h = _app()
+    async with app.run_test(size=(80, 24)) as pilot:
+        await pilot.pause()
+        log = app.query_one("#log", ProbeLog)
+        log.focus()
+        for i in range(12):
+            h["runner"].emit(make_result(i + 1, 100 + i))
+            await pilot.pause()
+            app.flush()
+            await pilot.pause()
+        assert log.cursor_row == log.row_count - 1
+        assert log.scroll_y == log.max_scroll_y > 0
+        assert "112" in log.render_line(log.size.height - 1).text  # newest: 100+11+1 tokens
+
+
 def _toasts(app) -> list[str]:
     return [str(n.message) for n in app._notifications]
 

@@ -147,6 +147,8 @@ class ProbeLog(ScrollView, can_focus=True):
             self.cursor_row = max(self.cursor_row - drop, 0)
         self._set_virtual_size()
         if self.follow:
+            # the cursor rides on the newest row, so a focused log keeps following
+            self.cursor_row = len(self._rows) - 1
             self.scroll_to(y=self.max_scroll_y, animate=False, immediate=True)
         self.refresh()
 
