@@ -151,12 +151,11 @@ def format_text(d: dict[str, Any]) -> str:
 
 def _attach_analysis(d: dict[str, Any], results, info, args,
                      gpu_names: list[str] | None = None) -> str | None:
-    """Add the analysis module's summary (roofline, CIs, verdict) when it is installed:
-    ``d["analysis"]`` and its fit as ``d["fit"]``; returns its text form or None."""
-    try:
-        from prefilltui.core.analysis import analyze, format_summary
-    except ImportError:
-        return None
+    """Add the analysis summary (roofline, CIs, verdict): ``d["analysis"]`` and its fit
+    as ``d["fit"]``; returns its text form, or None when the analysis failed (then
+    ``d["fit"]`` keeps the plain OLS fit of ``summarize`` and a note says why)."""
+    from prefilltui.core.analysis import analyze, format_summary
+
     try:
         a = analyze(results, info, args, gpu_names=gpu_names)
         text = format_summary(a)
