@@ -132,6 +132,26 @@ def add_sweep_args(p: argparse.ArgumentParser, *, min_tokens: int = 32,
                    help="run file (JSONL; default: a new file in the user data dir)")
 
 
+def _depth_list(text: str) -> list[int]:
+    try:
+        values = [int(v) for v in text.split(",") if v.strip()]
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected comma-separated integers, got {text!r}")
+    if not values or any(v < 0 for v in values):
+        raise argparse.ArgumentTypeError(f"depths must be integers >= 0, got {text!r}")
+    return sorted(set(values))
+
+
+def add_depth_arg(p: argparse.ArgumentParser) -> None:
+    """``--depth D,D,...``: prefill after a cached prefix of D tokens (headless sweep)."""
+    p.add_argument("--depth", type=_depth_list, metavar="D,D,...",
+                   help="after the sweep, measure prefill at these context depths: a "
+                        "prefix of D tokens is sent once (cached), then probes add the "
+                        "sweep's lengths as new tokens after it; cached tokens are "
+                        "verified, and the slope vs depth is set against the formula's "
+                        "attention term. Depth 0 is the sweep itself")
+
+
 def add_hardware_args(p: argparse.ArgumentParser) -> None:
     """Roofline inputs: the GPU and the model shape (override the catalog)."""
     g = p.add_argument_group("hardware and model (roofline)")

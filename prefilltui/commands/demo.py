@@ -19,6 +19,7 @@ from prefilltui.commands.common import (
     _positive_float,
     _positive_int,
     add_analysis_args,
+    add_depth_arg,
     add_hardware_args,
     add_output_args,
     add_server_args,
@@ -73,6 +74,7 @@ def register(sub) -> None:
     add_server_args(p)
     add_sweep_args(p, min_tokens=DEMO_MIN_TOKENS, max_tokens=DEMO_MAX_TOKENS,
                    points=DEMO_POINTS)
+    add_depth_arg(p)
     add_hardware_args(p)
     add_telemetry_args(p)
     add_analysis_args(p)
@@ -103,6 +105,9 @@ def run(args: argparse.Namespace) -> int:
     from prefilltui.demo import (DemoSetupError, LlamaServer, ensure_gguf, exit_on_signals,
                                  find_llama_server)
 
+    if getattr(args, "depth", None) and not args.headless:
+        _err("--depth runs with --headless (the live TUI has no depth phase)")
+        return 2
     try:
         extra = [a for chunk in args.llama_arg for a in shlex.split(chunk)]
     except ValueError as e:

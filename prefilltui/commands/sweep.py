@@ -16,9 +16,9 @@ import sys
 from collections import Counter
 from typing import Any
 
-from prefilltui.commands.common import (add_analysis_args, add_hardware_args, add_output_args,
-                                        add_server_args, add_sweep_args, add_telemetry_args,
-                                        read_api_key)
+from prefilltui.commands.common import (add_analysis_args, add_depth_arg, add_hardware_args,
+                                        add_output_args, add_server_args, add_sweep_args,
+                                        add_telemetry_args, read_api_key)
 from prefilltui.core.types import ProbeResult
 
 
@@ -31,6 +31,7 @@ def register(sub) -> None:
     p.add_argument("url", metavar="URL", help="server base URL, with or without /v1")
     add_server_args(p)
     add_sweep_args(p)
+    add_depth_arg(p)
     add_hardware_args(p)
     add_telemetry_args(p)
     add_analysis_args(p)
@@ -190,6 +191,57 @@ def _progress_line(r: ProbeResult, total: int | None) -> str:
     return f"{head}  FAILED {r.error_kind}: {r.error_message}"
 
 
+def _depth_line(r: ProbeResult) -> str:
+    d = r.extra.get("depth")
+    head = f"[depth {d:,}]"
+    if not r.ok:
+        return f"{head} FAILED {r.error_kind}: {r.error_message}"
+    if r.extra.get("depth_role") == "prefix":
+        return f"{head} prefix sent ({r.prompt_tokens} counted)  TTFT {r.ttft_s * 1e3:.1f} ms"
+    new = r.extra.get("depth_new_tokens")
+    ok = "verified" if r.extra.get("depth_verified") else f"NOT VERIFIED: {r.extra.get('depth_flag')}"
+    return (f"{head} {r.requested_tokens:>6} new tok ({new if new is not None else '?'} counted "
+            f"after {r.cached_tokens if r.cached_tokens is not None else '?'} cached, {ok})  "
+            f"TTFT {r.ttft_s * 1e3:.1f} ms")
+
+
+def _run_depth_phase(args, api_key, lengths: list[int], writer, stream, seq0: int
+                     ) -> tuple[list[ProbeResult], list[str]]:
+    """The ``--depth`` probes after the sweep (see ``prefilltui.core.depth``)."""
+    import asyncio
+
+    from prefilltui.core.depth import run_depths
+    from prefilltui.core.probe import ProbeClient
+    from prefilltui.core.server import ServerUnreachable
+    from prefilltui.core.sweep import cap_for_context
+
+    out: list[ProbeResult] = []
+
+    def on_result(r: ProbeResult) -> None:
+        r.seq = seq0 + len(out) + 1
+        out.append(r)
+        try:
+            writer.append(r)
+        except (OSError, ValueError) as e:
+            _err(f"cannot write the run file: {e}")
+        print(_depth_line(r), file=stream, flush=True)
+
+    async def go() -> list[str]:
+        async with ProbeClient(args.url, api=args.api, model=args.model, api_key=api_key,
+                               timeout=args.timeout, verify=not args.insecure,
+                               seed=None if args.seed is None else args.seed + 1) as c:
+            try:
+                info = await c.discover()
+            except ServerUnreachable as e:
+                return [f"depth probes not run: {e}"]
+            await c.warm()
+            return await run_depths(c, args.depth, lengths, repeats=args.repeats,
+                                    cap=cap_for_context(info.context_tokens), seed=args.seed,
+                                    on_result=on_result)
+
+    return out, asyncio.run(go())
+
+
 def run_sweep(args, base_url: str) -> int:
     """Run the headless sweep against ``base_url`` (used by ``prefilltui demo --headless``)."""
     args.url = base_url
@@ -257,13 +309,21 @@ def run(args) -> int:
                             timeout=args.timeout, verify=not args.insecure, seed=args.seed),
         cfg, on_result=on_result, on_state=on_state, runfile=writer, hooks=hooks)
     holder["runner"] = runner
+    depths = [x for x in (getattr(args, "depth", None) or []) if x > 0]
     if not as_json:
         print(f"sweeping {args.url}: lengths {','.join(map(str, lengths))} x {args.repeats}"
-              f" + {args.warmup} warm-up", file=stream, flush=True)
+              f" + {args.warmup} warm-up"
+              + (f"; then at depths {','.join(map(str, depths))} (cached prefix)" if depths else ""),
+              file=stream, flush=True)
+    depth_results: list[ProbeResult] = []
+    depth_notes: list[str] = []
     runner.start()
     try:
         while runner._thread is not None and runner._thread.is_alive():
             runner.join(0.2)
+        if depths and runner.state == "done":
+            depth_results, depth_notes = _run_depth_phase(
+                args, api_key, runner.lengths, writer, stream, runner._seq)
     except KeyboardInterrupt:
         runner.stop(10)
         writer.close()
@@ -290,6 +350,17 @@ def run(args) -> int:
             gpu_names = [dev.name for dev in snap.devices if dev.name]
         d["telemetry"] = {"kind": snap.kind, "reason": snap.reason}
     analysis_text = _attach_analysis(d, results, runner.server_info, args, gpu_names)
+    depth_text: list[str] = []
+    if depths:
+        from prefilltui.core.depth import depth_table, format_depth
+
+        d["depth"] = depth_table(list(results) + depth_results,
+                                 (d.get("analysis") or {}).get("model"))
+        if d["depth"] is not None:
+            d["depth"]["notes"] = depth_notes + d["depth"]["notes"]
+        elif runner.state == "done":
+            d.setdefault("notes", []).extend(depth_notes or ["depth probes: none completed"])
+        depth_text = format_depth(d["depth"])
     from prefilltui.core.diagnose import format_diagnosis, summarize_diagnosis
 
     d["diagnosis"] = summarize_diagnosis(results, runner.server_info,
@@ -306,6 +377,9 @@ def run(args) -> int:
         if analysis_text:
             print("", file=stream)
             print(analysis_text, file=stream)
+        if depth_text:
+            print("", file=stream)
+            print("\n".join(depth_text), file=stream)
         print("", file=stream)
         print(format_diagnosis(d["diagnosis"]), file=stream)
         if runner.state == "failed":

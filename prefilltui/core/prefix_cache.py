@@ -53,9 +53,10 @@ def _cached_str(n: int | None) -> str:
     return "cached tokens not reported" if n is None else f"{n:,} cached"
 
 
-async def _probe_with(client: Any, prompt: str, tokens: int, cache: bool | None) -> ProbeResult:
-    """One probe; ``cache`` True/False sets llama.cpp ``cache_prompt`` for this request
-    (through the client's ``extra_body``, applied last), None keeps the client's body."""
+async def probe_with_cache(client: Any, prompt: str, tokens: int, cache: bool | None) -> ProbeResult:
+    """One probe of ``prompt``; ``cache`` True/False sets llama.cpp ``cache_prompt`` for
+    this request (through the client's ``extra_body``, applied last), None keeps the
+    client's body.  Other servers cache (or not) by their own settings."""
     saved = client.extra_body
     kind = client.info.kind if client.info else "openai"
     if cache is not None and kind == "llama.cpp":
@@ -83,13 +84,13 @@ async def cache_check(client: Any, tokens: int = 512, *, tail_tokens: int = 32
     prompt, _w, _c = await build_prompt(tokens, client.builder, client.lengths, counter)
     tail = " ".join(client.builder.words(tail_tokens))
     kind = client.info.kind
-    cold = await _probe_with(client, prompt, tokens, True)
+    cold = await probe_with_cache(client, prompt, tokens, True)
     if not cold.ok:
         return CacheCheckResult("failed", None, f"cache check failed: {cold.error_message}")
     n = cold.prompt_tokens or tokens
-    rep = await _probe_with(client, prompt, tokens, True)
-    pre = await _probe_with(client, prompt + " " + tail, tokens + tail_tokens, True)
-    noc = await _probe_with(client, prompt, tokens, False) if kind == "llama.cpp" else None
+    rep = await probe_with_cache(client, prompt, tokens, True)
+    pre = await probe_with_cache(client, prompt + " " + tail, tokens + tail_tokens, True)
+    noc = await probe_with_cache(client, prompt, tokens, False) if kind == "llama.cpp" else None
     if not rep.ok:
         return CacheCheckResult("failed", n, f"cache check failed: {rep.error_message}")
     res = CacheCheckResult("unclear", n, "", cold.ttft_s, rep.ttft_s, rep.cached_tokens,

@@ -1,0 +1,306 @@
+"""Prefill at context depth: the per-token cost of n new tokens after a cached prefix.
+
+For each depth D > 0 a shared prefix of about D server tokens is sent once with prefix
+caching on (llama.cpp ``cache_prompt: true``; vLLM/SGLang cache automatically), then
+probes send that prefix followed by n new, unique tokens.  The server serves the
+prefix from its cache, so TTFT grows with n only, but each new token attends to the D
+cached tokens: the slope of TTFT over new tokens rises with D.  Depth 0 is the
+ordinary cold sweep (no prefix, ``cache_prompt: false``).
+
+Every depth probe is checked: the server must report ``cached_tokens`` (usage
+``prompt_tokens_details.cached_tokens`` or llama.cpp ``timings.cache_n``) within
+``tolerance(D)`` of the prefix's own server-counted length; a probe that is not
+verified is flagged in its ``extra`` and left out of the depth fit.
+
+llama.cpp slots: a request goes to the idle slot whose cached tokens share the
+longest prefix with it (above ``--slot-prompt-similarity``), and a slot's state can
+be restored from the host-memory prompt cache (``--cache-ram``), so sequential depth
+probes reuse the prefix whatever the number of slots; the verification above is what
+proves it on a given server.
+
+Formula (shared/reference/hardware-and-models.md; an estimate): FLOPs of n new tokens
+after D cached ones = 2*P*n + 4*L*d_attn*(D*n + n^2/2), i.e. per new token
+2*P + 4*L*d_attn*(D + n/2).  ``expected_slope`` is the least-squares slope of that
+curve over the probes' own new-token counts, so the expected ratio between depths
+compares like with like (the n^2 part is the same at every depth).
+
+Run-file keys (in ``ProbeResult.extra``): ``depth`` (D requested), ``depth_role``
+("prefix" for the priming request, kept out of every fit as a warm-up; "probe"),
+``depth_prefix_tokens`` (the prefix's server count), ``depth_new_tokens``
+(prompt tokens - cached tokens), ``depth_verified`` (bool), ``depth_flag`` (why not).
+Imports no textual.
+"""
+
+from __future__ import annotations
+
+import random
+import statistics
+from dataclasses import dataclass
+from typing import Any, Awaitable, Callable, Iterable, Sequence
+
+from prefilltui.core.prefix_cache import probe_with_cache
+from prefilltui.core.prompts import build_prompt
+from prefilltui.core.types import ProbeResult
+
+#: Cached tokens may differ from the prefix's own count by this many tokens, or this
+#: fraction of it, whichever is larger: a chat template's closing tokens are not part
+#: of the shared prefix, and the first new word may share a token with the prefix's
+#: continuation in the slot.
+TOLERANCE_TOKENS = 16
+TOLERANCE_FRACTION = 0.03
+
+
+def tolerance(prefix_tokens: int) -> int:
+    """Allowed |cached tokens - prefix tokens| for a verified depth probe."""
+    return max(TOLERANCE_TOKENS, round(TOLERANCE_FRACTION * prefix_tokens))
+
+
+def depth_of(r: ProbeResult) -> int:
+    """The context depth a probe was sent at (0 for an ordinary probe)."""
+    d = r.extra.get("depth")
+    return d if isinstance(d, int) and not isinstance(d, bool) and d > 0 else 0
+
+
+def is_depth_probe(r: ProbeResult) -> bool:
+    """True for a probe (or prefix) sent after a deliberately cached prefix."""
+    return depth_of(r) > 0
+
+
+def verify(r: ProbeResult, prefix_tokens: int | None) -> str | None:
+    """Why the depth probe ``r`` is not verified, or None when it is."""
+    if not r.ok:
+        return f"failed: {r.error_kind}"
+    if prefix_tokens is None:
+        return "the prefix's token count is unknown"
+    if r.cached_tokens is None:
+        return "the server reports no cached-token count"
+    if abs(r.cached_tokens - prefix_tokens) > tolerance(prefix_tokens):
+        return f"{r.cached_tokens:,} cached tokens, prefix has {prefix_tokens:,}"
+    if r.prompt_tokens is None or r.prompt_tokens - r.cached_tokens < 1:
+        return "no new tokens counted"
+    return None
+
+
+@dataclass
+class Prefix:
+    """A primed prefix: its text, the depth asked for, the server's token count."""
+
+    depth: int
+    text: str
+    tokens: int | None
+    result: ProbeResult
+
+
+async def prime(client: Any, depth: int) -> Prefix:
+    """Send a new prefix of about ``depth`` server tokens once, cached (a warm-up
+    probe marked ``depth_role: prefix``); never raises for server failures (the
+    returned result says ``ok=False``)."""
+    counter = client._count if client.info is not None and client.info.has_tokenize else None
+    text, _w, _c = await build_prompt(depth, client.builder, client.lengths, counter)
+    r = await probe_with_cache(client, text, depth, True)
+    r.warmup = True
+    r.extra.update(depth=int(depth), depth_role="prefix",
+                   depth_prefix_tokens=r.prompt_tokens if r.ok else None)
+    return Prefix(int(depth), text, r.prompt_tokens if r.ok else None, r)
+
+
+async def probe_at_depth(client: Any, prefix: Prefix, n: int) -> ProbeResult:
+    """One probe: ``prefix`` + about ``n`` new tokens (unique from the first word),
+    prefix caching on; annotated and verified (see the module docstring)."""
+    counter = client._count if client.info is not None and client.info.has_tokenize else None
+    tail, _w, _c = await build_prompt(n, client.builder, client.lengths, counter)
+    r = await probe_with_cache(client, prefix.text + " " + tail, n, True)
+    why = verify(r, prefix.tokens)
+    r.extra.update(depth=prefix.depth, depth_role="probe", depth_prefix_tokens=prefix.tokens,
+                   depth_verified=why is None)
+    if r.ok and r.prompt_tokens is not None and r.cached_tokens is not None:
+        r.extra["depth_new_tokens"] = r.prompt_tokens - r.cached_tokens
+    if why is not None:
+        r.extra["depth_flag"] = why
+    return r
+
+
+def lengths_for_depth(lengths: Iterable[int], depth: int, cap: int | None) -> list[int]:
+    """The new-token counts that fit after ``depth`` under the prompt cap ``cap``."""
+    return sorted({n for n in lengths if cap is None or depth + n <= cap})
+
+
+async def run_depths(client: Any, depths: Sequence[int], lengths: Sequence[int], *,
+                     repeats: int = 1, cap: int | None = None, seed: int | None = None,
+                     on_result: Callable[[ProbeResult], Any] | None = None,
+                     stopped: Callable[[], bool] = lambda: False) -> list[str]:
+    """The depth phase: for each D > 0 in ``depths``, prime a prefix, then probe every
+    length that fits (``lengths_for_depth``) ``repeats`` times in a shuffled order.
+    ``client`` is a discovered ProbeClient; ``on_result`` gets every result (prefixes
+    included).  Returns notes (depths skipped, prefixes not reused)."""
+    rng = random.Random(seed)
+    notes: list[str] = []
+    for depth in sorted({int(d) for d in depths if d > 0}):
+        if stopped():
+            break
+        ns = lengths_for_depth(lengths, depth, cap)
+        if len(ns) < 2:
+            notes.append(f"depth {depth:,} skipped: fewer than 2 lengths fit under the "
+                         f"{cap:,}-token prompt cap after the prefix")
+            continue
+        prefix = await prime(client, depth)
+        if on_result is not None:
+            await _maybe_await(on_result(prefix.result))
+        if not prefix.result.ok:
+            notes.append(f"depth {depth:,} skipped: the prefix failed "
+                         f"({prefix.result.error_kind}: {prefix.result.error_message})")
+            continue
+        plan = [n for n in ns for _ in range(repeats)]
+        rng.shuffle(plan)
+        flagged = 0
+        for n in plan:
+            if stopped():
+                break
+            r = await probe_at_depth(client, prefix, n)
+            flagged += not r.extra.get("depth_verified")
+            if on_result is not None:
+                await _maybe_await(on_result(r))
+        if flagged:
+            notes.append(f"depth {depth:,}: {flagged} of {len(plan)} probes not verified "
+                         "(cached tokens do not match the prefix) and left out")
+    return notes
+
+
+async def _maybe_await(v: Any) -> None:
+    if isinstance(v, Awaitable):
+        await v
+
+
+# ----------------------------------------------------------------- analysis
+
+
+def expected_slope(xs: Sequence[float], depth: int, params: float, layers: int,
+                   d_attn: int) -> float | None:
+    """Least-squares slope (FLOPs per new token) of the formula's FLOPs
+    2*P*n + 4*L*d_attn*(D*n + n^2/2) over the new-token counts ``xs``; None with
+    fewer than 2 distinct counts.  An estimate."""
+    if len(set(xs)) < 2:
+        return None
+    mx = statistics.fmean(xs)
+    var = statistics.fmean([(x - mx) ** 2 for x in xs])
+    mx2 = statistics.fmean([x * x for x in xs])
+    cov = statistics.fmean([(x - mx) * (x * x - mx2) for x in xs])
+    return 2.0 * params + 4.0 * layers * d_attn * depth + 2.0 * layers * d_attn * cov / var
+
+
+def _points(results: Iterable[ProbeResult]) -> dict[int, list[tuple[int, float, ProbeResult]]]:
+    """(new tokens, TTFT s, result) per depth; depth 0 = ordinary fit-eligible probes."""
+    by: dict[int, list[tuple[int, float, ProbeResult]]] = {}
+    for r in results:
+        if not r.ok or r.warmup or r.ttft_s is None:
+            continue
+        d = depth_of(r)
+        if d == 0:
+            if r.fit_eligible and r.tokens:
+                by.setdefault(0, []).append((int(r.tokens), r.ttft_s, r))
+        elif r.extra.get("depth_role") == "probe":
+            by.setdefault(d, []).append((int(r.extra.get("depth_new_tokens") or 0), r.ttft_s, r))
+    return by
+
+
+def depth_table(results: Iterable[ProbeResult], model: dict[str, Any] | None = None
+                ) -> dict[str, Any] | None:
+    """Slope vs depth: one row per depth, or None when the run has no depth probes.
+
+    ``model``: the analysis' model dict (``params``, ``layers``, ``attn_width``) for the
+    formula's expected ratio.  Rows: depth, prefix_tokens, cached_tokens (median of the
+    verified probes), probes, verified, flagged, fit (LinearFit JSON over new tokens,
+    None with too few points), ratio (slope / depth-0 slope), expected_ratio (formula,
+    estimate), per_token_flops (formula 2P + 4 L d_attn (D + mean n / 2), estimate).
+    """
+    from prefilltui.core import fit as fitmod
+
+    results = list(results)
+    by = _points(results)
+    if not any(d > 0 for d in by):
+        return None
+    P = L = da = None
+    if model:
+        P, L, da = model.get("params"), model.get("layers"), model.get("attn_width")
+    rows: list[dict[str, Any]] = []
+    for d in sorted(by):
+        pts = by[d]
+        good = [p for p in pts if d == 0 or p[2].extra.get("depth_verified")]
+        bad = [p for p in pts if not (d == 0 or p[2].extra.get("depth_verified"))]
+        xs = [float(p[0]) for p in good]
+        ys = [p[1] for p in good]
+        f = None
+        if len(good) >= 3 and len(set(xs)) >= 2:
+            f = fitmod.fit_robust(xs, ys) or fitmod.fit_ols(xs, ys)
+        pref = [p[2].extra.get("depth_prefix_tokens") for p in pts]
+        pref = [v for v in pref if isinstance(v, int)]
+        cached = [p[2].cached_tokens for p in good if d > 0 and p[2].cached_tokens is not None]
+        row: dict[str, Any] = {
+            "depth": d, "prefix_tokens": int(statistics.median(pref)) if pref else None,
+            "cached_tokens": int(statistics.median(cached)) if cached else None,
+            "probes": len(pts), "verified": len(good) if d else None,
+            "flagged": len(bad), "flags": sorted({str(p[2].extra.get("depth_flag")) for p in bad}),
+            "fit": f.to_json() if f is not None else None,
+            "slope_s_per_token": f.slope_s_per_token if f is not None else None,
+            "mean_new_tokens": statistics.fmean(xs) if xs else None,
+            "ratio": None, "expected_ratio": None, "per_token_flops": None,
+            "_xs": xs,
+        }
+        if P and L and da and xs:
+            row["per_token_flops"] = 2.0 * P + 4.0 * L * da * (d + row["mean_new_tokens"] / 2)
+        rows.append(row)
+    base = rows[0] if rows[0]["depth"] == 0 else None
+    e0 = expected_slope(base["_xs"], 0, P, L, da) if base is not None and P and L and da else None
+    for row in rows:
+        xs = row.pop("_xs")
+        if base is None:
+            continue
+        if base["slope_s_per_token"] and row["slope_s_per_token"] is not None:
+            row["ratio"] = row["slope_s_per_token"] / base["slope_s_per_token"]
+        e = expected_slope(xs, row["depth"], P, L, da) if e0 else None
+        if e0 and e:
+            row["expected_ratio"] = e / e0
+    notes = []
+    if base is None:
+        notes.append("no depth-0 probes: ratios need the ordinary sweep")
+    return {"rows": rows, "estimate": True, "notes": notes,
+            "formula": "per new token at depth D: 2*P + 4*L*d_attn*(D + n/2) FLOPs (estimate)"}
+
+
+def format_depth(t: dict[str, Any] | None) -> list[str]:
+    """Text lines for a ``depth_table`` (ms/µs on screen); [] for None."""
+    if not t:
+        return []
+    out = ["Prefill at context depth (x = new tokens after a cached prefix of D tokens):",
+           f"  {'depth':>6} {'prefix':>7} {'cached':>7} {'probes':>7}  "
+           f"{'slope µs/token [95%]':<26} {'tok/s':>7} {'ratio':>6} {'formula':>8}"]
+    for r in t["rows"]:
+        f = r["fit"]
+        if f and f.get("slope_s_per_token") is not None:
+            lo, hi = f["slope_ci"] or (None, None)
+            ci = f"[{lo * 1e6:,.0f} to {hi * 1e6:,.0f}]" if lo is not None and hi is not None else ""
+            slope = f"{f['slope_s_per_token'] * 1e6:,.0f} {ci}"
+            tps = f"{f['prefill_tokens_per_s']:,.0f}" if f.get("prefill_tokens_per_s") else "-"
+        else:
+            slope, tps = "too few probes", "-"
+        probes = f"{r['probes']}" if not r["depth"] else f"{r['verified']}/{r['probes']}"
+        cached = "-" if not r["depth"] else (f"{r['cached_tokens']:,}" if r["cached_tokens"]
+                                             is not None else "?")
+        prefix = "-" if r["prefix_tokens"] is None else f"{r['prefix_tokens']:,}"
+        out.append(f"  {r['depth']:>6,} {prefix:>7} {cached:>7} {probes:>7}  "
+                   f"{slope:<26} {tps:>7} "
+                   f"{_x(r['ratio']):>6} {_x(r['expected_ratio']):>8}")
+    out.append("  prefix, cached: server-counted tokens; probes: verified/sent; ratio: slope / "
+               "depth-0 slope;")
+    out.append("  formula: the same ratio from 2P + 4·L·d_attn·(D + n/2) FLOPs per new token "
+               "(estimate)")
+    for r in t["rows"]:
+        if r["flagged"]:
+            out.append(f"  depth {r['depth']:,}: {r['flagged']} probe(s) left out: "
+                       + "; ".join(r["flags"][:3]))
+    out += [f"  note: {n}" for n in t.get("notes", [])]
+    return out
+
+
+def _x(v: float | None) -> str:
+    return "-" if v is None else f"{v:.2f}×"

@@ -1,0 +1,138 @@
+"""Prefill at context depth: prefix reuse verified, slope vs depth, the CLI's --depth."""
+
+import json
+
+import pytest
+
+from fakeserver import Reply, llama_routes, sse_data, sse_done
+from prefilltui.cli import main
+from prefilltui.core import depth as D
+from prefilltui.core.probe import ProbeClient
+from prefilltui.core.types import ProbeResult
+
+
+class AttentionLlama:
+    """A llama-server-like /v1/completions: with ``cache_prompt`` the longest common
+    word prefix with the last prompt is reused (``timings.cache_n``); each new word
+    costs 0.2 ms plus 1 µs per word before it (attention over the context)."""
+
+    def __init__(self, honour=True):
+        self.last: list[str] = []
+        self.honour = honour
+        self.bodies: list[dict] = []
+
+    def __call__(self, req):
+        body = req.json
+        self.bodies.append(body)
+        words = body["prompt"].split()
+        cached = 0
+        if body.get("cache_prompt", True) and self.honour:
+            while cached < min(len(words), len(self.last)) and words[cached] == self.last[cached]:
+                cached += 1
+            cached = min(cached, len(words) - 1)
+        self.last = words
+        t = sum(0.0002 + 1e-6 * p for p in range(cached, len(words)))
+        timings = {"cache_n": cached, "prompt_n": len(words) - cached, "prompt_ms": t * 1e3}
+        return Reply.sse([(t, sse_data({"choices": [{"index": 0, "text": "x", "finish_reason": None}]})),
+                          (t, sse_data({"choices": [], "timings": timings,
+                                        "usage": {"prompt_tokens": len(words), "completion_tokens": 1}})),
+                          (t, sse_done())])
+
+
+async def _run(srv, depths, lengths, repeats=2):
+    got: list[ProbeResult] = []
+    async with ProbeClient(srv.base_url, model="m", timeout=10, seed=1) as c:
+        await c.discover()
+        for n in lengths * repeats:  # depth 0: ordinary cold probes
+            got.append(await c.probe(n))
+        notes = await D.run_depths(c, depths, lengths, repeats=repeats, cap=4000, seed=1,
+                                   on_result=got.append)
+    return got, notes
+
+
+async def test_depth_probes_reuse_the_prefix_and_slope_rises(fake_server):
+    h = AttentionLlama()
+    srv = fake_server({**llama_routes(), "POST /v1/completions": h})
+    got, notes = await _run(srv, [0, 300], [20, 60, 120])
+    assert notes == []
+    prefixes = [r for r in got if r.extra.get("depth_role") == "prefix"]
+    assert len(prefixes) == 1 and prefixes[0].warmup and not prefixes[0].fit_eligible
+    probes = [r for r in got if r.extra.get("depth_role") == "probe"]
+    assert len(probes) == 6 and all(r.extra["depth_verified"] for r in probes)
+    assert all(r.cached_tokens == prefixes[0].prompt_tokens for r in probes)
+    assert all(r.extra["depth_new_tokens"] == r.prompt_tokens - r.cached_tokens for r in probes)
+    # prefix caching asked for exactly on the depth requests
+    flags = [b.get("cache_prompt") for b in h.bodies]
+    assert flags == [False] * 6 + [True] * 7
+    t = D.depth_table(got, {"params": 1e6, "layers": 2, "attn_width": 100})
+    r0, r1 = t["rows"]
+    assert (r0["depth"], r1["depth"]) == (0, 300)
+    assert r1["verified"] == 6 and r1["flagged"] == 0 and r1["cached_tokens"] == 300
+    # 0.2 ms + 1 µs x position per word: LS slope ~ 200 + D + 140 µs/word -> ratio ~1.9
+    assert 1.3 < r1["ratio"] < 3.0, r1
+    assert r1["expected_ratio"] > 1 and r1["per_token_flops"] > r0["per_token_flops"]
+    text = "\n".join(D.format_depth(t))
+    assert "Prefill at context depth" in text and "6/6" in text
+    json.dumps(t)
+
+
+async def test_unreused_prefix_is_flagged_and_left_out(fake_server):
+    srv = fake_server({**llama_routes(), "POST /v1/completions": AttentionLlama(honour=False)})
+    got, notes = await _run(srv, [200], [20, 60, 120], repeats=1)
+    assert any("not verified" in n for n in notes)
+    probes = [r for r in got if r.extra.get("depth_role") == "probe"]
+    assert probes and not any(r.extra["depth_verified"] for r in probes)
+    assert "0 cached tokens, prefix has" in probes[0].extra["depth_flag"]
+    row = D.depth_table(got)["rows"][1]
+    assert row["fit"] is None and row["flagged"] == 3 and row["verified"] == 0
+    assert "left out" in "\n".join(D.format_depth(D.depth_table(got)))
+
+
+def test_verify_rules():
+    r = ProbeResult(ok=True, prompt_tokens=600, cached_tokens=510)
+    assert D.verify(r, 512) is None
+    assert D.verify(ProbeResult(ok=True, prompt_tokens=600), 512) == \
+        "the server reports no cached-token count"
+    assert "cached tokens" in D.verify(ProbeResult(ok=True, prompt_tokens=600, cached_tokens=100), 512)
+    assert D.verify(ProbeResult(ok=False, error_kind="timeout"), 512) == "failed: timeout"
+    assert D.tolerance(100) == 16 and D.tolerance(4000) == 120
+
+
+def test_expected_slope_matches_the_formula():
+    # one length pair: the LS slope of 2Pn + 4Ld(Dn + n^2/2) between n=a and n=b is
+    # 2P + 4LdD + 2Ld(a+b)
+    P, L, d = 1e8, 10, 64
+    s = D.expected_slope([100, 300], 500, P, L, d)
+    assert s == pytest.approx(2 * P + 4 * L * d * 500 + 2 * L * d * 400)
+    assert D.expected_slope([100, 100], 0, P, L, d) is None
+    assert D.lengths_for_depth([16, 64, 1024], 3500, 4000) == [16, 64]
+
+
+def test_depth_table_none_without_depth_probes():
+    assert D.depth_table([ProbeResult(ok=True, ttft_s=0.1, prompt_tokens=10)]) is None
+
+
+def test_cli_depth_json_and_text(fake_server, tmp_path, capsys):
+    srv = fake_server({**llama_routes(), "POST /v1/completions": AttentionLlama()})
+    out = tmp_path / "run.jsonl"
+    rc = main(["sweep", srv.base_url, "--lengths", "20,60,120", "--repeats", "2", "--depth",
+               "0,250", "--out", str(out), "--format", "json", "--no-telemetry", "--seed", "3"])
+    cap = capsys.readouterr()
+    assert rc == 0, cap.err
+    d = json.loads(cap.out)
+    rows = d["depth"]["rows"]
+    assert [r["depth"] for r in rows] == [0, 250] and rows[1]["verified"] == 6
+    assert rows[1]["ratio"] > 1.2
+    # depth probes stay out of the ordinary summary (no cache-hit warning, no fit change)
+    assert d["cache_hits"] == 0 and d["probes"] == 7
+    lines = [json.loads(x) for x in out.read_text().splitlines()]
+    assert sum(x.get("extra", {}).get("depth_role") == "probe" for x in lines) == 6
+    # the report re-reads the depth table from the run file
+    rc = main(["report", str(out), "--no-plot"])
+    text = capsys.readouterr().out
+    assert rc == 0 and "Prefill at context depth" in text and "6/6" in text
+
+
+def test_cli_depth_needs_headless_in_demo(capsys):
+    assert main(["demo", "--depth", "512"]) == 2
+    assert "--headless" in capsys.readouterr().err
