@@ -3,6 +3,9 @@
 Prints the same summary as the end of a sweep (fit with 95 % intervals, window fit,
 roofline comparison, verdict) and a plotext scatter of TTFT against prompt tokens
 with the fitted line; ``--format json`` prints the ``analyze`` dict instead.
+``--svg FILE`` / ``--html FILE`` also write the figure (``prefilltui.core.figure``):
+an SVG, and an HTML page with the same figure and the summary tables.  Probes of a
+``--depth`` run get their own table (``prefilltui.core.depth``).
 Exit codes: 0 ok; 1 unreadable file or no probe in it; 3 every probe in it failed.
 """
 
@@ -16,6 +19,7 @@ from collections import Counter
 
 from prefilltui.commands.common import add_analysis_args, add_hardware_args, add_output_args
 from prefilltui.core.analysis import analyze, format_summary
+from prefilltui.core.depth import depth_table, format_depth, is_depth_probe
 from prefilltui.core.runfile import read_run
 from prefilltui.core.running_fit import RunningFit
 from prefilltui.core.types import ServerInfo
@@ -29,6 +33,11 @@ def register(sub) -> None:
     p.add_argument("--model", metavar="NAME",
                    help="model name for the roofline (default: the model recorded in the run)")
     p.add_argument("--no-plot", action="store_true", help="text summary without the plot")
+    p.add_argument("--svg", metavar="FILE",
+                   help="also write the figure (TTFT vs prompt tokens, fit, depth series) as SVG")
+    p.add_argument("--html", metavar="FILE",
+                   help="also write an HTML page: the same figure, the per-length and depth "
+                        "tables and the text summary")
     add_hardware_args(p)
     add_analysis_args(p)
     add_output_args(p)
@@ -60,16 +69,23 @@ def run(args) -> int:
         return _err(err, 1)
     models = Counter(r.model for r in results if r.model)
     info = ServerInfo(model=models.most_common(1)[0][0] if models else None)
-    d = analyze(results, info, args)
+    # probes after a deliberately cached prefix (--depth) have their own table
+    d = analyze([r for r in results if not is_depth_probe(r)], info, args)
     d["run_file"] = str(args.run_file)
+    d["depth"] = depth_table(results, d.get("model"))
     if getattr(args, "baseline", None):
         d["drift"] = _drift(args, results)
+    text = format_summary(d)
+    if d.get("drift"):
+        text += f"\nDrift vs baseline: {d['drift']}"
+    if d["depth"]:
+        text += "\n" + "\n".join(format_depth(d["depth"]))
+    code = _write_figures(args, results, d, text)
+    if code:
+        return code
     if args.format == "json":
         print(json.dumps(d, indent=2, allow_nan=False, default=str))
     else:
-        text = format_summary(d)
-        if d.get("drift"):
-            text += f"\nDrift vs baseline: {d['drift']}"
         print(text)
         if not args.no_plot:
             plot = render_plot(results, d)
@@ -78,6 +94,24 @@ def run(args) -> int:
     if not any(r.ok for r in results):
         print(f"prefilltui: every probe in {args.run_file} failed", file=sys.stderr)
         return 3
+    return 0
+
+
+def _write_figures(args, results, d, text: str) -> int:
+    """Write --svg / --html; 1 (with the reason) when a file cannot be written."""
+    from prefilltui.core.figure import html_page, svg_figure
+
+    for path, make in ((getattr(args, "svg", None), lambda: svg_figure(results, d)),
+                       (getattr(args, "html", None), lambda: html_page(
+                           results, d, text, title=f"prefilltui report: {args.run_file}"))):
+        if not path:
+            continue
+        try:
+            with open(path, "w", encoding="utf-8") as f:
+                f.write(make())
+        except OSError as e:
+            return _err(f"cannot write {path}: {e.strerror or e}", 1)
+        print(f"prefilltui: wrote {path}", file=sys.stderr)
     return 0
 
 

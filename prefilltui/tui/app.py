@@ -64,6 +64,7 @@ class PrefillApp(WorkerActions, App[int]):
         Binding("plus,equals_sign", "widen", "Wider", key_display="+", group=_RANGE),
         Binding("minus", "narrow", "Narrower", key_display="-", group=_RANGE),
         Binding("e", "export", "Export"),
+        Binding("s", "save_svg", "Save SVG", show=False),  # in the help; the footer is full
         Binding("c", "cache_check", "Cache"),
         Binding("t", "next_theme", "Theme"),
         Binding("question_mark", "help", "Help", key_display="?"),

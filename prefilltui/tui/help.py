@@ -18,7 +18,7 @@ HELP_TEXT = """\
  space  pause / resume probing         r  reset the fit and plotted points
  w      all-time / sliding-window fit  b  burst: probe the longest length
  + / -  widen / narrow the sweep range (longest prompt ×2 / ÷2)
- e      export: CSV + JSON summary beside the run file
+ e / s  export CSV + JSON / save the screen as SVG (beside the run file)
  c      cache check: is the server's prefix cache serving prompts?
  t      next theme                     ?  this help
  q      quit (Ctrl-C too; every probe is already on disk)

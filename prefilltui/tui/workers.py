@@ -1,4 +1,4 @@
-"""Export and cache-check actions: thread workers that only post messages.
+"""Export, save-screen and cache-check actions: thread workers that only post messages.
 
 Mixed into PrefillApp (kept apart so app.py stays small).  Each worker runs with
 ``exit_on_error=False``; errors become notifications, never tracebacks.
@@ -7,6 +7,7 @@ Mixed into PrefillApp (kept apart so app.py stays small).  Each worker runs with
 from __future__ import annotations
 
 import time
+from pathlib import Path
 from typing import Any
 
 from textual import work
@@ -17,7 +18,25 @@ from prefilltui.tui.messages import CacheCheckDone, ExportDone
 
 
 class WorkerActions:
-    """``e`` export and ``c`` cache check for PrefillApp."""
+    """``e`` export, ``s`` save the screen as SVG and ``c`` cache check for PrefillApp."""
+
+    def screen_svg_path(self) -> Path:
+        """Where ``s`` saves: beside the run file (``<run>-screen-HHMMSS.svg``), else
+        ``prefilltui-screen-YYYYmmdd-HHMMSS.svg`` in the working directory."""
+        run = getattr(self, "run_path", None)
+        if run is not None:
+            return Path(run).with_name(f"{Path(run).stem}-screen-{time.strftime('%H%M%S')}.svg")
+        return Path.cwd() / f"prefilltui-screen-{time.strftime('%Y%m%d-%H%M%S')}.svg"
+
+    def action_save_svg(self) -> None:
+        """Save the current screen (what is drawn now, help or not) as an SVG file."""
+        path = self.screen_svg_path()
+        try:
+            saved = self.save_screenshot(path.name, str(path.parent))
+        except Exception as exc:  # disk full, unwritable directory
+            self.notify(f"cannot save the screen: {type(exc).__name__}: {exc}", severity="error")
+            return
+        self.notify(f"screen saved: {saved}", timeout=8)
 
     def action_export(self) -> None:
         if self.exporter is None:

@@ -1,0 +1,253 @@
+"""The run's figure as a standalone SVG, and an HTML page with it and the summary table.
+
+``svg_figure(results, d)`` draws TTFT (ms) against prompt tokens: the probes in the
+fit, the fitted line, probes left out (warm-up, cache hits) and, when the run has
+``--depth`` probes, one series per context depth against the *new* tokens after the
+cached prefix, each with its own fitted line.  ``d`` is the ``analyze`` dict with an
+optional ``"depth"`` key (``core.depth.depth_table``).  ``html_page`` embeds the same
+SVG, a per-length table, the depth table and the text summary.  Plain strings, no
+external resources (fonts, scripts, images), so a file opens anywhere, offline.
+Data in seconds; the figure shows ms (and µs per token).
+"""
+
+from __future__ import annotations
+
+import html
+import math
+import statistics
+from typing import Any, Iterable, Sequence
+
+from prefilltui.core.depth import depth_of
+from prefilltui.core.types import ProbeResult
+
+#: Series colours (colour-blind-safe Okabe-Ito palette): depth 0, then deeper.
+COLORS = ("#0072B2", "#D55E00", "#009E73", "#CC79A7", "#E69F00", "#56B4E9", "#000000")
+MUTED = "#999999"
+FONT = "DejaVu Sans, Helvetica, Arial, sans-serif"
+
+
+def nice_ticks(lo: float, hi: float, count: int = 6) -> list[float]:
+    """About ``count`` round tick values (1, 2, 5 x 10^k steps) covering [lo, hi]."""
+    if not (math.isfinite(lo) and math.isfinite(hi)) or hi <= lo:
+        hi = lo + 1.0
+    raw = (hi - lo) / max(1, count - 1)
+    mag = 10 ** math.floor(math.log10(raw))
+    step = next(m * mag for m in (1, 2, 2.5, 5, 10) if m * mag >= raw)
+    start = math.floor(lo / step) * step
+    ticks = []
+    v = start
+    while v <= hi + step * 1e-9:
+        ticks.append(round(v, 10))
+        v += step
+    if ticks[-1] < hi:
+        ticks.append(round(v, 10))
+    return ticks
+
+
+def _fmt(v: float) -> str:
+    return f"{v:,.0f}" if abs(v) >= 10 or v == int(v) else f"{v:g}"
+
+
+def _esc(s: str) -> str:
+    return html.escape(str(s), quote=True)
+
+
+def _series(results: Sequence[ProbeResult], d: dict[str, Any]) -> list[dict[str, Any]]:
+    """Plot series: label, colour, points [(x tokens, y ms)], fit dict, kind."""
+    out: list[dict[str, Any]] = []
+    main = [r for r in results if depth_of(r) == 0]
+    pts = [(float(r.tokens), r.ttft_s * 1e3) for r in main if r.fit_eligible]
+    f = d.get("fit") or {}
+    tps = f.get("prefill_tokens_per_s")
+    depth = d.get("depth")
+    label = "depth 0 (cold prompt)" if depth else "probes in the fit"
+    if f.get("n") is not None:
+        label += f" · fit {tps:,.0f} tok/s" if tps else " · fit (slope ≤ 0)"
+    out.append({"label": label, "color": COLORS[0], "points": pts,
+                "fit": f if f.get("n") is not None and not depth else None, "kind": "main"})
+    left = [(float(r.tokens), r.ttft_s * 1e3) for r in main
+            if r.ok and not r.fit_eligible and r.ttft_s is not None and r.tokens]
+    if left:
+        out.append({"label": "warm-up / cache hit (not in fit)", "color": MUTED, "points": left,
+                    "fit": None, "kind": "excluded"})
+    if depth:
+        rows = {r["depth"]: r for r in depth["rows"]}
+        if 0 in rows:
+            out[0]["fit"] = rows[0]["fit"]
+        deep = sorted(k for k in rows if k > 0)
+        for i, dd in enumerate(deep, 1):
+            row = rows[dd]
+            dp = [(float(r.extra.get("depth_new_tokens") or 0), r.ttft_s * 1e3) for r in results
+                  if depth_of(r) == dd and r.extra.get("depth_role") == "probe"
+                  and r.extra.get("depth_verified") and r.ttft_s is not None]
+            rf = row.get("fit") or {}
+            lab = f"depth {dd:,} (cached prefix)"
+            if rf.get("prefill_tokens_per_s"):
+                lab += f" · {rf['prefill_tokens_per_s']:,.0f} tok/s"
+            if row.get("ratio"):
+                lab += f" · slope ×{row['ratio']:.2f}"
+            out.append({"label": lab, "color": COLORS[i % len(COLORS)], "points": dp,
+                        "fit": row.get("fit"), "kind": "depth"})
+    return out
+
+
+def svg_figure(results: Iterable[ProbeResult], d: dict[str, Any], *, width: int = 820,
+               height: int = 500, title: str | None = None) -> str:
+    """The figure as an SVG document (a string).  Never raises for a run without
+    points: it then says "no usable probes" in the plot area."""
+    results = list(results)
+    series = _series(results, d)
+    W, H = width, height
+    left, right, top, bottom = 72, 20, 58, 54
+    pw, ph = W - left - right, H - top - bottom
+    allpts = [p for s in series for p in s["points"]]
+    xmax = max((p[0] for p in allpts), default=1.0)
+    ymax = max((p[1] for p in allpts), default=1.0)
+    xt = nice_ticks(0.0, max(xmax, 1.0))
+    yt = nice_ticks(0.0, max(ymax, 1e-3))
+    x1, y1 = xt[-1], yt[-1]
+    sx = lambda x: left + pw * x / x1  # noqa: E731
+    sy = lambda y: top + ph * (1 - y / y1)  # noqa: E731
+    model = (d.get("server") or {}).get("model") or (d.get("model") or {}).get("name") or ""
+    p = d.get("probes") or {}
+    title = title or "TTFT vs prompt tokens" + (f" — {model}" if model else "")
+    f = d.get("fit") or {}
+    sub = ""
+    if f.get("n") is not None and f.get("slope_s_per_token") is not None:
+        sub = (f"TTFT = {f['intercept_s'] * 1e3:.1f} ms + {f['slope_s_per_token'] * 1e6:,.1f} µs × n"
+               f" · R² {f['r2']:.3f} · {f['n']} probes in the fit")
+        if f.get("prefill_tokens_per_s"):
+            sub += f" · prefill {f['prefill_tokens_per_s']:,.0f} tok/s"
+    elif p:
+        sub = f"{p.get('ok', 0)} probes ok, no fit"
+    o: list[str] = [
+        f'<svg xmlns="http://www.w3.org/2000/svg" width="{W}" height="{H}" '
+        f'viewBox="0 0 {W} {H}" font-family="{FONT}" font-size="12">',
+        f"<title>{_esc(title)}</title>",
+        f'<rect x="0" y="0" width="{W}" height="{H}" fill="#ffffff"/>',
+        f'<text x="{left}" y="22" font-size="16" font-weight="bold" fill="#222">{_esc(title)}</text>',
+        f'<text x="{left}" y="41" fill="#444">{_esc(sub)}</text>',
+    ]
+    for v in xt:
+        X = sx(v)
+        o.append(f'<line x1="{X:.1f}" y1="{top}" x2="{X:.1f}" y2="{top + ph}" stroke="#e5e5e5"/>')
+        o.append(f'<text x="{X:.1f}" y="{top + ph + 16}" text-anchor="middle" fill="#333">'
+                 f"{_fmt(v)}</text>")
+    for v in yt:
+        Y = sy(v)
+        o.append(f'<line x1="{left}" y1="{Y:.1f}" x2="{left + pw}" y2="{Y:.1f}" stroke="#e5e5e5"/>')
+        o.append(f'<text x="{left - 6}" y="{Y + 4:.1f}" text-anchor="end" fill="#333">{_fmt(v)}</text>')
+    o.append(f'<rect x="{left}" y="{top}" width="{pw}" height="{ph}" fill="none" stroke="#888"/>')
+    xl = "prompt tokens" + (" (new tokens after the prefix, for depth series)"
+                            if d.get("depth") else " (as the server counts them)")
+    o.append(f'<text x="{left + pw / 2:.1f}" y="{H - 14}" text-anchor="middle" fill="#222">'
+             f"{_esc(xl)}</text>")
+    o.append(f'<text transform="translate(18 {top + ph / 2:.1f}) rotate(-90)" '
+             f'text-anchor="middle" fill="#222">TTFT (ms)</text>')
+    o.append(f'<clipPath id="plot"><rect x="{left}" y="{top}" width="{pw}" height="{ph}"/></clipPath>')
+    o.append('<g clip-path="url(#plot)">')
+    for s in series:
+        fit = s["fit"]
+        if fit and fit.get("slope_s_per_token") is not None and s["points"]:
+            xs = [q[0] for q in s["points"]]
+            lo = max(float(fit.get("knee_tokens") or 0), min(xs))
+            hi = max(xs)
+            a, b = fit["intercept_s"] * 1e3, fit["slope_s_per_token"] * 1e3
+            o.append(f'<line x1="{sx(lo):.1f}" y1="{sy(a + b * lo):.1f}" x2="{sx(hi):.1f}" '
+                     f'y2="{sy(a + b * hi):.1f}" stroke="{s["color"]}" stroke-width="2"/>')
+        for x, y in s["points"]:
+            if s["kind"] == "excluded":
+                o.append(f'<circle cx="{sx(x):.1f}" cy="{sy(y):.1f}" r="3.5" fill="none" '
+                         f'stroke="{s["color"]}" stroke-width="1.2"/>')
+            else:
+                o.append(f'<circle cx="{sx(x):.1f}" cy="{sy(y):.1f}" r="3.2" fill="{s["color"]}" '
+                         'fill-opacity="0.8"/>')
+    o.append("</g>")
+    if not allpts:
+        o.append(f'<text x="{left + pw / 2:.1f}" y="{top + ph / 2:.1f}" text-anchor="middle" '
+                 f'font-size="14" fill="#666">no usable probes</text>')
+    ly = top + 10
+    for s in series:
+        o.append(f'<circle cx="{left + 16}" cy="{ly + 4}" r="4" fill="{s["color"]}"/>')
+        o.append(f'<text x="{left + 26}" y="{ly + 8}" fill="#222">{_esc(s["label"])}</text>')
+        ly += 18
+    o.append("</svg>")
+    return "\n".join(o) + "\n"
+
+
+def length_rows(results: Iterable[ProbeResult]) -> list[dict[str, Any]]:
+    """Per requested length (ordinary probes in the fit): counted tokens (median),
+    probes, TTFT median / min (s), server prefill median (s) when reported."""
+    by: dict[int, list[ProbeResult]] = {}
+    for r in results:
+        if r.fit_eligible and depth_of(r) == 0:
+            by.setdefault(r.requested_tokens, []).append(r)
+    rows = []
+    for n in sorted(by):
+        rs = by[n]
+        sp = [r.server_prefill_s for r in rs if r.server_prefill_s is not None]
+        rows.append({"requested_tokens": n,
+                     "prompt_tokens": int(statistics.median(r.tokens for r in rs)),
+                     "n": len(rs), "ttft_median_s": statistics.median(r.ttft_s for r in rs),
+                     "ttft_min_s": min(r.ttft_s for r in rs),
+                     "server_prefill_median_s": statistics.median(sp) if sp else None})
+    return rows
+
+
+_CSS = """body{font-family:DejaVu Sans,Helvetica,Arial,sans-serif;margin:24px;color:#222;
+background:#fff;max-width:900px}table{border-collapse:collapse;margin:8px 0 20px}
+th,td{border:1px solid #ccc;padding:3px 9px;text-align:right}th{background:#f2f2f2}
+pre{background:#f7f7f7;padding:10px;overflow-x:auto;font-size:12px}h1{font-size:20px}
+h2{font-size:16px;margin-top:22px}.note{color:#555;font-size:12px}"""
+
+
+def _table(head: Sequence[str], rows: Iterable[Sequence[str]]) -> str:
+    h = "".join(f"<th>{_esc(c)}</th>" for c in head)
+    b = "".join("<tr>" + "".join(f"<td>{_esc(c)}</td>" for c in r) + "</tr>" for r in rows)
+    return f"<table><thead><tr>{h}</tr></thead><tbody>{b}</tbody></table>"
+
+
+def _ms(s: float | None) -> str:
+    return "-" if s is None else f"{s * 1e3:,.1f}"
+
+
+def html_page(results: Iterable[ProbeResult], d: dict[str, Any], summary_text: str, *,
+              title: str = "prefilltui report") -> str:
+    """A standalone HTML page: the SVG figure, the per-length table, the depth table
+    (when present) and ``summary_text`` (the text summary)."""
+    results = list(results)
+    parts = [f"<!DOCTYPE html><html lang=\"en\"><head><meta charset=\"utf-8\">"
+             f"<title>{_esc(title)}</title><style>{_CSS}</style></head><body>",
+             f"<h1>{_esc(title)}</h1>"]
+    if d.get("run_file"):
+        parts.append(f'<p class="note">run file: {_esc(d["run_file"])}</p>')
+    parts.append(svg_figure(results, d))
+    rows = length_rows(results)
+    parts.append("<h2>Probes per length</h2>")
+    parts.append(_table(["requested tokens", "counted", "probes", "TTFT median (ms)",
+                         "TTFT min (ms)", "server prefill median (ms)"],
+                        [[f"{r['requested_tokens']:,}", f"{r['prompt_tokens']:,}", str(r["n"]),
+                          _ms(r["ttft_median_s"]), _ms(r["ttft_min_s"]),
+                          _ms(r["server_prefill_median_s"])] for r in rows]))
+    dt = d.get("depth")
+    if dt:
+        parts.append("<h2>Prefill at context depth</h2>")
+        body = []
+        for r in dt["rows"]:
+            f = r.get("fit") or {}
+            slope = f.get("slope_s_per_token")
+            body.append([f"{r['depth']:,}", "-" if r["prefix_tokens"] is None else f"{r['prefix_tokens']:,}",
+                         "-" if not r["depth"] or r["cached_tokens"] is None else f"{r['cached_tokens']:,}",
+                         str(r["probes"]) if not r["depth"] else f"{r['verified']}/{r['probes']}",
+                         "-" if slope is None else f"{slope * 1e6:,.1f}",
+                         "-" if not f.get("prefill_tokens_per_s") else f"{f['prefill_tokens_per_s']:,.0f}",
+                         "-" if r.get("ratio") is None else f"{r['ratio']:.2f}×",
+                         "-" if r.get("expected_ratio") is None else f"{r['expected_ratio']:.2f}×"])
+        parts.append(_table(["depth", "prefix tokens", "cached tokens", "probes (verified/sent)",
+                             "slope (µs/token)", "prefill tok/s", "ratio vs depth 0",
+                             "formula ratio (estimate)"], body))
+        parts.append(f'<p class="note">{_esc(dt.get("formula", ""))}</p>')
+    parts.append("<h2>Summary</h2>")
+    parts.append(f"<pre>{_esc(summary_text)}</pre>")
+    parts.append("</body></html>")
+    return "\n".join(parts) + "\n"
