@@ -323,7 +323,8 @@ def run(args) -> int:
             runner.join(0.2)
         if depths and runner.state == "done":
             depth_results, depth_notes = _run_depth_phase(
-                args, api_key, runner.lengths, writer, stream, runner._seq)
+                args, api_key, runner.lengths, writer, stream,
+                max((r.seq for r in runner.results), default=0))
     except KeyboardInterrupt:
         runner.stop(10)
         writer.close()

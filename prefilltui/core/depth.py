@@ -140,8 +140,8 @@ async def run_depths(client: Any, depths: Sequence[int], lengths: Sequence[int],
             break
         ns = lengths_for_depth(lengths, depth, cap)
         if len(ns) < 2:
-            notes.append(f"depth {depth:,} skipped: fewer than 2 lengths fit under the "
-                         f"{cap:,}-token prompt cap after the prefix")
+            notes.append(f"depth {depth:,} skipped: fewer than 2 lengths fit after the prefix"
+                         + (f" under the {cap:,}-token prompt cap" if cap else ""))
             continue
         prefix = await prime(client, depth)
         if on_result is not None:
