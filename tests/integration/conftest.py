@@ -3,7 +3,8 @@ SmolLM2-135M-Instruct Q4_1 on the CPU.
 
 Fixtures:
   llama_server_binary (session) -- Path of the binary: $PREFILLTUI_LLAMA_SERVER, else
-      llama-server on PATH, else the cache, else built now (8-15 min on 2 cores).
+      llama-server on PATH, else the cache, else built now (7-15 min on 2 cores);
+      smoke-tested with the model once per binary and CPU.
   demo_gguf (session)           -- Path of the model: $PREFILLTUI_GGUF, else the cache,
       else downloaded now (~93 MB).
   llama_server (session)        -- a running prefilltui.demo.LlamaServer shared by all
@@ -62,19 +63,23 @@ def _uncaptured(request):
 
 
 @pytest.fixture(scope="session")
-def llama_server_binary(request) -> Path:
+def demo_target(request) -> tuple[Path, Path]:
+    """(binary, model), smoke-tested together (``demo.prepare_target``)."""
     if SKIP:
         pytest.skip("PREFILLTUI_SKIP_INTEGRATION=1")
     with _uncaptured(request):
-        return demo.find_llama_server(os.environ.get("PREFILLTUI_LLAMA_SERVER") or None)
+        return demo.prepare_target(os.environ.get("PREFILLTUI_LLAMA_SERVER") or None,
+                                   os.environ.get("PREFILLTUI_GGUF") or None)
 
 
 @pytest.fixture(scope="session")
-def demo_gguf(request) -> Path:
-    if SKIP:
-        pytest.skip("PREFILLTUI_SKIP_INTEGRATION=1")
-    with _uncaptured(request):
-        return demo.ensure_gguf(os.environ.get("PREFILLTUI_GGUF") or None)
+def llama_server_binary(demo_target) -> Path:
+    return demo_target[0]
+
+
+@pytest.fixture(scope="session")
+def demo_gguf(demo_target) -> Path:
+    return demo_target[1]
 
 
 @pytest.fixture(scope="session")

