@@ -5,7 +5,7 @@ about 7-15 minutes on 2 cores, smoke-tested once) and the model (flag, cache, el
 download), starts the server on a free 127.0.0.1 port, then runs the live TUI
 (``prefilltui.commands.watch.run_tui``) or, with ``--headless``, the headless
 sweep (``prefilltui.commands.sweep.run_sweep``) against it.  The server is
-stopped on every way out (see ``prefilltui.demo``).
+stopped on every way out (see ``prefilltui.demo.server``).
 """
 
 from __future__ import annotations
@@ -108,7 +108,9 @@ def _job(headless: bool):
 
 def run(args: argparse.Namespace) -> int:
     """Entry point of ``prefilltui demo``; returns the exit code."""
-    from prefilltui.demo import DemoSetupError, LlamaServer, exit_on_signals, prepare_target
+    from prefilltui.demo.server import LlamaServer, exit_on_signals
+    from prefilltui.demo.steps import DemoSetupError
+    from prefilltui.demo.target import prepare_target
 
     if getattr(args, "depth", None) and not args.headless:
         _err("--depth runs with --headless (the live TUI has no depth phase)")

@@ -3,7 +3,7 @@
     python -m tests.bench.bench_server_agreement [--quick] [--llama-server PATH] [--gguf PATH]
 
 Target: the demo's llama-server (SmolLM2-135M-Instruct Q4_1 on the CPU, -t 2,
--c 4096), started with ``prefilltui.demo.LlamaServer`` from the cached build
+-c 4096), started with ``prefilltui.demo.server.LlamaServer`` from the cached build
 (``$PREFILLTUI_LLAMA_SERVER``, ``--llama-server``, PATH or the cache; never built
 here: when missing the figures are skipped with the command that builds it).
 A real SweepRunner sweeps 32..512 tokens (5 log-spaced lengths x ``repeats``,
@@ -29,7 +29,9 @@ NOT_BUILT = "llama-server not built: run `prefilltui demo --headless` once"
 
 def locate(opts) -> tuple[object, object] | str:
     """(binary, gguf) paths, or the reason to skip."""
-    from prefilltui.demo import DemoSetupError, ensure_gguf, find_llama_server
+    from prefilltui.demo.model import ensure_gguf
+    from prefilltui.demo.steps import DemoSetupError
+    from prefilltui.demo.target import find_llama_server
 
     try:
         binary = find_llama_server(getattr(opts, "llama_server", None)
@@ -69,7 +71,7 @@ def run(opts) -> list[Row]:
         return [skipped(SECTION, metrics[0], where, "within 5 %"),
                 skipped(SECTION, metrics[1], where)]
     from prefilltui.core.fit import fit_robust
-    from prefilltui.demo import LlamaServer
+    from prefilltui.demo.server import LlamaServer
 
     repeats, budget = (3, 45.0) if opts.quick else (6, 90.0)
     binary, gguf = where

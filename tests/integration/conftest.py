@@ -7,7 +7,7 @@ Fixtures:
       smoke-tested with the model once per binary and CPU.
   demo_gguf (session)           -- Path of the model: $PREFILLTUI_GGUF, else the cache,
       else downloaded now (~93 MB).
-  llama_server (session)        -- a running prefilltui.demo.LlamaServer shared by all
+  llama_server (session)        -- a running prefilltui.demo.server.LlamaServer shared by all
       tests (``.base_url``, ``.pid``, ``.log_path``); -c 4096, all cores.
 
 Set PREFILLTUI_SKIP_INTEGRATION=1 to skip them (the only way they skip: a missing
@@ -26,7 +26,8 @@ from pathlib import Path
 
 import pytest
 
-from prefilltui import demo, demo_build
+from prefilltui.demo import build, target
+from prefilltui.demo.server import DEFAULT_CTX, LlamaServer
 
 # shared test helpers (fakeserver, procwait) live in tests/unit
 sys.path.insert(0, str(Path(__file__).parents[1] / "unit"))
@@ -38,7 +39,7 @@ _HERE = Path(__file__).resolve().parent
 def _binary_ready() -> bool:
     if os.environ.get("PREFILLTUI_LLAMA_SERVER") or shutil.which("llama-server"):
         return True
-    return demo_build.cached_llama_server().is_file()
+    return build.cached_llama_server().is_file()
 
 
 def pytest_collection_modifyitems(config, items):
@@ -68,7 +69,7 @@ def demo_target(request) -> tuple[Path, Path]:
     if SKIP:
         pytest.skip("PREFILLTUI_SKIP_INTEGRATION=1")
     with _uncaptured(request):
-        return demo.prepare_target(os.environ.get("PREFILLTUI_LLAMA_SERVER") or None,
+        return target.prepare_target(os.environ.get("PREFILLTUI_LLAMA_SERVER") or None,
                                    os.environ.get("PREFILLTUI_GGUF") or None)
 
 
@@ -85,6 +86,6 @@ def demo_gguf(demo_target) -> Path:
 @pytest.fixture(scope="session")
 def llama_server(llama_server_binary, demo_gguf):
     """A running llama-server (SmolLM2-135M) on 127.0.0.1, shared by the session."""
-    with demo.LlamaServer(llama_server_binary, demo_gguf, ctx=demo.DEFAULT_CTX,
+    with LlamaServer(llama_server_binary, demo_gguf, ctx=DEFAULT_CTX,
                           startup_timeout=180) as srv:
         yield srv

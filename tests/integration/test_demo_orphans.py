@@ -18,7 +18,7 @@ from procwait import gone
 CHILD = r'''
 import signal, sys, time
 signal.signal(signal.SIGINT, signal.default_int_handler)  # even if started with SIGINT ignored
-from prefilltui.demo import LlamaServer, exit_on_signals
+from prefilltui.demo.server import LlamaServer, exit_on_signals
 binary, gguf, mode, log = sys.argv[1:5]
 with exit_on_signals():
     with LlamaServer(binary, gguf, threads=1, ctx=512, startup_timeout=120,

@@ -17,7 +17,7 @@ import statistics
 import httpx
 import pytest
 
-from prefilltui import demo
+from prefilltui.demo.server import LlamaServer
 from prefilltui.core.diagnose import breakdown, cache_check
 from prefilltui.core.metrics import MetricsHook, MetricsReader, delta
 from prefilltui.core.probe import ProbeClient
@@ -100,7 +100,7 @@ async def _loader(base_url: str, stop: asyncio.Event, count: int, sent: list) ->
 
 async def test_loaded_server_shows_queueing(llama_server_binary, demo_gguf):
     threads = 1  # one thread: no spin-wait collapse on a shared, oversubscribed CPU
-    with demo.LlamaServer(llama_server_binary, demo_gguf, threads=threads, ctx=4096,
+    with LlamaServer(llama_server_binary, demo_gguf, threads=threads, ctx=4096,
                           extra_args=("-np", "1"), startup_timeout=180) as srv:
         async with ProbeClient(srv.base_url, timeout=180) as c:
             await c.discover()

