@@ -14,7 +14,7 @@ try:
 except ImportError:  # pytest's rootdir is not on sys.path
     import fake_nvml as fk  # type: ignore[no-redef]
 
-from prefilltui.core.nvml import GpuSampler, parse_gpu_selection
+from prefilltui.core.telemetry.nvml import GpuSampler, parse_gpu_selection
 from prefilltui.core.telemetry import (DeviceSnapshot, SampleRing, TelemetrySnapshot,
                                        make_sampler)
 from prefilltui.core.types import ProbeResult

@@ -10,7 +10,7 @@ from collections import namedtuple
 
 import pytest
 
-from prefilltui.core.cpu import CpuSampler, RaplReader
+from prefilltui.core.telemetry.cpu import CpuSampler, RaplReader
 from prefilltui.core.telemetry import make_sampler
 from prefilltui.core.types import ProbeResult
 

@@ -1,6 +1,6 @@
 """Utilization and power gauges, side by side per device, each with a ~60 s history.
 
-Widgets read a TelemetrySnapshot (core/telemetry.py) handed to them by the app; they
+Widgets read a TelemetrySnapshot (core/telemetry/) handed to them by the app; they
 never call NVML or psutil.  The history is bucketed by *time* (one column per
 span/width seconds, peak value per column) on a fixed scale (0-100 % for util,
 0-power limit for power), and columns that fall inside a probe's request window get

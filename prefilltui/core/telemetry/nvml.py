@@ -16,7 +16,7 @@ import atexit
 import os
 from typing import Any, Callable, Mapping
 
-from prefilltui.core.telemetry import Sampler, _Dev, _describe
+from prefilltui.core.telemetry.base import Sampler, DeviceState, describe_error
 
 #: Metrics read every tick; the rest ("slow") are read about once a second.
 FAST = ("util", "power", "energy")
@@ -108,7 +108,7 @@ class GpuSampler(Sampler):
         try:
             nv.nvmlInit()
         except Exception as exc:  # NVMLError_LibraryNotFound, DriverNotLoaded, OSError...
-            raise NvmlUnavailable(f"NVML unavailable: {_describe(exc)}") from None
+            raise NvmlUnavailable(f"NVML unavailable: {describe_error(exc)}") from None
         try:
             self = cls(nv, hz, clock=clock)
             self._select(targets, source, gpus)
@@ -126,7 +126,7 @@ class GpuSampler(Sampler):
         try:
             count = int(nv.nvmlDeviceGetCount())
         except Exception as exc:  # noqa: BLE001
-            raise NvmlUnavailable(f"NVML unavailable: device count failed: {_describe(exc)}")
+            raise NvmlUnavailable(f"NVML unavailable: device count failed: {describe_error(exc)}")
         if count == 0:
             raise NvmlUnavailable("NVML: no NVIDIA GPU found")
         if targets is None:
@@ -143,7 +143,7 @@ class GpuSampler(Sampler):
                 skipped.append(str(exc))
                 continue
             except Exception as exc:  # noqa: BLE001 - a GPU failing at open: skip it
-                skipped.append(f"GPU {tgt}: {_describe(exc)}")
+                skipped.append(f"GPU {tgt}: {describe_error(exc)}")
                 continue
             self.devices.append(self._open_dev(handle, tgt))
         if not self.devices:
@@ -175,7 +175,7 @@ class GpuSampler(Sampler):
         raise LookupError(f"no GPU with UUID {tgt}" if not matches
                           else f"UUID prefix {tgt} is ambiguous")
 
-    def _open_dev(self, h: Any, tgt: int | str) -> _Dev:
+    def _open_dev(self, h: Any, tgt: int | str) -> DeviceState:
         nv = self.nv
         is_mig_slice = _truthy(_try(lambda: nv.nvmlDeviceIsMigDeviceHandle(h), False))
         parent = h
@@ -205,7 +205,7 @@ class GpuSampler(Sampler):
         return dev
 
     # -- capabilities (probed once) ------------------------------------------------
-    def _readers(self, dev: _Dev) -> dict[str, Callable[[], Any]]:
+    def _readers(self, dev: DeviceState) -> dict[str, Callable[[], Any]]:
         nv, x = self.nv, dev.extra
         vm = _value_members(nv)
         return {
@@ -221,7 +221,7 @@ class GpuSampler(Sampler):
                 x["parent"], nv.NVML_TEMPERATURE_GPU)),
         }
 
-    def _probe(self, dev: _Dev) -> None:
+    def _probe(self, dev: DeviceState) -> None:
         """Query each metric once; keep the readers that work, N/A the rest with why.
 
         Raises:
@@ -257,13 +257,13 @@ class GpuSampler(Sampler):
                     dev.power_averaged = True
         except Exception as exc:  # noqa: BLE001
             dev.extra["use"] = None
-            raise RuntimeError(f"probing: {_describe(exc)}") from exc
+            raise RuntimeError(f"probing: {describe_error(exc)}") from exc
         dev.extra["use"] = use
         self._record(dev, self.clock(), vals, slow=True)  # the probe is the first sample
 
     @staticmethod
-    def _na_reason(dev: _Dev, name: str, exc: BaseException) -> str:
-        why = _describe(exc)
+    def _na_reason(dev: DeviceState, name: str, exc: BaseException) -> str:
+        why = describe_error(exc)
         if dev.mig and name == "util":
             return f"MIG: NVML reports no utilization for MIG devices ({why})"
         if dev.mig and name in ("power", "energy", "power_limit"):
@@ -273,7 +273,7 @@ class GpuSampler(Sampler):
         return why
 
     # -- sampling ------------------------------------------------------------------
-    def _sample(self, dev: _Dev, now: float) -> None:
+    def _sample(self, dev: DeviceState, now: float) -> None:
         x = dev.extra
         if dev.state == "error":  # a retry: fresh handle, capabilities again if never probed
             h = self._reopen(x["target"])
@@ -298,11 +298,11 @@ class GpuSampler(Sampler):
                 if not _capability_error(exc):
                     raise
                 del use[name]  # stopped being supported: N/A from now on
-                dev.na[name] = f"stopped reporting: {_describe(exc)}"
+                dev.na[name] = f"stopped reporting: {describe_error(exc)}"
                 last.pop(_LAST_KEY.get(name, name), None)
         self._record(dev, now, vals, slow)
 
-    def _record(self, dev: _Dev, now: float, vals: dict[str, Any], slow: bool) -> None:
+    def _record(self, dev: DeviceState, now: float, vals: dict[str, Any], slow: bool) -> None:
         """Store one sample's values (``vals`` keyed by metric name) in ``dev``."""
         last = dev.last
         dev.extra["ticks"] += 1

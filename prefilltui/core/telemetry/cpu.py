@@ -19,7 +19,7 @@ from typing import Callable, Mapping
 
 import psutil
 
-from prefilltui.core.telemetry import Sampler, _Dev
+from prefilltui.core.telemetry.base import Sampler, DeviceState
 
 RAPL_ROOT = "/sys/class/powercap"
 
@@ -122,12 +122,12 @@ class CpuSampler(Sampler):
         self.devices.append(dev)
         self._ncpu = ncpu
         for pname, pid in (processes or {}).items():
-            self._add_process(pname, pid)
+            self.add_process(pname, pid)
         self._prev = self._busy_total()
         self._prev_t: float | None = None
         self._prev_e: float | None = self.rapl.read() if self.rapl.available else None
 
-    def _add_process(self, pname: str, pid: int) -> None:
+    def add_process(self, pname: str, pid: int) -> None:
         """Add a display-only device for one local process (psutil.NoSuchProcess and
         AccessDenied propagate to the caller)."""
         proc = psutil.Process(pid)
@@ -141,7 +141,7 @@ class CpuSampler(Sampler):
                       temperature="n/a for a process")
         self.devices.append(dev)
 
-    def _sample_process(self, dev: _Dev, now: float) -> None:
+    def _sample_process(self, dev: DeviceState, now: float) -> None:
         proc: psutil.Process = dev.extra["proc"]
         with proc.oneshot():  # NoSuchProcess -> error state, retried with back-off
             ct = proc.cpu_times()
@@ -165,7 +165,7 @@ class CpuSampler(Sampler):
         total -= getattr(ct, "guest", 0.0) + getattr(ct, "guest_nice", 0.0)
         return total - idle, total
 
-    def _sample(self, dev: _Dev, now: float) -> None:
+    def _sample(self, dev: DeviceState, now: float) -> None:
         if "proc" in dev.extra:
             return self._sample_process(dev, now)
         busy, total = self._busy_total()

@@ -1,13 +1,10 @@
-"""GPU/CPU telemetry: frozen snapshots, bounded sample rings and per-probe attribution.
+"""The sampler base: frozen snapshots, per-device state and per-probe attribution.
 
-The public API (issue 5):
-
-* ``make_sampler(gpus=None, hz=10.0, nvml_module=None) -> Sampler`` -- an NVML
-  ``GpuSampler`` (``prefilltui.core.nvml``) when NVML initialises and has devices,
-  else a ``CpuSampler`` (``prefilltui.core.cpu``: psutil utilization + Linux RAPL
-  package power).  Why the choice was made is in ``snapshot().reason``.
-* ``Sampler.start()`` / ``.stop()`` / ``.tick()`` / ``.snapshot()`` / ``.attribute(result)``
-  and the ProbeHook methods ``before_probe(client)`` / ``after_probe(result)``.
+``Sampler`` owns the background thread and the per-device ``DeviceState``; the leaf
+modules ``nvml.py`` (GPUs) and ``cpu.py`` (the CPU fallback) subclass it and implement
+``_sample``.  ``Sampler.start()`` / ``.stop()`` / ``.tick()`` / ``.snapshot()`` /
+``.attribute(result)`` and the ProbeHook methods ``before_probe(client)`` /
+``after_probe(result)`` are the interface the rest of prefilltui uses.
 
 Honesty rules (STYLE.md pattern 2): a value that was not measured is ``None`` and its
 reason is in ``DeviceSnapshot.na[field]``, never 0.  Capabilities are probed once when
@@ -26,11 +23,11 @@ from collections import deque
 from dataclasses import dataclass, field
 from typing import Any, Callable
 
-from prefilltui.core.samples import SampleRing, WindowStats, window_stats
+from prefilltui.core.telemetry.samples import SampleRing, WindowStats, window_stats
 from prefilltui.core.types import ProbeResult
 
-__all__ = ["DeviceSnapshot", "TelemetrySnapshot", "WindowStats", "SampleRing", "Sampler",
-           "NullSampler", "make_sampler", "HISTORY_S", "RETAIN_S"]
+__all__ = ["DeviceSnapshot", "TelemetrySnapshot", "DeviceState", "Sampler", "NullSampler",
+           "describe_error", "HISTORY_S", "RETAIN_S", "METRICS"]
 
 #: Seconds of history handed to the UI in each snapshot.
 HISTORY_S = 60.0
@@ -39,10 +36,10 @@ RETAIN_S = 600.0
 
 
 #: The metric names used as ``DeviceSnapshot.na`` keys.
-_METRICS = ("util", "power", "energy", "power_limit", "sm_clock", "memory", "temperature")
+METRICS = ("util", "power", "energy", "power_limit", "sm_clock", "memory", "temperature")
 
 
-def _describe(exc: BaseException) -> str:
+def describe_error(exc: BaseException) -> str:
     """One plain line for an exception (NVML errors read "GPU is lost" etc.)."""
     text = str(exc).strip()
     name = type(exc).__name__
@@ -115,8 +112,14 @@ class TelemetrySnapshot:
 
 
 @dataclass(slots=True)
-class _Dev:
-    """Mutable per-device state owned by the sampler thread."""
+class DeviceState:
+    """Mutable per-device state owned by the sampler thread (subclasses fill it).
+
+    ring/hist: samples for attribution and for the UI history; ``last``: the latest
+    values keyed by ``DeviceSnapshot`` field name (plus "energy_counter_j");
+    ``extra``: what a subclass keeps per device (NVML handles, a psutil.Process,
+    "display_only", "power_group").
+    """
 
     label: str
     name: str
@@ -160,7 +163,7 @@ class Sampler:
         self.reason = reason
         self.history_s = history_s
         self.capacity = int(math.ceil(retain_s * self.hz)) + 1
-        self.devices: list[_Dev] = []
+        self.devices: list[DeviceState] = []
         self._lock = threading.Lock()
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
@@ -170,7 +173,7 @@ class Sampler:
         self.closed = False
 
     # -- subclass interface ------------------------------------------------------
-    def _sample(self, dev: _Dev, now: float) -> None:  # pragma: no cover - abstract
+    def _sample(self, dev: DeviceState, now: float) -> None:  # pragma: no cover - abstract
         raise NotImplementedError
 
     def _close(self) -> None:
@@ -180,11 +183,11 @@ class Sampler:
     def available(self) -> bool:
         return bool(self.devices)
 
-    def _new_dev(self, label: str, name: str, **kw: Any) -> _Dev:
-        return _Dev(label=label, name=name, ring=SampleRing(self.capacity),
+    def _new_dev(self, label: str, name: str, **kw: Any) -> DeviceState:
+        return DeviceState(label=label, name=name, ring=SampleRing(self.capacity),
                     hist=deque(maxlen=int(math.ceil(self.history_s * self.hz)) + 1), **kw)
 
-    def _append(self, dev: _Dev, t: float, util: float | None, power: float | None,
+    def _append(self, dev: DeviceState, t: float, util: float | None, power: float | None,
                 energy: float | None) -> None:
         """Record one sample of ``dev`` (ring for attribution, deque for the UI history)."""
         dev.ring.append(t, util, power, energy)
@@ -210,21 +213,21 @@ class Sampler:
                 try:
                     self._sample(dev, now)
                 except Exception as exc:  # noqa: BLE001 - one device never stops the rest
-                    self._mark_error(dev, now, _describe(exc))
+                    self._mark_error(dev, now, describe_error(exc))
                 else:
                     if dev.state == "error":
                         self._mark_ok(dev)
             self._ticks += 1
         return now
 
-    def _mark_error(self, dev: _Dev, now: float, msg: str) -> None:
+    def _mark_error(self, dev: DeviceState, now: float, msg: str) -> None:
         """Put ``dev`` in the error state; retry after 1, 2, 4 ... 30 s."""
         dev.backoff_s = min(30.0, dev.backoff_s * 2 if dev.backoff_s else 1.0)
         dev.state = "error"
         dev.error = msg
         dev.retry_at = now + dev.backoff_s
 
-    def _mark_ok(self, dev: _Dev) -> None:
+    def _mark_ok(self, dev: DeviceState) -> None:
         dev.state, dev.error, dev.backoff_s, dev.retry_at = "ok", None, 0.0, 0.0
 
     def start(self) -> "Sampler":
@@ -285,7 +288,7 @@ class Sampler:
             self._snap, self._snap_ticks = snap, self._ticks
             return snap
 
-    def _dev_snapshot(self, d: _Dev) -> DeviceSnapshot:
+    def _dev_snapshot(self, d: DeviceState) -> DeviceSnapshot:
         last = d.last
         na = dict(d.na)
         energy = None
@@ -295,7 +298,7 @@ class Sampler:
             why = f"error: {d.error} (retrying)"
             last = {"t": last.get("t")}
             energy = None
-            for k in _METRICS:
+            for k in METRICS:
                 na.setdefault(k, why)
         return DeviceSnapshot(
             label=d.label, name=d.name, index=d.index, uuid=d.uuid, state=d.state,
@@ -315,7 +318,7 @@ class Sampler:
     # -- attribution -------------------------------------------------------------
     def window(self, t0: float, t1: float) -> WindowStats | None:
         """Telemetry over [t0, t1] (perf_counter seconds); None when no device.
-        See ``prefilltui.core.samples.window_stats`` for the rules."""
+        See ``prefilltui.core.telemetry.samples.window_stats`` for the rules."""
         devs = [d for d in self.devices if not d.extra.get("display_only")]
         if not devs or t1 < t0:
             return None
@@ -372,63 +375,5 @@ class NullSampler(Sampler):
 
     kind = "none"
 
-    def _sample(self, dev: _Dev, now: float) -> None:  # pragma: no cover
+    def _sample(self, dev: DeviceState, now: float) -> None:  # pragma: no cover
         return None
-
-
-def make_sampler(gpus: str | None = None, hz: float = 10.0, nvml_module: Any = None, *,
-                 clock: Callable[[], float] | None = None,
-                 env: dict[str, str] | None = None, rapl_root: str | None = None,
-                 cpu_fallback: bool = True, processes: dict[str, int] | None = None
-                 ) -> Sampler:
-    """Pick the sampler: NVML GPUs when NVML initialises and a GPU is selected, else
-    the CPU (psutil + RAPL), recording why in ``snapshot().reason``.  Not started.
-
-    gpus: "0,1" NVML indices or UUIDs (overrides CUDA_VISIBLE_DEVICES), None = all
-    visible.  nvml_module: a ``pynvml``-shaped module (tests inject a fake; default
-    imports nvidia-ml-py's ``pynvml``).  env: environment for CUDA_VISIBLE_DEVICES
-    (default ``os.environ``).  rapl_root: the powercap directory (tests).
-    processes: {name: pid} of local processes to show next to "CPU" when the CPU
-    fallback is used (e.g. ``{"llama-server": server.pid}`` for the demo); a pid that
-    cannot be read is left out and said in the reason.
-
-    Raises:
-        ValueError: ``gpus`` is malformed or names a GPU NVML does not have.
-    """
-    from prefilltui.core.cpu import CpuSampler
-    from prefilltui.core.nvml import GpuSampler, NvmlUnavailable
-
-    try:
-        return GpuSampler.open(gpus=gpus, hz=hz, nvml_module=nvml_module, clock=clock,
-                               env=env)
-    except NvmlUnavailable as exc:
-        why = str(exc)
-    except ValueError:
-        raise
-    except Exception as exc:  # noqa: BLE001 - an NVML surprise must not end the app
-        why = f"NVML unavailable: {_describe(exc)}"
-    if gpus is not None and "--gpus" not in why:
-        why += f" (--gpus {gpus} ignored)"
-    if not cpu_fallback:
-        return NullSampler(hz, clock=clock, reason=why)
-    try:
-        cpu = CpuSampler(hz, clock=clock, reason=f"{why} — showing CPU",
-                         rapl_root=rapl_root)
-        for pname, pid in (processes or {}).items():
-            try:
-                cpu._add_process(pname, pid)
-            except Exception as exc:  # noqa: BLE001 - psutil.NoSuchProcess, AccessDenied
-                cpu.reason = f"{cpu.reason}; {pname} (pid {pid}) not sampled: {_describe(exc)}"
-        return cpu
-    except Exception as exc:  # noqa: BLE001 - psutil missing or /proc unreadable
-        return NullSampler(hz, clock=clock, reason=f"{why}; CPU sampling failed: {exc}")
-
-
-def __getattr__(name: str) -> Any:  # lazy re-exports, avoiding an import cycle
-    if name in ("GpuSampler", "NvmlUnavailable", "parse_gpu_selection"):
-        from prefilltui.core import nvml
-        return getattr(nvml, name)
-    if name in ("CpuSampler", "RaplReader"):
-        from prefilltui.core import cpu
-        return getattr(cpu, name)
-    raise AttributeError(name)
