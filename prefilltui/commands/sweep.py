@@ -249,7 +249,7 @@ def run_sweep(args, base_url: str) -> int:
 
 
 def run(args) -> int:
-    from prefilltui.core.metrics import MetricsHook
+    from prefilltui.core.metrics_hook import MetricsHook
     from prefilltui.core.probe import ProbeClient
     from prefilltui.core.runfile import RunWriter, default_run_path
     from prefilltui.core.sweep import SweepConfig, SweepRunner, make_lengths

@@ -68,7 +68,7 @@ class _LazyMetricsHook:
             if info is None:
                 return
             try:
-                from prefilltui.core.metrics import MetricsHook
+                from prefilltui.core.metrics_hook import MetricsHook
 
                 self.hook = MetricsHook(base_url=self.base_url, kind=info.kind)
             except Exception:

@@ -1,28 +1,23 @@
-"""Server metrics: scrape a server's Prometheus ``/metrics`` and read the pieces of TTFT.
+"""Server metrics, the pure part: per-server Prometheus names, parsing and deltas.
 
 Each server kind publishes its own names (tables below, one per kind, with the source
 of every name).  ``parse_metrics`` turns exposition text into a frozen
-``MetricsSample``; ``MetricsReader`` scrapes it over HTTP; ``delta`` takes the
-difference of two samples around one probe; ``MetricsHook`` (a sweep ``ProbeHook``)
-does both around every probe and fills ``ProbeResult.queue_s``, ``server_running``,
-``server_waiting`` and ``overhead_s``.
+``MetricsSample``; ``delta`` takes the difference of two samples around one probe;
+``apply_delta`` fills ``ProbeResult.queue_s``, ``server_running``, ``server_waiting``
+and ``overhead_s`` from it.  The scraping (HTTP) is in ``metrics_hook.py``.
 
-When a server does not publish a metric the reader says which flag enables it
-(``enable_hint``) and leaves the value ``None``; it never guesses a number.
+When a server does not publish a metric, ``enable_hint`` says which flag enables it
+and the value stays ``None``; nothing here guesses a number.  No I/O.
 
 Units: seconds and token counts, as the servers publish them.
 """
 
 from __future__ import annotations
 
-import asyncio
 import math
-import statistics
 import time
 from dataclasses import dataclass, field
-from typing import Any
 
-import httpx
 from prometheus_client.parser import text_string_to_metric_families
 
 from prefilltui.core.types import ProbeResult
@@ -129,7 +124,7 @@ def enable_hint(kind: str) -> str:
     return NO_METRICS.get(kind, NO_METRICS["openai"])
 
 
-_FIELDS = ("ttft", "queue", "prefill")
+FIELDS = ("ttft", "queue", "prefill")
 _SCALARS = ("prompt_seconds", "prompt_tokens", "cached_tokens", "cache_queries",
             "cache_hits", "cache_hit_rate", "running", "waiting")
 
@@ -196,7 +191,7 @@ def parse_metrics(text: str, kind: str, *, t: float | None = None) -> MetricsSam
     series = _series(text)
     hist: dict[str, tuple[float, float]] = {}
     missing: list[str] = []
-    for role in _FIELDS:
+    for role in FIELDS:
         base = getattr(names, role)
         labels = names.prefill_labels if role == "prefill" else ()
         s = _total(series, base, "_sum", labels)
@@ -282,83 +277,6 @@ def metrics_url(base_url: str) -> str:
     return root + "/metrics"
 
 
-#: Largest /metrics body scraped (bytes).  A busy vLLM exposition is a few hundred
-#: KB; parsing much more around every probe would slow the sweep itself.
-MAX_METRICS_BYTES = 4 * 2**20
-
-
-class MetricsReader:
-    """Scrapes ``/metrics`` of one server.
-
-    ``await scrape()`` returns a MetricsSample, or None when the endpoint is missing,
-    refuses, or returns something that is not exposition text; then ``problem``
-    holds one plain line, ending with how to enable the metrics (never raises for
-    server or network failures).
-    """
-
-    def __init__(self, base_url: str, kind: str, *, url: str | None = None,
-                 timeout: float = 5.0, client: httpx.AsyncClient | None = None,
-                 headers: dict[str, str] | None = None, verify: bool = True) -> None:
-        self.kind = kind
-        self.url = url or metrics_url(base_url)
-        self.problem: str | None = None
-        self.last: MetricsSample | None = None
-        self._own = client is None
-        self._timeout = timeout
-        self._client = client or httpx.AsyncClient(timeout=timeout, headers=headers,
-                                                   verify=verify)
-
-    @property
-    def names(self) -> MetricNames | None:
-        return NAMES.get(self.kind)
-
-    async def scrape(self) -> MetricsSample | None:
-        if self.kind not in NAMES:
-            self.problem = enable_hint(self.kind)
-            return None
-        try:
-            async with self._client.stream("GET", self.url, timeout=self._timeout) as r:
-                body = bytearray()
-                async for chunk in r.aiter_bytes():
-                    body += chunk
-                    if len(body) > MAX_METRICS_BYTES:
-                        self.problem = (f"{self.url} is over {MAX_METRICS_BYTES // 2**20} MiB; "
-                                        "not scraped (too costly to parse around every probe)")
-                        return None
-        except httpx.HTTPError as e:
-            if isinstance(e, (httpx.ConnectError, httpx.UnsupportedProtocol)):
-                self.problem = f"{self.url}: {type(e).__name__}; {enable_hint(self.kind)}"
-            else:  # a dropped read says nothing about whether metrics are enabled
-                self.problem = (f"{self.url}: scrape failed ({type(e).__name__}); "
-                                "retried next probe")
-            return None
-        if r.status_code != 200:
-            self.problem = f"{self.url} answered HTTP {r.status_code}; {enable_hint(self.kind)}"
-            return None
-        try:
-            sample = parse_metrics(body.decode("utf-8", "replace"), self.kind)
-        except ValueError as e:
-            self.problem = f"{self.url} is not Prometheus text ({e}); {enable_hint(self.kind)}"
-            return None
-        if not sample.hist and not sample.values:
-            self.problem = (f"{self.url} publishes none of the known {self.kind} metrics; "
-                            f"{enable_hint(self.kind)}")
-        else:
-            self.problem = None
-        self.last = sample
-        return sample
-
-    async def aclose(self) -> None:
-        if self._own:
-            await self._client.aclose()
-
-    async def __aenter__(self) -> "MetricsReader":
-        return self
-
-    async def __aexit__(self, *exc: Any) -> None:
-        await self.aclose()
-
-
 def apply_delta(result: ProbeResult, d: MetricsDelta | None, *,
                 quiet_overhead_s: float | None = None) -> None:
     """Fill the breakdown fields of ``result`` from a metrics delta (in place).
@@ -409,96 +327,3 @@ def apply_delta(result: ProbeResult, d: MetricsDelta | None, *,
             result.queue_s = max(0.0, rest - quiet_overhead_s)
             extra["queue_source"] = "estimated"
     result.overhead_s = rest - (result.queue_s or 0.0)
-
-
-#: Re-scrapes after a probe while the server's request histograms have not counted it.
-RESCRAPE_TRIES = 3
-RESCRAPE_DELAY_S = 0.05
-
-
-class MetricsHook:
-    """ProbeHook: scrape before and after each probe and fill the TTFT breakdown.
-
-    ``before_probe(client)`` scrapes; ``after_probe(result)`` scrapes again and calls
-    ``apply_delta``.  It never raises into the sweep; the last problem is in
-    ``problem`` (with the flag that enables metrics), and ``last_sample`` holds the
-    latest scrape for load display.  Keeps the median client overhead of probes on an
-    idle server (``quiet_overhead_s``) to estimate queue time where the server
-    publishes none.
-    """
-
-    def __init__(self, reader: MetricsReader | None = None, *, base_url: str | None = None,
-                 kind: str | None = None) -> None:
-        if reader is None and base_url is not None and kind is not None:
-            reader = MetricsReader(base_url, kind)
-        #: None until the first probe when built without a reader: then it is made
-        #: from the probe client (``client.root`` and ``client.info.kind``).
-        self.reader = reader
-        self._problem: str | None = None
-        self._before: MetricsSample | None = None
-        self._quiet: list[float] = []
-        self.last_sample: MetricsSample | None = None
-        self.last_delta: MetricsDelta | None = None
-
-    @property
-    def problem(self) -> str | None:
-        return (self.reader.problem if self.reader is not None else None) or self._problem
-
-    def _ensure(self, client: Any) -> MetricsReader | None:
-        if self.reader is None:
-            info = getattr(client, "info", None)
-            root = getattr(client, "root", None)
-            if info is None or root is None:
-                self._problem = "metrics: server not discovered yet"
-                return None
-            # Reuse the probe client's connection pool: same auth header, TLS
-            # settings and keep-alive connection as the probes.
-            self.reader = MetricsReader(root, info.kind, url=info.metrics_url,
-                                        client=getattr(client, "http", None))
-        return self.reader
-
-    @property
-    def quiet_overhead_s(self) -> float | None:
-        return statistics.median(self._quiet) if self._quiet else None
-
-    async def before_probe(self, client: Any = None) -> None:
-        self._before = None
-        self._problem = None
-        try:
-            if self._ensure(client) is not None:
-                self._before = await self.reader.scrape()
-        except Exception as e:  # never into the sweep
-            self._problem = f"metrics scrape failed: {e}"
-
-    async def after_probe(self, result: ProbeResult) -> None:
-        try:
-            after = await self.reader.scrape() if self.reader is not None else None
-            d = delta(self._before, after) if (self._before and after) else None
-            # request histograms may be recorded a moment after the stream ends
-            # (vLLM records them in its output loop): re-scrape briefly, at most
-            # RESCRAPE_TRIES times, while none has counted this probe yet
-            tries = 0
-            while (d is not None and result.ok and tries < RESCRAPE_TRIES
-                   and any(r in self._before.hist for r in _FIELDS)
-                   and all(d.hist.get(r, (0, 0))[1] < 1 for r in _FIELDS)):
-                tries += 1
-                await asyncio.sleep(RESCRAPE_DELAY_S)
-                again = await self.reader.scrape()
-                if again is None:
-                    break
-                after, d = again, delta(self._before, again)
-            self.last_sample = after or self.last_sample
-            self.last_delta = d
-            apply_delta(result, d, quiet_overhead_s=self.quiet_overhead_s)
-            if (result.extra.get("queue_source") == "idle" and result.overhead_s is not None
-                    and not result.warmup):
-                self._quiet.append(result.overhead_s)
-                del self._quiet[:-50]
-        except Exception as e:
-            self._problem = f"metrics: {e}"
-        finally:
-            self._before = None
-
-    async def aclose(self) -> None:
-        if self.reader is not None:
-            await self.reader.aclose()

@@ -340,7 +340,7 @@ def test_report_every_probe_failed_says_so_on_stderr(tmp_path, capsys):
 
 async def test_metrics_body_over_the_cap_is_not_parsed(fake_server, monkeypatch):
     from fakeserver import Reply
-    from prefilltui.core import metrics
+    from prefilltui.core import metrics_hook as metrics
     monkeypatch.setattr(metrics, "MAX_METRICS_BYTES", 1000)
     srv = fake_server({"GET /metrics": Reply.text("llamacpp:requests_processing 0\n" * 100)})
     reader = metrics.MetricsReader(srv.base_url, "llama.cpp")

@@ -9,6 +9,7 @@ from pathlib import Path
 import pytest
 
 from prefilltui.core import metrics as M
+from prefilltui.core import metrics_hook as H
 from prefilltui.core.types import ProbeResult
 from fakeserver import FakeServer, Reply
 
@@ -93,27 +94,27 @@ def test_metrics_url():
 
 async def test_reader_over_loopback_and_missing_endpoint():
     with FakeServer({"GET /metrics": Reply.text(fixture("metrics_llamacpp.txt"))}) as srv:
-        async with M.MetricsReader(srv.base_url + "/v1", "llama.cpp") as rd:
+        async with H.MetricsReader(srv.base_url + "/v1", "llama.cpp") as rd:
             s = await rd.scrape()
             assert s is not None and s.get("waiting") == 1 and rd.problem is None
         srv.set("GET /metrics", Reply.text(
             "This server does not support metrics endpoint. Start it with `--metrics`",
             status=501))
-        async with M.MetricsReader(srv.base_url, "llama.cpp") as rd:
+        async with H.MetricsReader(srv.base_url, "llama.cpp") as rd:
             assert await rd.scrape() is None
             assert "HTTP 501" in rd.problem and "--metrics" in rd.problem
         srv.set("GET /metrics", Reply.text("<html>not metrics</html>", ctype="text/html"))
-        async with M.MetricsReader(srv.base_url, "sglang") as rd:
+        async with H.MetricsReader(srv.base_url, "sglang") as rd:
             assert await rd.scrape() is None
             assert "--enable-metrics" in rd.problem
-    async with M.MetricsReader("http://127.0.0.1:9", "vllm", timeout=1.0) as rd:
+    async with H.MetricsReader("http://127.0.0.1:9", "vllm", timeout=1.0) as rd:
         assert await rd.scrape() is None and "vLLM" in rd.problem
 
 
 async def test_hook_fills_breakdown_from_vllm_histograms():
     pages = [Reply.text(fixture("metrics_vllm.txt")), Reply.text(fixture("metrics_vllm_after.txt"))]
     with FakeServer({"GET /metrics": pages}) as srv:
-        hook = M.MetricsHook(base_url=srv.base_url, kind="vllm")
+        hook = H.MetricsHook(base_url=srv.base_url, kind="vllm")
         r = ProbeResult(ok=True, ttft_s=0.530, requested_tokens=2048, prompt_tokens=2048)
         await hook.before_probe(None)
         await hook.after_probe(r)
@@ -137,7 +138,7 @@ async def test_hook_llamacpp_idle_then_loaded_estimates_queue():
     pages = [Reply.text(_llama(0, 0, 1.0)), Reply.text(_llama(0, 0, 1.2)),
              Reply.text(_llama(4, 2, 1.2)), Reply.text(_llama(4, 1, 3.0))]
     with FakeServer({"GET /metrics": pages}) as srv:
-        hook = M.MetricsHook(base_url=srv.base_url, kind="llama.cpp")
+        hook = H.MetricsHook(base_url=srv.base_url, kind="llama.cpp")
         idle = ProbeResult(ok=True, ttft_s=0.205, server_prefill_s=0.200)
         await hook.before_probe(None)
         await hook.after_probe(idle)
@@ -155,7 +156,7 @@ async def test_hook_llamacpp_idle_then_loaded_estimates_queue():
 
 async def test_hook_never_raises_without_metrics():
     with FakeServer({}) as srv:  # /metrics answers 404
-        hook = M.MetricsHook(base_url=srv.base_url, kind="llama.cpp")
+        hook = H.MetricsHook(base_url=srv.base_url, kind="llama.cpp")
         r = ProbeResult(ok=True, ttft_s=0.3, server_prefill_s=0.25)
         await hook.before_probe(None)
         await hook.after_probe(r)
@@ -168,7 +169,7 @@ async def test_hook_rescrapes_when_histograms_lag():
     before, after = fixture("metrics_vllm.txt"), fixture("metrics_vllm_after.txt")
     pages = [Reply.text(before), Reply.text(before), Reply.text(after)]  # 2nd: not yet counted
     with FakeServer({"GET /metrics": pages}) as srv:
-        hook = M.MetricsHook(base_url=srv.base_url, kind="vllm")
+        hook = H.MetricsHook(base_url=srv.base_url, kind="vllm")
         r = ProbeResult(ok=True, ttft_s=0.530)
         await hook.before_probe(None)
         await hook.after_probe(r)

@@ -7,7 +7,7 @@ import threading
 
 from fakeserver import Reply, models_reply, sse_data, sse_done, sse_text
 from prefilltui.core.diagnose import breakdown
-from prefilltui.core.metrics import MetricsHook
+from prefilltui.core.metrics_hook import MetricsHook
 from prefilltui.core.probe import ProbeClient
 from prefilltui.core.sweep import SweepConfig, SweepRunner
 

@@ -1,0 +1,193 @@
+"""Server metrics, the I/O part: scrape ``/metrics`` around every probe.
+
+``MetricsReader`` scrapes one server's Prometheus endpoint into a ``MetricsSample``
+(``metrics.py``); ``MetricsHook`` (a sweep ``ProbeHook``) scrapes before and after each
+probe and fills the TTFT breakdown with ``metrics.apply_delta``.  Built without a
+reader, the hook makes one from the probe client on the first probe, reusing its
+connection pool: the same API key, TLS settings and keep-alive connection as the
+probes (a server that protects ``/metrics`` with the API key still answers).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import statistics
+from typing import Any
+
+import httpx
+
+from prefilltui.core.metrics import (
+    FIELDS, NAMES, MetricNames, MetricsDelta, MetricsSample, apply_delta, delta, enable_hint,
+    metrics_url, parse_metrics,
+)
+from prefilltui.core.types import ProbeResult
+
+
+#: Largest /metrics body scraped (bytes).  A busy vLLM exposition is a few hundred
+#: KB; parsing much more around every probe would slow the sweep itself.
+MAX_METRICS_BYTES = 4 * 2**20
+
+
+class MetricsReader:
+    """Scrapes ``/metrics`` of one server.
+
+    ``await scrape()`` returns a MetricsSample, or None when the endpoint is missing,
+    refuses, or returns something that is not exposition text; then ``problem``
+    holds one plain line, ending with how to enable the metrics (never raises for
+    server or network failures).
+    """
+
+    def __init__(self, base_url: str, kind: str, *, url: str | None = None,
+                 timeout: float = 5.0, client: httpx.AsyncClient | None = None,
+                 headers: dict[str, str] | None = None, verify: bool = True) -> None:
+        self.kind = kind
+        self.url = url or metrics_url(base_url)
+        self.problem: str | None = None
+        self.last: MetricsSample | None = None
+        self._own = client is None
+        self._timeout = timeout
+        self._client = client or httpx.AsyncClient(timeout=timeout, headers=headers,
+                                                   verify=verify)
+
+    @property
+    def names(self) -> MetricNames | None:
+        return NAMES.get(self.kind)
+
+    async def scrape(self) -> MetricsSample | None:
+        if self.kind not in NAMES:
+            self.problem = enable_hint(self.kind)
+            return None
+        try:
+            async with self._client.stream("GET", self.url, timeout=self._timeout) as r:
+                body = bytearray()
+                async for chunk in r.aiter_bytes():
+                    body += chunk
+                    if len(body) > MAX_METRICS_BYTES:
+                        self.problem = (f"{self.url} is over {MAX_METRICS_BYTES // 2**20} MiB; "
+                                        "not scraped (too costly to parse around every probe)")
+                        return None
+        except httpx.HTTPError as e:
+            if isinstance(e, (httpx.ConnectError, httpx.UnsupportedProtocol)):
+                self.problem = f"{self.url}: {type(e).__name__}; {enable_hint(self.kind)}"
+            else:  # a dropped read says nothing about whether metrics are enabled
+                self.problem = (f"{self.url}: scrape failed ({type(e).__name__}); "
+                                "retried next probe")
+            return None
+        if r.status_code != 200:
+            self.problem = f"{self.url} answered HTTP {r.status_code}; {enable_hint(self.kind)}"
+            return None
+        try:
+            sample = parse_metrics(body.decode("utf-8", "replace"), self.kind)
+        except ValueError as e:
+            self.problem = f"{self.url} is not Prometheus text ({e}); {enable_hint(self.kind)}"
+            return None
+        if not sample.hist and not sample.values:
+            self.problem = (f"{self.url} publishes none of the known {self.kind} metrics; "
+                            f"{enable_hint(self.kind)}")
+        else:
+            self.problem = None
+        self.last = sample
+        return sample
+
+    async def aclose(self) -> None:
+        if self._own:
+            await self._client.aclose()
+
+    async def __aenter__(self) -> "MetricsReader":
+        return self
+
+    async def __aexit__(self, *exc: Any) -> None:
+        await self.aclose()
+
+
+#: Re-scrapes after a probe while the server's request histograms have not counted it.
+RESCRAPE_TRIES = 3
+RESCRAPE_DELAY_S = 0.05
+
+
+class MetricsHook:
+    """ProbeHook: scrape before and after each probe and fill the TTFT breakdown.
+
+    ``before_probe(client)`` scrapes; ``after_probe(result)`` scrapes again and calls
+    ``apply_delta``.  It never raises into the sweep; the last problem is in
+    ``problem`` (with the flag that enables metrics), and ``last_sample`` holds the
+    latest scrape for load display.  Keeps the median client overhead of probes on an
+    idle server (``quiet_overhead_s``) to estimate queue time where the server
+    publishes none.
+    """
+
+    def __init__(self, reader: MetricsReader | None = None, *, base_url: str | None = None,
+                 kind: str | None = None) -> None:
+        if reader is None and base_url is not None and kind is not None:
+            reader = MetricsReader(base_url, kind)
+        #: None until the first probe when built without a reader: then it is made
+        #: from the probe client (``client.root`` and ``client.info.kind``).
+        self.reader = reader
+        self._problem: str | None = None
+        self._before: MetricsSample | None = None
+        self._quiet: list[float] = []
+        self.last_sample: MetricsSample | None = None
+        self.last_delta: MetricsDelta | None = None
+
+    @property
+    def problem(self) -> str | None:
+        return (self.reader.problem if self.reader is not None else None) or self._problem
+
+    def _ensure(self, client: Any) -> MetricsReader | None:
+        if self.reader is None:
+            info = getattr(client, "info", None)
+            root = getattr(client, "root", None)
+            if info is None or root is None:
+                self._problem = "metrics: server not discovered yet"
+                return None
+            # Reuse the probe client's connection pool: same auth header, TLS
+            # settings and keep-alive connection as the probes.
+            self.reader = MetricsReader(root, info.kind, url=info.metrics_url,
+                                        client=getattr(client, "http", None))
+        return self.reader
+
+    @property
+    def quiet_overhead_s(self) -> float | None:
+        return statistics.median(self._quiet) if self._quiet else None
+
+    async def before_probe(self, client: Any = None) -> None:
+        self._before = None
+        self._problem = None
+        try:
+            if self._ensure(client) is not None:
+                self._before = await self.reader.scrape()
+        except Exception as e:  # never into the sweep
+            self._problem = f"metrics scrape failed: {e}"
+
+    async def after_probe(self, result: ProbeResult) -> None:
+        try:
+            after = await self.reader.scrape() if self.reader is not None else None
+            d = delta(self._before, after) if (self._before and after) else None
+            # request histograms may be recorded a moment after the stream ends
+            # (vLLM records them in its output loop): re-scrape briefly, at most
+            # RESCRAPE_TRIES times, while none has counted this probe yet
+            tries = 0
+            while (d is not None and result.ok and tries < RESCRAPE_TRIES
+                   and any(r in self._before.hist for r in FIELDS)
+                   and all(d.hist.get(r, (0, 0))[1] < 1 for r in FIELDS)):
+                tries += 1
+                await asyncio.sleep(RESCRAPE_DELAY_S)
+                again = await self.reader.scrape()
+                if again is None:
+                    break
+                after, d = again, delta(self._before, again)
+            self.last_sample = after or self.last_sample
+            self.last_delta = d
+            apply_delta(result, d, quiet_overhead_s=self.quiet_overhead_s)
+            if (result.extra.get("queue_source") == "idle" and result.overhead_s is not None
+                    and not result.warmup):
+                self._quiet.append(result.overhead_s)
+                del self._quiet[:-50]
+        except Exception as e:
+            self._problem = f"metrics: {e}"
+        finally:
+            self._before = None
+
+    async def aclose(self) -> None:
+        if self.reader is not None:
+            await self.reader.aclose()
