@@ -8,7 +8,10 @@ from __future__ import annotations
 
 import argparse
 import math
-import os
+import sys
+
+from prefilltui.core import defaults
+from prefilltui.core.types import FIT_METHODS
 
 
 def _int_list(text: str) -> list[int]:
@@ -58,20 +61,13 @@ def _sample_hz(text: str) -> float:
     return v
 
 
-def read_api_key(args) -> str | None:
-    """The API key from the environment variable named by ``--api-key-env`` (surrounding
-    whitespace removed), or None.
-
-    Raises:
-        ValueError: when the key cannot be sent in an HTTP header; the message never
-            contains the key.
-    """
-    name = getattr(args, "api_key_env", None) or "OPENAI_API_KEY"
-    key = (os.environ.get(name) or "").strip() or None
-    if key is not None and not (key.isascii() and key.isprintable()):
-        raise ValueError(f"the API key in ${name} contains characters that cannot be sent in "
-                         "an HTTP header (a control character or non-ASCII)")
-    return key
+def err(message: str) -> None:
+    """Print ``prefilltui: <message>`` on stderr (the one-line error of every command;
+    further lines of ``message`` are indented under it with ``  | ``)."""
+    first, _, rest = message.partition("\n")
+    print(f"prefilltui: {first}", file=sys.stderr)
+    for line in rest.splitlines():
+        print(f"  | {line}", file=sys.stderr)
 
 
 def _positive_int(text: str) -> int:
@@ -104,8 +100,8 @@ def add_server_args(p: argparse.ArgumentParser) -> None:
                    help="environment variable holding the API key (default OPENAI_API_KEY); "
                         "the key is never printed, logged or written")
     g.add_argument("--insecure", action="store_true", help="skip TLS certificate verification")
-    g.add_argument("--timeout", type=_positive_float, default=120.0, metavar="S",
-                   help="per-probe time cap in seconds (default 120)")
+    g.add_argument("--timeout", type=_positive_float, default=defaults.TIMEOUT_S, metavar="S",
+                   help=f"per-probe time cap in seconds (default {defaults.TIMEOUT_S:g})")
 
 
 def add_sweep_args(p: argparse.ArgumentParser, *, min_tokens: int = 32,
@@ -170,25 +166,26 @@ def add_hardware_args(p: argparse.ArgumentParser) -> None:
                    help="attention width heads*head_dim (default: hidden)")
     g.add_argument("--model-config", metavar="PATH",
                    help="a Hugging Face config.json to compute the model shape from")
-    g.add_argument("--efficiency", type=_efficiency, default=0.5, metavar="F",
-                   help="fraction of peak for the expected-time line (default 0.5)")
+    g.add_argument("--efficiency", type=_efficiency, default=defaults.EFFICIENCY, metavar="F",
+                   help=f"fraction of peak for the expected-time line "
+                        f"(default {defaults.EFFICIENCY:g})")
 
 
 def add_telemetry_args(p: argparse.ArgumentParser) -> None:
     g = p.add_argument_group("telemetry")
     g.add_argument("--gpus", metavar="I,J", help="GPU indices to sample (default: all visible; "
                    "CUDA_VISIBLE_DEVICES is respected)")
-    g.add_argument("--sample-hz", type=_sample_hz, default=10.0, metavar="HZ",
-                   help="GPU/CPU sampling rate (default 10)")
+    g.add_argument("--sample-hz", type=_sample_hz, default=defaults.SAMPLE_HZ, metavar="HZ",
+                   help=f"GPU/CPU sampling rate (default {defaults.SAMPLE_HZ:g})")
     g.add_argument("--no-telemetry", action="store_true", help="do not sample GPU/CPU")
 
 
 def add_analysis_args(p: argparse.ArgumentParser) -> None:
     g = p.add_argument_group("analysis")
-    g.add_argument("--fit", choices=("robust", "ols"), default="robust",
+    g.add_argument("--fit", choices=FIT_METHODS, default=defaults.FIT_METHOD,
                    help="fit shown: robust (bisquare from a Theil-Sen start, default) or ordinary least squares")
-    g.add_argument("--window", type=_positive_int, default=50, metavar="N",
-                   help="sliding-window fit over the last N probes (default 50)")
+    g.add_argument("--window", type=_positive_int, default=defaults.WINDOW, metavar="N",
+                   help=f"sliding-window fit over the last N probes (default {defaults.WINDOW})")
     g.add_argument("--baseline", metavar="RUN.jsonl",
                    help="a saved run to compare the live fit against (drift warning)")
 

@@ -25,8 +25,10 @@ from prefilltui.commands.common import (
     add_server_args,
     add_sweep_args,
     add_telemetry_args,
+    err,
 )
 from prefilltui.commands.watch import add_tui_args
+from prefilltui.exit_codes import ExitCode
 
 #: Sweep defaults sized for a CPU: SmolLM2-135M prefill on 2 cores measured here at
 #: ~150-175 prompt tokens/s, so the longest probe (1,024 tokens) takes ~6-7 s.
@@ -89,13 +91,6 @@ def register(sub) -> None:
     p.set_defaults(func=run)
 
 
-def _err(message: str) -> None:
-    first, _, rest = message.partition("\n")
-    print(f"prefilltui: {first}", file=sys.stderr)
-    for line in rest.splitlines():
-        print(f"  | {line}", file=sys.stderr)
-
-
 def _job(headless: bool):
     """The main job to run against the server, ``fn(args, base_url) -> int``: the live
     TUI (``watch.run_tui``), or with --headless the sweep (``sweep.run_sweep``)."""
@@ -113,20 +108,20 @@ def run(args: argparse.Namespace) -> int:
     from prefilltui.demo.target import prepare_target
 
     if getattr(args, "depth", None) and not args.headless:
-        _err("--depth runs with --headless (the live TUI has no depth phase)")
-        return 2
+        err("--depth runs with --headless (the live TUI has no depth phase)")
+        return ExitCode.USAGE
     try:
         extra = [a for chunk in args.llama_arg for a in shlex.split(chunk)]
     except ValueError as e:
-        _err(f"--llama-arg: {e}")
-        return 2
+        err(f"--llama-arg: {e}")
+        return ExitCode.USAGE
     try:
         with exit_on_signals():
             binary, gguf = prepare_target(args.llama_server, args.gguf,
                                           native=args.native_build, threads=args.threads)
             if args.prepare_only:
                 print(f"llama-server: {binary}\nmodel: {gguf}")
-                return 0
+                return ExitCode.OK
             job = _job(args.headless)
             print(f"prefilltui: starting llama-server ({binary.name}, {gguf.name}, "
                   f"-c {args.ctx}, -t {args.threads or os.cpu_count()})", file=sys.stderr,
@@ -141,10 +136,10 @@ def run(args: argparse.Namespace) -> int:
                 args.telemetry_processes = {"llama-server": srv.pid}
                 return int(job(args, srv.base_url) or 0)
     except DemoSetupError as e:
-        _err(str(e))
-        return 1
+        err(str(e))
+        return ExitCode.FAILURE
     except SystemExit as e:  # SIGTERM / SIGHUP via exit_on_signals; server already stopped
-        code = e.code if isinstance(e.code, int) else 1
+        code = e.code if isinstance(e.code, int) else ExitCode.FAILURE
         if code > 128:
             print(f"prefilltui: stopped by signal {code - 128}; llama-server stopped",
                   file=sys.stderr)

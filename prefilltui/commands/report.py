@@ -6,7 +6,8 @@ with the fitted line; ``--format json`` prints the ``analyze`` dict instead.
 ``--svg FILE`` / ``--html FILE`` also write the figure (``prefilltui.core.figure``):
 an SVG, and an HTML page with the same figure and the summary tables.  Probes of a
 ``--depth`` run get their own table (``prefilltui.core.depth``).
-Exit codes: 0 ok; 1 unreadable file or no probe in it; 3 every probe in it failed.
+Exit codes (``ExitCode``): OK; FAILURE unreadable file or no probe in it; UNREACHABLE
+every probe in it failed.  ``--baseline`` drift is ``core.drift``, as in sweep and the TUI.
 """
 
 from __future__ import annotations
@@ -17,12 +18,15 @@ import shutil
 import sys
 from collections import Counter
 
-from prefilltui.commands.common import add_analysis_args, add_hardware_args, add_output_args
+from prefilltui.commands.common import (add_analysis_args, add_hardware_args, add_output_args,
+                                        err)
 from prefilltui.core.analysis import analyze, format_summary
 from prefilltui.core.depth import depth_table, format_depth, is_depth_probe
 from prefilltui.core.runfile import read_run
-from prefilltui.core.running_fit import RunningFit
+from prefilltui.core import defaults
+from prefilltui.core.drift import drift, run_fit
 from prefilltui.core.types import ServerInfo
+from prefilltui.exit_codes import ExitCode
 
 
 def register(sub) -> None:
@@ -44,11 +48,6 @@ def register(sub) -> None:
     p.set_defaults(func=run)
 
 
-def _err(msg: str, code: int) -> int:
-    print(f"prefilltui: {msg}", file=sys.stderr)
-    return code
-
-
 def _load(path: str):
     try:
         results, problems = read_run(path)
@@ -64,9 +63,10 @@ def _load(path: str):
 
 
 def run(args) -> int:
-    results, err = _load(args.run_file)
-    if err:
-        return _err(err, 1)
+    results, problem = _load(args.run_file)
+    if problem:
+        err(problem)
+        return ExitCode.FAILURE
     models = Counter(r.model for r in results if r.model)
     info = ServerInfo(model=models.most_common(1)[0][0] if models else None)
     # probes after a deliberately cached prefix (--depth) have their own table
@@ -92,13 +92,14 @@ def run(args) -> int:
             if plot:
                 print(plot)
     if not any(r.ok for r in results):
-        print(f"prefilltui: every probe in {args.run_file} failed", file=sys.stderr)
-        return 3
-    return 0
+        err(f"every probe in {args.run_file} failed")
+        return ExitCode.UNREACHABLE
+    return ExitCode.OK
 
 
 def _write_figures(args, results, d, text: str) -> int:
-    """Write --svg / --html; 1 (with the reason) when a file cannot be written."""
+    """Write --svg / --html; ``ExitCode.FAILURE`` (with the reason) when a file cannot
+    be written, else ``ExitCode.OK``."""
     from prefilltui.core.figure import html_page, svg_figure
 
     for path, make in ((getattr(args, "svg", None), lambda: svg_figure(results, d)),
@@ -110,30 +111,21 @@ def _write_figures(args, results, d, text: str) -> int:
             with open(path, "w", encoding="utf-8") as f:
                 f.write(make())
         except OSError as e:
-            return _err(f"cannot write {path}: {e.strerror or e}", 1)
+            err(f"cannot write {path}: {e.strerror or e}")
+            return ExitCode.FAILURE
         print(f"prefilltui: wrote {path}", file=sys.stderr)
-    return 0
+    return ExitCode.OK
 
 
 def _drift(args, results) -> str | None:
-    """diagnose.drift(baseline fit, this run's fit), or None (no baseline fit, no worsening)."""
-    base, err = _load(args.baseline)
-    if err:
-        print(f"prefilltui: baseline not used: {err}", file=sys.stderr)
+    """``drift.drift`` of the baseline run's fit and this run's (``drift.run_fit``, as
+    sweep and the TUI compute them), or None (no baseline fit, no worsening)."""
+    base, problem = _load(args.baseline)
+    if problem:
+        print(f"prefilltui: baseline not used: {problem}", file=sys.stderr)
         return None
-    try:
-        from prefilltui.core.diagnose import drift
-    except ImportError:  # the diagnosis module is not there
-        return None
-    method = getattr(args, "fit", "robust") or "robust"
-    snaps = []
-    for rs in (base, results):
-        rf = RunningFit()
-        for r in rs:
-            rf.add(r)
-        snaps.append(rf.snapshot("all", method))
-    fits = [s.fit if s else None for s in snaps]
-    return drift(fits[0], fits[1])
+    method = args.fit or defaults.FIT_METHOD
+    return drift(run_fit(base, method), run_fit(results, method))
 
 
 def render_plot(results, d, *, width: int | None = None, height: int | None = None) -> str:

@@ -18,8 +18,14 @@ from typing import Any
 
 from prefilltui.commands.common import (add_analysis_args, add_depth_arg, add_hardware_args,
                                         add_output_args, add_server_args, add_sweep_args,
-                                        add_telemetry_args, read_api_key)
+                                        add_telemetry_args, err)
+from prefilltui.core.analysis import analyze, format_summary
+from prefilltui.core.depth import depth_table, format_depth
+from prefilltui.core.diagnose import format_diagnosis, summarize_diagnosis
+from prefilltui.core.fit import fit_ols, fit_robust
 from prefilltui.core.types import ProbeResult
+from prefilltui.exit_codes import ExitCode
+from prefilltui.session import Session, SessionError, build_session
 
 
 def register(sub) -> None:
@@ -39,38 +45,16 @@ def register(sub) -> None:
     p.set_defaults(func=run)
 
 
-def _err(msg: str) -> None:
-    print(f"prefilltui: {msg}", file=sys.stderr)
-
-
 def compute_fit(results: list[ProbeResult]) -> dict[str, Any] | None:
-    """The fit of TTFT over server-counted prompt tokens for fit-eligible probes.
-
-    Uses ``prefilltui.core.fit.fit_robust`` (falling back to ``fit_ols``) when the
-    analysis module is installed, else a plain numpy OLS.  Returns a JSON-ready dict
-    with at least intercept_s, slope_s_per_token, prefill_tokens_per_s, r2, n, or
-    None with fewer than 3 points or a single length.
-    """
+    """The plain robust fit (OLS when it fails) of TTFT over prompt tokens for the
+    fit-eligible probes, as a JSON-ready ``LinearFit.to_json()`` dict; None with fewer
+    than 3 points or a single length.  Used only when the analysis fails."""
     pts = [(float(r.tokens), float(r.ttft_s)) for r in results if r.fit_eligible]
     if len(pts) < 3 or len({x for x, _ in pts}) < 2:
         return None
     xs, ys = [p[0] for p in pts], [p[1] for p in pts]
-    try:
-        from prefilltui.core import fit as fitmod
-    except ImportError:
-        fitmod = None
-    if fitmod is not None:
-        f = fitmod.fit_robust(xs, ys) or fitmod.fit_ols(xs, ys)
-        return f.to_json() if f is not None else None
-    import numpy as np
-
-    x, y = np.asarray(xs), np.asarray(ys)
-    b, a = np.polyfit(x, y, 1)
-    ss_res = float(((y - (a + b * x)) ** 2).sum())
-    ss_tot = float(((y - y.mean()) ** 2).sum())
-    return {"method": "ols", "intercept_s": float(a), "slope_s_per_token": float(b),
-            "prefill_tokens_per_s": (1.0 / b) if b > 0 else None,
-            "r2": 1 - ss_res / ss_tot if ss_tot > 0 else 1.0, "n": len(pts)}
+    f = fit_robust(xs, ys) or fit_ols(xs, ys)
+    return f.to_json() if f is not None else None
 
 
 def summarize(results: list[ProbeResult], info, *, rate_limited: int = 0,
@@ -105,7 +89,7 @@ def summarize(results: list[ProbeResult], info, *, rate_limited: int = 0,
         "errors": dict(Counter(r.error_kind for r in failed)),
         "rate_limited": rate_limited,
         "cache_hits": sum(1 for r in ok if r.cache_hit),
-        "fit": compute_fit(results),
+        "fit": None,  # set by _attach_analysis
         "overhead_median_s": statistics.median(overheads) if overheads else None,
         "lengths": rows,
         "run_file": run_file,
@@ -154,14 +138,13 @@ def _attach_analysis(d: dict[str, Any], results, info, args,
                      gpu_names: list[str] | None = None) -> str | None:
     """Add the analysis summary (roofline, CIs, verdict): ``d["analysis"]`` and its fit
     as ``d["fit"]``; returns its text form, or None when the analysis failed (then
-    ``d["fit"]`` keeps the plain OLS fit of ``summarize`` and a note says why)."""
-    from prefilltui.core.analysis import analyze, format_summary
-
+    ``d["fit"]`` is the plain fit of ``compute_fit`` and a note says why)."""
     try:
         a = analyze(results, info, args, gpu_names=gpu_names)
         text = format_summary(a)
     except Exception as e:  # the summary must not lose a finished sweep
         d.setdefault("notes", []).append(f"analysis failed: {type(e).__name__}: {e}")
+        d["fit"] = compute_fit(results)
         return None
     d["analysis"] = a
     fit = a.get("fit") or {}
@@ -205,13 +188,13 @@ def _depth_line(r: ProbeResult) -> str:
             f"TTFT {r.ttft_s * 1e3:.1f} ms")
 
 
-def _run_depth_phase(args, api_key, lengths: list[int], writer, stream, seq0: int
+def _run_depth_phase(args, session: Session, lengths: list[int], stream, seq0: int
                      ) -> tuple[list[ProbeResult], list[str]]:
-    """The ``--depth`` probes after the sweep (see ``prefilltui.core.depth``)."""
+    """The ``--depth`` probes after the sweep (see ``prefilltui.core.depth``), with a
+    client of the session (prompt seed + 1) and its run file."""
     import asyncio
 
     from prefilltui.core.depth import run_depths
-    from prefilltui.core.probe import ProbeClient
     from prefilltui.core.server import ServerUnreachable
     from prefilltui.core.sweep import cap_for_context
 
@@ -221,15 +204,13 @@ def _run_depth_phase(args, api_key, lengths: list[int], writer, stream, seq0: in
         r.seq = seq0 + len(out) + 1
         out.append(r)
         try:
-            writer.append(r)
+            session.writer.append(r)
         except (OSError, ValueError) as e:
-            _err(f"cannot write the run file: {e}")
+            err(f"cannot write the run file: {e}")
         print(_depth_line(r), file=stream, flush=True)
 
     async def go() -> list[str]:
-        async with ProbeClient(args.url, api=args.api, model=args.model, api_key=api_key,
-                               timeout=args.timeout, verify=not args.insecure,
-                               seed=None if args.seed is None else args.seed + 1) as c:
+        async with session.new_client(seed_offset=1) as c:
             try:
                 info = await c.discover()
             except ServerUnreachable as e:
@@ -249,40 +230,17 @@ def run_sweep(args, base_url: str) -> int:
 
 
 def run(args) -> int:
-    from prefilltui.core.metrics_hook import MetricsHook
-    from prefilltui.core.probe import ProbeClient
-    from prefilltui.core.runfile import RunWriter, default_run_path
-    from prefilltui.core.sweep import SweepConfig, SweepRunner, make_lengths
-
-    if args.lengths:
-        lengths = sorted(set(args.lengths))
-    else:
-        if args.min_tokens > args.max_tokens:
-            _err(f"--min-tokens ({args.min_tokens}) is above --max-tokens ({args.max_tokens})")
-            return 2
-        lengths = make_lengths(args.min_tokens, args.max_tokens, args.points)
-    if args.pause < 0:
-        _err("--pause must be >= 0")
-        return 2
+    """Entry point of ``prefilltui sweep``; returns the exit code (see the module doc)."""
     try:
-        api_key = read_api_key(args)
-    except ValueError as e:
-        _err(str(e))
-        return 2
-    out_path = args.out or str(default_run_path())
-    try:
-        writer = RunWriter(out_path)
-    except OSError as e:
-        _err(f"cannot write the run file {out_path}: {e.strerror or e}")
-        return 1
+        session = build_session(args, args.url)
+    except SessionError as e:
+        err(str(e))
+        return e.code
+    lengths = session.lengths
     as_json = args.format == "json"
     stream = sys.stderr if as_json else sys.stdout
-    cfg = SweepConfig(lengths=lengths, repeats=args.repeats, warmup=args.warmup,
-                      pause_s=args.pause, seed=args.seed)
-    holder: dict[str, Any] = {}
 
     def on_result(r: ProbeResult) -> None:
-        runner = holder["runner"]
         total = args.warmup + len(runner.lengths) * args.repeats
         print(_progress_line(r, total), file=stream, flush=True)
 
@@ -290,25 +248,7 @@ def run(args) -> int:
         if state in ("retrying",) or (state == "probing" and detail.startswith("context")):
             print(f"  {detail}", file=stream, flush=True)
 
-    metrics_hook = MetricsHook()  # scrapes /metrics around each probe (kind from discovery)
-    hooks: list[Any] = [metrics_hook]
-    sampler = None
-    if not getattr(args, "no_telemetry", False):
-        from prefilltui.core.telemetry import make_sampler
-        try:
-            sampler = make_sampler(getattr(args, "gpus", None),
-                                   hz=getattr(args, "sample_hz", 10.0),
-                                   processes=getattr(args, "telemetry_processes", None)).start()
-        except ValueError as e:  # a bad --gpus value
-            writer.close()
-            _err(str(e))
-            return 2
-        hooks.append(sampler)  # joins util/power/energy of each request window
-    runner = SweepRunner(
-        lambda: ProbeClient(args.url, api=args.api, model=args.model, api_key=api_key,
-                            timeout=args.timeout, verify=not args.insecure, seed=args.seed),
-        cfg, on_result=on_result, on_state=on_state, runfile=writer, hooks=hooks)
-    holder["runner"] = runner
+    runner = session.new_runner(on_result, on_state)
     depths = [x for x in (getattr(args, "depth", None) or []) if x > 0]
     if not as_json:
         print(f"sweeping {args.url}: lengths {','.join(map(str, lengths))} x {args.repeats}"
@@ -319,42 +259,37 @@ def run(args) -> int:
     depth_notes: list[str] = []
     runner.start()
     try:
-        while runner._thread is not None and runner._thread.is_alive():
+        while runner.alive:
             runner.join(0.2)
         if depths and runner.state == "done":
             depth_results, depth_notes = _run_depth_phase(
-                args, api_key, runner.lengths, writer, stream,
+                args, session, runner.lengths, stream,
                 max((r.seq for r in runner.results), default=0))
     except KeyboardInterrupt:
         runner.stop(10)
-        writer.close()
-        _err("interrupted")
-        return 130
+        err("interrupted")
+        return ExitCode.INTERRUPTED
     finally:
-        writer.close()
-        if sampler is not None:
-            sampler.stop()
+        session.close()
     results = runner.results
     if runner.state == "failed" and not any(r.ok for r in results):
-        _err(runner.state_detail or "the sweep failed")
-        return 3
+        err(runner.state_detail or "the sweep failed")
+        return ExitCode.UNREACHABLE
     if not results or not any(r.ok for r in results):
         kinds = Counter(r.error_kind for r in results)
-        _err(f"every probe failed ({', '.join(f'{k} {v}' for k, v in kinds.items()) or 'none ran'})")
-        return 3
+        err(f"every probe failed ({', '.join(f'{k} {v}' for k, v in kinds.items()) or 'none ran'})")
+        return ExitCode.UNREACHABLE
     d = summarize(results, runner.server_info, rate_limited=runner.rate_limited,
-                  run_file=str(writer.path))
+                  run_file=str(session.run_path))
     gpu_names = None
-    if sampler is not None:
-        snap = sampler.snapshot()
+    if session.sampler is not None:
+        snap = session.sampler.snapshot()
         if snap.kind == "gpu":
             gpu_names = [dev.name for dev in snap.devices if dev.name]
         d["telemetry"] = {"kind": snap.kind, "reason": snap.reason}
     analysis_text = _attach_analysis(d, results, runner.server_info, args, gpu_names)
     depth_text: list[str] = []
     if depths:
-        from prefilltui.core.depth import depth_table, format_depth
-
         d["depth"] = depth_table(list(results) + depth_results,
                                  (d.get("analysis") or {}).get("model"))
         if d["depth"] is not None:
@@ -362,12 +297,10 @@ def run(args) -> int:
         elif runner.state == "done":
             d.setdefault("notes", []).extend(depth_notes or ["depth probes: none completed"])
         depth_text = format_depth(d["depth"])
-    from prefilltui.core.diagnose import format_diagnosis, summarize_diagnosis
-
     d["diagnosis"] = summarize_diagnosis(results, runner.server_info,
-                                         baseline=getattr(args, "baseline", None),
-                                         metrics_problem=metrics_hook.problem,
-                                         method=getattr(args, "fit", "robust"))
+                                         baseline=args.baseline, baseline_fit=session.baseline,
+                                         metrics_problem=session.metrics.problem,
+                                         method=args.fit)
     if runner.state == "failed":
         d["stopped_early"] = runner.state_detail
     if as_json:
@@ -385,4 +318,4 @@ def run(args) -> int:
         print(format_diagnosis(d["diagnosis"]), file=stream)
         if runner.state == "failed":
             print(f"stopped early: {runner.state_detail}", file=stream)
-    return 0
+    return ExitCode.OK

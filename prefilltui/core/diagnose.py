@@ -4,12 +4,10 @@ prefill, and drift against a baseline run.
 TTFT ~= client/network overhead + queueing + server prefill (+ the first token).
 ``breakdown(results)`` splits each probe and the fit's intercept into those parts
 (seconds); ``cause_line`` names the largest one in plain words.
-``cache_check(client, tokens)`` measures the prefix cache on a live server.
 ``detect_chunking(...)`` reads the server's chunk size or finds TTFT steps at
-multiples of one.  ``drift(baseline_fit, live_fit)`` warns when prefill throughput
-falls or the intercept rises beyond the combined 95 % uncertainty.
-Imports no textual; no I/O except ``cache_check`` (the server) and ``load_baseline``
-(a run file).
+multiples of one.  ``summarize_diagnosis`` adds the drift against a baseline run
+(``drift.py``).  The prefix-cache check is ``prefix_cache.py``.
+Imports no textual; no I/O except reading a baseline run file.
 """
 
 from __future__ import annotations
@@ -21,7 +19,9 @@ from typing import Any, Iterable, Sequence
 
 import numpy as np
 
-from prefilltui.core.types import ProbeResult, ServerInfo
+from prefilltui.core import fit as _fit
+from prefilltui.core.drift import drift, load_baseline, run_fit
+from prefilltui.core.types import FitMethod, ProbeResult, ServerInfo
 
 # --------------------------------------------------------------- breakdown
 
@@ -96,8 +96,6 @@ def breakdown(results: Sequence[ProbeResult], fit: Any = None, *, last: int = 50
 
 
 def _intercept_split(results, fit, med) -> dict[str, Any] | None:
-    from prefilltui.core import fit as _fit
-
     pts = [r for r in results if r.fit_eligible]
     xs = [r.tokens for r in pts]
     # an intercept is an extrapolation to n = 0: only from lengths spanning >= 2x
@@ -304,85 +302,19 @@ def detect_chunking(results: Sequence[ProbeResult] = (), *, server_info: ServerI
     return ChunkInfo(None, None, (), None, None, line)
 
 
-# --------------------------------------------------------------- drift
-
-#: z for a two-sided 95 % interval; CIs are turned back into standard errors with it.
-Z95 = 1.959964
-#: Changes smaller than these never warn, however tight the intervals (practical floor).
-MIN_THROUGHPUT_CHANGE = 0.05  # 5 %
-MIN_INTERCEPT_CHANGE_S = 0.005  # 5 ms
-
-
-def _se(ci: tuple[float, float] | None) -> float | None:
-    if not ci or ci[0] is None or ci[1] is None:
-        return None
-    lo, hi = float(ci[0]), float(ci[1])
-    if not (math.isfinite(lo) and math.isfinite(hi)):
-        return None
-    return abs(hi - lo) / (2 * Z95)
-
-
-def drift(baseline_fit: Any, live_fit: Any) -> str | None:
-    """A warning when the live fit is worse than the baseline beyond the uncertainty.
-
-    Throughput: warns when the slope rose by more than Z95 * sqrt(se_b² + se_l²)
-    (se from each fit's 95 % slope interval) and throughput fell >= 5 %.
-    Intercept: the same test on the intercept, and >= 5 ms.
-    Returns e.g. "prefill throughput −31 % vs baseline (1,200 → 830 tok/s)", both
-    findings joined by "; ", or None (no fit, no significant worsening).
-    """
-    if baseline_fit is None or live_fit is None:
-        return None
-    msgs = []
-    b0, b1 = baseline_fit.slope_s_per_token, live_fit.slope_s_per_token
-    se0, se1 = _se(baseline_fit.slope_ci), _se(live_fit.slope_ci)
-    if b0 and b0 > 0 and b1 and b1 > 0 and se0 is not None and se1 is not None:
-        tp0, tp1 = 1 / b0, 1 / b1
-        change = tp1 / tp0 - 1
-        if b1 - b0 > Z95 * math.hypot(se0, se1) and -change >= MIN_THROUGHPUT_CHANGE:
-            msgs.append(f"prefill throughput {change * 100:+.0f} % vs baseline "
-                        f"({tp0:,.0f} → {tp1:,.0f} tok/s)".replace("-", "−"))
-    a0, a1 = baseline_fit.intercept_s, live_fit.intercept_s
-    sa0, sa1 = _se(baseline_fit.intercept_ci), _se(live_fit.intercept_ci)
-    if sa0 is not None and sa1 is not None:
-        if a1 - a0 > Z95 * math.hypot(sa0, sa1) and a1 - a0 >= MIN_INTERCEPT_CHANGE_S:
-            msgs.append(f"intercept +{_ms(a1 - a0)} vs baseline ({_ms(a0)} → {_ms(a1)})")
-    return "; ".join(msgs) or None
-
-
-def load_baseline(path: str, *, method: str = "robust") -> Any:
-    """The fit (LinearFit) of a saved run file's fit-eligible probes.
-
-    Raises:
-        FileNotFoundError / OSError: the file cannot be read.
-        ValueError: fewer than 3 usable probes (or constant length) in the file.
-    """
-    from prefilltui.core import fit as _fit
-    from prefilltui.core.runfile import read_run
-
-    results, _problems = read_run(path)
-    pts = [r for r in results if r.fit_eligible]
-    fn = _fit.fit_ols if method == "ols" else _fit.fit_robust
-    f = fn([r.tokens for r in pts], [r.ttft_s for r in pts]) if len(pts) >= 3 else None
-    if f is None:
-        raise ValueError(f"baseline {path}: {len(pts)} usable probe(s), a fit needs 3 "
-                         "at 2+ lengths")
-    return f
-
-
-
 # --------------------------------------------------------------- one summary
 
 
 def summarize_diagnosis(results: Sequence[ProbeResult], server_info: ServerInfo | None = None,
                         *, fit: Any = None, baseline: str | None = None,
-                        metrics_problem: str | None = None, method: str = "robust"
+                        baseline_fit: _fit.LinearFit | None = None,
+                        metrics_problem: str | None = None, method: FitMethod = "robust"
                         ) -> dict[str, Any]:
     """Everything diagnosis adds to a sweep summary (JSON-ready): ``breakdown`` (without
     the per-probe rows), ``chunking``, ``cache_warning``, ``drift`` (with ``baseline``,
-    a run-file path) and ``notes`` (metrics not available, baseline unreadable)."""
-    from prefilltui.core import fit as _fit
-
+    a run-file path) and ``notes`` (metrics not available, baseline unreadable).
+    The live fit is ``fit`` when given, else ``drift.run_fit`` of ``results``; the
+    baseline's is ``baseline_fit`` when given (a session loaded it), else loaded."""
     b = breakdown(results, fit)
     b.pop("probes", None)
     notes = [metrics_problem] if metrics_problem else []
@@ -392,14 +324,11 @@ def summarize_diagnosis(results: Sequence[ProbeResult], server_info: ServerInfo 
                          "baseline": baseline, "notes": notes}
     if baseline:
         try:
-            base = load_baseline(baseline, method=method)
+            base = baseline_fit or load_baseline(baseline, method=method)
         except (OSError, ValueError) as e:
             notes.append(f"baseline not used: {e}")
         else:
-            pts = [r for r in results if r.fit_eligible]
-            fn = _fit.fit_ols if method == "ols" else _fit.fit_robust
-            live = fit if fit is not None else (
-                fn([r.tokens for r in pts], [r.ttft_s for r in pts]) if len(pts) >= 3 else None)
+            live = fit if fit is not None else run_fit(results, method)
             d["drift"] = drift(base, live)
             d["baseline_used"] = live is not None
             if live is None:
@@ -420,6 +349,3 @@ def format_diagnosis(d: dict[str, Any]) -> str:
     lines += [f"note: {n}" for n in d.get("notes", [])]
     return "\n".join(lines)
 
-
-# the prefix-cache check lives in its own module; re-exported here (contract name)
-from prefilltui.core.prefix_cache import CacheCheckResult, cache_check, run_cache_check  # noqa: E402,F401

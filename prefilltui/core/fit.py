@@ -21,8 +21,8 @@ Two estimators:
                  the inliers (|r| < 4.685 scale), weighted 1/yhat^2, with the
                  larger of the classical and the HC3 (heteroscedasticity-
                  consistent) covariance, t with m - p degrees of freedom.
-Also: ``fit_quadratic`` (same machinery, 3 columns), ``detect_knee`` (flat, then
-linear), and ``RunningFit`` (per-probe updates; see its docstring for cost).
+Also: ``fit_quadratic`` (same machinery, 3 columns) and ``detect_knee`` (flat, then
+linear).  Per-probe updates are ``running_fit.RunningFit``.
 """
 
 from __future__ import annotations
@@ -127,8 +127,9 @@ class LinearFit:
     given (after any subsample); ``sampled`` = the robust fit saw a subsample.
     ``rel_scale`` = residual scale relative to TTFT (robust) ; ``resid_std_s`` =
     residual standard deviation in seconds; ``intercept_se_s`` / ``slope_se`` =
-    standard errors (s, s/token).  ``residuals`` (seconds, y - yhat for
-    the points offered) is kept out of JSON and equality.
+    standard errors (s, s/token) and ``df`` their degrees of freedom (points used
+    minus parameters; the intervals use Student's t with it).  ``residuals``
+    (seconds, y - yhat for the points offered) is kept out of JSON and equality.
     """
 
     intercept_s: float
@@ -151,6 +152,7 @@ class LinearFit:
     knee_tokens: int | None = None
     intercept_se_s: float | None = None
     slope_se: float | None = None
+    df: int | None = None
     residuals: np.ndarray | None = field(default=None, compare=False, repr=False)
 
     @property
@@ -219,7 +221,7 @@ def _make_fit(beta, cov, df, *, r2, n, method, n_offered, x, resid, rel_scale=No
         n_offered=int(n_offered), x_min=float(np.min(x)), x_max=float(np.max(x)),
         resid_std_s=float(np.std(resid)) if len(resid) else 0.0, rel_scale=rel_scale,
         sampled=sampled, c_s_per_token2=c, c_ci=c_ci, knee_tokens=knee,
-        intercept_se_s=se[0], slope_se=se[1], residuals=resid,
+        intercept_se_s=se[0], slope_se=se[1], df=max(int(df), 1), residuals=resid,
     )
 
 
@@ -483,17 +485,3 @@ def detect_knee(x, y, *, min_side: int = 3, candidates: int = 40, f_min: float =
     if float(w @ (ys - Xq @ bq) ** 2) <= best:
         return None
     return int(round(float(ks[i])))
-
-
-# ---------------------------------------------------------------- running fit
-
-# RunningFit / FitSnapshot live in running_fit.py (file size); re-exported lazily here
-# so `from prefilltui.core.fit import RunningFit` works without an import cycle.
-
-
-def __getattr__(name: str):
-    if name in ("RunningFit", "FitSnapshot"):
-        from prefilltui.core import running_fit
-
-        return getattr(running_fit, name)
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

@@ -4,16 +4,22 @@
 prompt with a new tail, and (llama.cpp) the same prompt with ``cache_prompt: false``;
 it reports reused tokens (``cached_tokens`` from usage / llama.cpp ``timings.cache_n``)
 and the TTFT saved.  ``run_cache_check`` is the same from synchronous code (the TUI's
-worker thread).  Re-exported by ``prefilltui.core.diagnose``.
+worker thread).  The one implementation: ``prefilltui cache-check`` and the TUI's
+``c`` key both call it.
 """
 
 from __future__ import annotations
 
 import asyncio
 from dataclasses import asdict, dataclass, field
-from typing import Any
+from typing import Any, Callable, Literal
 
 from prefilltui.core.types import ProbeResult
+
+#: What a cache check found.
+CacheVerdict = Literal["on", "off", "unclear", "failed"]
+#: Tokens kept free below the server's context limit (room for the new tail).
+CONTEXT_MARGIN_TOKENS = 64
 
 
 def _ms(s: float | None) -> str:
@@ -32,7 +38,7 @@ class CacheCheckResult:
     request, llama.cpp only).  ``line`` is the one-line report.
     """
 
-    verdict: str
+    verdict: CacheVerdict
     tokens: int | None
     line: str
     cold_ttft_s: float | None = None
@@ -44,6 +50,7 @@ class CacheCheckResult:
     nocache_cached: int | None = None
     saved_s: float | None = None
     notes: list[str] = field(default_factory=list)
+    unreachable: bool = False  # discovery failed: the server was never reached
 
     def to_json(self) -> dict[str, Any]:
         return asdict(self)
@@ -72,14 +79,24 @@ async def cache_check(client: Any, tokens: int = 512, *, tail_tokens: int = 32
     """Measure the prefix cache: cold prompt, the same prompt again, the same prefix
     with a new tail, and (llama.cpp) the same prompt with ``cache_prompt: false``.
 
-    Probes are sent with the server's default caching (llama.cpp: ``cache_prompt:
-    true``, its default, overriding the probe engine's ``false``).  Never raises for
-    server failures: returns verdict "failed" with the reason.
+    Discovers the server first when the client has not; ``tokens`` is capped at the
+    server's context minus ``CONTEXT_MARGIN_TOKENS`` (never below 16).  Probes are
+    sent with the server's default caching (llama.cpp: ``cache_prompt: true``, its
+    default, overriding the probe engine's ``false``).  Never raises for server
+    failures: returns verdict "failed" with the reason (``unreachable`` True when
+    discovery failed).
     """
     from prefilltui.core.prompts import build_prompt
+    from prefilltui.core.server import ServerUnreachable
 
     if client.info is None:
-        await client.discover()
+        try:
+            await client.discover()
+        except ServerUnreachable as e:
+            return CacheCheckResult("failed", None, f"server unreachable: {e}",
+                                    unreachable=True)
+    if client.info.context_tokens:
+        tokens = min(tokens, max(16, client.info.context_tokens - CONTEXT_MARGIN_TOKENS))
     counter = client._count if client.info.has_tokenize else None
     prompt, _w, _c = await build_prompt(tokens, client.builder, client.lengths, counter)
     tail = " ".join(client.builder.words(tail_tokens))
@@ -124,23 +141,14 @@ async def cache_check(client: Any, tokens: int = 512, *, tail_tokens: int = 32
     return res
 
 
-def run_cache_check(base_url: str, tokens: int = 512, **client_kwargs: Any) -> CacheCheckResult:
-    """``cache_check`` from synchronous code, with its own ProbeClient and event loop
-    (call it from a worker thread, never from a running loop).  ``client_kwargs`` go to
-    ProbeClient (api, model, api_key, timeout, verify).  Server unreachable ->
-    verdict "failed" with the reason; never raises for server failures."""
-    from prefilltui.core.probe import ProbeClient
-    from prefilltui.core.server import ServerUnreachable
+def run_cache_check(client_factory: Callable[[], Any], tokens: int = 512) -> CacheCheckResult:
+    """``cache_check`` from synchronous code, with a new client from ``client_factory``
+    (a session's ``new_client``: same URL, API key, TLS and timeout as the probes) and
+    its own event loop.  Call it from a worker thread, never from a running loop.
+    Never raises for server failures."""
 
     async def go() -> CacheCheckResult:
-        async with ProbeClient(base_url, **client_kwargs) as c:
-            try:
-                info = await c.discover()
-            except ServerUnreachable as e:
-                return CacheCheckResult("failed", None, f"cache check: server unreachable: {e}")
-            n = tokens
-            if info.context_tokens:
-                n = min(n, max(16, info.context_tokens - 64))
-            return await cache_check(c, n)
+        async with client_factory() as c:
+            return await cache_check(c, tokens)
 
     return asyncio.run(go())

@@ -144,6 +144,11 @@ class SweepRunner:
                 pass
         self.join(timeout)
 
+    @property
+    def alive(self) -> bool:
+        """True while the runner thread runs (started and not finished)."""
+        return self._thread is not None and self._thread.is_alive()
+
     def join(self, timeout: float | None = None) -> None:
         """Wait for the runner thread (a no-op when called from the runner's own thread)."""
         if self._thread is not None and self._thread is not threading.current_thread():

@@ -9,10 +9,31 @@ from __future__ import annotations
 
 import dataclasses
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Literal, get_args
 
-#: The failure kinds a probe can end with (issue 3, item 6).
-ERROR_KINDS = (
+#: Why a probe failed (``ProbeResult.error_kind``).
+ErrorKind = Literal["connect", "timeout", "http", "rate_limited", "context_length",
+                    "stream_error", "no_token", "protocol"]
+#: Where ``ProbeResult.prompt_tokens`` came from: the response's ``usage``, llama.cpp
+#: ``timings``, or the server's tokenize endpoint.
+PromptTokensSource = Literal["usage", "timings", "tokenize"]
+#: The sweep runner's state, reported through ``on_state(state, detail)``.
+RunnerState = Literal["connecting", "probing", "retrying", "paused", "stopped", "done",
+                      "failed"]
+#: Which estimator a fit shown to the user comes from (``--fit``).
+FitMethod = Literal["robust", "ols"]
+#: Which probes a fit covers: every eligible probe, or the sliding window.
+FitScope = Literal["all", "window"]
+#: What the telemetry samples: NVML GPUs, the CPU fallback, or nothing.
+TelemetryKind = Literal["gpu", "cpu", "none"]
+#: A telemetry device's state: sampling, or a query failed (retried with back-off).
+DeviceStatus = Literal["ok", "error"]
+
+#: The fit methods ``--fit`` accepts, in --help order.
+FIT_METHODS: tuple[FitMethod, ...] = get_args(FitMethod)
+
+#: The failure kinds a probe can end with, with what each means.
+ERROR_KINDS: tuple[ErrorKind, ...] = (
     "connect",  # TCP/TLS connection refused, reset or DNS failure
     "timeout",  # no first token / body within the probe's time cap
     "http",  # a non-2xx status not covered below
@@ -53,7 +74,7 @@ class ProbeResult:
     started_at: float = 0.0  # unix seconds when the request was sent
     requested_tokens: int = 0
     prompt_tokens: int | None = None
-    prompt_tokens_source: str | None = None  # "usage" | "timings" | "tokenize"
+    prompt_tokens_source: PromptTokensSource | None = None
     cached_tokens: int | None = None
     ttft_s: float | None = None
     ttfb_s: float | None = None
@@ -63,7 +84,7 @@ class ProbeResult:
     queue_s: float | None = None
     overhead_s: float | None = None
     ok: bool = False
-    error_kind: str | None = None
+    error_kind: ErrorKind | None = None
     error_message: str | None = None
     http_status: int | None = None
     retry_after_s: float | None = None
@@ -77,7 +98,7 @@ class ProbeResult:
     # server load around the probe (from /metrics), when available
     server_running: float | None = None
     server_waiting: float | None = None
-    # telemetry attribution (issue 5, item 5)
+    # telemetry attribution: the sampler's samples in [t_send, t_end]
     telemetry_device: str | None = None
     util_peak_pct: float | None = None
     util_mean_pct: float | None = None
@@ -135,7 +156,7 @@ class ProbeResult:
 
 @dataclass(slots=True)
 class ServerInfo:
-    """What discovery learned about the server (issue 3, item 5).
+    """What discovery learned about the server (``/v1/models``, ``/props``, ``/metrics``).
 
     kind: "vllm" | "sglang" | "tgi" | "llama.cpp" | "ollama" | "openai" (generic).
     context_tokens: the server's context limit in tokens, when exposed.

@@ -4,7 +4,7 @@
 Data flows one way: the runner's thread -> ProbeDone/RunnerStateChanged messages ->
 buffers + RunningFit -> (throttled tick) -> widgets.  Threads never touch widgets.
 
-Cost on screen (issue 6: <= 5 % of a core at 1 probe/s with 10 Hz sampling): a probe
+Cost on screen (budget: <= 5 % of a core at 1 probe/s with 10 Hz sampling): a probe
 only touches buffers; one timer at ``replot_hz`` applies everything that changed (log
 rows, fit, stats, plot, status) and, in the same pass, the gauges at ``gauge_hz``, so
 a probe costs one screen update, not one per widget.  Widgets redraw only when their
@@ -26,7 +26,8 @@ from textual.css.query import NoMatches
 from textual.containers import Horizontal, VerticalScroll
 from textual.widgets import Footer, Static
 
-from prefilltui.core.types import ProbeResult
+from prefilltui.core import defaults
+from prefilltui.core.types import FitMethod, ProbeResult
 from prefilltui.tui.help import HelpScreen
 from prefilltui.tui.workers import WorkerActions
 from prefilltui.tui.messages import ProbeDone, RunnerStateChanged
@@ -78,9 +79,10 @@ class PrefillApp(WorkerActions, App[int]):
                  fit: Any = None, analysis: Analysis = no_analysis,
                  themes: ThemeSet | None = None, theme: str | None = None,
                  sweep_range: tuple[int, int] = (32, 4096), context_cap: int | None = None,
-                 fit_method: str = "robust", run_path: Path | None = None,
+                 fit_method: FitMethod = defaults.FIT_METHOD, run_path: Path | None = None,
                  exporter: Callable[[list[ProbeResult], Any], list[Path]] | None = None,
                  cache_checker: Callable[[], str] | None = None,
+                 probe_timeout_s: float = defaults.TIMEOUT_S,
                  clock: Callable[[], float] = time.perf_counter,
                  replot_hz: float = 4.0, gauge_hz: float = 2.0,
                  problems: list[str] = (), on_ready: Callable[["PrefillApp"], None] | None = None,
@@ -99,6 +101,7 @@ class PrefillApp(WorkerActions, App[int]):
         self.run_path = run_path
         self.exporter = exporter
         self.cache_checker = cache_checker
+        self.probe_timeout_s = probe_timeout_s
         self.clock = clock
         self.replot_hz = replot_hz
         self.gauge_hz = gauge_hz
@@ -461,9 +464,9 @@ def build_app(runner_factory: RunnerFactory, sampler: Any = None, *, fit: Any = 
     Other keyword arguments go to ``PrefillApp``.
     """
     if fit is None:
-        from prefilltui.core.fit import RunningFit
+        from prefilltui.core.running_fit import RunningFit
 
-        fit = RunningFit(window=kw.pop("window", 50))
+        fit = RunningFit(window=kw.pop("window", defaults.WINDOW))
     else:
         kw.pop("window", None)
     return PrefillApp(runner_factory, sampler=sampler, fit=fit, analysis=analysis,

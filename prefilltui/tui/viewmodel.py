@@ -238,8 +238,8 @@ def roofline_analysis(args: Any) -> Analysis:
 
 def with_baseline(analysis: Analysis, baseline_fit: Any) -> Analysis:
     """Wrap an Analysis so a worse live fit than ``baseline_fit`` (a LinearFit from
-    ``--baseline RUN.jsonl``) adds core.diagnose.drift's warning."""
-    from prefilltui.core.diagnose import drift
+    ``--baseline RUN.jsonl``) adds core.drift.drift's warning."""
+    from prefilltui.core.drift import drift
 
     def wrapped(snap: Any, info: ServerInfo | None, names: list[str]) -> RooflineView:
         view = analysis(snap, info, names)

@@ -16,6 +16,9 @@ from textual.worker import Worker, WorkerState
 from prefilltui.core.types import ProbeResult
 from prefilltui.tui.messages import CacheCheckDone, ExportDone
 
+#: Seconds beyond the probe time cap to wait for the runner to pause.
+PAUSE_MARGIN_S = 10.0
+
 
 class WorkerActions:
     """``e`` export, ``s`` save the screen as SVG and ``c`` cache check for PrefillApp."""
@@ -74,7 +77,8 @@ class WorkerActions:
     def _cache_worker(self, was_paused: bool) -> None:
         try:
             # wait for a probe in flight to finish so the check never overlaps one
-            deadline = time.monotonic() + 130.0
+            # (a probe ends within its time cap; 10 s more for the runner to pause)
+            deadline = time.monotonic() + self.probe_timeout_s + PAUSE_MARGIN_S
             while (self.runner is not None and getattr(self.runner, "state", "paused")
                    not in ("paused", "stopped", "failed", "done")
                    and time.monotonic() < deadline):

@@ -18,8 +18,10 @@ import httpx
 import pytest
 
 from prefilltui.demo.server import LlamaServer
-from prefilltui.core.diagnose import breakdown, cache_check
-from prefilltui.core.metrics import MetricsHook, MetricsReader, delta
+from prefilltui.core.diagnose import breakdown
+from prefilltui.core.metrics import delta
+from prefilltui.core.metrics_hook import MetricsHook, MetricsReader
+from prefilltui.core.prefix_cache import cache_check
 from prefilltui.core.probe import ProbeClient
 from prefilltui.core.prompts import PromptBuilder
 

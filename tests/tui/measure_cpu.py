@@ -25,7 +25,6 @@ import os
 import random
 import sys
 import tempfile
-import threading
 import time
 
 ROOT_CHILD = "--child"

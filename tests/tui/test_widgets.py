@@ -26,7 +26,7 @@ def test_window_mask_marks_probe_columns():
 def test_stats_text_without_and_with_fit():
     v = StatsView()
     assert "needs ≥3 probes" in stats_text(v).plain
-    from prefilltui.core.fit import RunningFit
+    from prefilltui.core.running_fit import RunningFit
 
     fit = RunningFit()
     for r in fixed_results():
@@ -117,7 +117,8 @@ def test_ticks_and_si():
 def test_baseline_drift_warning_in_stats():
     from fakes import make_result as mk
 
-    from prefilltui.core.fit import RunningFit, fit_robust
+    from prefilltui.core.fit import fit_robust
+    from prefilltui.core.running_fit import RunningFit
     from prefilltui.tui.viewmodel import RooflineView, with_baseline
 
     xs = [32, 64, 128, 256, 512, 1024, 2048, 4096]

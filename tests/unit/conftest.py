@@ -21,8 +21,8 @@ from fakeserver import FakeServer  # noqa: E402
 def fake_server():
     servers: list[FakeServer] = []
 
-    def start(script=None) -> FakeServer:
-        s = FakeServer(script).__enter__()
+    def start(script=None, **kw) -> FakeServer:
+        s = FakeServer(script, **kw).__enter__()
         servers.append(s)
         return s
 

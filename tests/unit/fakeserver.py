@@ -98,8 +98,10 @@ _REASONS = {200: "OK", 400: "Bad Request", 404: "Not Found", 429: "Too Many Requ
 class FakeServer:
     """Context manager: starts on ``127.0.0.1:<free port>``, stops on exit."""
 
-    def __init__(self, script: dict[str, Any] | None = None) -> None:
+    def __init__(self, script: dict[str, Any] | None = None, *,
+                 ssl_context: Any = None) -> None:
         self.script: dict[str, Any] = dict(script or {})
+        self.ssl_context = ssl_context  # an ssl.SSLContext: serve HTTPS
         self.requests: list[Request] = []
         self.connections = 0
         self._counts: dict[str, int] = {}
@@ -111,7 +113,8 @@ class FakeServer:
 
     @property
     def base_url(self) -> str:
-        return f"http://127.0.0.1:{self.port}"
+        scheme = "https" if self.ssl_context is not None else "http"
+        return f"{scheme}://127.0.0.1:{self.port}"
 
     def set(self, route: str, reply: Any) -> None:
         self.script[route] = reply
@@ -137,7 +140,7 @@ class FakeServer:
         self._loop = loop
         asyncio.set_event_loop(loop)
         self._server = loop.run_until_complete(
-            asyncio.start_server(self._handle, "127.0.0.1", 0))
+            asyncio.start_server(self._handle, "127.0.0.1", 0, ssl=self.ssl_context))
         self.port = self._server.sockets[0].getsockname()[1]
         self._ready.set()
         try:

@@ -13,6 +13,8 @@ import pytest
 
 from fakeserver import Reply, llama_routes, sse_data, sse_done
 from prefilltui.core import diagnose as D
+from prefilltui.core import drift as DR
+from prefilltui.core import prefix_cache as PC
 from prefilltui.core.fit import fit_ols
 from prefilltui.core.probe import ProbeClient
 from prefilltui.core.runfile import RunWriter
@@ -95,13 +97,13 @@ def _fit(b, a=0.02, noise=0.02, seed=3):
 
 def test_drift_warns_on_throughput_drop_and_intercept_rise():
     base = _fit(1e-4)
-    assert D.drift(base, _fit(1.02e-4, seed=4)) is None  # within noise
-    msg = D.drift(base, _fit(1.45e-4, seed=5))
+    assert DR.drift(base, _fit(1.02e-4, seed=4)) is None  # within noise
+    msg = DR.drift(base, _fit(1.45e-4, seed=5))
     assert msg and msg.startswith("prefill throughput −3") and "vs baseline" in msg
-    msg = D.drift(base, _fit(1e-4, a=0.30, seed=6))
+    msg = DR.drift(base, _fit(1e-4, a=0.30, seed=6))
     assert msg and msg.startswith("intercept +")
-    assert D.drift(base, _fit(0.6e-4, seed=7)) is None  # faster is not a warning
-    assert D.drift(None, base) is None
+    assert DR.drift(base, _fit(0.6e-4, seed=7)) is None  # faster is not a warning
+    assert DR.drift(None, base) is None
 
 
 def test_load_baseline(tmp_path):
@@ -110,14 +112,14 @@ def test_load_baseline(tmp_path):
         for i, n in enumerate([64, 128, 256, 512, 1024]):
             w.append(_r(i, n, 0.01 + 2e-4 * n))
         w.append(ProbeResult(seq=9, ok=False, error_kind="timeout"))
-    f = D.load_baseline(str(p))
+    f = DR.load_baseline(str(p))
     assert f.throughput_tok_s == pytest.approx(5000, rel=1e-3)
     with RunWriter(tmp_path / "few.jsonl") as w:
         w.append(_r(1, 64, 0.1))
     with pytest.raises(ValueError, match="usable probe"):
-        D.load_baseline(str(tmp_path / "few.jsonl"))
+        DR.load_baseline(str(tmp_path / "few.jsonl"))
     with pytest.raises(FileNotFoundError):
-        D.load_baseline(str(tmp_path / "missing.jsonl"))
+        DR.load_baseline(str(tmp_path / "missing.jsonl"))
 
 
 def test_flag_cache_hits():
@@ -161,7 +163,7 @@ async def test_cache_check_against_caching_fake(fake_server):
     h = CachingLlama()
     srv = fake_server({**llama_routes(), "POST /v1/completions": h})
     async with ProbeClient(srv.base_url, model="m", timeout=10) as c:
-        res = await D.cache_check(c, 300, tail_tokens=20)
+        res = await PC.cache_check(c, 300, tail_tokens=20)
     assert res.verdict == "on", res.line
     assert res.repeat_cached >= res.tokens - 1 and res.prefix_cached >= res.tokens - 1
     assert res.nocache_cached == 0
@@ -182,7 +184,7 @@ async def test_cache_check_reports_off(fake_server):
 
     srv = fake_server({**llama_routes(), "POST /v1/completions": NoCache()})
     async with ProbeClient(srv.base_url, model="m", timeout=10) as c:
-        res = await D.cache_check(c, 200)
+        res = await PC.cache_check(c, 200)
     assert res.verdict == "off" and res.line.startswith("cache off:")
     assert res.saved_s is None
 
@@ -191,7 +193,7 @@ async def test_cache_check_failure_is_reported(fake_server):
     srv = fake_server({**llama_routes(), "POST /v1/completions": Reply.json(
         {"error": {"message": "boom"}}, status=500)})
     async with ProbeClient(srv.base_url, model="m", timeout=10) as c:
-        res = await D.cache_check(c, 50)
+        res = await PC.cache_check(c, 50)
     assert res.verdict == "failed" and "boom" in res.line
 
 

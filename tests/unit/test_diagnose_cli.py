@@ -31,10 +31,11 @@ def test_cache_check_cli_unreachable(capsys):
 
 
 def test_run_cache_check_sync(fake_server):
-    from prefilltui.core.diagnose import run_cache_check
+    from prefilltui.core.prefix_cache import run_cache_check
+    from prefilltui.core.probe import ProbeClient
 
     srv = fake_server({**llama_routes(), "POST /v1/completions": CachingLlama()})
-    res = run_cache_check(srv.base_url, 60, timeout=10)
+    res = run_cache_check(lambda: ProbeClient(srv.base_url, timeout=10), 60)
     assert res.verdict == "on" and res.line.startswith("cache on: repeat of ")
-    down = run_cache_check("http://127.0.0.1:9", 60, timeout=2)
-    assert down.verdict == "failed" and "unreachable" in down.line
+    down = run_cache_check(lambda: ProbeClient("http://127.0.0.1:9", timeout=2), 60)
+    assert down.verdict == "failed" and down.unreachable and "unreachable" in down.line

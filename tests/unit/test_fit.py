@@ -11,7 +11,6 @@ import pytest
 from prefilltui.core.fit import (
     LinearFit, detect_knee, fit_ols, fit_quadratic, fit_robust, t_ppf,
 )
-from prefilltui.core.fit import RunningFit as RunningFitReexport
 from prefilltui.core.running_fit import FitSnapshot, RunningFit, analyze_points
 from prefilltui.core.types import ProbeResult
 
@@ -157,7 +156,6 @@ def test_running_fit_excludes_ineligible():
     assert not rf.add(ProbeResult(requested_tokens=100, ok=False, error_kind="timeout"))
     assert rf.add(_probe(100, 0.1))
     assert len(rf) == 1 and rf.snapshot() is None
-    assert RunningFitReexport is RunningFit
 
 
 def test_running_fit_matches_batch_and_window():

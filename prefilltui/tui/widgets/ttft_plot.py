@@ -144,7 +144,7 @@ class TTFTPlot(PlotextPlot):
             y_max = max(y_max, self._fit[0] + self._fit[1] * x_max)
         y_max = max(y_max, 1.0) * 1.08
         xs_line = [0.0, x_max * 0.25, x_max * 0.5, x_max * 0.75, x_max]
-        for label, fn in self._lines:
+        for _label, fn in self._lines:
             try:
                 ys = [fn(x) for x in xs_line]
             except Exception:
