@@ -24,7 +24,6 @@ import os
 import socket
 import subprocess
 import sys
-import threading
 import time
 import urllib.request
 from pathlib import Path
@@ -74,7 +73,7 @@ def snapshot_cost(n: int = 50) -> float:
         clock.t = i * 0.1
         s.tick()
     t0 = time.thread_time()
-    for i in range(n):
+    for _ in range(n):
         clock.t += 0.1
         s.tick()
         s.snapshot()

@@ -9,7 +9,6 @@ from __future__ import annotations
 import signal
 import subprocess
 import sys
-import time
 
 import psutil
 import pytest

@@ -17,7 +17,6 @@ import time
 from urllib.parse import urlparse
 
 import numpy as np
-import psutil
 import pytest
 from procwait import gone
 
