@@ -5,20 +5,22 @@ Framing follows the event-stream interpretation rules of the HTML standard
 buffered until a blank line completes an event; an event may be split across
 reads or several may arrive in one read; multi-line ``data:`` fields are joined
 with ``\\n``; comments (``:...``) and blocks without data (``id:``/``retry:`` only)
-dispatch nothing.  Line splitting and field parsing reuse httpx-sse's
-``SSELineDecoder``/``SSEDecoder``; this module only adds the byte -> text step
-(incremental UTF-8, BOM stripped) so the caller can feed raw socket reads and
-stamp the clock on the read that completes an event.
+dispatch nothing.  Field parsing reuses httpx-sse's ``SSEDecoder``; line
+splitting is ``SSELineSplitter`` below (httpx-sse's line decoder holds a trailing
+CR back until the next read, which would delay the TTFT stamp); this module also
+adds the byte -> text step (incremental UTF-8, BOM stripped) so the caller can
+feed raw socket reads and stamp the clock on the read that completes an event.
 """
 
 from __future__ import annotations
 
 import codecs
 import json
+import re
 from dataclasses import dataclass
 from typing import Any
 
-from httpx_sse._decoders import SSEDecoder, SSELineDecoder
+from httpx_sse._decoders import SSEDecoder
 
 
 @dataclass(slots=True, frozen=True)
@@ -31,6 +33,50 @@ class SSEEvent:
     retry: int | None = None
 
 
+class SSELineSplitter:
+    """Incremental line splitting by the standard's rule: a line ends at CRLF, a
+    lone LF or a lone CR (HTML standard, "Parsing an event stream": ``end-of-line
+    = ( cr lf / cr / lf )``).
+
+    A CR completes its line at once, in the read that brings it: whether an LF
+    follows is unknown until the next read, so the splitter emits the line and
+    remembers to skip one LF if the next text starts with it.  (httpx-sse's
+    ``SSELineDecoder`` instead holds a trailing CR until the next read, so an event
+    ending in ``\\r\\n\\r`` would complete one read late.)
+
+    ``feed(text)`` -> the lines completed by ``text``, without their line ends.
+    """
+
+    def __init__(self) -> None:
+        self._buf: list[str] = []
+        self._skip_lf = False
+
+    def feed(self, text: str) -> list[str]:
+        if self._skip_lf and text:
+            self._skip_lf = False
+            if text[0] == "\n":
+                text = text[1:]
+        lines: list[str] = []
+        start = 0
+        for m in _EOL.finditer(text):
+            end = m.start()
+            if self._buf:
+                self._buf.append(text[start:end])
+                lines.append("".join(self._buf))
+                self._buf = []
+            else:
+                lines.append(text[start:end])
+            start = m.end()
+            if m.group() == "\r" and start == len(text):
+                self._skip_lf = True  # a CRLF split between two reads
+        if start < len(text):
+            self._buf.append(text[start:])
+        return lines
+
+
+_EOL = re.compile(r"\r\n|\r|\n")
+
+
 class SSEStreamDecoder:
     """Feed raw body bytes, get the events completed by those bytes.
 
@@ -41,7 +87,7 @@ class SSEStreamDecoder:
 
     def __init__(self) -> None:
         self._utf8 = codecs.getincrementaldecoder("utf-8")(errors="replace")
-        self._lines = SSELineDecoder()
+        self._lines = SSELineSplitter()
         self._events = SSEDecoder()
         self._first = True
 
@@ -54,7 +100,7 @@ class SSEStreamDecoder:
         if not text:
             return []
         out: list[SSEEvent] = []
-        for line in self._lines.decode(text):
+        for line in self._lines.feed(text):
             ev = self._events.decode(line)
             # The standard dispatches nothing when the data buffer is empty
             # (e.g. "retry: 3000\n\n" or "id: 7\n\n"); httpx-sse returns those too.
@@ -64,7 +110,8 @@ class SSEStreamDecoder:
 
     def close(self) -> list[SSEEvent]:
         self._utf8.decode(b"", final=True)
-        self._lines.flush()  # an unterminated last block is discarded (no blank line)
+        # an unterminated last line or block is discarded (no blank line ended it)
+        self._lines = SSELineSplitter()
         return []
 
 
