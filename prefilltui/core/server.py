@@ -1,5 +1,5 @@
 """Server discovery: what kind of OpenAI-compatible server is this, which model,
-what context limit and model shape (issue 3, item 5).
+what context limit and model shape, and where it counts tokens.
 
 Kind detection, from the endpoints each server exposes (first match wins):
   llama.cpp  ``GET /props`` answers with ``default_generation_settings`` / ``build_info``,
@@ -9,6 +9,12 @@ Kind detection, from the endpoints each server exposes (first match wins):
   TGI        ``GET /info`` answers with ``model_id`` / ``max_input_tokens``
   Ollama     ``GET /api/version`` answers with ``version``
   otherwise  "openai" (generic)
+
+Token counting is found by trying, on every server whatever its kind, the
+tokenize endpoints in ``TOKENIZE_ENDPOINTS`` (a generic OpenAI-compatible server
+may be vLLM behind a gateway); the first that counts a short probe text wins.
+Context limit: ``max_model_len`` (vLLM), ``context_length``, ``max_input_tokens``
+(a LiteLLM proxy's ``/v1/models`` entry, TGI ``/info``), llama.cpp ``n_ctx``.
 """
 
 from __future__ import annotations
@@ -128,21 +134,19 @@ async def discover(client: httpx.AsyncClient, base_url: str, *, model: str | Non
 
     # context limit and model shape
     meta = entry.get("meta") if isinstance(entry.get("meta"), dict) else {}
-    ctx = _int(entry.get("max_model_len")) or _int(entry.get("context_length"))
+    ctx = (_int(entry.get("max_model_len")) or _int(entry.get("context_length"))
+           or _int(entry.get("max_input_tokens")))
     if info.kind == "llama.cpp" and isinstance(pj, dict):
         dgs = pj.get("default_generation_settings")
         dgs = dgs if isinstance(dgs, dict) else {}
         ctx = _int(dgs.get("n_ctx")) or _int(pj.get("n_ctx")) or ctx
         info.n_batch = _int(pj.get("n_batch")) or _int(dgs.get("n_batch"))
         info.n_ubatch = _int(pj.get("n_ubatch")) or _int(dgs.get("n_ubatch"))
-        info.has_tokenize = True
     if info.kind == "tgi" and isinstance(tj, dict):
         ctx = _int(tj.get("max_input_tokens")) or _int(tj.get("max_input_length")) or ctx
         info.model = info.model or _str(tj.get("model_id"))
     if info.kind == "sglang" and isinstance(sj, dict):
         info.model = info.model or _str(sj.get("model_path"))
-    if info.kind == "vllm":
-        info.has_tokenize = True
     if ctx is None and meta:
         ctx = _int(meta.get("n_ctx"))
     if ctx is None and meta:
@@ -161,39 +165,87 @@ async def discover(client: httpx.AsyncClient, base_url: str, *, model: str | Non
         info.n_layer = _int(meta.get("n_layer"))
     if info.model is None and model is None:
         info.notes.append("no model id from /v1/models; requests send no model")
+    await find_tokenize(client, info, timeout)
     return info
+
+
+#: Tokenize endpoints: (path under the root, request style).  Styles: "llama.cpp"
+#: ``{"content", "add_special"}`` -> ``{"tokens": [...]}``; "openai" (vLLM, SGLang)
+#: ``{"model", "prompt"}`` -> ``{"count", "tokens", "max_model_len"}``; "tgi"
+#: ``{"inputs"}`` -> ``[{"id", "text", ...}, ...]``.  The discovered kind's own
+#: endpoint is tried first.
+TOKENIZE_ENDPOINTS = (("/tokenize", "llama.cpp"), ("/tokenize", "openai"),
+                      ("/v1/tokenize", "openai"), ("/tokenize", "tgi"))
+_KIND_STYLE = {"llama.cpp": "llama.cpp", "vllm": "openai", "sglang": "openai", "tgi": "tgi"}
+#: The text tokenize endpoints are tried with, and the counts accepted for it
+#: (8 common words: a tokenizer gives 8-12 tokens, 8-24 with special tokens).
+_TOKENIZE_TEST = "The quick brown fox jumps over the lazy dog"
+_TOKENIZE_PLAUSIBLE = range(8, 40)
+
+
+async def find_tokenize(client: httpx.AsyncClient, info: ServerInfo, timeout: float = 10.0) -> None:
+    """Set ``info.tokenize_url``/``tokenize_style``/``has_tokenize`` to the first
+    endpoint of ``TOKENIZE_ENDPOINTS`` that counts a test text plausibly (tried on
+    any kind of server); a vLLM-style answer's ``max_model_len`` fills an unknown
+    context limit.  Leaves them unset when none answers; never raises."""
+    first = _KIND_STYLE.get(info.kind)
+    order = sorted(TOKENIZE_ENDPOINTS, key=lambda e: e[1] != first)
+    for path, style in order:
+        url = info.base_url + path
+        try:
+            async with asyncio.timeout(timeout):
+                r = await client.post(url, json=_tokenize_body(style, info.model, _TOKENIZE_TEST),
+                                      timeout=timeout)
+                j = r.json() if r.status_code == 200 and len(r.content) < 1_000_000 else None
+        except (httpx.HTTPError, ValueError, TimeoutError):
+            continue
+        n = _tokenize_count(j)
+        if n is not None and n in _TOKENIZE_PLAUSIBLE:
+            info.tokenize_url, info.tokenize_style, info.has_tokenize = url, style, True
+            if info.context_tokens is None and isinstance(j, dict):
+                info.context_tokens = _int(j.get("max_model_len"))
+            return
+
+
+def _tokenize_body(style: str, model: str | None, text: str) -> dict[str, Any]:
+    if style == "llama.cpp":
+        return {"content": text, "add_special": True}
+    if style == "tgi":
+        return {"inputs": text}
+    body: dict[str, Any] = {"prompt": text}
+    if model:
+        body["model"] = model
+    return body
+
+
+def _tokenize_count(j: Any) -> int | None:
+    """The token count in a tokenize answer of any style, else None."""
+    if isinstance(j, list):
+        return len(j) if all(isinstance(t, (dict, int)) for t in j) else None
+    if not isinstance(j, dict):
+        return None
+    if "count" in j:
+        return _int(j.get("count"))
+    toks = j.get("tokens")
+    return len(toks) if isinstance(toks, list) else None
 
 
 async def count_tokens(client: httpx.AsyncClient, info: ServerInfo, text: str,
                        timeout: float = 30.0) -> int | None:
-    """Tokens the server counts for ``text`` as a completions prompt, via its
-    tokenize endpoint (llama.cpp ``POST /tokenize``, vLLM ``POST /tokenize``);
-    None when there is none or it fails."""
+    """Tokens the server counts for ``text`` as a completions prompt, via the
+    tokenize endpoint discovery found (``find_tokenize``); None when there is
+    none or it fails."""
     if not info.has_tokenize:
         return None
+    style = info.tokenize_style or _KIND_STYLE.get(info.kind, "openai")
+    url = info.tokenize_url or info.base_url + "/tokenize"
     try:
         async with asyncio.timeout(timeout):
-            return await _count_tokens(client, info, text, timeout)
+            r = await client.post(url, json=_tokenize_body(style, info.model, text),
+                                  timeout=timeout)
+            return _tokenize_count(r.json() if r.status_code == 200 else None)
     except (httpx.HTTPError, ValueError, TimeoutError):
         return None
-
-
-async def _count_tokens(client: httpx.AsyncClient, info: ServerInfo, text: str,
-                        timeout: float) -> int | None:
-    root = info.base_url
-    if info.kind == "llama.cpp":
-        r = await client.post(root + "/tokenize", json={"content": text, "add_special": True},
-                              timeout=timeout)
-        j = r.json() if r.status_code == 200 else None
-        toks = j.get("tokens") if isinstance(j, dict) else None
-        return len(toks) if isinstance(toks, list) else None
-    r = await client.post(root + "/tokenize", json={"model": info.model, "prompt": text},
-                          timeout=timeout)
-    j = r.json() if r.status_code == 200 else None
-    if isinstance(j, dict):
-        return _int(j.get("count")) or (len(j["tokens"]) if isinstance(j.get("tokens"), list)
-                                        else None)
-    return None
 
 
 def describe_exc(e: BaseException) -> str:

@@ -15,8 +15,10 @@ from typing import Any, Literal, get_args
 ErrorKind = Literal["connect", "timeout", "http", "rate_limited", "context_length",
                     "stream_error", "no_token", "protocol"]
 #: Where ``ProbeResult.prompt_tokens`` came from: the response's ``usage``, llama.cpp
-#: ``timings``, or the server's tokenize endpoint.
-PromptTokensSource = Literal["usage", "timings", "tokenize"]
+#: ``timings``, or the server's tokenize endpoint (counted by the server); or
+#: "estimate": the server reports no count, the length is the client's prediction
+#: (the fit built on it is labelled estimated).
+PromptTokensSource = Literal["usage", "timings", "tokenize", "estimate"]
 #: The sweep runner's state, reported through ``on_state(state, detail)``.
 RunnerState = Literal["connecting", "probing", "retrying", "paused", "stopped", "done",
                       "failed"]
@@ -176,6 +178,8 @@ class ServerInfo:
     n_batch: int | None = None
     n_ubatch: int | None = None
     has_tokenize: bool = False
+    tokenize_url: str | None = None  # the endpoint discovery found counting tokens
+    tokenize_style: str | None = None  # "llama.cpp" | "openai" | "tgi" (core.server)
     metrics_url: str | None = None
     notes: list[str] = field(default_factory=list)
 
