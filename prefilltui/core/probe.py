@@ -1,4 +1,4 @@
-"""One-token streaming probes: exact, cache-proof TTFT (issue 3, items 1-4, 6).
+"""One-token streaming probes: exact, cache-proof TTFT.
 
 A probe is one ``stream: true`` request with ``max_tokens: 1`` to
 ``/v1/completions`` (or ``/v1/chat/completions``).  Clock: ``time.perf_counter``
@@ -8,6 +8,11 @@ completes the first SSE event carrying a generated token returns (see
 request, its set-up time is recorded as ``connect_s`` and taken out of TTFB/TTFT
 (the clock starts when the connection is ready).  ``probe()`` never raises for
 server or network failures: it returns ``ok=False`` with an ``error_kind``.
+
+A probe's data is complete at ``data: [DONE]``, or once the token and its
+``finish_reason`` have come; what the server does after that (keep-alive comments,
+a close without the chunked terminator) is read for at most
+``POST_COMPLETION_GRACE_S``, never fails the probe, and is noted in ``extra``.
 """
 
 from __future__ import annotations
@@ -30,8 +35,22 @@ from prefilltui.core.types import ProbeResult, ServerInfo
 MAX_STREAM_BYTES = 4 * 1024 * 1024
 #: Cap on an error body that is read for its message.
 MAX_ERROR_BYTES = 64 * 1024
-#: Fields a probe adds beyond the OpenAI API; dropped if a server rejects them by name.
+#: Fields a probe adds beyond what a completion request needs.  A 400/422 answer
+#: naming one of them or any of its sub-keys (``include_usage`` inside
+#: ``stream_options``) drops it: the probe is resent once without it, and later
+#: probes of the session never send it.  A field the user set (``extra_body``) is
+#: never dropped.
 OPTIONAL_FIELDS = ("stream_options", "ignore_eos", "cache_prompt", "temperature")
+#: After a probe's data is complete ([DONE], or the token and its finish_reason),
+#: keep reading at most this long: enough for the closing bytes a server sends at
+#: once (the usage chunk after the finish chunk, [DONE], the chunked terminator
+#: that lets the keep-alive connection be reused), short enough that a server
+#: holding the stream open (keep-alive comments after [DONE]) costs a quarter
+#: second, never a timeout.  Nothing read in it moves TTFT.
+POST_COMPLETION_GRACE_S = 0.25
+#: Word prompts sent during calibration (no tokenize endpoint: two lengths give the
+#: server's tokens-per-word line before the first measured probe).
+CALIBRATION_WORDS = (48, 240)
 
 _CTX_PATTERNS = re.compile(
     r"context[ _-]?(size|length|window)|exceed_context|maximum context|n_ctx|"
@@ -61,6 +80,38 @@ class ResendOnStaleConnection(httpx.AsyncHTTPTransport):
                 raise
             self.resent += 1
             return await super().handle_async_request(request)
+
+
+#: Keys shorter than this, or a known placeholder, are not secrets (vLLM's docs
+#: suggest ``EMPTY``; ``x`` is common): they are scrubbed only where a key is sent
+#: (an echoed auth header, a URL parameter), never as a word of the server's text.
+MIN_SECRET_KEY_LEN = 8
+PLACEHOLDER_KEYS = frozenset({"empty", "none", "null", "dummy", "token", "key", "apikey",
+                              "api_key", "placeholder", "sk-no-key-required", "no-key",
+                              "sk-xxx", "sk-dummy", "sk-fake", "fake", "test", "secret"})
+_AUTH_ECHO = re.compile(r"(?i)(\b(?:authorization|x-api-key|api-key)\b[\"']?\s*[:=]\s*[\"']?"
+                        r"(?:bearer\s+|basic\s+)?|\bbearer\s+)([^\s\"',;}\]]+)")
+_URL_KEY = re.compile(r"(?i)([?&](?:api[_-]?key|key|token|access_token)=)([^&\s\"'#]+)")
+
+
+def scrub_key(text: str | None, key: str | None) -> str | None:
+    """``text`` with ``key`` replaced by ``***`` where a key can appear.
+
+    Always: the value after ``Authorization:``/``Bearer``/``x-api-key``/``api-key``
+    (an echoed request header) and a URL's ``api_key=``/``key=``/``token=``
+    parameter, whatever it holds.  A real-looking key (``MIN_SECRET_KEY_LEN`` chars
+    or more, not in ``PLACEHOLDER_KEYS``) also wherever it stands as a whole token,
+    in any letter case.  A short or placeholder key never rewrites the server's
+    words (``x`` in "ValidationException", ``EMPTY`` in "prompt is empty").
+    """
+    if not text or not key:
+        return text
+    text = _AUTH_ECHO.sub(lambda m: m.group(1) + "***", text)
+    text = _URL_KEY.sub(lambda m: m.group(1) + "***", text)
+    if len(key) >= MIN_SECRET_KEY_LEN and key.lower() not in PLACEHOLDER_KEYS:
+        text = re.sub(r"(?<![A-Za-z0-9])" + re.escape(key) + r"(?![A-Za-z0-9])", "***", text,
+                      flags=re.IGNORECASE)
+    return text
 
 
 def context_numbers(err: Any, text: str) -> tuple[int | None, int | None]:
@@ -137,6 +188,12 @@ class ProbeClient:
         self.builder = PromptBuilder(seed)
         self.lengths = LengthModel()
         self._dropped: set[str] = set()
+        self._kept: set[str] = set()  # named in a 400 that was not about them
+        #: Things about this session a reader must know, once each, in order:
+        #: short label (status line) -> sentence (summary).  E.g. a field the
+        #: server rejected, prompt lengths that are estimates.
+        self.notices: dict[str, str] = {}
+        self._last_error_body = ""
 
     @property
     def http(self) -> httpx.AsyncClient:
@@ -157,10 +214,9 @@ class ProbeClient:
         await self._http.aclose()
 
     def _scrub(self, text: str | None) -> str | None:
-        """``text`` with the API key (any letter case) replaced by ``***``."""
-        if text and self._key:
-            text = re.sub(re.escape(self._key), "***", text, flags=re.IGNORECASE)
-        return text
+        """``text`` with the API key replaced by ``***`` where it can appear
+        (see ``scrub_key``)."""
+        return scrub_key(text, self._key)
 
     # -- discovery / warm-up
     async def discover(self) -> ServerInfo:
@@ -173,9 +229,32 @@ class ProbeClient:
         if self.model is None:
             self.model = info.model
         self.info = info
-        if info.kind == "llama.cpp" and self.api == "chat":
-            info.has_tokenize = True  # content count; the template offset is calibrated
         return info
+
+    async def calibrate(self) -> None:
+        """Learn the server's prompt length before the first measured probe.
+
+        With a tokenize endpoint and the completions API the tokenize count is the
+        server's count: nothing to learn.  With chat, one request learns the chat
+        template's tokens (server count - tokenize count).  Without tokenize, one
+        request at each of ``CALIBRATION_WORDS`` fits tokens = offset + ratio *
+        words from the server's ``usage``/``timings``.  The requests are ordinary
+        probes (a rejected optional field is dropped here already) that are not
+        returned: they are not results.  A server that reports no count teaches
+        nothing; its probes' lengths are then estimates.
+        """
+        if self.info is None:
+            return
+        if self.info.has_tokenize:
+            if self.api == "chat":
+                await self.probe(int(CALIBRATION_WORDS[0] * self.lengths.ratio), warmup=True)
+            return
+        ctx = self.info.context_tokens
+        for words in CALIBRATION_WORDS:
+            n = round(self.lengths.predict(words))
+            r = await self.probe(min(n, ctx // 2) if ctx else n, warmup=True)
+            if r.prompt_tokens_source not in ("usage", "timings"):
+                return  # no count from this server (or the request failed)
 
     async def warm(self) -> float | None:
         """Open (or re-use) a keep-alive connection with a cheap GET; returns its
@@ -215,18 +294,26 @@ class ProbeClient:
             body.pop(k, None)
         return body
 
-    def _maybe_drop_field(self, r: ProbeResult) -> None:
-        """A server that rejects an optional field we add (400/422 naming it) gets
-        later probes without it; the failed probe stays recorded with a note."""
-        if r.http_status in (400, 422) and r.error_kind == "http" and r.error_message:
-            for k in OPTIONAL_FIELDS:
-                if k in r.error_message and k not in self._dropped and k not in self.extra_body:
-                    self._dropped.add(k)
-                    r.extra["dropped_field"] = k
+    def _rejected_field(self, r: ProbeResult, body: dict[str, Any]) -> str | None:
+        """The optional field a 400/422 answer names (itself or any of its sub-keys,
+        in any wording: "Unknown field: stream_options", "extraneous key
+        [include_usage] is not permitted", "streamOptions.includeUsage"), or None."""
+        if r.http_status not in (400, 422) or r.error_kind != "http":
+            return None
+        said = {_norm(w) for w in _IDENT.findall(f"{r.error_message}\n{self._last_error_body}")}
+        for k in OPTIONAL_FIELDS:
+            if k in body and k not in self._dropped | self._kept and k not in self.extra_body:
+                if said & {_norm(n) for n in _names(k, body[k])}:
+                    return k
+        return None
 
     async def probe(self, requested_tokens: int, *, warmup: bool = False, burst: bool = False,
                     prompt: str | None = None) -> ProbeResult:
-        """Fire one probe of ``requested_tokens`` server-counted prompt tokens."""
+        """Fire one probe of ``requested_tokens`` server-counted prompt tokens.
+
+        A probe the server rejects for an optional field we add is resent at once
+        without it (``extra["rejected_field"]`` keeps the rejection), and the
+        field is left out of every later probe of this client."""
         r = ProbeResult(requested_tokens=int(requested_tokens), warmup=warmup, burst=burst,
                         api=self.api, model=self.model)
         words = None
@@ -238,12 +325,41 @@ class ProbeClient:
                     self._count if self.info and self.info.has_tokenize else None)
             except Exception as e:  # never raise from a probe
                 return self._fail(r, "protocol", f"prompt construction failed: {e}")
+        body = self._body(prompt)
+        await self._attempt(r, body)
+        while (field := self._rejected_field(r, body)) is not None:
+            self._dropped.add(field)
+            said = self._scrub(r.error_message) or ""
+            self.notices.setdefault(
+                f"sent without {field}",
+                f"the server rejected {field} ({said[:200]}); probes are sent without it")
+            first = r
+            r = ProbeResult(requested_tokens=first.requested_tokens, warmup=warmup, burst=burst,
+                            api=self.api, model=self.model)
+            r.extra["rejected_field"] = {"field": field, "http_status": first.http_status,
+                                         "message": said[:300]}
+            body = self._body(prompt)
+            await self._attempt(r, body)
+            if r.http_status == first.http_status and r.error_message == first.error_message:
+                # the same answer without the field: it was quoted, not the cause
+                self._dropped.discard(field)
+                self._kept.add(field)  # never retried for it again
+                self.notices.pop(f"sent without {field}", None)
+                r.extra.pop("rejected_field", None)
+                break
+        self._learn(r, words, tok_count)
+        r.error_message = self._scrub(r.error_message)
+        return r
+
+    async def _attempt(self, r: ProbeResult, body: dict[str, Any]) -> None:
+        """Send ``body`` once and fill ``r`` (never raises for server or network faults)."""
         url = self.v1 + ("/chat/completions" if self.api == "chat" else "/completions")
+        self._last_error_body = ""
         try:
             # asyncio.timeout runs the stream in this task (wait_for would add a task
             # and its scheduling to every probe).
             async with asyncio.timeout(self.timeout):
-                await self._stream(url, self._body(prompt), r)
+                await self._stream(url, body, r)
         except (asyncio.TimeoutError, httpx.TimeoutException):
             what = "first token" if r.ttft_s is None else "end of stream"
             self._fail(r, "timeout", f"no {what} within {self.timeout:g} s")
@@ -259,14 +375,23 @@ class ProbeClient:
             r.t_end = time.perf_counter()
             if r.t_send is not None:
                 r.total_s = r.t_end - r.t_send
-        self._learn(r, words, tok_count)
-        self._maybe_drop_field(r)
-        r.error_message = self._scrub(r.error_message)
-        return r
 
     def _learn(self, r: ProbeResult, words: int | None, tok_count: int | None) -> None:
+        """Record the prompt length (server count > tokenize count > estimate) and
+        feed the length model from a server count."""
         if r.prompt_tokens is None and tok_count is not None and r.ok:
             r.prompt_tokens, r.prompt_tokens_source = tok_count + round(self.lengths.offset), "tokenize"
+        if r.prompt_tokens is None and r.ok:
+            # No count from the server at all: the length the model predicts (the
+            # requested one when nothing was learned) still places the probe.
+            r.prompt_tokens = max(1, round(self.lengths.predict(words))) if words \
+                else r.requested_tokens
+            r.prompt_tokens_source = "estimate"
+            self.notices.setdefault(
+                "lengths estimated",
+                "the server reports no prompt token count (no usage, timings or tokenize "
+                "endpoint): prompt lengths are estimates, and so is the fit's x axis")
+            return
         if r.prompt_tokens is None or r.prompt_tokens_source == "tokenize":
             return
         if tok_count is not None:
@@ -312,21 +437,47 @@ class ProbeClient:
             await resp.aclose()
 
     async def _read_events(self, resp: httpx.Response, r: ProbeResult, t0: float) -> None:
+        """Read the stream, stamping TTFT at the read that completes the first token
+        event.  The data is complete at ``[DONE]`` (t_end is stamped there) or once
+        the token and a ``finish_reason`` have come; the stream is then read for at
+        most POST_COMPLETION_GRACE_S more, and nothing after completion fails the
+        probe: it is noted in ``extra["stream_end"]``."""
         dec = SSEStreamDecoder()
         size = 0
-        done = False
-        async for chunk in resp.aiter_bytes():
+        done = finished = False
+        deadline: float | None = None  # set when the data is complete
+        t_done: float | None = None
+        t_data = t0  # the read that brought the last event with data
+        chunks = resp.aiter_bytes().__aiter__()
+        while True:
+            try:
+                if deadline is None:
+                    chunk = await chunks.__anext__()
+                else:
+                    async with asyncio.timeout(max(0.0, deadline - time.perf_counter())):
+                        chunk = await chunks.__anext__()
+            except StopAsyncIteration:
+                break
+            except (TimeoutError, httpx.HTTPError) as e:
+                if deadline is None:
+                    raise  # before the data is complete: the probe's own failure
+                r.extra["stream_end"] = _after_complete(e, done)
+                break
             now = time.perf_counter()
             if r.ttfb_s is None and chunk:
                 r.ttfb_s = now - t0
+            if done:
+                continue  # after [DONE]: only the closing bytes, ignored
             size += len(chunk)
             if size > MAX_STREAM_BYTES:
                 self._fail(r, "protocol", f"stream over {MAX_STREAM_BYTES} bytes, cut off")
                 return
             for ev in dec.feed(chunk):
                 if ev.data.strip() == "[DONE]":
-                    done = True
-                    continue
+                    done, t_done = True, now
+                    deadline = now + POST_COMPLETION_GRACE_S
+                    break
+                t_data = now
                 if ev.event == "error":
                     try:
                         msg = error_message(json.loads(ev.data))
@@ -348,8 +499,16 @@ class ProbeClient:
                     continue
                 if info.has_token and r.ttft_s is None:
                     r.ttft_s = now - t0
+                finished = finished or info.finish_reason is not None
                 _take_usage(r, info.usage, info.timings)
-        r.t_end = time.perf_counter()
+            if deadline is None and finished and r.ttft_s is not None:
+                deadline = now + POST_COMPLETION_GRACE_S
+        if t_done is not None:
+            r.t_end = t_done
+        elif "stream_end" in r.extra:
+            r.t_end = t_data  # the grace ran out: the data ended with its last event
+        else:
+            r.t_end = time.perf_counter()
         r.total_s = r.t_end - t0
         dec.close()
         if r.error_kind is not None:
@@ -362,6 +521,7 @@ class ProbeClient:
 
     async def _http_error(self, resp: httpx.Response, r: ProbeResult) -> None:
         text = await _read_capped(resp, MAX_ERROR_BYTES)
+        self._last_error_body = text
         r.t_end = time.perf_counter()
         if r.t_send is not None:
             r.total_s = r.t_end - r.t_send
@@ -402,6 +562,23 @@ class ProbeClient:
             self._fail(r, "context_length", msg)
             return
         self._fail(r, default_kind, msg)
+
+
+_IDENT = re.compile(r"[A-Za-z_][A-Za-z0-9_-]*")
+
+
+def _norm(name: str) -> str:
+    """A field name compared across spellings: include_usage = includeUsage = include-usage."""
+    return name.replace("_", "").replace("-", "").lower()
+
+
+def _names(field: str, value: Any) -> list[str]:
+    """``field`` and every key nested in its value (the sub-keys a server may name)."""
+    out = [field]
+    if isinstance(value, dict):
+        for k, v in value.items():
+            out += _names(str(k), v)
+    return out
 
 
 #: Largest prompt-token count accepted from a server (no model has a context near
@@ -449,6 +626,17 @@ def _take_usage(r: ProbeResult, usage: dict | None, timings: dict | None) -> Non
         if (isinstance(pms, (int, float)) and not isinstance(pms, bool)
                 and math.isfinite(pms) and pms >= 0):
             r.server_prefill_s = pms / 1000.0
+
+
+def _after_complete(e: BaseException, done: bool) -> str:
+    """The note for what went wrong once a probe's data was complete."""
+    after = "[DONE]" if done else "the finish_reason"
+    if isinstance(e, TimeoutError):
+        return (f"the server kept the stream open after {after}; closed by the client "
+                f"after {POST_COMPLETION_GRACE_S:g} s")
+    if isinstance(e, httpx.RemoteProtocolError):
+        return f"connection closed after {after} without the chunked terminator"
+    return f"connection lost after {after}: {_server.describe_exc(e)}"
 
 
 async def _read_capped(resp: httpx.Response, cap: int) -> str:

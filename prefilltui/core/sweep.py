@@ -115,11 +115,19 @@ class SweepRunner:
         self._task: asyncio.Task | None = None
         self._wake: asyncio.Event | None = None
         self._seq = 0
+        self._client: object | None = None
 
     # -- public controls (any thread)
     @property
     def server_info(self) -> ServerInfo | None:
         return self._info
+
+    @property
+    def notices(self) -> dict[str, str]:
+        """What a reader must know about this session, once each: short label ->
+        sentence (``ProbeClient.notices``: a field the server rejected, prompt
+        lengths that are estimates).  Empty before the client exists."""
+        return dict(getattr(self._client, "notices", None) or {})
 
     @property
     def lengths(self) -> list[int]:
@@ -240,7 +248,7 @@ class SweepRunner:
                 return
 
     async def _main(self) -> None:
-        client = self._factory()
+        client = self._client = self._factory()
         try:
             if not await self._connect(client):
                 return
@@ -267,6 +275,10 @@ class SweepRunner:
             self._info = info
             self._cap = cap_for_context(info.context_tokens)
             await client.warm()
+            calibrate = getattr(client, "calibrate", None)
+            if calibrate is not None:
+                self._set_state("connecting", "calibrating prompt lengths")
+                await calibrate()  # before the first probe, warm-up or not
             return True
         self._set_state("stopped", "")
         return False
