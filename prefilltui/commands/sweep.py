@@ -57,9 +57,23 @@ def compute_fit(results: list[ProbeResult]) -> dict[str, Any] | None:
     return f.to_json() if f is not None else None
 
 
+def estimated_lengths(results) -> int:
+    """How many fit-eligible probes have an estimated prompt length (the server
+    reported no count): when any, the fit's x axis is an estimate."""
+    return sum(1 for r in results if r.fit_eligible and r.prompt_tokens_source == "estimate")
+
+
+def label_fit(d: dict[str, Any], results) -> None:
+    """Mark ``d["fit"]`` ``lengths: "estimated"`` when its x values are estimates."""
+    if d.get("fit") and estimated_lengths(results):
+        d["fit"]["lengths"] = "estimated"
+
+
 def summarize(results: list[ProbeResult], info, *, rate_limited: int = 0,
-              run_file: str | None = None) -> dict[str, Any]:
-    """The JSON summary of a finished sweep."""
+              run_file: str | None = None, notices: dict[str, str] | None = None
+              ) -> dict[str, Any]:
+    """The JSON summary of a finished sweep.  ``notices``: the session's notes
+    (``SweepRunner.notices``), each said once under ``notes``."""
     ok = [r for r in results if r.ok]
     failed = [r for r in results if not r.ok]
     overheads = [r.ttft_s - r.server_prefill_s for r in ok
@@ -94,6 +108,9 @@ def summarize(results: list[ProbeResult], info, *, rate_limited: int = 0,
         "lengths": rows,
         "run_file": run_file,
     }
+    if notices:
+        d["notes"] = list(notices.values())
+    label_fit(d, results)
     return d
 
 
@@ -119,7 +136,8 @@ def format_text(d: dict[str, Any]) -> str:
         pass  # the analysis summary below shows the fit with its intervals
     elif f:
         tps = f.get("prefill_tokens_per_s")
-        out.append(f"fit ({f.get('method', 'ols')})  TTFT = {f['intercept_s'] * 1e3:.2f} ms + "
+        est = ", lengths estimated" if f.get("lengths") == "estimated" else ""
+        out.append(f"fit ({f.get('method', 'ols')}{est})  TTFT = {f['intercept_s'] * 1e3:.2f} ms + "
                    f"{f['slope_s_per_token'] * 1e3:.4f} ms/token x n   "
                    f"prefill {tps:,.0f} tokens/s   R2 {f['r2']:.3f}   n {f['n']}"
                    if tps else f"fit  intercept {f['intercept_s'] * 1e3:.2f} ms, slope <= 0")
@@ -280,7 +298,7 @@ def run(args) -> int:
         err(f"every probe failed ({', '.join(f'{k} {v}' for k, v in kinds.items()) or 'none ran'})")
         return ExitCode.UNREACHABLE
     d = summarize(results, runner.server_info, rate_limited=runner.rate_limited,
-                  run_file=str(session.run_path))
+                  run_file=str(session.run_path), notices=runner.notices)
     gpu_names = None
     if session.sampler is not None:
         snap = session.sampler.snapshot()

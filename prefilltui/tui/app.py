@@ -315,8 +315,9 @@ class PrefillApp(WorkerActions, App[int]):
     def _update_status(self) -> None:
         if not self.query("#status"):
             return
+        notices = getattr(self.runner, "notices", None) if self.runner is not None else None
         text = status_line(self.state, self.state_detail, self.counters, self.sweep_range,
-                           self.which, self.paused)
+                           self.which, self.paused, tuple(notices or ()))
         if text != self._status_text:  # unchanged text: no redraw, no terminal bytes
             self._status_text = text
             # one line high whatever it says (CSS height: 1): no screen layout needed

@@ -141,8 +141,10 @@ def drop_repeat(note: str, phrase: str | None) -> str:
 
 
 def status_line(state: str, detail: str, counters: Counters, rng: tuple[int, int],
-                which: str, paused: bool) -> str:
-    """The always-visible connection/progress line (markup)."""
+                which: str, paused: bool, notices: tuple[str, ...] = ()) -> str:
+    """The always-visible connection/progress line (markup).  ``notices``: the
+    session's short labels (``SweepRunner.notices``, e.g. "lengths estimated",
+    "sent without stream_options"), shown last, in the warning colour."""
     icons = {"connecting": "[$warning]◌ connecting[/]", "probing": "[$success]● probing[/]",
              "retrying": "[$warning]↻ retrying[/]", "paused": "[$accent]‖ paused[/]",
              "stopped": "■ stopped", "done": "■ done", "failed": "[$error]✖ failed[/]"}
@@ -155,6 +157,7 @@ def status_line(state: str, detail: str, counters: Counters, rng: tuple[int, int
         parts.append(f"[$error]{counters.failed} failed[/]")
     parts.append(f"{rng[0]}–{rng[1]} tok")
     parts.append("window fit" if which == "window" else "all-time fit")
+    parts += [f"[$warning]{_escape(n)}[/]" for n in notices]
     return "  ".join(parts)
 
 
