@@ -64,6 +64,8 @@ class FakeRunner:
         self.calls: list[tuple] = []
         self.paused = False
         self.emitted = 0
+        #: the session's notices, as SweepRunner.notices: short label -> sentence
+        self.notices: dict[str, str] = {}
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
         self._info = info or ServerInfo(base_url="http://127.0.0.1:8080", kind="llama.cpp",

@@ -121,6 +121,23 @@ async def test_state_line_shows_retrying_reason():
         assert "retrying" in _status(app) and "unreachable" in _status(app)
 
 
+async def test_state_line_says_rejected_fields_and_estimated_lengths():
+    app, h = _app()
+    async with app.run_test(size=(160, 24)) as pilot:
+        h["runner"].notices.update({
+            "sent without stream_options": "the server rejected stream_options (...)",
+            "lengths estimated": "the server reports no prompt token count (...)"})
+        h["runner"].emit(make_result(1, 100))
+        for _ in range(20):
+            await pilot.pause(0.05)
+            if app.counters.probes:
+                break
+        app.flush()
+        status = _status(app)
+        assert status.count("sent without stream_options") == 1
+        assert status.count("lengths estimated") == 1
+
+
 async def test_pause_stops_probes():
     app, h = _app(interval=0.02)
     async with app.run_test(size=(80, 24)) as pilot:

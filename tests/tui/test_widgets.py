@@ -96,6 +96,9 @@ def test_status_line_words():
     s = status_line("retrying", "connect refused; retrying in 2 s", c, (32, 4096), "all", False)
     assert "retrying" in s and "connect refused" in s and "1 failed" in s
     assert "paused" in status_line("probing", "", c, (32, 4096), "window", True)
+    s = status_line("probing", "", c, (32, 4096), "all", False,
+                    ("sent without stream_options", "lengths estimated"))
+    assert s.endswith("[$warning]sent without stream_options[/]  [$warning]lengths estimated[/]")
 
 
 def test_probe_status_and_message():

@@ -249,3 +249,12 @@ def llama_routes(n_ctx: int = 4096) -> dict[str, Reply]:
                                   "total_slots": 1, "build_info": "b1"}),
         "GET /metrics": Reply.text("llamacpp:prompt_tokens_total 0\n"),
     }
+
+
+def tokenize_route() -> Any:
+    """``POST /tokenize`` answering like vLLM: ``{"count": words, "tokens": [...]}``
+    (one token per whitespace-separated word of ``prompt``)."""
+    def reply(req: Request) -> Reply:
+        n = len(str(req.json.get("prompt", "")).split())
+        return Reply.json({"count": n, "tokens": list(range(n)), "max_model_len": None})
+    return reply

@@ -122,7 +122,8 @@ def test_discovery_of_a_trickling_server_is_bounded():
 def test_implausible_prompt_tokens_are_ignored_and_noted(fake_server, usage):
     s = fake_server({"GET /v1/models": models_reply("m"), "POST /v1/completions": _completions(usage)})
     r = _run(_probe(s.base_url))
-    assert r.ok and r.prompt_tokens is None and r.tokens == 16
+    # no usable count: the length is the client's estimate, labelled so
+    assert r.ok and r.prompt_tokens_source == "estimate" and r.tokens == 16
     assert r.extra["ignored"] and "prompt_tokens" in r.extra["ignored"][0]
 
 
@@ -137,7 +138,8 @@ def test_bigint_prompt_tokens_do_not_crash_the_length_model(fake_server):
             await c.discover()
             return [await c.probe(16), await c.probe(32)]
     rs = _run(go())
-    assert all(r.ok and r.prompt_tokens is None for r in rs)
+    assert all(r.ok and r.prompt_tokens_source == "estimate" for r in rs)
+    assert [r.prompt_tokens for r in rs] == [16, 32]
 
 
 def test_bad_timings_and_cached_tokens_are_ignored(fake_server):

@@ -179,8 +179,11 @@ async def test_rejected_optional_field_is_dropped(fake_server):
     async with ProbeClient(srv.base_url, timeout=5) as c:
         r1 = await c.probe(8, prompt="x")
         r2 = await c.probe(8, prompt="x")
-    assert r1.error_kind == "http" and r1.extra["dropped_field"] == "stream_options"
-    assert r2.ok
+    # resent at once without the field; later probes never send it
+    assert r1.ok and r1.extra["rejected_field"]["field"] == "stream_options"
+    assert r2.ok and "rejected_field" not in r2.extra
+    sent = [q.json for q in srv.requests if q.method == "POST"]
+    assert ["stream_options" in b for b in sent] == [True, False, False]
 
 
 async def test_api_key_sent_but_not_in_repr_or_errors(fake_server):

@@ -75,7 +75,8 @@ def streams(draw) -> tuple[bytes, int]:
         elif kind == "retry":
             block([field("retry", "3000")])
         elif kind == "role":
-            block([field("data", json.dumps({"choices": [{"index": 0, "delta": {"role": "assistant"}}]}))])
+            role = {"choices": [{"index": 0, "delta": {"role": "assistant"}}]}
+            block([field("data", json.dumps(role))])
         else:
             block([field("data", json.dumps({"choices": [{"index": 0, "text": ""}]}))])
     text = draw(st.sampled_from(["Hi", "\u00e9", "\u2603", "x y"]))
@@ -86,7 +87,7 @@ def streams(draw) -> tuple[bytes, int]:
         body.append(field("id", "7"))
     if draw(st.booleans()):
         body.append(field("event", "message"))
-    if draw(st.booleans()) and 0 < cut < len(obj) and obj[cut - 1] in ",:{[" :
+    if draw(st.booleans()) and 0 < cut < len(obj) and obj[cut - 1] in ",:{[":
         body += [field("data", obj[:cut]), field("data", obj[cut:])]  # joined with \n: still JSON
     else:
         body.append(field("data", obj))

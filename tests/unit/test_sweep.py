@@ -3,7 +3,7 @@
 import threading
 import time
 
-from fakeserver import Reply, models_reply, sse_data, sse_done, sse_text
+from fakeserver import Reply, models_reply, sse_data, sse_done, sse_text, tokenize_route
 from prefilltui.core.probe import ProbeClient
 from prefilltui.core.runfile import RunWriter, read_run
 from prefilltui.core.sweep import SweepConfig, SweepRunner, cap_for_context, make_lengths
@@ -77,7 +77,8 @@ def test_context_cap_from_discovery_and_errors(fake_server):
 
 
 def test_rate_limit_backoff_counted(fake_server):
-    srv = usage_server(fake_server)
+    # a tokenize endpoint: no calibration request takes the scripted 429
+    srv = usage_server(fake_server, extra={"POST /tokenize": tokenize_route()})
     ok = Reply.sse([(0, sse_text("x")), (0.01, sse_done())])
     srv.set("POST /v1/completions", [Reply.json({"error": {"message": "busy"}}, status=429,
                                                 headers={"Retry-After": "0.2"}), ok])
