@@ -57,15 +57,11 @@ def compute_fit(results: list[ProbeResult]) -> dict[str, Any] | None:
     return f.to_json() if f is not None else None
 
 
-def estimated_lengths(results) -> int:
-    """How many fit-eligible probes have an estimated prompt length (the server
-    reported no count): when any, the fit's x axis is an estimate."""
-    return sum(1 for r in results if r.fit_eligible and r.prompt_tokens_source == "estimate")
-
-
 def label_fit(d: dict[str, Any], results) -> None:
-    """Mark ``d["fit"]`` ``lengths: "estimated"`` when its x values are estimates."""
-    if d.get("fit") and estimated_lengths(results):
+    """Mark ``d["fit"]`` ``lengths: "estimated"`` when a probe in it has an estimated
+    prompt length (the server reported no count), as ``analysis.analyze`` does."""
+    if d.get("fit") and any(r.fit_eligible and r.prompt_tokens_source == "estimate"
+                            for r in results):
         d["fit"]["lengths"] = "estimated"
 
 
@@ -186,7 +182,9 @@ def _progress_line(r: ProbeResult, total: int | None) -> str:
             sp += f" {r.power_peak_w:.0f} W"
         if r.energy_j is not None:
             sp += f" {r.energy_j:.2f} J"
-        cnt = f" ({r.prompt_tokens} counted)" if r.prompt_tokens is not None else ""
+        cnt = "" if r.prompt_tokens is None else (
+            f" ({r.prompt_tokens} estimated)" if r.prompt_tokens_source == "estimate"
+            else f" ({r.prompt_tokens} counted)")
         cache = f"  CACHE HIT {r.cached_tokens}" if r.cache_hit else ""
         return f"{head}{cnt}  TTFT {r.ttft_s * 1e3:.1f} ms{sp}{cache}"
     return f"{head}  FAILED {r.error_kind}: {r.error_message}"

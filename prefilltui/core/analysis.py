@@ -38,6 +38,9 @@ def _probe_counts(results: list[ProbeResult]) -> dict[str, Any]:
         "failed": sum(not r.ok for r in results), "warmup": sum(r.warmup for r in results),
         "cache_hit": sum(r.ok and r.cache_hit for r in results),
         "fit_eligible": len(toks), "errors": dict(errs),
+        # prompt lengths the server did not count (no usage/timings/tokenize)
+        "estimated_lengths": sum(1 for r in results
+                                 if r.fit_eligible and r.prompt_tokens_source == "estimate"),
         "tokens_min": min(toks) if toks else None, "tokens_max": max(toks) if toks else None,
     }
 
@@ -88,6 +91,8 @@ def analyze(results: Iterable[ProbeResult], server_info: ServerInfo | None = Non
         "verdict": None,
         "notes": notes,
     }
+    if out["probes"]["estimated_lengths"] and out["fit"].get("n"):
+        out["fit"]["lengths"] = "estimated"  # its x axis is the client's estimate
     if snap and snap.quadratic is not None:
         out["quadratic"] = {**snap.quadratic.to_json(), "applies": snap.quadratic_applies}
     out["roofline"] = _roofline(snap, model, hw, efficiency)
@@ -226,7 +231,8 @@ def format_summary(d: dict[str, Any]) -> str:
     if p["errors"]:
         out.append("  errors: " + ", ".join(f"{k} {v}" for k, v in sorted(p["errors"].items())))
     f = d["fit"]
-    out.append(f"Fit ({f.get('method') or 'none'}, all-time):")
+    est = ", prompt lengths estimated" if f.get("lengths") == "estimated" else ""
+    out.append(f"Fit ({f.get('method') or 'none'}, all-time{est}):")
     out += format_fit_lines(f)
     q = d.get("quadratic")
     if q and q.get("applies"):

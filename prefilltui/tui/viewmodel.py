@@ -109,6 +109,7 @@ def build_stats(snap: Any, *, which: str, method: str, info: ServerInfo | None,
     if last is not None:
         v.requested = last.requested_tokens
         v.counted = last.prompt_tokens
+        v.counted_estimated = last.prompt_tokens_source == "estimate"
         v.overhead_s = last.overhead_s
         v.queue_s = last.queue_s
         v.prefill_s = last.server_prefill_s

@@ -273,7 +273,12 @@ def test_no_count_at_all_still_fits_labelled_estimated(fake_server, tmp_path, ca
     assert [r.prompt_tokens_source for r in back] == ["estimate"] * 4
     assert sorted(r.prompt_tokens for r in back) == [50, 100, 200, 400]
     text, _, _ = sweep(srv.base_url, tmp_path, capsys, fmt="text")
-    assert "lengths are estimates" in text
+    assert "lengths are estimates" in text  # the note, once
+    assert text.count("lengths are estimates") == 1
+    assert "(50 estimated)" in text  # the progress line does not call it counted
+    assert "Fit (robust, all-time, prompt lengths estimated)" in text
+    assert main(["report", str(out), "--no-plot"]) == 0  # the run file says it too
+    assert "prompt lengths estimated" in capsys.readouterr().out
 
 
 def test_litellm_max_input_tokens_is_the_context(fake_server, tmp_path, capsys):

@@ -57,7 +57,8 @@ def probe_message(r: ProbeResult) -> str:
     when = time.strftime("%H:%M:%S", time.localtime(r.started_at)) if r.started_at else "?"
     head = f"probe #{r.seq} at {when}: {r.requested_tokens} tokens requested"
     if r.prompt_tokens is not None:
-        head += f", {r.prompt_tokens} counted"
+        head += f", {r.prompt_tokens} " + ("estimated (the server gives no count)"
+                                           if r.prompt_tokens_source == "estimate" else "counted")
     if r.ok:
         ttft = f"{r.ttft_s * 1e3:.1f} ms" if r.ttft_s is not None else "—"
         head += f"; TTFT {ttft}"

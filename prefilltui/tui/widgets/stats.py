@@ -36,6 +36,7 @@ class StatsView:
     device: str | None = None
     requested: int | None = None
     counted: int | None = None
+    counted_estimated: bool = False  # the server gave no count: ``counted`` is an estimate
     cached_probes: int = 0
     last_cached_tokens: int | None = None
     overhead_s: float | None = None
@@ -149,6 +150,7 @@ def stats_text(v: StatsView) -> Text:
         t.append(model + "\n", style="dim")
     if v.requested is not None:
         counted = "—" if v.counted is None else str(v.counted)
+        counted += " est." if v.counted is not None and v.counted_estimated else ""
         line("tokens", f"{v.requested} req → {counted}")
     if v.overhead_s is not None or v.queue_s is not None or v.prefill_s is not None:
         def ms(x: float | None) -> str:
