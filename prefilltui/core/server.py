@@ -178,30 +178,36 @@ TOKENIZE_ENDPOINTS = (("/tokenize", "llama.cpp"), ("/tokenize", "openai"),
                       ("/v1/tokenize", "openai"), ("/tokenize", "tgi"))
 _KIND_STYLE = {"llama.cpp": "llama.cpp", "vllm": "openai", "sglang": "openai", "tgi": "tgi"}
 #: The text tokenize endpoints are tried with, and the counts accepted for it
-#: (8 common words: a tokenizer gives 8-12 tokens, 8-24 with special tokens).
+#: (9 common words, 43 characters: a BPE tokenizer gives 9-12 tokens, a byte-level
+#: one up to ~45, plus a few special tokens; anything else is not a token count).
 _TOKENIZE_TEST = "The quick brown fox jumps over the lazy dog"
-_TOKENIZE_PLAUSIBLE = range(8, 40)
+_TOKENIZE_PLAUSIBLE = range(5, 64)
 
 
 async def find_tokenize(client: httpx.AsyncClient, info: ServerInfo, timeout: float = 10.0) -> None:
     """Set ``info.tokenize_url``/``tokenize_style``/``has_tokenize`` to the first
-    endpoint of ``TOKENIZE_ENDPOINTS`` that counts a test text plausibly (tried on
-    any kind of server); a vLLM-style answer's ``max_model_len`` fills an unknown
-    context limit.  Leaves them unset when none answers; never raises."""
+    endpoint of ``TOKENIZE_ENDPOINTS`` that counts a test text plausibly (all are
+    tried at once, on any kind of server); a vLLM-style answer's ``max_model_len``
+    fills an unknown context limit.  Leaves them unset when none answers; never
+    raises."""
     first = _KIND_STYLE.get(info.kind)
     order = sorted(TOKENIZE_ENDPOINTS, key=lambda e: e[1] != first)
-    for path, style in order:
-        url = info.base_url + path
+
+    async def attempt(path: str, style: str) -> Any:
         try:
             async with asyncio.timeout(timeout):
-                r = await client.post(url, json=_tokenize_body(style, info.model, _TOKENIZE_TEST),
-                                      timeout=timeout)
-                j = r.json() if r.status_code == 200 and len(r.content) < 1_000_000 else None
+                r = await client.post(info.base_url + path, timeout=timeout,
+                                      json=_tokenize_body(style, info.model, _TOKENIZE_TEST))
+                return r.json() if r.status_code == 200 and len(r.content) < 1_000_000 else None
         except (httpx.HTTPError, ValueError, TimeoutError):
-            continue
+            return None
+
+    answers = await asyncio.gather(*(attempt(path, style) for path, style in order))
+    for (path, style), j in zip(order, answers):
         n = _tokenize_count(j)
         if n is not None and n in _TOKENIZE_PLAUSIBLE:
-            info.tokenize_url, info.tokenize_style, info.has_tokenize = url, style, True
+            info.tokenize_url, info.tokenize_style = info.base_url + path, style
+            info.has_tokenize = True
             if info.context_tokens is None and isinstance(j, dict):
                 info.context_tokens = _int(j.get("max_model_len"))
             return
