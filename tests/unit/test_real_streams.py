@@ -57,6 +57,21 @@ async def one_probe(srv, n=50, **kw):
         return r, time.perf_counter() - t
 
 
+# ------------------------------------------------------------- TTFT at the completing read
+
+
+async def test_crlf_event_ended_by_a_trailing_cr_is_stamped_at_0_10_not_0_40(fake_server):
+    srv = fake_server({"GET /v1/models": models_reply("m"), "POST /tokenize": word_tokenize,
+                       "POST /v1/completions": lambda req: Reply.sse([
+                           (0.10, b'data: {"choices":[{"index":0,"text":"Hi"}]}\r\n\r'),
+                           (0.40, b"\n" + usage_chunk(words_of(req)).replace(b"\n", b"\r\n")
+                            + b"data: [DONE]\r\n\r\n")])})
+    r, _ = await one_probe(srv)
+    assert r.ok, r.error_message
+    assert 0.09 <= r.ttft_s <= 0.3 and r.ttfb_s <= 0.3  # TTFT 0.10 s (was 0.402)
+    assert r.total_s >= 0.39 and r.prompt_tokens == 50
+
+
 # ------------------------------------------------------------- the end of a probe
 
 KEEPALIVE_30S = [(0.12 + 0.5 * i, b": keep-alive\n\n") for i in range(1, 61)]
