@@ -19,7 +19,8 @@ import math
 import random
 from typing import Awaitable, Callable
 
-#: Accepted relative error of the counted prompt length (issue 3, item 4).
+#: Accepted relative error of the counted prompt length against the requested one
+#: (2 %: within one word in a hundred tokens).
 TOLERANCE = 0.02
 
 #: Tokens per word before any calibration: common English words are 1-2 tokens in

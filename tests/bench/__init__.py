@@ -1,4 +1,4 @@
-"""prefilltui's own benchmarks (issue 8): fidelity, overhead and footprint in one table.
+"""prefilltui's own benchmarks: fidelity, overhead and footprint in one table.
 
     python -m tests.bench [--quick] [--json] [--soak-seconds S] [--only NAME,...]
     make bench ARGS='--quick'

@@ -33,7 +33,7 @@ SECTION_ORDER = ["1 client overhead", "2 TUI vs headless", "3 fit accuracy",
 
 
 def fit_rows(opts) -> list[Row]:
-    """Figures of the analysis benchmark (tests/bench/bench_fit.py, issue 4)."""
+    """Figures of the analysis benchmark (tests/bench/bench_fit.py)."""
     from tests.bench import bench_fit
 
     d = bench_fit.run_benchmark(seeds=200, quick=opts.quick)
@@ -61,7 +61,7 @@ def fit_rows(opts) -> list[Row]:
 
 
 def telemetry_rows(opts) -> list[Row]:
-    """Figures of the telemetry benchmark (tests/bench/bench_telemetry.py, issue 5)."""
+    """Figures of the telemetry benchmark (tests/bench/bench_telemetry.py)."""
     from tests.bench import bench_telemetry
 
     d = bench_telemetry.run(quick=opts.quick, prefill=False)

@@ -1,4 +1,4 @@
-"""Telemetry benchmark (issue 5): sampler cost, memory over an hour, CPU spike in a prefill.
+"""Telemetry benchmark: sampler cost, memory over an hour, CPU spike in a prefill.
 
 Run:  python -m tests.bench.bench_telemetry [--quick] [--no-prefill]
 

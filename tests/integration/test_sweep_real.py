@@ -1,6 +1,6 @@
 """A real sweep against the demo llama-server (SmolLM2-135M on the CPU).
 
-Checks issue 3's integration criteria: no cached tokens, counted prompt tokens
+Checks what a probe promises: no cached tokens, counted prompt tokens
 within +-2 % of requested, TTFT rising with length, server_prefill_s <= ttft_s.
 Prompts stay <= 512 tokens so the test is quick on 2 shared cores.
 """

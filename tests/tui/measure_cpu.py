@@ -1,4 +1,5 @@
-"""CPU and terminal bytes of the live app, fake probes + real sampler (issue 6 benchmark).
+"""CPU and terminal bytes of the live app, fake probes + real sampler
+(the budget: <= 5 % of a core at 1 probe/s with 10 Hz sampling).
 
     .venv/bin/python -m tests.tui.measure_cpu [--seconds 60] [--cols 80] [--rows 24]
         [--probe-s 1.0] [--hz 10] [--warmup-s 8] [--profile OUT.prof] [--no-sampler]

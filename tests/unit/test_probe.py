@@ -1,4 +1,5 @@
-"""Byte-exact SSE cases from issue 3 against a real loopback fake server."""
+"""Byte-exact SSE cases (a role-only first chunk, split reads, comments, errors inside a
+200 stream, usage-only chunks) against a real loopback fake server."""
 
 import pytest
 

@@ -1,4 +1,4 @@
-"""NVML GPU sampler and attribution, against tests/unit/fake_nvml.py (issue 5, item 6).
+"""NVML GPU sampler and attribution, against tests/unit/fake_nvml.py.
 
 No sleeps: the sampler's clock is a FakeClock and the tests call ``tick()``.
 """

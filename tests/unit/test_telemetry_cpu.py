@@ -1,4 +1,4 @@
-"""CPU fallback sampler: psutil utilization and RAPL powercap energy (issue 5, item 4)."""
+"""CPU fallback sampler: psutil utilization and RAPL powercap energy."""
 
 from __future__ import annotations
 

@@ -3,7 +3,7 @@
 Selecting a row (enter / click) posts ``ProbeLog.Selected`` with the probe so the app
 can show its full message.  Bounded: the oldest rows are removed beyond ``max_rows``.
 
-A small line-API scroll view rather than a DataTable (issue 6 benchmark: the DataTable
+A small line-API scroll view rather than a DataTable (measured with tests/tui/measure_cpu.py: the DataTable
 re-measured and re-rendered every visible cell through Rich on each new row, ~2 % of a
 core at one probe a second): each row is formatted once, on arrival, into fixed-width
 columns; drawing a line is a lookup.  A new row changes only the scrollable (virtual)
