@@ -1,4 +1,11 @@
-"""Test-wide isolation: a developer's own config and run files stay out of the tests.
+"""Test-wide fixtures: isolation from a developer's own config and run files, and the
+loopback fake server.
+
+``fake_server(script, ssl_context=None)`` starts a FakeServer (tests/fakeserver.py) on a
+real loopback socket for the duration of the test; ``fakeserver.llama_routes()`` gives
+the discovery endpoints of a llama.cpp server.  Tests are packages (``tests.unit``,
+``tests.cli``, ...): shared helpers are imported as ``tests.fakeserver``, never through
+``sys.path`` edits.
 
 Every test gets fresh XDG_DATA_HOME / XDG_CONFIG_HOME / XDG_STATE_HOME dirs (run
 files, config and state land there), while XDG_CACHE_HOME is pinned to the
@@ -13,6 +20,8 @@ import os
 from pathlib import Path
 
 import pytest
+
+from tests.fakeserver import FakeServer
 
 #: The real cache dir, read once before any test can change HOME or XDG vars.
 _REAL_CACHE_HOME = (os.environ.get("XDG_CACHE_HOME")
@@ -32,3 +41,17 @@ def _isolated_user_dirs(tmp_path_factory: pytest.TempPathFactory,
         monkeypatch.setenv(var, str(d))
     monkeypatch.setenv("XDG_CACHE_HOME", _REAL_CACHE_HOME)
     return base
+
+
+@pytest.fixture
+def fake_server():
+    servers: list[FakeServer] = []
+
+    def start(script=None, **kw) -> FakeServer:
+        s = FakeServer(script, **kw).__enter__()
+        servers.append(s)
+        return s
+
+    yield start
+    for s in servers:
+        s.__exit__(None, None, None)

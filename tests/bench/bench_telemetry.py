@@ -33,8 +33,7 @@ import psutil
 from prefilltui.core.telemetry import Sampler, make_sampler
 from prefilltui.core.types import ProbeResult
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "unit"))
-import fake_nvml as fk  # noqa: E402
+from tests.unit import fake_nvml as fk
 
 LLAMA_SERVER = [Path("/tmp/llb/build/bin/llama-server")]
 GGUF = [Path("/tmp/llb/gguf/SmolLM2-135M-Instruct.Q4_1.gguf")]

@@ -21,16 +21,12 @@ from __future__ import annotations
 import contextlib
 import os
 import shutil
-import sys
 from pathlib import Path
 
 import pytest
 
 from prefilltui.demo import build, target
 from prefilltui.demo.server import DEFAULT_CTX, LlamaServer
-
-# shared test helpers (fakeserver, procwait) live in tests/unit
-sys.path.insert(0, str(Path(__file__).parents[1] / "unit"))
 
 SKIP = os.environ.get("PREFILLTUI_SKIP_INTEGRATION") == "1"
 _HERE = Path(__file__).resolve().parent

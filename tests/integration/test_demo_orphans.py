@@ -12,7 +12,7 @@ import sys
 
 import psutil
 import pytest
-from procwait import gone
+from tests.procwait import gone
 
 CHILD = r'''
 import signal, sys, time

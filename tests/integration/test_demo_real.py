@@ -18,7 +18,7 @@ from urllib.parse import urlparse
 
 import numpy as np
 import pytest
-from procwait import gone
+from tests.procwait import gone
 
 LENGTHS = [32, 128, 512]  # 4x apart, so the ordering survives a busy shared machine
 REPEATS = 3

@@ -8,8 +8,8 @@ import zlib
 from pathlib import Path
 
 import pytest
-from browser import blank_reason, find_chromium, png_pixels, screenshot
-from fakes import NOW, FakeRunner, FakeSampler, fixed_results, make_result
+from tests.tui.browser import blank_reason, find_chromium, png_pixels, screenshot
+from tests.tui.fakes import NOW, FakeRunner, FakeSampler, fixed_results, make_result
 
 from prefilltui.cli import main
 from prefilltui.core.runfile import RunWriter

@@ -5,7 +5,7 @@ from __future__ import annotations
 import asyncio
 import threading
 
-from fakes import NOW, FakeRunner, FakeSampler, fixed_results, gpu_snapshot, make_result
+from tests.tui.fakes import NOW, FakeRunner, FakeSampler, fixed_results, gpu_snapshot, make_result
 
 from prefilltui.tui.app import PrefillApp, build_app
 from prefilltui.tui.help import HelpScreen
@@ -237,7 +237,7 @@ async def test_cpu_gauge_na_reason_and_unavailable():
         details = str(app.screen.query_one("#help-details").render())
         assert "CPU power N/A: RAPL not readable" in details  # ... full in the help
         await pilot.press("escape")
-    from fakes import FakeSnapshot
+    from tests.tui.fakes import FakeSnapshot
 
     app, _ = _app(sampler=FakeSampler(FakeSnapshot(kind="none", available=False,
                                                    reason="NVML unavailable: driver not loaded")))
@@ -277,7 +277,7 @@ async def test_quit_code_3_when_never_reached():
 
 
 async def test_cpu_fallback_reason_notified_and_shown_when_wide():
-    from fakes import FakeDevice, FakeSnapshot, cpu_history
+    from tests.tui.fakes import FakeDevice, FakeSnapshot, cpu_history
 
     reason = "NVML unavailable: NVML Shared Library Not Found — showing CPU"
     snap = FakeSnapshot(reason=reason, devices=(FakeDevice(history=cpu_history()),))

@@ -6,7 +6,7 @@ and look at the SVGs (snapshot_report.html shows the differences).
 
 from __future__ import annotations
 
-from fakes import NOW, FakeRunner, FakeSampler, fixed_results, gpu_snapshot
+from tests.tui.fakes import NOW, FakeRunner, FakeSampler, fixed_results, gpu_snapshot
 
 from prefilltui.tui.app import build_app
 from prefilltui.tui.viewmodel import RooflineView

@@ -5,7 +5,7 @@ from __future__ import annotations
 import re
 from pathlib import Path
 
-from fakes import NOW, FakeRunner, FakeSampler
+from tests.tui.fakes import NOW, FakeRunner, FakeSampler
 
 from prefilltui.tui.app import build_app
 from prefilltui.tui.themes import (

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from fakes import fixed_results, make_result
+from tests.tui.fakes import fixed_results, make_result
 
 from prefilltui.tui.viewmodel import Counters, RooflineView, build_stats, status_line
 from prefilltui.tui.widgets.gauges import bucket_history, window_mask
@@ -118,7 +118,7 @@ def test_ticks_and_si():
 
 
 def test_baseline_drift_warning_in_stats():
-    from fakes import make_result as mk
+    from tests.tui.fakes import make_result as mk
 
     from prefilltui.core.fit import fit_robust
     from prefilltui.core.running_fit import RunningFit

@@ -11,7 +11,7 @@ import time
 
 import pytest
 
-from fakeserver import Reply, models_reply, sse_data, sse_done, sse_text
+from tests.fakeserver import Reply, models_reply, sse_data, sse_done, sse_text
 from prefilltui.cli import main
 from prefilltui.commands.common import _efficiency, _non_negative_float, _positive_float, _sample_hz
 from prefilltui.core import server as srv
@@ -341,7 +341,7 @@ def test_report_every_probe_failed_says_so_on_stderr(tmp_path, capsys):
 
 
 async def test_metrics_body_over_the_cap_is_not_parsed(fake_server, monkeypatch):
-    from fakeserver import Reply
+    from tests.fakeserver import Reply
     from prefilltui.core import metrics_hook as metrics
     monkeypatch.setattr(metrics, "MAX_METRICS_BYTES", 1000)
     srv = fake_server({"GET /metrics": Reply.text("llamacpp:requests_processing 0\n" * 100)})

@@ -27,7 +27,7 @@ from prefilltui.demo.model import ensure_gguf
 from prefilltui.demo.server import LlamaServer, ServerStartError
 from prefilltui.demo.steps import DemoSetupError
 from prefilltui.demo.target import find_llama_server, prepare_target, smoke_test
-from procwait import gone
+from tests.procwait import gone
 
 FAKE_SERVER = r'''
 import http.server, os, resource, signal, sys, time

@@ -4,7 +4,7 @@ import json
 
 import pytest
 
-from fakeserver import Reply, llama_routes, sse_data, sse_done
+from tests.fakeserver import Reply, llama_routes, sse_data, sse_done
 from prefilltui.cli import main
 from prefilltui.core import depth as D
 from prefilltui.core.probe import ProbeClient

@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 
 
-from fakeserver import Reply, llama_routes, sse_data, sse_done
+from tests.fakeserver import Reply, llama_routes, sse_data, sse_done
 from prefilltui.core import diagnose as D
 from prefilltui.core import drift as DR
 from prefilltui.core import prefix_cache as PC

@@ -11,7 +11,7 @@ import pytest
 from prefilltui.core import metrics as M
 from prefilltui.core import metrics_hook as H
 from prefilltui.core.types import ProbeResult
-from fakeserver import FakeServer, Reply
+from tests.fakeserver import FakeServer, Reply
 
 FIX = Path(__file__).parent / "fixtures"
 

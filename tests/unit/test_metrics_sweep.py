@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import threading
 
-from fakeserver import Reply, models_reply, sse_data, sse_done, sse_text
+from tests.fakeserver import Reply, models_reply, sse_data, sse_done, sse_text
 from prefilltui.core.diagnose import breakdown
 from prefilltui.core.metrics_hook import MetricsHook
 from prefilltui.core.probe import ProbeClient

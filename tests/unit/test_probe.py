@@ -3,7 +3,7 @@
 
 import pytest
 
-from fakeserver import Reply, llama_routes, models_reply, sse_data, sse_delta, sse_done, sse_text
+from tests.fakeserver import Reply, llama_routes, models_reply, sse_data, sse_delta, sse_done, sse_text
 from prefilltui.core.probe import ProbeClient
 
 USAGE = {"choices": [], "usage": {"prompt_tokens": 12, "completion_tokens": 1, "total_tokens": 13}}

@@ -2,7 +2,7 @@
 
 import pytest
 
-from fakeserver import Reply, llama_routes, sse_data, sse_done, sse_text
+from tests.fakeserver import Reply, llama_routes, sse_data, sse_done, sse_text
 from prefilltui.core.probe import ProbeClient
 from prefilltui.core.prompts import LengthModel, PromptBuilder, build_prompt
 

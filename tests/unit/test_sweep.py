@@ -3,7 +3,7 @@
 import threading
 import time
 
-from fakeserver import Reply, models_reply, sse_data, sse_done, sse_text, tokenize_route
+from tests.fakeserver import Reply, models_reply, sse_data, sse_done, sse_text, tokenize_route
 from prefilltui.core.probe import ProbeClient
 from prefilltui.core.runfile import RunWriter, read_run
 from prefilltui.core.sweep import SweepConfig, SweepRunner, cap_for_context, make_lengths

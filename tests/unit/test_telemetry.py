@@ -9,10 +9,7 @@ import asyncio
 
 import pytest
 
-try:
-    from tests.unit import fake_nvml as fk
-except ImportError:  # pytest's rootdir is not on sys.path
-    import fake_nvml as fk  # type: ignore[no-redef]
+from tests.unit import fake_nvml as fk
 
 from prefilltui.core.telemetry.nvml import GpuSampler, parse_gpu_selection
 from prefilltui.core.telemetry import (DeviceSnapshot, SampleRing, TelemetrySnapshot,

@@ -18,10 +18,8 @@ Times = namedtuple("Times", "user nice system idle iowait irq softirq steal gues
 
 
 def _no_nvml():
-    try:
-        from tests.unit import fake_nvml as fk
-    except ImportError:
-        import fake_nvml as fk  # type: ignore[no-redef]
+    from tests.unit import fake_nvml as fk
+
     return fk.library_not_found()
 
 

@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import json
 
-from fakeserver import llama_routes
+from tests.fakeserver import llama_routes
 from prefilltui.cli import main
-from test_diagnose import CachingLlama
+from tests.unit.test_diagnose import CachingLlama
 
 
 def test_cache_check_cli_json(fake_server, capsys):

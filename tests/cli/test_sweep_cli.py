@@ -4,7 +4,7 @@ import json
 
 import pytest
 
-from fakeserver import Reply, models_reply, sse_data, sse_done, sse_text
+from tests.fakeserver import Reply, models_reply, sse_data, sse_done, sse_text
 from prefilltui.cli import main
 
 SECRET = "sk-test-SECRET-0123456789"

@@ -12,12 +12,12 @@ import subprocess
 
 import pytest
 
-from fakeserver import Reply, models_reply
+from tests.fakeserver import Reply, models_reply
 from prefilltui.cli import build_parser
 from prefilltui.commands.watch import make_watch_app
 from prefilltui.session import SessionError, build_session
 from prefilltui.tui.widgets.stats import StatsPanel
-from test_metrics_sweep import QUEUE_S, FakeVllm
+from tests.unit.test_metrics_sweep import QUEUE_S, FakeVllm
 
 KEY = "sekrit-key"
 
@@ -123,8 +123,8 @@ def test_cache_check_command_and_tui_key_share_one_check(fake_server, tmp_path, 
                                                          monkeypatch):
     """Both go through core.prefix_cache.cache_check: same discovery, same context cap."""
     from prefilltui.cli import main
-    from test_diagnose import CachingLlama
-    from fakeserver import llama_routes
+    from tests.unit.test_diagnose import CachingLlama
+    from tests.fakeserver import llama_routes
 
     monkeypatch.delenv("OPENAI_API_KEY", raising=False)
     srv = fake_server({**llama_routes(n_ctx=200), "POST /v1/completions": CachingLlama()})
