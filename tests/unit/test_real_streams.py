@@ -9,7 +9,7 @@ import time
 
 import pytest
 
-from fakeserver import Reply, llama_routes, models_reply, sse_data, sse_done, sse_text
+from tests.fakeserver import Reply, llama_routes, models_reply, sse_data, sse_done, sse_text
 from prefilltui.cli import main
 from prefilltui.core.probe import ProbeClient, scrub_key
 from prefilltui.core.runfile import read_run
