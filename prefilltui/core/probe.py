@@ -349,6 +349,8 @@ class ProbeClient:
                 break
         self._learn(r, words, tok_count)
         r.error_message = self._scrub(r.error_message)
+        if "after_complete" in r.extra:
+            r.extra["after_complete"] = [self._scrub(m) for m in r.extra["after_complete"]]
         return r
 
     async def _attempt(self, r: ProbeResult, body: dict[str, Any]) -> None:
@@ -478,19 +480,30 @@ class ProbeClient:
                     deadline = now + POST_COMPLETION_GRACE_S
                     break
                 t_data = now
+                late = deadline is not None  # after the token and its finish_reason
                 if ev.event == "error":
                     try:
                         msg = error_message(json.loads(ev.data))
                     except ValueError:
                         msg = ev.data
-                    self._classify_body_error(r, ev.data, msg or "error event", stream=True)
+                    if late:
+                        _note_late(r, msg or "error event")
+                    else:
+                        self._classify_body_error(r, ev.data, msg or "error event", stream=True)
                     continue
                 try:
                     obj = json.loads(ev.data)
                 except ValueError:
-                    self._fail(r, "protocol", f"malformed JSON in stream: {ev.data[:120]!r}")
+                    msg = f"malformed JSON in stream: {ev.data[:120]!r}"
+                    if late:
+                        _note_late(r, msg)
+                    else:
+                        self._fail(r, "protocol", msg)
                     continue
                 info = classify_chunk(obj)
+                if info.error is not None and late:
+                    _note_late(r, info.error)
+                    continue
                 if info.error is not None and info.error_obj is not None:
                     self._classify_body_error(r, ev.data, info.error, stream=True)
                     continue
@@ -626,6 +639,11 @@ def _take_usage(r: ProbeResult, usage: dict | None, timings: dict | None) -> Non
         if (isinstance(pms, (int, float)) and not isinstance(pms, bool)
                 and math.isfinite(pms) and pms >= 0):
             r.server_prefill_s = pms / 1000.0
+
+
+def _note_late(r: ProbeResult, message: str) -> None:
+    """An error after the token and its finish_reason: noted, the probe stands."""
+    r.extra.setdefault("after_complete", []).append(str(message)[:200])
 
 
 def _after_complete(e: BaseException, done: bool) -> str:

@@ -115,6 +115,18 @@ async def test_what_follows_complete_data_never_fails_the_probe(fake_server, nam
     assert note in r.extra["stream_end"]
 
 
+async def test_an_error_after_the_finish_reason_is_a_note_not_a_failure(fake_server):
+    srv = fake_server({"GET /v1/models": models_reply("m"), "POST /tokenize": word_tokenize,
+                       "POST /v1/completions": lambda req: Reply.sse([
+                           (0.10, sse_text("Hi", finish="length")),
+                           (0.11, usage_chunk(words_of(req))),
+                           (0.12, sse_data({"error": {"message": f"late failure {REAL_KEY}"}})),
+                           (0.13, sse_done())])})
+    r, _ = await one_probe(srv, api_key=REAL_KEY)
+    assert r.ok and 0.09 <= r.ttft_s <= 0.3 and r.prompt_tokens == 50
+    assert r.extra["after_complete"] == ["late failure ***"]
+
+
 @pytest.mark.parametrize("name", list(ENDINGS))
 def test_sweep_of_such_servers_has_4_of_4_and_a_fit(fake_server, tmp_path, capsys, name):
     srv = fake_server({"GET /v1/models": models_reply("m"), "POST /tokenize": word_tokenize,
