@@ -240,7 +240,8 @@ async def count_tokens(client: httpx.AsyncClient, info: ServerInfo, text: str,
                        timeout: float = 30.0) -> int | None:
     """Tokens the server counts for ``text`` as a completions prompt, via the
     tokenize endpoint discovery found (``find_tokenize``); None when there is
-    none or it fails."""
+    none, it fails, or its answer is not a plausible count (more tokens than
+    bytes plus ``_MAX_SPECIAL_TOKENS``)."""
     if not info.has_tokenize:
         return None
     style = info.tokenize_style or _KIND_STYLE.get(info.kind, "openai")
@@ -249,9 +250,15 @@ async def count_tokens(client: httpx.AsyncClient, info: ServerInfo, text: str,
         async with asyncio.timeout(timeout):
             r = await client.post(url, json=_tokenize_body(style, info.model, text),
                                   timeout=timeout)
-            return _tokenize_count(r.json() if r.status_code == 200 else None)
+            n = _tokenize_count(r.json() if r.status_code == 200 else None)
     except (httpx.HTTPError, ValueError, TimeoutError):
         return None
+    # a token covers at least one byte (plus a few special tokens): more is not a count
+    return n if n is not None and n <= len(text.encode()) + _MAX_SPECIAL_TOKENS else None
+
+
+#: Special tokens a tokenize endpoint may add to a text (BOS, EOS, template markers).
+_MAX_SPECIAL_TOKENS = 16
 
 
 def describe_exc(e: BaseException) -> str:

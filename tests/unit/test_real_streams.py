@@ -272,6 +272,25 @@ def test_tokenize_on_a_generic_server_puts_every_probe_within_2pct(fake_server, 
         assert info.context_tokens == 2048  # /tokenize's max_model_len
 
 
+@pytest.mark.parametrize("later", [{"count": 10**30}, {"count": -4}, {"count": "many"},
+                                   {"tokens": "abc"}, [1, "x"], "nonsense"])
+async def test_a_nonsense_tokenize_count_never_becomes_a_length(fake_server, later):
+    calls = {"n": 0}
+
+    def tokenize(req):  # plausible during discovery, nonsense afterwards
+        calls["n"] += 1
+        if "prompt" not in req.json:
+            return Reply.json({"error": "prompt is required"}, status=400)
+        if calls["n"] <= 4:
+            return Reply.json({"count": len(req.json["prompt"].split())})
+        return Reply.json(later)
+    srv = fake_server({"GET /v1/models": models_reply("m"), "POST /tokenize": tokenize,
+                       "POST /v1/completions": Reply.sse([(0.01, sse_text("Hi")),
+                                                          (0.02, sse_done())])})
+    r, _ = await one_probe(srv, n=50)
+    assert r.ok and r.prompt_tokens_source == "estimate" and 40 <= r.prompt_tokens <= 60
+
+
 def test_without_tokenize_calibration_comes_before_the_first_probe(fake_server):
     from prefilltui.core.sweep import SweepConfig, SweepRunner
 
