@@ -18,9 +18,11 @@ def server(fake_server, fail_every=0):
         if fail_every and calls["n"] % fail_every == 0:
             return Reply.sse([(0, sse_data({"error": {"message": f"boom {SECRET}"}}))])
         words = len(req.json["prompt"].split())
-        return Reply.sse([(0.001 + words * 2e-5, sse_text("x")),
-                          (0.005, sse_data({"choices": [], "usage": {"prompt_tokens": words}})),
-                          (0.006, sse_done())])
+        # 0.2 ms a token: a slope well above a loaded test machine's timing noise
+        return Reply.sse([(0.001 + words * 2e-4, sse_text("x")),
+                          (0.002 + words * 2e-4, sse_data({"choices": [],
+                                                            "usage": {"prompt_tokens": words}})),
+                          (0.003 + words * 2e-4, sse_done())])
     return fake_server({"GET /v1/models": models_reply("m", max_model_len=8192),
                         "GET /version": Reply.json({"version": "0.0"}),
                         "POST /v1/completions": complete})
