@@ -8,7 +8,6 @@ datasheet values, 2*P FLOPs per token) and is labelled so.
 
 from __future__ import annotations
 
-import math
 from collections import Counter
 from typing import Any, Iterable
 
@@ -17,6 +16,8 @@ from prefilltui.core.catalog import resolve_gpu, resolve_model
 from prefilltui.core.fit import LinearFit
 from prefilltui.core.running_fit import FitSnapshot, RunningFit
 from prefilltui.core.types import ProbeResult, ServerInfo
+from prefilltui.core import units
+from prefilltui.core.units import MISSING
 
 SCHEMA = "prefilltui.analysis/1"
 FIT_KEYS = ("method", "intercept_s", "intercept_ci", "slope_s_per_token", "slope_ci",
@@ -103,8 +104,8 @@ def analyze(results: Iterable[ProbeResult], server_info: ServerInfo | None = Non
 def _window_json(win: FitSnapshot | None, snap: FitSnapshot | None, size: int) -> dict[str, Any]:
     d = {"size": size, "n": win.n_points if win else 0, "fit": _fit_json(win.fit if win else None),
          "throughput_change": None}
-    a = snap.fit.throughput_tok_s if snap and snap.fit else None
-    b = win.fit.throughput_tok_s if win and win.fit else None
+    a = snap.fit.prefill_tokens_per_s if snap and snap.fit else None
+    b = win.fit.prefill_tokens_per_s if win and win.fit else None
     if a and b and win.n_points < (snap.n_points if snap else 0):
         d["throughput_change"] = b / a - 1.0
     return d
@@ -160,14 +161,14 @@ def _verdict(snap, model, hw, roof, probes) -> dict[str, str]:
         return {"level": "insufficient",
                 "text": f"Too few usable probes for a fit ({n}; need 3 at 2 or more lengths)."}
     fit = snap.fit
-    if fit.throughput_tok_s is None:
+    if fit.prefill_tokens_per_s is None:
         return {"level": "no-slope", "text": "TTFT does not grow with prompt length here: no "
                 "throughput (prompts too short, or a prefix cache the server does not report?)."}
     if roof is None:
-        return {"level": "unknown-model", "text": f"{fit.throughput_tok_s:,.0f} prompt tok/s. "
+        return {"level": "unknown-model", "text": f"{fit.prefill_tokens_per_s:,.0f} prompt tok/s. "
                 "Model shape unknown: FLOP/s and MFU need --params (or --model-config)."}
     level, text = roofline.verdict(
-        roof.get("mfu"), achieved=roof.get("achieved_flops"), tokens_per_s=fit.throughput_tok_s,
+        roof.get("mfu"), achieved=roof.get("achieved_flops"), tokens_per_s=fit.prefill_tokens_per_s,
         max_tokens=fit.x_max, ridge=roof.get("ridge_point"), hidden=model.hidden if model else None)
     return {"level": level, "text": text}
 
@@ -187,8 +188,6 @@ def _sig(v: float) -> str:
     return f"{v:.3g}"
 
 
-def _ms(s: float | None, digits: int = 1) -> str:
-    return "n/a" if s is None or not math.isfinite(s) else f"{s * 1e3:.{digits}f} ms"
 
 
 def _ci(ci, fmt) -> str:
@@ -205,7 +204,7 @@ def format_fit_lines(f: dict[str, Any], indent: str = "  ") -> list[str]:
     ms = lambda v: f"{v * 1e3:.2f}"  # noqa: E731
     us = lambda v: _sig(v * 1e6)  # noqa: E731  (s/token -> µs/token, as the TUI shows it)
     lines = [
-        f"{indent}TTFT = {_ms(f['intercept_s'], 2)} + {us(f['slope_s_per_token'])} µs x n"
+        f"{indent}TTFT = {units.ms(f['intercept_s'], 2)} + {us(f['slope_s_per_token'])} µs x n"
         f"      R² {f['r2']:.3f}, n = {f['n']}"
         + (f" ({f['outliers']} outliers set aside)" if f.get("outliers") else ""),
         f"{indent}intercept    {ms(f['intercept_s'])} ms   95% {_ci(f['intercept_ci'], ms)} ms",
@@ -216,7 +215,7 @@ def format_fit_lines(f: dict[str, Any], indent: str = "  ") -> list[str]:
         lines.append(f"{indent}throughput   {tp(f['prefill_tokens_per_s'])} prompt tok/s   95% "
                      f"{_ci(f['prefill_tokens_per_s_ci'], tp)} tok/s")
     else:
-        lines.append(f"{indent}throughput   n/a (slope <= 0)")
+        lines.append(f"{indent}throughput   {MISSING} (slope <= 0)")
     if f.get("knee_tokens"):
         lines.append(f"{indent}knee: TTFT flat below ~{f['knee_tokens']:,} tokens; line fitted above it")
     return lines
@@ -279,8 +278,8 @@ def format_summary(d: dict[str, Any]) -> str:
         e = roof.get("expected_at_max")
         if e and e.get("time_at_peak_s"):
             out.append(f"  at {e['tokens']:,} tokens: {e['flops'] / 1e12:.3g} TFLOP, expected "
-                       f"{_ms(e['time_at_peak_s'])} at peak, {_ms(e['time_at_efficiency_s'])} at "
-                       f"{e['efficiency']:.0%}; fitted TTFT {_ms(roof['measured_ttft_at_max_s'])}")
+                       f"{units.ms(e['time_at_peak_s'])} at peak, {units.ms(e['time_at_efficiency_s'])} at "
+                       f"{e['efficiency']:.0%}; fitted TTFT {units.ms(roof['measured_ttft_at_max_s'])}")
     v = d.get("verdict")
     if v:
         out.append(f"Verdict: {v['text']}")

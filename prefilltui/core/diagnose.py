@@ -22,6 +22,7 @@ import numpy as np
 from prefilltui.core import fit as _fit
 from prefilltui.core.drift import drift, load_baseline, run_fit
 from prefilltui.core.types import FitMethod, ProbeResult, ServerInfo
+from prefilltui.core.units import MISSING, duration
 
 # --------------------------------------------------------------- breakdown
 
@@ -116,10 +117,6 @@ def _intercept_split(results, fit, med) -> dict[str, Any] | None:
             "overhead_s": over}
 
 
-def _ms(s: float | None) -> str:
-    if s is None:
-        return "n/a"
-    return f"{s * 1000:,.0f} ms" if abs(s) < 10 else f"{s:,.1f} s"
 
 
 def cause_line(rows: Sequence[dict[str, Any]]) -> str:
@@ -138,23 +135,23 @@ def cause_line(rows: Sequence[dict[str, Any]]) -> str:
     if run is not None or wait is not None:
         load = f"; server load {run or 0:g} running, {wait or 0:g} waiting"
     short = {"overhead_s": "overhead", "queue_s": "queue", "prefill_s": "prefill"}
-    bits = ", ".join(f"{short[n]} {_ms(parts[n])}" for n in _PARTS if n in parts)
-    return (f"TTFT {_ms(med['ttft_s'])} is mostly {words} ({share:.0%}): {bits}{load}")
+    bits = ", ".join(f"{short[n]} {duration(parts[n])}" for n in _PARTS if n in parts)
+    return (f"TTFT {duration(med['ttft_s'])} is mostly {words} ({share:.0%}): {bits}{load}")
 
 
 def format_breakdown(b: dict[str, Any]) -> str:
     """Text lines for a ``breakdown`` dict (ms on screen), for the sweep summary."""
     if not b.get("available"):
-        return "TTFT breakdown: " + (b.get("cause") or "n/a")
+        return "TTFT breakdown: " + (b.get("cause") or MISSING)
     m = b["median"]
-    lines = [f"TTFT breakdown (median): overhead {_ms(m.get('overhead_s'))}, queue "
-             f"{_ms(m.get('queue_s'))}, prefill {_ms(m.get('prefill_s'))} of "
-             f"{_ms(m.get('ttft_s'))}"]
+    lines = [f"TTFT breakdown (median): overhead {duration(m.get('overhead_s'))}, queue "
+             f"{duration(m.get('queue_s'))}, prefill {duration(m.get('prefill_s'))} of "
+             f"{duration(m.get('ttft_s'))}"]
     ic = b.get("intercept")
     if ic:
-        lines.append(f"intercept {_ms(ic['intercept_s'])} = server prefill "
-                     f"{_ms(ic['prefill_s'])} + queue {_ms(ic['queue_s'])} + overhead "
-                     f"{_ms(ic['overhead_s'])}")
+        lines.append(f"intercept {duration(ic['intercept_s'])} = server prefill "
+                     f"{duration(ic['prefill_s'])} + queue {duration(ic['queue_s'])} + overhead "
+                     f"{duration(ic['overhead_s'])}")
     lines.append(b["cause"])
     return "\n".join(lines)
 
@@ -286,7 +283,7 @@ def detect_chunking(results: Sequence[ProbeResult] = (), *, server_info: ServerI
         c, s, f = found
         note = f" (server: {what})" if what else ""
         return ChunkInfo(c, "detected", _boundaries(c, lo, hi), s, f,
-                         f"chunked prefill: TTFT steps up ~{_ms(s)} every {c:,} tokens{note}; "
+                         f"chunked prefill: TTFT steps up ~{duration(s)} every {c:,} tokens{note}; "
                          "each chunk is a separate forward pass")
     if not server_c and server_info is not None and server_info.kind == "llama.cpp":
         what = "llama-server does not report n_batch/n_ubatch; set with -b/-ub"

@@ -19,6 +19,7 @@ from typing import Iterable
 from prefilltui.core.fit import CONFIDENCE, LinearFit, t_ppf
 from prefilltui.core.running_fit import RunningFit
 from prefilltui.core.types import FitMethod, ProbeResult
+from prefilltui.core.units import duration
 
 #: Changes smaller than these never warn, however tight the intervals (practical floor).
 MIN_THROUGHPUT_CHANGE = 0.05  # 5 %
@@ -73,8 +74,6 @@ def _df(fit: LinearFit) -> int:
     return max(1, fit.n - (3 if fit.c_s_per_token2 is not None else 2))
 
 
-def _ms(s: float) -> str:
-    return f"{s * 1000:,.0f} ms" if abs(s) < 10 else f"{s:,.1f} s"
 
 
 def drift(baseline_fit: LinearFit | None, live_fit: LinearFit | None) -> str | None:
@@ -102,5 +101,5 @@ def drift(baseline_fit: LinearFit | None, live_fit: LinearFit | None) -> str | N
     sa0, sa1 = baseline_fit.intercept_se_s, live_fit.intercept_se_s
     if sa0 is not None and sa1 is not None:
         if a1 - a0 > threshold(sa0, df0, sa1, df1) and a1 - a0 >= MIN_INTERCEPT_CHANGE_S:
-            msgs.append(f"intercept +{_ms(a1 - a0)} vs baseline ({_ms(a0)} → {_ms(a1)})")
+            msgs.append(f"intercept +{duration(a1 - a0)} vs baseline ({duration(a0)} → {duration(a1)})")
     return "; ".join(msgs) or None

@@ -19,6 +19,7 @@ from typing import Any, Iterable, Sequence
 
 from prefilltui.core.depth import depth_of
 from prefilltui.core.types import ProbeResult
+from prefilltui.core.units import ms
 
 #: Series colours (colour-blind-safe Okabe-Ito palette): depth 0, then deeper.
 COLORS = ("#0072B2", "#D55E00", "#009E73", "#CC79A7", "#E69F00", "#56B4E9", "#000000")
@@ -207,8 +208,6 @@ def _table(head: Sequence[str], rows: Iterable[Sequence[str]]) -> str:
     return f"<table><thead><tr>{h}</tr></thead><tbody>{b}</tbody></table>"
 
 
-def _ms(s: float | None) -> str:
-    return "-" if s is None else f"{s * 1e3:,.1f}"
 
 
 def html_page(results: Iterable[ProbeResult], d: dict[str, Any], summary_text: str, *,
@@ -227,8 +226,8 @@ def html_page(results: Iterable[ProbeResult], d: dict[str, Any], summary_text: s
     parts.append(_table(["requested tokens", "counted", "probes", "TTFT median (ms)",
                          "TTFT min (ms)", "server prefill median (ms)"],
                         [[f"{r['requested_tokens']:,}", f"{r['prompt_tokens']:,}", str(r["n"]),
-                          _ms(r["ttft_median_s"]), _ms(r["ttft_min_s"]),
-                          _ms(r["server_prefill_median_s"])] for r in rows]))
+                          ms(r["ttft_median_s"], unit=False), ms(r["ttft_min_s"], unit=False),
+                          ms(r["server_prefill_median_s"], unit=False)] for r in rows]))
     dt = d.get("depth")
     if dt:
         parts.append("<h2>Prefill at context depth</h2>")

@@ -120,8 +120,8 @@ def _fnum(v: float | None) -> float | None:
 class LinearFit:
     """TTFT = intercept_s + slope_s_per_token * n (+ c_s_per_token2 * n^2).
 
-    Intervals are 95 % two-sided t-intervals ``(lo, hi)``.  ``throughput_tok_s`` is
-    1/slope (prompt tokens/s; None when the slope is <= 0); ``throughput_ci`` is the
+    Intervals are 95 % two-sided t-intervals ``(lo, hi)``.  ``prefill_tokens_per_s`` is
+    1/slope (prompt tokens/s; None when the slope is <= 0); ``prefill_tokens_per_s_ci`` is the
     slope interval inverted, ``hi`` None when the slope interval reaches 0.
     ``n`` = points the fit used (inliers for a robust fit); ``n_offered`` = points
     given (after any subsample); ``sampled`` = the robust fit saw a subsample.
@@ -136,8 +136,8 @@ class LinearFit:
     slope_s_per_token: float
     intercept_ci: tuple[float, float]
     slope_ci: tuple[float, float]
-    throughput_tok_s: float | None
-    throughput_ci: tuple[float | None, float | None]
+    prefill_tokens_per_s: float | None
+    prefill_tokens_per_s_ci: tuple[float | None, float | None]
     r2: float
     n: int
     method: str
@@ -174,8 +174,8 @@ class LinearFit:
             "intercept_ci": ci(self.intercept_ci),
             "slope_s_per_token": _fnum(self.slope_s_per_token),
             "slope_ci": ci(self.slope_ci),
-            "prefill_tokens_per_s": _fnum(self.throughput_tok_s),
-            "prefill_tokens_per_s_ci": ci(self.throughput_ci),
+            "prefill_tokens_per_s": _fnum(self.prefill_tokens_per_s),
+            "prefill_tokens_per_s_ci": ci(self.prefill_tokens_per_s_ci),
             "r2": _fnum(self.r2),
             "n": self.n,
             "n_offered": self.n_offered,
@@ -216,8 +216,8 @@ def _make_fit(beta, cov, df, *, r2, n, method, n_offered, x, resid, rel_scale=No
     return LinearFit(
         intercept_s=a, slope_s_per_token=b,
         intercept_ci=(a - tq * se[0], a + tq * se[0]), slope_ci=slope_ci,
-        throughput_tok_s=(1.0 / b) if b > 0 else None,
-        throughput_ci=_invert_ci(*slope_ci), r2=float(r2), n=int(n), method=method,
+        prefill_tokens_per_s=(1.0 / b) if b > 0 else None,
+        prefill_tokens_per_s_ci=_invert_ci(*slope_ci), r2=float(r2), n=int(n), method=method,
         n_offered=int(n_offered), x_min=float(np.min(x)), x_max=float(np.max(x)),
         resid_std_s=float(np.std(resid)) if len(resid) else 0.0, rel_scale=rel_scale,
         sampled=sampled, c_s_per_token2=c, c_ci=c_ci, knee_tokens=knee,

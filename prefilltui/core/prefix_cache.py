@@ -15,6 +15,7 @@ from dataclasses import asdict, dataclass, field
 from typing import Any, Callable, Literal
 
 from prefilltui.core.types import ProbeResult
+from prefilltui.core.units import duration
 
 #: What a cache check found.
 CacheVerdict = Literal["on", "off", "unclear", "failed"]
@@ -22,10 +23,6 @@ CacheVerdict = Literal["on", "off", "unclear", "failed"]
 CONTEXT_MARGIN_TOKENS = 64
 
 
-def _ms(s: float | None) -> str:
-    if s is None:
-        return "n/a"
-    return f"{s * 1000:,.0f} ms" if abs(s) < 10 else f"{s:,.1f} s"
 
 
 @dataclass
@@ -127,13 +124,13 @@ async def cache_check(client: Any, tokens: int = 512, *, tail_tokens: int = 32
     elif (reused == 0 or reused is None) and ratio > 0.7:
         res.verdict = "off"
     head = {"on": "cache on", "off": "cache off", "unclear": "cache unclear"}[res.verdict]
-    line = (f"{head}: repeat of {n:,} tokens {_ms(cold.ttft_s)} → {_ms(rep.ttft_s)} "
+    line = (f"{head}: repeat of {n:,} tokens {duration(cold.ttft_s)} → {duration(rep.ttft_s)} "
             f"({_cached_str(reused)})")
     if pre.ok:
-        line += (f"; shared prefix + {tail_tokens} new tokens {_ms(pre.ttft_s)} "
+        line += (f"; shared prefix + {tail_tokens} new tokens {duration(pre.ttft_s)} "
                  f"({_cached_str(pre.cached_tokens)})")
     if noc is not None and noc.ok:
-        line += f"; cache_prompt:false {_ms(noc.ttft_s)} ({_cached_str(noc.cached_tokens)})"
+        line += f"; cache_prompt:false {duration(noc.ttft_s)} ({_cached_str(noc.cached_tokens)})"
     if res.verdict == "off" and kind in ("vllm", "sglang"):
         res.notes.append("vLLM: --enable-prefix-caching; SGLang: radix cache (off with "
                          "--disable-radix-cache)")

@@ -28,6 +28,7 @@ from textual.widgets import Footer, Static
 
 from prefilltui.core import defaults
 from prefilltui.core.types import FitMethod, ProbeResult
+from prefilltui.core.units import MISSING
 from prefilltui.tui.help import HelpScreen
 from prefilltui.tui.workers import WorkerActions
 from prefilltui.tui.messages import ProbeDone, RunnerStateChanged
@@ -431,7 +432,7 @@ class PrefillApp(WorkerActions, App[int]):
         for dev in getattr(snap, "devices", None) or ():
             label = getattr(dev, "label", None) or "device"
             for metric, why in (getattr(dev, "na", None) or {}).items():
-                lines.append(f"{label} {metric} N/A: {why}")
+                lines.append(f"{label} {metric} {MISSING}: {why}")
         return lines
 
     def action_quit_app(self) -> None:

@@ -11,8 +11,44 @@ import re
 from dataclasses import dataclass, field
 from typing import Any, Callable
 
-from prefilltui.core.types import ProbeResult, ServerInfo
-from prefilltui.tui.widgets.stats import StatsView
+from prefilltui.core.types import FitMethod, FitScope, ProbeResult, ServerInfo
+
+
+@dataclass
+class StatsView:
+    """What the stats panel shows.  Seconds everywhere; None = not known."""
+
+    method: FitMethod = "robust"
+    which: FitScope = "all"
+    n: int = 0
+    intercept_s: float | None = None
+    intercept_ci: tuple[float, float] | None = None
+    slope_s: float | None = None  # seconds per token
+    slope_ci: tuple[float, float] | None = None
+    prefill_tokens_per_s: float | None = None  # 1/slope, prompt tokens/s
+    prefill_tokens_per_s_ci: tuple[float, float] | None = None
+    r2: float | None = None
+    quadratic_note: str | None = None
+    achieved_tflops: float | None = None
+    mfu: float | None = None  # fraction
+    estimate: bool = False  # achieved/MFU rest on estimated (uncertain) inputs
+    verdict: str | None = None
+    server_kind: str | None = None
+    model: str | None = None
+    device: str | None = None
+    requested: int | None = None
+    counted: int | None = None
+    counted_estimated: bool = False  # the server gave no count: ``counted`` is an estimate
+    cached_probes: int = 0
+    last_cached_tokens: int | None = None
+    overhead_s: float | None = None
+    queue_s: float | None = None
+    prefill_s: float | None = None
+    queue_estimated: bool = False  # queue_s inferred (extra["queue_source"] idle/estimated)
+    probes: int = 0
+    failed: int = 0
+    notes: list[str] = field(default_factory=list)
+    warnings: list[str] = field(default_factory=list)
 
 
 @dataclass
@@ -87,10 +123,10 @@ def build_stats(snap: Any, *, which: str, method: str, info: ServerInfo | None,
         v.intercept_ci = tuple(fit.intercept_ci) if fit.intercept_ci else None
         v.slope_s = fit.slope_s_per_token
         v.slope_ci = tuple(fit.slope_ci) if fit.slope_ci else None
-        v.throughput = fit.throughput_tok_s
-        ci = fit.throughput_ci
+        v.prefill_tokens_per_s = fit.prefill_tokens_per_s
+        ci = fit.prefill_tokens_per_s_ci
         if ci and ci[0] is not None and ci[1] is not None:
-            v.throughput_ci = (ci[0], ci[1])
+            v.prefill_tokens_per_s_ci = (ci[0], ci[1])
         v.r2 = fit.r2
         v.n = fit.n
     knee = getattr(snap, "knee_tokens", None)
@@ -230,7 +266,7 @@ def roofline_analysis(args: Any) -> Analysis:
         view.achieved_tflops = ach / 1e12 if ach else None
         view.mfu = roofline.mfu(b, P, peak)
         level, text = roofline.verdict(
-            view.mfu, achieved=ach, tokens_per_s=fit.throughput_tok_s,
+            view.mfu, achieved=ach, tokens_per_s=fit.prefill_tokens_per_s,
             max_tokens=getattr(fit, "x_max", None), ridge=hw.ridge_point if hw else None,
             hidden=model.hidden)
         view.verdict = VERDICT_WORDS.get(level, level)

@@ -69,11 +69,11 @@ def accuracy_and_coverage(seeds=200, sizes=(10, 30, 100)):
                 knees += bool(snap and snap.knee_tokens is not None)
                 quads += bool(snap and snap.quadratic_applies)
                 for k, f in fits.items():
-                    if f is None or f.throughput_tok_s is None:
+                    if f is None or f.prefill_tokens_per_s is None:
                         continue
-                    errs[k].append(abs(f.throughput_tok_s / true_tp - 1))
+                    errs[k].append(abs(f.prefill_tokens_per_s / true_tp - 1))
                     counted[k] += 1
-                    cov[k] += _covers(f.throughput_ci, true_tp)
+                    cov[k] += _covers(f.prefill_tokens_per_s_ci, true_tp)
                 q = fits["quadratic"]
                 if q is not None and q.c_ci is not None:
                     counted["quadratic_c"] += 1

@@ -84,7 +84,7 @@ def run(opts) -> list[Row]:
     x = [r.tokens for r in pts]
     client = fit_robust(x, [r.ttft_s for r in pts])
     server = fit_robust(x, [r.server_prefill_s for r in pts])
-    diff = client.throughput_tok_s / server.throughput_tok_s - 1
+    diff = client.prefill_tokens_per_s / server.prefill_tokens_per_s - 1
     outside = statistics.median(r.ttft_s - r.server_prefill_s for r in pts)
     data = {"probes": len(results), "used": len(pts), "binary": str(binary),
             "client_fit": client.to_json(), "server_fit": server.to_json(),
@@ -93,8 +93,8 @@ def run(opts) -> list[Row]:
             "outside_by_tokens": sorted((r.tokens, r.ttft_s - r.server_prefill_s) for r in pts)}
     return [
         Row(SECTION, metrics[0],
-            f"{diff * 100:+.1f} % ({client.throughput_tok_s:,.0f} vs "
-            f"{server.throughput_tok_s:,.0f} tok/s, n={len(pts)})",
+            f"{diff * 100:+.1f} % ({client.prefill_tokens_per_s:,.0f} vs "
+            f"{server.prefill_tokens_per_s:,.0f} tok/s, n={len(pts)})",
             "within 5 %", abs(diff) <= 0.05, data),
         Row(SECTION, metrics[1], ms(outside), "", None),
     ]

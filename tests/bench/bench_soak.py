@@ -156,7 +156,7 @@ def soak(seconds: float, tmp: str) -> dict:
     in_fit = set(map(float, y))
     failed_in_fit = sum(1 for r in results if not r.ok and r.ttft_s in in_fit)
     snap = fit.snapshot("all", "robust")
-    tp = snap.fit.throughput_tok_s if snap and snap.fit else None
+    tp = snap.fit.prefill_tokens_per_s if snap and snap.fit else None
     from prefilltui.core.fit import fit_robust
 
     srv_pts = [(r.tokens, r.server_prefill_s) for r in eligible if r.server_prefill_s is not None]
@@ -171,7 +171,7 @@ def soak(seconds: float, tmp: str) -> dict:
         "states": dict(states), "fit_points": len(x), "fit_eligible": len(eligible),
         "fit_matches_ok_probes": fit_ok, "failed_in_fit": failed_in_fit,
         "fit_throughput_tok_s": tp, "true_throughput_tok_s": 1 / B_S,
-        "server_time_throughput_tok_s": sf.throughput_tok_s if sf else None,
+        "server_time_throughput_tok_s": sf.prefill_tokens_per_s if sf else None,
     }
 
 

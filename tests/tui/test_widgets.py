@@ -7,7 +7,8 @@ from tests.tui.fakes import fixed_results, make_result
 from prefilltui.tui.viewmodel import Counters, RooflineView, build_stats, status_line
 from prefilltui.tui.widgets.gauges import bucket_history, window_mask
 from prefilltui.tui.widgets.probe_log import probe_message, probe_status
-from prefilltui.tui.widgets.stats import StatsView, short_model, si, stats_text
+from prefilltui.tui.viewmodel import StatsView
+from prefilltui.tui.widgets.stats import short_model, si, stats_text
 from prefilltui.tui.widgets.ttft_plot import nice_ticks, tick_label
 
 
@@ -42,7 +43,7 @@ def test_stats_text_without_and_with_fit():
     assert "µs/tok" in text and "tok/s" in text and "R²" in text
     assert "cached tokens in 1 probe" in text
     # TTFT breakdown: readable labels, one per line
-    assert "overhead  3.0 ms\nqueue     —\nprefill   23.1 ms" in text
+    assert "overhead  3.0 ms\nqueue     N/A\nprefill   23.1 ms" in text
     assert "95%     19.0–21.5 ms" in text or "ms\n  95%" in text  # intercept interval
     assert "µs/tok\n  95%" in text and "tok/s\n  95%" in text
     assert text.count(" 95% ") == 3 and "ms/tok" not in text
@@ -54,7 +55,7 @@ def test_stats_units_noise_queue_and_model():
     from prefilltui.core.types import ServerInfo
 
     v = StatsView(intercept_s=-0.195, intercept_ci=(-0.4, 0.01), slope_s=6.775e-3,
-                  slope_ci=(6.5e-3, 7.0e-3), throughput=147.6, throughput_ci=(46, 64),
+                  slope_ci=(6.5e-3, 7.0e-3), prefill_tokens_per_s=147.6, prefill_tokens_per_s_ci=(46, 64),
                   r2=0.99)
     text = stats_text(v).plain
     assert "intercept \u2212195 ms" in text
@@ -114,7 +115,7 @@ def test_ticks_and_si():
     assert nice_ticks(4300, 6) == [0, 1000, 2000, 3000, 4000]
     assert nice_ticks(230, 4) == [0, 100, 200]
     assert tick_label(4000) == "4k" and tick_label(1500) == "1.5k" and tick_label(40) == "40"
-    assert si(22400) == "22.4k" and si(None) == "—"
+    assert si(22400) == "22.4k" and si(None) == "N/A"
 
 
 def test_baseline_drift_warning_in_stats():

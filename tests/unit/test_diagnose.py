@@ -113,7 +113,7 @@ def test_load_baseline(tmp_path):
             w.append(_r(i, n, 0.01 + 2e-4 * n))
         w.append(ProbeResult(seq=9, ok=False, error_kind="timeout"))
     f = DR.load_baseline(str(p))
-    assert f.throughput_tok_s == pytest.approx(5000, rel=1e-3)
+    assert f.prefill_tokens_per_s == pytest.approx(5000, rel=1e-3)
     with RunWriter(tmp_path / "few.jsonl") as w:
         w.append(_r(1, 64, 0.1))
     with pytest.raises(ValueError, match="usable probe"):

@@ -37,7 +37,7 @@ def test_ols_exact_line():
     f = fit_ols(x, 0.02 + 1e-4 * x)
     assert f.intercept_s == pytest.approx(0.02)
     assert f.slope_s_per_token == pytest.approx(1e-4)
-    assert f.throughput_tok_s == pytest.approx(1e4)
+    assert f.prefill_tokens_per_s == pytest.approx(1e4)
     assert f.r2 == pytest.approx(1.0)
     assert f.n == 4 and f.method == "ols"
     assert f.slope_ci[1] - f.slope_ci[0] == pytest.approx(0, abs=1e-12)
@@ -58,7 +58,7 @@ def test_ols_standard_errors_match_textbook():
     assert f.intercept_ci == pytest.approx((beta[0] - t * se[0], beta[0] + t * se[0]))
     assert (f.intercept_se_s, f.slope_se) == pytest.approx((se[0], se[1]))
     # 1/b interval = b's interval inverted
-    assert f.throughput_ci == pytest.approx((1 / f.slope_ci[1], 1 / f.slope_ci[0]))
+    assert f.prefill_tokens_per_s_ci == pytest.approx((1 / f.slope_ci[1], 1 / f.slope_ci[0]))
     assert len(f.residuals) == 40
     assert f.r2 == pytest.approx(1 - res[0] / np.sum((y - y.mean()) ** 2))
 
@@ -84,7 +84,7 @@ def test_unbounded_throughput_interval_when_slope_interval_reaches_zero():
     y = 0.05 + 1e-6 * x + 0.01 * rng.standard_normal(4)
     f = fit_ols(x, y)
     assert f.slope_ci[0] < 0
-    lo, hi = f.throughput_ci
+    lo, hi = f.prefill_tokens_per_s_ci
     assert hi is None
     if f.slope_ci[1] > 0:
         assert lo == pytest.approx(1 / f.slope_ci[1])
@@ -95,20 +95,20 @@ def test_robust_rejects_queueing_outliers():
     x, y = synth(3, 60, out_p=0.1)
     r, o = fit_robust(x, y), fit_ols(x, y)
     assert r.method == "robust"
-    assert abs(r.throughput_tok_s / 25000 - 1) < 0.03
-    assert r.throughput_ci[0] <= 25000 <= r.throughput_ci[1]
+    assert abs(r.prefill_tokens_per_s / 25000 - 1) < 0.03
+    assert r.prefill_tokens_per_s_ci[0] <= 25000 <= r.prefill_tokens_per_s_ci[1]
     assert r.outliers >= 3
-    assert abs(o.throughput_tok_s / 25000 - 1) > abs(r.throughput_tok_s / 25000 - 1)
+    assert abs(o.prefill_tokens_per_s / 25000 - 1) > abs(r.prefill_tokens_per_s / 25000 - 1)
 
 
 def test_robust_exact_data_and_subsample_flag():
     x = np.repeat(LENGTHS, 5)
     f = fit_robust(x, 0.03 + x / 25000)
-    assert f.throughput_tok_s == pytest.approx(25000, rel=1e-6)
+    assert f.prefill_tokens_per_s == pytest.approx(25000, rel=1e-6)
     x, y = synth(4, 3000)
     g = fit_robust(x, y, max_points=500)
     assert g.sampled and g.n_offered == 500
-    assert abs(g.throughput_tok_s / 25000 - 1) < 0.02
+    assert abs(g.prefill_tokens_per_s / 25000 - 1) < 0.02
     assert fit_robust(x, y, max_points=500) == g  # deterministic
 
 
@@ -118,7 +118,7 @@ def test_quadratic_recovers_attention_term():
     q = fit_quadratic(x, y)
     assert q.method == "robust-quadratic"
     assert q.c_ci[0] <= c <= q.c_ci[1] and q.c_ci[0] > 0
-    assert abs(q.throughput_tok_s / 4000 - 1) < 0.05
+    assert abs(q.prefill_tokens_per_s / 4000 - 1) < 0.05
     assert q.predict(1000) == pytest.approx(q.intercept_s + q.slope_s_per_token * 1000
                                             + q.c_s_per_token2 * 1e6)
     snap = analyze_points(x, y)
@@ -141,7 +141,7 @@ def test_knee_found_and_line_fitted_above():
     assert k is not None and 600 <= k <= 2000  # true knee at 1200 tokens
     snap = analyze_points(x, y)
     assert snap.knee_tokens == k and snap.fit.knee_tokens == k
-    assert abs(snap.fit.throughput_tok_s / 20000 - 1) < 0.05
+    assert abs(snap.fit.prefill_tokens_per_s / 20000 - 1) < 0.05
     assert detect_knee(*synth(8, 60)) is None
 
 
@@ -173,7 +173,7 @@ def test_running_fit_matches_batch_and_window():
     assert rf.snapshot("all", "ols") is s  # cached until the next add
     r = rf.snapshot("all", "robust")
     assert r.fit.method == "robust" and r.fit.sampled
-    assert abs(r.fit.throughput_tok_s / 25000 - 1) < 0.05
+    assert abs(r.fit.prefill_tokens_per_s / 25000 - 1) < 0.05
     w = rf.snapshot("window", "ols")
     wref = fit_ols(x[-30:], y[-30:])
     assert w.n_points == 30 and w.fit.slope_s_per_token == pytest.approx(wref.slope_s_per_token)

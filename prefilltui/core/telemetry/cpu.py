@@ -137,8 +137,9 @@ class CpuSampler(Sampler):
                          prev=(ct.user + ct.system, self.clock()))
         for k in ("power", "energy"):
             dev.na[k] = "per-process power is not measured (see CPU)"
-        dev.na.update(power_limit="n/a for a process", sm_clock="n/a for a process",
-                      temperature="n/a for a process")
+        dev.na.update(power_limit="not sampled for a process",
+                      sm_clock="not sampled for a process",
+                      temperature="not sampled for a process")
         self.devices.append(dev)
 
     def _sample_process(self, dev: DeviceState, now: float) -> None:

@@ -20,6 +20,8 @@ from textual.message import Message
 from textual.strip import Strip
 from textual.widgets import Sparkline, Static
 
+from prefilltui.core.units import MISSING
+
 BARS = "▁▂▃▄▅▆▇█"
 
 #: Devices shown with a 2-line history; above this many GPUs rows go compact (1 line).
@@ -159,7 +161,7 @@ def short_reason(why: str | None) -> str:
 
 
 def _fmt(v: float | None, unit: str, digits: int = 0) -> str:
-    return "N/A" if v is None else f"{v:.{digits}f} {unit}"
+    return MISSING if v is None else f"{v:.{digits}f} {unit}"
 
 
 class DeviceGauge(Horizontal):
@@ -211,12 +213,12 @@ class DeviceGauge(Horizontal):
         averaged = bool(getattr(dev, "power_averaged", False))
         if util is None:
             why = na.get("util") or na.get("util_pct") or na.get("utilization")
-            util_text = f"{label} util N/A" + (f" ({short_reason(why)})" if why else "")
+            util_text = f"{label} util {MISSING}" + (f" ({short_reason(why)})" if why else "")
         else:
             util_text = f"{label} util {util:3.0f} %"
         if power is None:
             why = na.get("power") or na.get("power_w")
-            power_text = "power N/A" + (f" ({short_reason(why)})" if why else "")
+            power_text = f"power {MISSING}" + (f" ({short_reason(why)})" if why else "")
         else:
             power_text = f"power {power:.0f}" + (" avg" if averaged else "") + " W"
             power_text += f" / {limit:.0f} W" if limit else ""

@@ -25,6 +25,7 @@ from textual.scroll_view import ScrollView
 from textual.strip import Strip
 
 from prefilltui.core.types import ProbeResult
+from prefilltui.core.units import MISSING
 
 #: column headers and widths (cells); the status column takes the rest
 COLUMNS = (("time", 8), ("tokens", 6), ("TTFT ms", 8), ("J", 6), ("status", 0))
@@ -60,7 +61,7 @@ def probe_message(r: ProbeResult) -> str:
         head += f", {r.prompt_tokens} " + ("estimated (the server gives no count)"
                                            if r.prompt_tokens_source == "estimate" else "counted")
     if r.ok:
-        ttft = f"{r.ttft_s * 1e3:.1f} ms" if r.ttft_s is not None else "—"
+        ttft = f"{r.ttft_s * 1e3:.1f} ms" if r.ttft_s is not None else MISSING
         head += f"; TTFT {ttft}"
         if r.server_prefill_s is not None:
             head += f", server prefill {r.server_prefill_s * 1e3:.1f} ms"
@@ -135,10 +136,10 @@ class ProbeLog(ScrollView, can_focus=True):
         self.follow = not self.has_focus or self.cursor_row >= self.row_count - 2
         for r in results[-self.max_rows:]:
             when = (time.strftime("%H:%M:%S", time.localtime(r.started_at))
-                    if r.started_at else "—")
+                    if r.started_at else MISSING)
             tokens = r.tokens if r.tokens is not None else r.requested_tokens
-            ttft = f"{r.ttft_s * 1e3:8.1f}" if (r.ok and r.ttft_s is not None) else "       —"
-            energy = f"{r.energy_j:6.1f}" if r.energy_j is not None else "     —"
+            ttft = f"{r.ttft_s * 1e3:8.1f}" if (r.ok and r.ttft_s is not None) else f"{MISSING:>8}"
+            energy = f"{r.energy_j:6.1f}" if r.energy_j is not None else f"{MISSING:>6}"
             line = _row_text((when, f"{tokens:>6}", ttft, energy, probe_status(r)))
             self._rows.append((r, line))
             self._width = max(self._width, len(line))

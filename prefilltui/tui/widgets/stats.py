@@ -6,53 +6,17 @@ fitting or I/O here.  Seconds are converted to ms / µs for the screen only.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
-
 from rich.text import Text
 from textual.widgets import Static
 
-
-@dataclass
-class StatsView:
-    """What the stats panel shows.  Seconds everywhere; None = not known."""
-
-    method: str = "robust"
-    which: str = "all"  # "all" | "window"
-    n: int = 0
-    intercept_s: float | None = None
-    intercept_ci: tuple[float, float] | None = None
-    slope_s: float | None = None  # seconds per token
-    slope_ci: tuple[float, float] | None = None
-    throughput: float | None = None  # tokens/s
-    throughput_ci: tuple[float, float] | None = None
-    r2: float | None = None
-    quadratic_note: str | None = None
-    achieved_tflops: float | None = None
-    mfu: float | None = None  # fraction
-    estimate: bool = False  # achieved/MFU rest on estimated (uncertain) inputs
-    verdict: str | None = None
-    server_kind: str | None = None
-    model: str | None = None
-    device: str | None = None
-    requested: int | None = None
-    counted: int | None = None
-    counted_estimated: bool = False  # the server gave no count: ``counted`` is an estimate
-    cached_probes: int = 0
-    last_cached_tokens: int | None = None
-    overhead_s: float | None = None
-    queue_s: float | None = None
-    prefill_s: float | None = None
-    queue_estimated: bool = False  # queue_s inferred (extra["queue_source"] idle/estimated)
-    probes: int = 0
-    failed: int = 0
-    notes: list[str] = field(default_factory=list)
-    warnings: list[str] = field(default_factory=list)
+from prefilltui.core.units import MISSING
+from prefilltui.tui.viewmodel import StatsView
 
 
 def si(v: float | None, digits: int = 1) -> str:
-    """12345 -> '12.3k'; None -> '—'."""
+    """12345 -> '12.3k'; None -> MISSING ("N/A")."""
     if v is None:
-        return "—"
+        return MISSING
     a = abs(v)
     for div, suffix in ((1e9, "G"), (1e6, "M"), (1e3, "k")):
         if a >= div:
@@ -66,8 +30,9 @@ def _minus(text: str) -> str:
 
 
 def _ms(v: float | None) -> str:
+    """Seconds as ms (no unit): 0.0123 -> '12.3', 1.234 -> '1,234'."""
     if v is None:
-        return "—"
+        return MISSING
     ms = v * 1e3
     return _minus(f"{ms:.1f}" if abs(ms) < 100 else f"{ms:,.0f}")
 
@@ -75,7 +40,7 @@ def _ms(v: float | None) -> str:
 def _us(v: float | None) -> str:
     """Seconds per token as µs (no unit): 44.7e-6 -> '44.7', 6.775e-3 -> '6,775'."""
     if v is None:
-        return "—"
+        return MISSING
     us = v * 1e6
     return _minus(f"{us:,.0f}" if abs(us) >= 100 else f"{us:#.3g}")
 
@@ -126,8 +91,8 @@ def stats_text(v: StatsView) -> Text:
             line("", "≈0: within noise", "italic")  # fits the 27-column panel
         line("slope", f"{_us(v.slope_s)} µs/tok")
         interval(v.slope_ci, _us, "µs/tok")
-        line("prefill", f"{si(v.throughput)} tok/s", "bold")
-        interval(v.throughput_ci, si, "tok/s")
+        line("prefill", f"{si(v.prefill_tokens_per_s)} tok/s", "bold")
+        interval(v.prefill_tokens_per_s_ci, si, "tok/s")
         if v.r2 is not None:
             line("R²", f"{v.r2:.3f}")
         if v.quadratic_note:
@@ -149,12 +114,12 @@ def stats_text(v: StatsView) -> Text:
     if model:
         t.append(model + "\n", style="dim")
     if v.requested is not None:
-        counted = "—" if v.counted is None else str(v.counted)
+        counted = MISSING if v.counted is None else str(v.counted)
         counted += " est." if v.counted is not None and v.counted_estimated else ""
         line("tokens", f"{v.requested} req → {counted}")
     if v.overhead_s is not None or v.queue_s is not None or v.prefill_s is not None:
         def ms(x: float | None) -> str:
-            return "—" if x is None else f"{_ms(x)} ms"
+            return MISSING if x is None else f"{_ms(x)} ms"
 
         line("overhead", ms(v.overhead_s))
         line("queue", ms(v.queue_s) + (" (est.)" if v.queue_estimated else ""))
