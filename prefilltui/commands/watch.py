@@ -55,8 +55,11 @@ def register(sub) -> None:
     p.set_defaults(func=lambda args: run_tui(args, args.url))
 
 
-def make_exporter(run_path: Path | None, info_fn: Callable[[], Any], args: Any):
+def make_exporter(run_path: Path | None, info_fn: Callable[[], Any], args: Any,
+                  notices_fn: Callable[[], dict[str, str]] = dict):
     """exporter(results, fit_snapshot) -> [csv path, json path] beside the run file.
+    ``notices_fn``: the session's notices (``SweepRunner.notices``), added to the
+    summary's notes.
 
     Reads every probe back from the run file (the source of truth); falls back to the
     in-memory results when the file cannot be read.  Raises OSError on write failure.
@@ -81,6 +84,7 @@ def make_exporter(run_path: Path | None, info_fn: Callable[[], Any], args: Any):
             w.writerows(rows)
         summary = analyze(results, info_fn(), args)
         summary.setdefault("run_file", str(run_path) if run_path else None)
+        summary["notes"] = list(summary.get("notes") or []) + list(notices_fn().values())
         with open(json_path, "w", encoding="utf-8") as f:
             json.dump(summary, f, indent=2, default=str)
             f.write("\n")
@@ -117,7 +121,8 @@ def make_watch_app(args: argparse.Namespace, base_url: str, *,
         session.new_runner, session.sampler, analysis=analysis, theme=theme, themes=themes,
         window=args.window, fit_method=args.fit,
         sweep_range=(min(lengths), max(lengths)), run_path=session.run_path,
-        exporter=make_exporter(session.run_path, info_fn, args),
+        exporter=make_exporter(session.run_path, info_fn, args,
+                               lambda: session.runner.notices if session.runner else {}),
         cache_checker=lambda: run_cache_check(session.new_client, cache_tokens).line,
         probe_timeout_s=args.timeout, problems=problems, on_ready=on_ready)
     return app, session

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import json
 import threading
 
 from tests.tui.fakes import NOW, FakeRunner, FakeSampler, fixed_results, gpu_snapshot, make_result
@@ -197,8 +198,9 @@ async def test_export_writes_csv_and_summary(tmp_path):
     for r in fixed_results():
         w.append(r)
     w.close()
+    notice = {"lengths estimated": "the server reports no prompt token count"}
     app, h = _app(preload=fixed_results(), run_path=run,
-                  exporter=make_exporter(run, lambda: None, None))
+                  exporter=make_exporter(run, lambda: None, None, lambda: notice))
     async with app.run_test(size=(80, 24)) as pilot:
         await pilot.pause()
         await pilot.press("e")
@@ -210,7 +212,8 @@ async def test_export_writes_csv_and_summary(tmp_path):
     csv_text = (tmp_path / "run.csv").read_text()
     assert csv_text.splitlines()[0].startswith("seq,")
     assert len(csv_text.splitlines()) == len(fixed_results()) + 1
-    assert (tmp_path / "run.summary.json").read_text().strip().startswith("{")
+    summary = json.loads((tmp_path / "run.summary.json").read_text())
+    assert summary["notes"].count("the server reports no prompt token count") == 1
 
 
 async def test_gauges_show_na_and_gpu_rows():
