@@ -1,7 +1,8 @@
 """The run summary: fits, roofline comparison and verdict, as JSON-ready dict and text.
 
 ``analyze(results, server_info, args)`` is shared by ``sweep`` (end of run),
-``report`` (a saved run file) and the TUI stats panel.  Data in seconds; the text
+``report`` (a saved run file) and the TUI's export; ``assess`` (slope choice, MFU,
+verdict) is the one place a fit is judged, also for the TUI's stats panel.  Data in seconds; the text
 from ``format_summary`` shows ms.  Every roofline figure is an estimate (catalog /
 datasheet values, 2*P FLOPs per token) and is labelled so.
 """
@@ -9,6 +10,7 @@ datasheet values, 2*P FLOPs per token) and is labelled so.
 from __future__ import annotations
 
 from collections import Counter
+from dataclasses import dataclass
 from typing import Any, Iterable
 
 from prefilltui.core import roofline
@@ -128,17 +130,12 @@ def _roofline(snap, model, hw, efficiency) -> dict[str, Any] | None:
                                                  peak_flops=peak, bandwidth_bytes_s=bw,
                                                  efficiency=efficiency)
         r["measured_ttft_at_max_s"] = fit.predict(n_top)
-    b = fit.slope_s_per_token
+    b, r["slope_source"], source = pick_slope(snap)
     quad = snap.quadratic if snap.quadratic_applies else None
-    if quad is not None:
-        b = quad.slope_s_per_token
-        r["slope_source"] = "quadratic (linear term)"
-    else:
-        r["slope_source"] = fit.method
     ach = roofline.achieved_flops(b, P)
     r["achieved_flops"] = ach
     r["mfu"] = roofline.mfu(b, P, peak)
-    lo, hi = (quad or fit).slope_ci
+    lo, hi = source.slope_ci
     r["mfu_ci"] = None
     if peak and lo > 0:
         r["mfu_ci"] = [roofline.mfu(hi, P, peak), roofline.mfu(lo, P, peak)]
@@ -164,13 +161,54 @@ def _verdict(snap, model, hw, roof, probes) -> dict[str, str]:
     if fit.prefill_tokens_per_s is None:
         return {"level": "no-slope", "text": "TTFT does not grow with prompt length here: no "
                 "throughput (prompts too short, or a prefix cache the server does not report?)."}
-    if roof is None:
+    a = assess(snap, model, hw)
+    if roof is None or a is None:
         return {"level": "unknown-model", "text": f"{fit.prefill_tokens_per_s:,.0f} prompt tok/s. "
                 "Model shape unknown: FLOP/s and MFU need --params (or --model-config)."}
+    return {"level": a.level, "text": a.text}
+
+
+def pick_slope(snap: FitSnapshot) -> tuple[float, str, LinearFit]:
+    """The slope (s/token) achieved FLOP/s and MFU are computed from, where it comes
+    from, and the fit holding its interval: the quadratic's linear term when the
+    curvature is significant (``quadratic_applies``: the line would average attention's
+    n² cost into the slope), else the shown fit's slope."""
+    quad = snap.quadratic if snap.quadratic_applies else None
+    if quad is not None:
+        return quad.slope_s_per_token, "quadratic (linear term)", quad
+    return snap.fit.slope_s_per_token, snap.fit.method, snap.fit
+
+
+@dataclass(frozen=True, slots=True)
+class Assessment:
+    """A fit held against the roofline: achieved FLOP/s (2·P per prompt token times
+    1/slope), MFU (achieved / peak; None without a peak) and the verdict
+    (``roofline.verdict`` level and sentence).  Estimates: catalog/datasheet inputs."""
+
+    slope_s_per_token: float
+    slope_source: str
+    achieved_flops: float | None
+    mfu: float | None
+    level: str
+    text: str
+
+
+def assess(snap: FitSnapshot | None, model: Any, hw: Any) -> Assessment | None:
+    """The one place that judges a fit (``analyze`` and the TUI both call it).  None
+    without a fit, a positive slope or the model's parameter count."""
+    if snap is None or snap.fit is None or model is None or not model.params:
+        return None
+    fit = snap.fit
+    if fit.prefill_tokens_per_s is None:
+        return None
+    b, source, _ = pick_slope(snap)
+    peak = hw.peak_flops if hw else None
+    ach = roofline.achieved_flops(b, model.params)
+    mfu = roofline.mfu(b, model.params, peak)
     level, text = roofline.verdict(
-        roof.get("mfu"), achieved=roof.get("achieved_flops"), tokens_per_s=fit.prefill_tokens_per_s,
-        max_tokens=fit.x_max, ridge=roof.get("ridge_point"), hidden=model.hidden if model else None)
-    return {"level": level, "text": text}
+        mfu, achieved=ach, tokens_per_s=fit.prefill_tokens_per_s, max_tokens=fit.x_max,
+        ridge=hw.ridge_point if hw else None, hidden=model.hidden)
+    return Assessment(b, source, ach, mfu, level, text)
 
 
 # ---------------------------------------------------------------- text

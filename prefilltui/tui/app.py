@@ -18,7 +18,7 @@ from __future__ import annotations
 import time
 from collections import deque
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any, Callable, Protocol
 
 from textual.app import App, ComposeResult
 from textual.binding import Binding
@@ -27,6 +27,7 @@ from textual.containers import Horizontal, VerticalScroll
 from textual.widgets import Footer, Static
 
 from prefilltui.core import defaults
+from prefilltui.core.telemetry import TelemetrySnapshot
 from prefilltui.core.types import FitMethod, ProbeResult
 from prefilltui.core.units import MISSING
 from prefilltui.tui.help import HelpScreen
@@ -40,6 +41,13 @@ from prefilltui.tui.widgets.gauges import GaugePanel
 from prefilltui.tui.widgets.probe_log import ProbeLog, probe_message
 from prefilltui.tui.widgets.stats import StatsPanel, stats_title
 from prefilltui.tui.widgets.ttft_plot import TTFTPlot
+
+class TelemetrySource(Protocol):
+    """Where the app reads telemetry: a started ``core.telemetry.Sampler`` (or a test's
+    sampler returning real snapshots)."""
+
+    def snapshot(self) -> TelemetrySnapshot: ...
+
 
 #: runner_factory(on_result, on_state) -> an object with the SweepRunner interface.
 RunnerFactory = Callable[[Callable[[ProbeResult], None], Callable[[str, str], None]], Any]
@@ -76,7 +84,7 @@ class PrefillApp(WorkerActions, App[int]):
         Binding("ctrl+c", "quit_app", "Quit", show=False, priority=True),
     ]
 
-    def __init__(self, runner_factory: RunnerFactory, *, sampler: Any = None,
+    def __init__(self, runner_factory: RunnerFactory, *, sampler: TelemetrySource | None = None,
                  fit: Any = None, analysis: Analysis = no_analysis,
                  themes: ThemeSet | None = None, theme: str | None = None,
                  sweep_range: tuple[int, int] = (32, 4096), context_cap: int | None = None,
@@ -300,17 +308,16 @@ class PrefillApp(WorkerActions, App[int]):
             panel.show(None, self.clock())
             self.notify(f"telemetry failed: {exc}", severity="warning")
             return
-        devices = tuple(getattr(snap, "devices", ()) or ())
-        names = [getattr(d, "name", "") for d in devices]
+        devices = snap.devices
+        names = [d.name for d in devices]
         if names != self._device_names:
             self._device_names = names
-            kind = getattr(snap, "kind", "none")
             if devices:
-                first = getattr(devices[0], "name", None) or getattr(devices[0], "label", "")
-                label = "CPU" if kind == "cpu" else first
+                first = devices[0].name or devices[0].label
+                label = "CPU" if snap.kind == "cpu" else first
                 self._device_label = label + (f" ×{len(devices)}" if len(devices) > 1 else "")
             self._dirty = True
-        now = getattr(snap, "t", None) or self.clock()
+        now = snap.t or self.clock()
         panel.show(snap, now, tuple(self.windows))
 
     def _update_status(self) -> None:
@@ -428,11 +435,10 @@ class PrefillApp(WorkerActions, App[int]):
             snap = self.sampler.snapshot()
         except Exception as exc:
             return [f"telemetry failed: {exc}"]
-        lines = [f"telemetry: {snap.reason}"] if getattr(snap, "reason", None) else []
-        for dev in getattr(snap, "devices", None) or ():
-            label = getattr(dev, "label", None) or "device"
-            for metric, why in (getattr(dev, "na", None) or {}).items():
-                lines.append(f"{label} {metric} {MISSING}: {why}")
+        lines = [f"telemetry: {snap.reason}"] if snap.reason else []
+        for dev in snap.devices:
+            for metric, why in dev.na.items():
+                lines.append(f"{dev.label} {metric} {MISSING}: {why}")
         return lines
 
     def action_quit_app(self) -> None:
@@ -454,7 +460,8 @@ class PrefillApp(WorkerActions, App[int]):
                     timeout=8)
 
 
-def build_app(runner_factory: RunnerFactory, sampler: Any = None, *, fit: Any = None,
+def build_app(runner_factory: RunnerFactory, sampler: TelemetrySource | None = None, *,
+              fit: Any = None,
               analysis: Analysis = no_analysis, theme: str | None = None,
               themes: ThemeSet | None = None, **kw: Any) -> PrefillApp:
     """The single factory for the CLI and the tests.

@@ -11,6 +11,10 @@ import re
 from dataclasses import dataclass, field
 from typing import Any, Callable
 
+from prefilltui.core import defaults
+from prefilltui.core.analysis import assess
+from prefilltui.core.fit import LinearFit
+from prefilltui.core.running_fit import FitSnapshot
 from prefilltui.core.types import FitMethod, FitScope, ProbeResult, ServerInfo
 
 
@@ -69,20 +73,29 @@ class RooflineView:
 
 #: signature of an analysis: (fit snapshot or None, server info or None,
 #: telemetry device names) -> RooflineView.  Must be cheap (called <= 4x/s).
-Analysis = Callable[[Any, "ServerInfo | None", list[str]], RooflineView]
+Analysis = Callable[["FitSnapshot | LinearFit | None", "ServerInfo | None", list[str]],
+                    RooflineView]
 
 
-def no_analysis(_fit: Any, _info: ServerInfo | None, _names: list[str]) -> RooflineView:
+def no_analysis(_fit: FitSnapshot | LinearFit | None, _info: ServerInfo | None,
+                _names: list[str]) -> RooflineView:
     return RooflineView()
 
 
-def linear_of(snap: Any):
+def linear_of(snap: FitSnapshot | LinearFit | None) -> LinearFit | None:
     """The LinearFit to show from a FitSnapshot (or a LinearFit, or None)."""
-    if snap is None:
-        return None
-    if hasattr(snap, "slope_s_per_token"):
+    if snap is None or isinstance(snap, LinearFit):
         return snap
-    return getattr(snap, "fit", None)
+    return snap.fit
+
+
+def as_snapshot(snap: FitSnapshot | LinearFit | None) -> FitSnapshot | None:
+    """A FitSnapshot for ``core.analysis.assess`` (a bare LinearFit: no quadratic)."""
+    if snap is None or isinstance(snap, FitSnapshot):
+        return snap
+    return FitSnapshot(which="all", method=snap.method, fit=snap, ols=None, robust=None,
+                       quadratic=None, quadratic_applies=False, knee_tokens=snap.knee_tokens,
+                       n_points=snap.n, sampled=snap.sampled)
 
 
 @dataclass
@@ -109,15 +122,16 @@ class Counters:
             self.last_cached_tokens = r.cached_tokens
 
 
-def build_stats(snap: Any, *, which: str, method: str, info: ServerInfo | None,
-                last: ProbeResult | None, counters: Counters, device: str | None,
-                roof: RooflineView | None) -> StatsView:
+def build_stats(snap: FitSnapshot | LinearFit | None, *, which: FitScope, method: FitMethod,
+                info: ServerInfo | None, last: ProbeResult | None, counters: Counters,
+                device: str | None, roof: RooflineView | None) -> StatsView:
     """Assemble the StatsView from the fit snapshot, server info and last probe."""
     fit = linear_of(snap)
-    v = StatsView(method=getattr(snap, "method", None) or method, which=which,
+    snap = as_snapshot(snap)
+    v = StatsView(method=snap.method if snap else method, which=which,
                   probes=counters.probes, failed=counters.failed,
                   cached_probes=counters.cached, last_cached_tokens=counters.last_cached_tokens)
-    v.n = int(getattr(snap, "n_points", 0) or (fit.n if fit else 0))
+    v.n = int(snap.n_points if snap else 0)
     if fit is not None:
         v.intercept_s = fit.intercept_s
         v.intercept_ci = tuple(fit.intercept_ci) if fit.intercept_ci else None
@@ -129,12 +143,10 @@ def build_stats(snap: Any, *, which: str, method: str, info: ServerInfo | None,
             v.prefill_tokens_per_s_ci = (ci[0], ci[1])
         v.r2 = fit.r2
         v.n = fit.n
-    knee = getattr(snap, "knee_tokens", None)
-    if knee:
-        v.notes.append(f"knee at {knee} tok (fit above)")
-    if getattr(snap, "quadratic_applies", False):
-        q = getattr(snap, "quadratic", None)
-        c = getattr(q, "c_s_per_token2", None)
+    if snap is not None and snap.knee_tokens:
+        v.notes.append(f"knee at {snap.knee_tokens} tok (fit above)")
+    if snap is not None and snap.quadratic_applies and snap.quadratic is not None:
+        c = snap.quadratic.c_s_per_token2
         if c:
             v.quadratic_note = f"quadratic: c={c * 1e9:.3g} ns/tok²"
     if info is not None:
@@ -149,7 +161,7 @@ def build_stats(snap: Any, *, which: str, method: str, info: ServerInfo | None,
         v.overhead_s = last.overhead_s
         v.queue_s = last.queue_s
         v.prefill_s = last.server_prefill_s
-        source = (getattr(last, "extra", None) or {}).get("queue_source")
+        source = last.extra.get("queue_source")
         v.queue_estimated = source in ("idle", "estimated")
     if roof is not None:
         v.achieved_tflops = roof.achieved_tflops
@@ -211,7 +223,8 @@ VERDICT_WORDS = {
 
 
 def roofline_analysis(args: Any) -> Analysis:
-    """An Analysis built from the command-line args (core.catalog + core.roofline).
+    """An Analysis built from the command-line args (core.catalog, core.roofline, and
+    ``core.analysis.assess`` for the slope choice, MFU and verdict, as in ``analyze``).
 
     Model shape: flags > --model-config > server metadata > catalog; hardware: --gpu >
     the telemetry's first NVML name; resolved once per (server, device names) and
@@ -221,11 +234,11 @@ def roofline_analysis(args: Any) -> Analysis:
     from prefilltui.core import roofline
     from prefilltui.core.catalog import resolve_gpu, resolve_model
 
-    efficiency = float(getattr(args, "efficiency", 0.5) or 0.5)
+    efficiency = float(getattr(args, "efficiency", None) or defaults.EFFICIENCY)
     cache: dict[Any, Any] = {}
 
     def resolve(info: ServerInfo | None, names: list[str]):
-        key = (id(info), getattr(info, "model", None), getattr(info, "n_params", None),
+        key = (id(info), info.model if info else None, info.n_params if info else None,
                tuple(n for n in names if n))
         if key not in cache:
             notes: list[str] = []
@@ -240,7 +253,8 @@ def roofline_analysis(args: Any) -> Analysis:
             cache[key] = (model, hw, notes + n2)
         return cache[key]
 
-    def analysis(snap: Any, info: ServerInfo | None, names: list[str]) -> RooflineView:
+    def analysis(snap: FitSnapshot | LinearFit | None, info: ServerInfo | None,
+                 names: list[str]) -> RooflineView:
         model, hw, notes = resolve(info, names)
         view = RooflineView(estimate=True)
         peak = hw.peak_flops if hw is not None else None
@@ -258,30 +272,25 @@ def roofline_analysis(args: Any) -> Analysis:
         fit = linear_of(snap)
         if fit is None or not fit.slope_s_per_token or fit.slope_s_per_token <= 0:
             return view
-        b = fit.slope_s_per_token
-        quad = getattr(snap, "quadratic", None) if getattr(snap, "quadratic_applies", False) else None
-        if quad is not None and quad.slope_s_per_token > 0:
-            b = quad.slope_s_per_token
-        ach = roofline.achieved_flops(b, P)
-        view.achieved_tflops = ach / 1e12 if ach else None
-        view.mfu = roofline.mfu(b, P, peak)
-        level, text = roofline.verdict(
-            view.mfu, achieved=ach, tokens_per_s=fit.prefill_tokens_per_s,
-            max_tokens=getattr(fit, "x_max", None), ridge=hw.ridge_point if hw else None,
-            hidden=model.hidden)
-        view.verdict = VERDICT_WORDS.get(level, level)
-        view.notes.append(text)
+        a = assess(as_snapshot(snap), model, hw)
+        if a is None:
+            return view
+        view.achieved_tflops = a.achieved_flops / 1e12 if a.achieved_flops else None
+        view.mfu = a.mfu
+        view.verdict = VERDICT_WORDS.get(a.level, a.level)
+        view.notes.append(a.text)
         return view
 
     return analysis
 
 
-def with_baseline(analysis: Analysis, baseline_fit: Any) -> Analysis:
+def with_baseline(analysis: Analysis, baseline_fit: LinearFit | None) -> Analysis:
     """Wrap an Analysis so a worse live fit than ``baseline_fit`` (a LinearFit from
     ``--baseline RUN.jsonl``) adds core.drift.drift's warning."""
     from prefilltui.core.drift import drift
 
-    def wrapped(snap: Any, info: ServerInfo | None, names: list[str]) -> RooflineView:
+    def wrapped(snap: FitSnapshot | LinearFit | None, info: ServerInfo | None,
+                names: list[str]) -> RooflineView:
         view = analysis(snap, info, names)
         warning = drift(baseline_fit, linear_of(snap))
         if warning:

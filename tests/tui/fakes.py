@@ -1,11 +1,11 @@
 """Deterministic fake sources for the TUI tests: a runner with the SweepRunner
-interface and a sampler returning TelemetrySnapshot-shaped objects."""
+interface and a sampler returning real ``TelemetrySnapshot`` / ``DeviceSnapshot``
+values (the types the app reads, so the app needs no duck typing)."""
 
 from __future__ import annotations
 
 import threading
-from dataclasses import dataclass, field
-
+from prefilltui.core.telemetry import DeviceSnapshot, TelemetrySnapshot
 from prefilltui.core.types import ProbeResult, ServerInfo
 
 T0 = 1_767_225_600.0  # 2026-01-01 00:00:00 UTC, fixed wall-clock stamps
@@ -127,26 +127,17 @@ class FakeRunner:
         self.calls.append(("set_range", lo, hi))
 
 
-@dataclass(frozen=True)
-class FakeDevice:
-    label: str = "CPU"
-    name: str = "CPU (2 cores)"
-    util_pct: float | None = 37.0
-    power_w: float | None = None
-    power_averaged: bool | None = True
-    power_limit_w: float | None = None
-    energy_j: float | None = None
-    na: dict = field(default_factory=lambda: {"power": "RAPL not readable"})
-    history: tuple = ()
+def fake_device(**kw) -> DeviceSnapshot:
+    """A real ``DeviceSnapshot``: the CPU at 37 % with RAPL not readable, unless
+    ``kw`` says otherwise."""
+    base = dict(label="CPU", name="CPU (2 cores)", util_pct=37.0, power_averaged=True,
+                na={"power": "RAPL not readable"})
+    return DeviceSnapshot(**{**base, **kw})
 
 
-@dataclass(frozen=True)
-class FakeSnapshot:
-    kind: str = "cpu"
-    available: bool = True
-    reason: str | None = None
-    devices: tuple = ()
-    t: float | None = NOW
+def fake_snapshot(**kw) -> TelemetrySnapshot:
+    """A real ``TelemetrySnapshot`` (CPU kind, at ``NOW``) with ``kw`` applied."""
+    return TelemetrySnapshot(**{**dict(kind="cpu", available=True, t=NOW), **kw})
 
 
 def cpu_history(now: float = NOW, *, spikes=((20, 23), (40, 45)), power: bool = False):
@@ -164,17 +155,17 @@ def cpu_history(now: float = NOW, *, spikes=((20, 23), (40, 45)), power: bool = 
 class FakeSampler:
     """``snapshot()`` returns a fixed snapshot (CPU by default)."""
 
-    def __init__(self, snap: FakeSnapshot | None = None) -> None:
-        self.snap = snap or FakeSnapshot(devices=(FakeDevice(history=cpu_history()),))
+    def __init__(self, snap: TelemetrySnapshot | None = None) -> None:
+        self.snap = snap or fake_snapshot(devices=(fake_device(history=cpu_history()),))
         self.calls = 0
 
-    def snapshot(self):
+    def snapshot(self) -> TelemetrySnapshot:
         self.calls += 1
         return self.snap
 
 
-def gpu_snapshot(n: int = 2) -> FakeSnapshot:
-    devs = tuple(FakeDevice(label=f"GPU {i}", name="NVIDIA H200", util_pct=97.0 - i,
+def gpu_snapshot(n: int = 2) -> TelemetrySnapshot:
+    devs = tuple(fake_device(label=f"GPU {i}", name="NVIDIA H200", util_pct=97.0 - i,
                             power_w=612.0 - i, power_averaged=False, power_limit_w=700.0,
                             na={}, history=cpu_history(power=True)) for i in range(n))
-    return FakeSnapshot(kind="gpu", devices=devs)
+    return fake_snapshot(kind="gpu", devices=devs)

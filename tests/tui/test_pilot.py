@@ -240,10 +240,10 @@ async def test_cpu_gauge_na_reason_and_unavailable():
         details = str(app.screen.query_one("#help-details").render())
         assert "CPU power N/A: RAPL not readable" in details  # ... full in the help
         await pilot.press("escape")
-    from tests.tui.fakes import FakeSnapshot
+    from tests.tui.fakes import fake_snapshot
 
-    app, _ = _app(sampler=FakeSampler(FakeSnapshot(kind="none", available=False,
-                                                   reason="NVML unavailable: driver not loaded")))
+    app, _ = _app(sampler=FakeSampler(fake_snapshot(kind="none", available=False,
+                                                    reason="NVML unavailable: driver not loaded")))
     async with app.run_test(size=(80, 24)) as pilot:
         await pilot.pause()
         status = str(app.query_one(".gauge-status").render())
@@ -280,10 +280,10 @@ async def test_quit_code_3_when_never_reached():
 
 
 async def test_cpu_fallback_reason_notified_and_shown_when_wide():
-    from tests.tui.fakes import FakeDevice, FakeSnapshot, cpu_history
+    from tests.tui.fakes import cpu_history, fake_device, fake_snapshot
 
     reason = "NVML unavailable: NVML Shared Library Not Found — showing CPU"
-    snap = FakeSnapshot(reason=reason, devices=(FakeDevice(history=cpu_history()),))
+    snap = fake_snapshot(reason=reason, devices=(fake_device(history=cpu_history()),))
     for size, shown in (((80, 24), False), ((160, 48), True)):
         app, _ = _app(sampler=FakeSampler(snap))
         async with app.run_test(size=size) as pilot:

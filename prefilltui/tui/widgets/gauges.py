@@ -20,6 +20,7 @@ from textual.message import Message
 from textual.strip import Strip
 from textual.widgets import Sparkline, Static
 
+from prefilltui.core.telemetry import DeviceSnapshot, TelemetrySnapshot
 from prefilltui.core.units import MISSING
 
 BARS = "▁▂▃▄▅▆▇█"
@@ -200,29 +201,28 @@ class DeviceGauge(Horizontal):
         if self._pending is not None:
             self.show(*self._pending)
 
-    def show(self, dev: Any, now: float, windows: Sequence[tuple[float, float]]) -> None:
-        """Update from one DeviceSnapshot-shaped object (kept until composed)."""
+    def show(self, dev: DeviceSnapshot, now: float,
+             windows: Sequence[tuple[float, float]]) -> None:
+        """Update from one DeviceSnapshot (kept until composed)."""
         self._pending = (dev, now, windows)
         if not self.query(".util-text"):
             return
-        na = dict(getattr(dev, "na", None) or {})
-        label = getattr(dev, "label", None) or self.label
-        util = getattr(dev, "util_pct", None)
-        power = getattr(dev, "power_w", None)
-        limit = getattr(dev, "power_limit_w", None)
-        averaged = bool(getattr(dev, "power_averaged", False))
+        na = dev.na
+        label = dev.label or self.label
+        util, power, limit = dev.util_pct, dev.power_w, dev.power_limit_w
+        averaged = bool(dev.power_averaged)
         if util is None:
-            why = na.get("util") or na.get("util_pct") or na.get("utilization")
+            why = na.get("util")
             util_text = f"{label} util {MISSING}" + (f" ({short_reason(why)})" if why else "")
         else:
             util_text = f"{label} util {util:3.0f} %"
         if power is None:
-            why = na.get("power") or na.get("power_w")
+            why = na.get("power")
             power_text = f"power {MISSING}" + (f" ({short_reason(why)})" if why else "")
         else:
             power_text = f"power {power:.0f}" + (" avg" if averaged else "") + " W"
             power_text += f" / {limit:.0f} W" if limit else ""
-        history = tuple(getattr(dev, "history", None) or ())
+        history = dev.history
         util_hist = [(h[0], h[1]) for h in history]
         power_hist = [(h[0], h[2]) for h in history]
         if limit:
@@ -273,19 +273,20 @@ class GaugePanel(Vertical):
     def compose(self) -> ComposeResult:
         yield Static("telemetry: starting", classes="gauge-status", markup=False)
 
-    def show(self, snap: Any, now: float, windows: Sequence[tuple[float, float]] = ()) -> None:
-        """Update from a TelemetrySnapshot-shaped object (None = no sampler)."""
+    def show(self, snap: TelemetrySnapshot | None, now: float,
+             windows: Sequence[tuple[float, float]] = ()) -> None:
+        """Update from a TelemetrySnapshot (None = no sampler)."""
         status = self.query_one(".gauge-status", Static)
-        devices = tuple(getattr(snap, "devices", None) or ()) if snap is not None else ()
+        devices = snap.devices if snap is not None else ()
         if snap is None:
             self._set_status(status, "telemetry off")
             status.remove_class("-hidden")
-        elif not getattr(snap, "available", True) or not devices:
-            reason = getattr(snap, "reason", None) or "no devices"
+        elif not snap.available or not devices:
+            reason = snap.reason or "no devices"
             self._set_status(status, f"telemetry unavailable: {reason}")
             status.remove_class("-hidden")
         else:
-            reason = getattr(snap, "reason", None)
+            reason = snap.reason
             status.set_class(not reason, "-hidden")
             if reason:
                 self._set_status(status, reason)
@@ -293,8 +294,8 @@ class GaugePanel(Vertical):
                 self.info_reason = reason
                 self.post_message(self.Info(reason))
         # "why CPU" is an info line: hidden on narrow screens (the app notifies it once)
-        status.set_class(bool(devices) and getattr(snap, "available", True), "-info")
-        labels = [getattr(d, "label", f"dev {i}") for i, d in enumerate(devices)]
+        status.set_class(bool(devices) and snap is not None and snap.available, "-info")
+        labels = [d.label for d in devices]
         if labels != self._labels:
             for g in self.query(DeviceGauge):
                 g.remove()
