@@ -8,17 +8,26 @@ b's interval reaches 0).
 
 Two estimators:
   ``fit_ols``    ordinary least squares, classical standard errors.
+  ``fit_wls``    weighted least squares, weights 1/yhat^2 (iterated from OLS), no
+                 rejection; kept for the fit benchmark, which compares the three.
   ``fit_robust`` (the default shown).  Start: Theil-Sen (median of pairwise slopes,
                  pairs subsampled deterministically above 100 points so it stays
                  O(n)); then iteratively reweighted least squares on *relative*
-                 residuals (y - yhat)/yhat -- a few Huber steps, then Tukey bisquare
+                 residuals (y - yhat)/(yhat + s0) -- a few Huber steps, then Tukey bisquare
                  (c = 4.685, 95 % efficiency at the normal; Huber 1981, Beaton &
                  Tukey 1974).  Relative residuals because prefill noise scales with
                  TTFT: a 5 % wobble on a 2 s probe must not look like an outlier
                  beside 20 ms probes.  Bisquare rejects queueing spikes outright
                  (x3 is > 30 scale units at 5 % noise) where Huber or Theil-Sen
-                 would still lean towards them.  Its interval is least squares on
-                 the inliers (|r| < 4.685 scale), weighted 1/yhat^2, with the
+                 would still lean towards them.  s0 is the noise floor: probe noise
+                 is modelled as sd ~ s_rel*(yhat + s0), i.e. a relative part plus an
+                 additive jitter (scheduling, network) that dominates the shortest
+                 probes; s0 = alpha/beta from a Theil-Sen line |residual| = alpha +
+                 beta*yhat of a first pure-relative fit, kept within [0, 2 x the
+                 shortest fitted TTFT].  Without s0 the short anchoring probes are
+                 over-trusted and the intercept's interval covers too rarely
+                 (tests/bench/bench_fit.py).  Its interval is least squares on
+                 the inliers (|r| < 4.685 scale), weighted 1/(yhat + s0)^2, with the
                  larger of the classical and the HC3 (heteroscedasticity-
                  consistent) covariance, t with m - p degrees of freedom.
 Also: ``fit_quadratic`` (same machinery, 3 columns) and ``detect_knee`` (flat, then
@@ -41,6 +50,9 @@ MAD_TO_SIGMA = 1.4826  # 1 / Phi^-1(0.75)
 CONFIDENCE = 0.95
 PAIRS_MAX = 5000  # Theil-Sen start: pairwise slopes sampled above ~100 points
 HUBER_STEPS = 5  # Huber IRLS steps (scale re-estimated) before the bisquare steps
+#: Largest noise floor s0, as a multiple of the shortest fitted TTFT: beyond it the
+#: weights are nearly flat (OLS), whose slope interval covers badly (bench_fit).
+NOISE_FLOOR_MAX = 2.0
 
 # ---------------------------------------------------------------- Student t
 
@@ -128,7 +140,8 @@ class LinearFit:
     ``rel_scale`` = residual scale relative to TTFT (robust) ; ``resid_std_s`` =
     residual standard deviation in seconds; ``intercept_se_s`` / ``slope_se`` =
     standard errors (s, s/token) and ``df`` their degrees of freedom (points used
-    minus parameters; the intervals use Student's t with it).  ``residuals``
+    minus parameters; the intervals use Student's t with it).  ``noise_floor_s`` =
+    the robust fit's additive noise floor s0 (seconds; None for OLS).  ``residuals``
     (seconds, y - yhat for the points offered) is kept out of JSON and equality.
     """
 
@@ -153,6 +166,7 @@ class LinearFit:
     intercept_se_s: float | None = None
     slope_se: float | None = None
     df: int | None = None
+    noise_floor_s: float | None = None
     residuals: np.ndarray | None = field(default=None, compare=False, repr=False)
 
     @property
@@ -188,6 +202,7 @@ class LinearFit:
             "knee_tokens": self.knee_tokens,
             "intercept_se_s": _fnum(self.intercept_se_s),
             "slope_se": _fnum(self.slope_se),
+            "noise_floor_s": _fnum(self.noise_floor_s),
         }
         if self.c_s_per_token2 is not None:
             d["c_s_per_token2"] = _fnum(self.c_s_per_token2)
@@ -204,7 +219,7 @@ def _invert_ci(lo: float, hi: float) -> tuple[float | None, float | None]:
 
 
 def _make_fit(beta, cov, df, *, r2, n, method, n_offered, x, resid, rel_scale=None,
-              sampled=False, knee=None) -> LinearFit:
+              sampled=False, knee=None, noise_floor=None) -> LinearFit:
     tq = t_ppf(0.5 + CONFIDENCE / 2, max(int(df), 1))
     se = [float(v) for v in np.sqrt(np.maximum(np.diag(cov), 0.0))]
     a, b = float(beta[0]), float(beta[1])
@@ -221,7 +236,8 @@ def _make_fit(beta, cov, df, *, r2, n, method, n_offered, x, resid, rel_scale=No
         n_offered=int(n_offered), x_min=float(np.min(x)), x_max=float(np.max(x)),
         resid_std_s=float(np.std(resid)) if len(resid) else 0.0, rel_scale=rel_scale,
         sampled=sampled, c_s_per_token2=c, c_ci=c_ci, knee_tokens=knee,
-        intercept_se_s=se[0], slope_se=se[1], df=max(int(df), 1), residuals=resid,
+        intercept_se_s=se[0], slope_se=se[1], df=max(int(df), 1), noise_floor_s=noise_floor,
+        residuals=resid,
     )
 
 
@@ -327,15 +343,16 @@ def _theil_sen_start(x, y, seed: int):
     return float(_median(y - b * x)), b
 
 
-def _robust_core(x, y, beta0, p, seed=0):
-    """IRLS on relative residuals.  Returns (beta (unscaled), yhat floor, scale, inlier mask)."""
+def _robust_core(x, y, beta0, p, seed=0, s0=0.0):
+    """IRLS on relative residuals (y - yhat)/(yhat + s0).  Returns (beta (unscaled),
+    yhat + s0 (each point's noise scale, seconds), scale, inlier mask)."""
     X, sc = _design(x, p)
     floor = max(1e-3 * float(_median(np.abs(y))), 1e-12)
     beta = np.asarray(beta0, dtype=float) * sc  # to scaled coordinates
     scale = None
     for it in range(60):
         yhat = np.maximum(X @ beta, floor)
-        r = (y - yhat) / yhat
+        r = (y - yhat) / (yhat + s0)
         if it < HUBER_STEPS or scale is None:
             scale = MAD_TO_SIGMA * float(_median(np.abs(r - _median(r))))
             if scale <= 1e-12:  # exact data: plain relative least squares
@@ -347,19 +364,36 @@ def _robust_core(x, y, beta0, p, seed=0):
             w = np.where(np.abs(u) < BISQUARE_C, (1 - (u / BISQUARE_C) ** 2) ** 2, 0.0)
         if np.count_nonzero(w) < p + 1:
             break
-        new = _wls(X, y, w / yhat**2)
+        new = _wls(X, y, w / (yhat + s0) ** 2)
         done = np.all(np.abs(new - beta) <= 1e-6 * (np.abs(beta) + 1e-12)) and it > HUBER_STEPS
         beta = new
         if done:
             break
     yhat = np.maximum(X @ beta, floor)
-    r = (y - yhat) / yhat
+    r = (y - yhat) / (yhat + s0)
     inl = np.abs(r) < BISQUARE_C * scale
-    return beta / sc, yhat, scale, inl
+    return beta / sc, yhat + s0, scale, inl
+
+
+def _noise_floor(x, y, beta0, p, seed) -> float:
+    """s0 (seconds) of the variance model sd ~ s_rel*(yhat + s0): a pure-relative fit,
+    then a Theil-Sen line through (yhat, |residual|) of its inliers; s0 = its
+    intercept / slope, within [0, NOISE_FLOOR_MAX x the shortest fitted TTFT]
+    (the cap also when the residuals do not grow with TTFT)."""
+    _beta, yhat, _scale, inl = _robust_core(x, y, beta0, p, seed, 0.0)
+    cap = NOISE_FLOOR_MAX * float(np.min(yhat))
+    if np.count_nonzero(inl) < 4:
+        return 0.0
+    e = np.abs(y - yhat)[inl]
+    alpha, beta = _theil_sen_start(yhat[inl], e, seed)
+    if beta <= 0:
+        return cap
+    return float(min(max(alpha / beta, 0.0), cap))
 
 
 def _inlier_wls(x, y, yhat, inl, p):
-    """Weighted LS on inliers, weights 1/yhat^2; cov = max(classical, HC3) (scalar inflation)."""
+    """Weighted LS on inliers, weights 1/yhat^2 (``yhat`` = each point's noise scale);
+    cov = max(classical, HC3) (scalar inflation)."""
     xs, ys, v = x[inl], y[inl], yhat[inl]
     X, sc = _design(xs, p)
     w = 1.0 / v**2
@@ -378,13 +412,33 @@ def _inlier_wls(x, y, yhat, inl, p):
     return beta / sc, cov / np.outer(sc, sc), m
 
 
-def fit_robust(x, y, *, max_points: int | None = 20000, seed: int = 0) -> LinearFit | None:
+def fit_robust(x, y, *, max_points: int | None = 20000, seed: int = 0,
+               noise_floor_s: float | None = None) -> LinearFit | None:
     """Robust TTFT = a + b*n (see the module docstring); None with < 3 points or constant x.
 
     Above ``max_points`` points a deterministic (``seed``) uniform subsample is fitted
-    and ``sampled`` is set.  Residuals are for the points fitted.
+    and ``sampled`` is set.  Residuals are for the points fitted.  ``noise_floor_s``:
+    None estimates s0 from the data; 0.0 gives the pure relative-residual fit.
     """
-    return _robust(x, y, p=2, max_points=max_points, seed=seed)
+    return _robust(x, y, p=2, max_points=max_points, seed=seed, s0=noise_floor_s)
+
+
+def fit_wls(x, y, *, steps: int = 3) -> LinearFit | None:
+    """Weighted least squares with weights 1/yhat^2 (yhat from OLS, re-estimated
+    ``steps`` times), no rejection; cov = max(classical, HC3).  None as fit_ols."""
+    x, y = _clean(x, y)
+    f = fit_ols(x, y)
+    if f is None:
+        return None
+    floor = max(1e-3 * float(_median(np.abs(y))), 1e-12)
+    for _ in range(steps):
+        yhat = np.maximum(f.predict(x), floor)
+        beta, cov, m = _inlier_wls(x, y, yhat, np.ones(len(x), bool), 2)
+        resid = y - (beta[0] + beta[1] * x)
+        syy = float(((y - y.mean()) ** 2).sum())
+        r2 = 1.0 - float(resid @ resid) / syy if syy > 0 else 1.0
+        f = _make_fit(beta, cov, m - 2, r2=r2, n=m, method="wls", n_offered=m, x=x, resid=resid)
+    return f
 
 
 def fit_quadratic(x, y, *, max_points: int | None = 20000, seed: int = 0,
@@ -404,10 +458,10 @@ def fit_quadratic(x, y, *, max_points: int | None = 20000, seed: int = 0,
         r2 = 1 - float(resid @ resid) / syy if syy > 0 else 1.0
         return _make_fit(beta / sc, cov, len(x) - 3, r2=r2, n=len(x), method="ols-quadratic",
                          n_offered=len(x), x=x, resid=resid)
-    return _robust(x, y, p=3, max_points=max_points, seed=seed)
+    return _robust(x, y, p=3, max_points=max_points, seed=seed, s0=None)
 
 
-def _robust(x, y, *, p, max_points, seed) -> LinearFit | None:
+def _robust(x, y, *, p, max_points, seed, s0=None) -> LinearFit | None:
     x, y = _clean(x, y)
     n_all = len(x)
     if n_all < p + 1 or np.ptp(x) == 0:
@@ -418,7 +472,9 @@ def _robust(x, y, *, p, max_points, seed) -> LinearFit | None:
         x, y, sampled = x[idx], y[idx], True
     a0, b0 = _theil_sen_start(x, y, seed)
     beta0 = [a0, b0] + ([0.0] if p > 2 else [])
-    beta, yhat, scale, inl = _robust_core(x, y, beta0, p, seed)
+    if s0 is None:
+        s0 = _noise_floor(x, y, beta0, p, seed)
+    beta, yhat, scale, inl = _robust_core(x, y, beta0, p, seed, s0)
     if np.count_nonzero(inl) < p + 1:
         inl = np.ones_like(inl)
     beta, cov, m = _inlier_wls(x, y, yhat, inl, p)
@@ -428,7 +484,8 @@ def _robust(x, y, *, p, max_points, seed) -> LinearFit | None:
     syy = float(((yi - yi.mean()) ** 2).sum())
     r2 = 1.0 - float(ri @ ri) / syy if syy > 0 else 1.0
     return _make_fit(beta, cov, m - p, r2=r2, n=m, method="robust" if p == 2 else "robust-quadratic",
-                     n_offered=len(x), x=x, resid=resid, rel_scale=float(scale), sampled=sampled)
+                     n_offered=len(x), x=x, resid=resid, rel_scale=float(scale), sampled=sampled,
+                     noise_floor=float(s0))
 
 
 # ---------------------------------------------------------------- knee
@@ -438,7 +495,7 @@ def detect_knee(x, y, *, min_side: int = 3, candidates: int = 40, f_min: float =
                 seed: int = 0, fit: LinearFit | None = None) -> int | None:
     """Prompt length (tokens) below which TTFT is flat and above which it is linear.
 
-    Model y = a + b*max(0, n - k), fitted on the robust fit's inliers with 1/yhat^2
+    Model y = a + b*max(0, n - k), fitted on the robust fit's inliers with 1/(yhat + s0)^2
     weights for up to ``candidates`` k between the distinct lengths (>= ``min_side``
     distinct lengths each side).  Accepted when it beats the straight line by
     F = (SSE_lin - SSE_k) / (SSE_k / (m - 3)) > ``f_min`` (conservative: k is searched),
@@ -454,8 +511,9 @@ def detect_knee(x, y, *, min_side: int = 3, candidates: int = 40, f_min: float =
     if fit is None:
         return None
     yhat = np.maximum(fit.predict(x), 1e-12)
-    inl = np.abs((y - yhat) / yhat) < BISQUARE_C * (fit.rel_scale or 0) if fit.rel_scale else np.ones(len(x), bool)
-    xs, ys, w = x[inl], y[inl], 1.0 / yhat[inl] ** 2
+    noise = yhat + (fit.noise_floor_s or 0.0)  # the robust fit's noise model
+    inl = np.abs((y - yhat) / noise) < BISQUARE_C * (fit.rel_scale or 0) if fit.rel_scale else np.ones(len(x), bool)
+    xs, ys, w = x[inl], y[inl], 1.0 / noise[inl] ** 2
     m = len(xs)
     if m < 7:
         return None
