@@ -92,12 +92,13 @@ def sweep_lengths(options: Any) -> list[int]:
     """
     if _opt(options, "lengths"):
         return sorted(set(options.lengths))
-    lo, hi = _opt(options, "min_tokens", 32), _opt(options, "max_tokens", 4096)
+    lo = _opt(options, "min_tokens", defaults.MIN_TOKENS)
+    hi = _opt(options, "max_tokens", defaults.MAX_TOKENS)
     if lo > hi:
         raise SessionError(f"sweep range: --min-tokens ({lo}) is above --max-tokens ({hi})",
                            ExitCode.USAGE)
     try:
-        return make_lengths(lo, hi, _opt(options, "points", 8))
+        return make_lengths(lo, hi, _opt(options, "points", defaults.POINTS))
     except ValueError as exc:
         raise SessionError(f"sweep range: {exc}", ExitCode.USAGE) from None
 

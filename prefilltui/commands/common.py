@@ -104,14 +104,16 @@ def add_server_args(p: argparse.ArgumentParser) -> None:
                    help=f"per-probe time cap in seconds (default {defaults.TIMEOUT_S:g})")
 
 
-def add_sweep_args(p: argparse.ArgumentParser, *, min_tokens: int = 32,
-                   max_tokens: int = 4096, points: int = 8) -> None:
-    """Which prompt lengths to probe and how."""
+def add_sweep_args(p: argparse.ArgumentParser, *, min_tokens: int = defaults.MIN_TOKENS,
+                   max_tokens: int = defaults.MAX_TOKENS, points: int = defaults.POINTS) -> None:
+    """Which prompt lengths to probe and how (defaults: log-spaced from a few tokens,
+    so the fit's intercept is anchored by short prompts; see core.sweep)."""
     g = p.add_argument_group("sweep")
     g.add_argument("--lengths", type=_int_list, metavar="N,N,...",
                    help="explicit prompt lengths in tokens (overrides min/max/points)")
     g.add_argument("--min-tokens", type=_positive_int, default=min_tokens, metavar="N",
-                   help=f"shortest prompt in tokens (default {min_tokens})")
+                   help=f"shortest prompt in tokens (default {min_tokens}: short prompts "
+                        "anchor the fixed cost TTFT(0))")
     g.add_argument("--max-tokens", type=_positive_int, default=max_tokens, metavar="N",
                    help=f"longest prompt in tokens (default {max_tokens}; capped at the "
                         "server's context)")

@@ -28,13 +28,15 @@ from prefilltui.commands.common import (
     err,
 )
 from prefilltui.commands.watch import add_tui_args
+from prefilltui.core import defaults
 from prefilltui.exit_codes import ExitCode
 
 #: Sweep defaults sized for a CPU: SmolLM2-135M prefill on 2 cores measured here at
-#: ~150-175 prompt tokens/s, so the longest probe (1,024 tokens) takes ~6-7 s.
-DEMO_MIN_TOKENS = 16
+#: ~150-175 prompt tokens/s, so the longest probe (1,024 tokens) takes ~6-7 s; from
+#: a few tokens (anchoring the intercept), as every default sweep.
+DEMO_MIN_TOKENS = defaults.MIN_TOKENS
 DEMO_MAX_TOKENS = 1024
-DEMO_POINTS = 8
+DEMO_POINTS = defaults.POINTS
 
 
 def register(sub) -> None:

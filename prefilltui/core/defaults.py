@@ -7,6 +7,16 @@ from __future__ import annotations
 
 from prefilltui.core.types import FitMethod
 
+#: Shortest prompt of the default sweep (tokens), ``--min-tokens``.  TTFT(0), the
+#: fixed cost, is an extrapolation; prompts of a few tokens put points next to it, so
+#: the intercept rests on measurements instead of on the slope of long probes (one
+#: noisy long probe moved it by hundreds of ms on a busy CPU).  4 = BOS plus a few words.
+MIN_TOKENS = 4
+#: Longest prompt of the default sweep (tokens), ``--max-tokens``.
+MAX_TOKENS = 4096
+#: Log-spaced lengths of the default sweep, ``--points``: short probes are cheap (they
+#: cost about the fixed cost), so the anchors add little time.
+POINTS = 10
 #: Per-probe time cap (s), ``--timeout``: long prompts on a CPU take tens of seconds.
 TIMEOUT_S = 120.0
 #: Sliding-window fit size (probes), ``--window``.

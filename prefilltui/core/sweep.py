@@ -1,7 +1,7 @@
 """The sweep: probes at many prompt lengths, one in flight at a time, in its own
 thread with its own asyncio loop so a busy UI never delays reading a first token.
 
-``SweepRunner(lambda: ProbeClient(url), SweepConfig(make_lengths(32, 4096, 8)))``;
+``SweepRunner(lambda: ProbeClient(url), SweepConfig(make_lengths(4, 4096, 10)))``;
 ``start()`` returns at once; ``on_result(result)`` / ``on_state(state, detail)`` are
 called from the runner's thread.  States: connecting, probing, retrying, paused,
 stopped, done, failed.

@@ -291,7 +291,7 @@ def test_demo_command_headless_runs_sweep_then_stops(fake_binary, fake_gguf, mon
                    "--gguf", str(fake_gguf), "--threads", "1", "--llama-arg=--foo 1"])
     assert rc == 0
     assert seen["health"] == 200
-    assert seen["lengths"] == (16, 1024, 8)
+    assert seen["lengths"] == (4, 1024, 10)  # anchored from a few tokens
     assert seen["url"].startswith("http://127.0.0.1:")
     assert gone(seen["pid"])
     assert "llama-server ready at http://127.0.0.1:" in capsys.readouterr().err
