@@ -13,7 +13,7 @@ from collections import Counter
 from dataclasses import dataclass
 from typing import Any, Iterable
 
-from prefilltui.core import roofline
+from prefilltui.core import intercept, percentiles, roofline
 from prefilltui.core.catalog import resolve_gpu, resolve_model
 from prefilltui.core.fit import LinearFit
 from prefilltui.core.running_fit import FitSnapshot, RunningFit
@@ -76,6 +76,12 @@ def analyze(results: Iterable[ProbeResult], server_info: ServerInfo | None = Non
     hw, hnotes = resolve_gpu(args, gpu_names)
     notes += mnotes + hnotes
     fit = snap.fit if snap else None
+    fixed = intercept.assess(fit, intercept.server_fixed_cost(results))
+    if fixed is not None and fixed.note:
+        notes.append(fixed.note)
+    if fit is not None and fit.knee_tokens:
+        notes.append(f"the intercept is the line's above the knee at {fit.knee_tokens:,} tokens, "
+                     "not TTFT(0)")
     out: dict[str, Any] = {
         "schema": SCHEMA,
         "estimate_note": ESTIMATE_NOTE,
@@ -86,6 +92,8 @@ def analyze(results: Iterable[ProbeResult], server_info: ServerInfo | None = Non
         "ols": _fit_json(snap.ols) if snap else None,
         "robust": _fit_json(snap.robust) if snap else None,
         "knee_tokens": snap.knee_tokens if snap else None,
+        "fixed_cost": fixed.to_json() if fixed else None,
+        "percentiles": percentiles.ttft_percentiles(results),
         "quadratic": None,
         "window": _window_json(win, snap, window),
         "model": model.to_json() if model else None,
@@ -234,18 +242,27 @@ def _ci(ci, fmt) -> str:
     return f"[{fmt(ci[0])} to {'inf' if ci[1] is None else fmt(ci[1])}]"
 
 
-def format_fit_lines(f: dict[str, Any], indent: str = "  ") -> list[str]:
-    """Lines for one fit dict (``_fit_json`` shape); ms on screen."""
+def format_fit_lines(f: dict[str, Any], indent: str = "  ",
+                     fixed: dict[str, Any] | None = None) -> list[str]:
+    """Lines for one fit dict (``_fit_json`` shape); ms on screen.  With ``fixed``
+    (``intercept.FixedCost.to_json()``) the intercept is shown as it allows: "not
+    pinned", or clamped at 0, never as a confident negative number."""
     if f is None or f.get("n") is None:
         return [indent + "no fit (too few usable probes)"]
     tp = lambda v: f"{v:,.0f}"  # noqa: E731
     ms = lambda v: f"{v * 1e3:.2f}"  # noqa: E731
     us = lambda v: _sig(v * 1e6)  # noqa: E731  (s/token -> µs/token, as the TUI shows it)
+    a_txt, a_line = units.ms(f["intercept_s"], 2), f"{ms(f['intercept_s'])} ms"
+    if fixed is not None and not fixed["pinned"]:
+        a_txt = a_line = "a (not pinned)"
+    elif fixed is not None and fixed["clamped"]:
+        a_txt = "0 ms"
+        a_line = f"0 ms (fit {ms(f['intercept_s'])} ms, clamped)"
     lines = [
-        f"{indent}TTFT = {units.ms(f['intercept_s'], 2)} + {us(f['slope_s_per_token'])} µs x n"
+        f"{indent}TTFT = {a_txt} + {us(f['slope_s_per_token'])} µs x n"
         f"      R² {f['r2']:.3f}, n = {f['n']}"
         + (f" ({f['outliers']} outliers set aside)" if f.get("outliers") else ""),
-        f"{indent}intercept    {ms(f['intercept_s'])} ms   95% {_ci(f['intercept_ci'], ms)} ms",
+        f"{indent}intercept    {a_line}   95% {_ci(f['intercept_ci'], ms)} ms",
         f"{indent}slope        {us(f['slope_s_per_token'])} µs/token   95% "
         f"{_ci(f['slope_ci'], us)} µs/token",
     ]
@@ -259,8 +276,10 @@ def format_fit_lines(f: dict[str, Any], indent: str = "  ") -> list[str]:
     return lines
 
 
-def format_summary(d: dict[str, Any]) -> str:
-    """Plain-text summary of an ``analyze`` dict (ms on screen; estimates labelled)."""
+def format_summary(d: dict[str, Any], *, percentile_table: bool = True) -> str:
+    """Plain-text summary of an ``analyze`` dict (ms on screen; estimates labelled).
+    ``percentile_table=False`` gives only the overall TTFT percentiles (the sweep's
+    own table has them per length)."""
     p = d["probes"]
     out = [f"Probes: {p['total']} total, {p['ok']} ok, {p['failed']} failed, {p['warmup']} warm-up, "
            f"{p['cache_hit']} cache hits; {p['fit_eligible']} in the fit"
@@ -270,7 +289,9 @@ def format_summary(d: dict[str, Any]) -> str:
     f = d["fit"]
     est = ", prompt lengths estimated" if f.get("lengths") == "estimated" else ""
     out.append(f"Fit ({f.get('method') or 'none'}, all-time{est}):")
-    out += format_fit_lines(f)
+    fixed = d.get("fixed_cost")
+    out += format_fit_lines(f, fixed=fixed)
+    out += intercept.format_lines(fixed)
     q = d.get("quadratic")
     if q and q.get("applies"):
         roof = d.get("roofline") or {}
@@ -318,9 +339,13 @@ def format_summary(d: dict[str, Any]) -> str:
             out.append(f"  at {e['tokens']:,} tokens: {e['flops'] / 1e12:.3g} TFLOP, expected "
                        f"{units.ms(e['time_at_peak_s'])} at peak, {units.ms(e['time_at_efficiency_s'])} at "
                        f"{e['efficiency']:.0%}; fitted TTFT {units.ms(roof['measured_ttft_at_max_s'])}")
+    out += percentiles.format_lines(d.get("percentiles"), by_length=percentile_table)
     v = d.get("verdict")
     if v:
         out.append(f"Verdict: {v['text']}")
+    shown = {fixed.get("note")} if fixed else set()
     for n in d.get("notes", []):
+        if n in shown:
+            continue
         out.append(f"  note: {n}")
     return "\n".join(out)

@@ -97,6 +97,12 @@ def breakdown(results: Sequence[ProbeResult], fit: Any = None, *, last: int = 50
 
 
 def _intercept_split(results, fit, med) -> dict[str, Any] | None:
+    """The fit's intercept split into server prefill at n = 0, queue and the rest
+    (overhead).  Every part is physically >= 0 and is never given below 0: a negative
+    one is set to 0 and ``notes`` says so (the raw prefill intercept stays in
+    ``prefill_raw_s``); an intercept that is not pinned (core.intercept) is not split."""
+    from prefilltui.core import intercept as _ic
+
     pts = [r for r in results if r.fit_eligible]
     xs = [r.tokens for r in pts]
     # an intercept is an extrapolation to n = 0: only from lengths spanning >= 2x
@@ -106,16 +112,29 @@ def _intercept_split(results, fit, med) -> dict[str, Any] | None:
         fit = _fit.fit_robust(xs, [r.ttft_s for r in pts])
     if fit is None:
         return None
-    pp = [r for r in pts if r.server_prefill_s is not None]
-    a_p = None
-    if len(pp) >= 3 and max(r.tokens for r in pp) >= 2 * min(r.tokens for r in pp):
-        pf = _fit.fit_robust([r.tokens for r in pp], [r.server_prefill_s for r in pp])
-        a_p = pf.intercept_s if pf is not None else None
-    q = med.get("queue_s") or 0.0
-    over = fit.intercept_s - (a_p or 0.0) - q if a_p is not None else None
-    return {"intercept_s": fit.intercept_s, "prefill_s": a_p, "queue_s": med.get("queue_s"),
-            "overhead_s": over}
-
+    fixed = _ic.assess(fit)
+    server = _ic.server_fixed_cost(pts)
+    a_p = server["prefill_intercept_s"] if server else None
+    notes: list[str] = []
+    out = {"intercept_s": fit.intercept_s, "pinned": fixed.pinned, "prefill_s": a_p,
+           "prefill_raw_s": server["prefill_intercept_raw_s"] if server else None,
+           "queue_s": med.get("queue_s"), "overhead_s": None, "notes": notes}
+    if not fixed.pinned:
+        notes.append(fixed.note)
+        return out
+    if server and server["prefill_intercept_raw_s"] is not None and server["prefill_intercept_raw_s"] < 0:
+        notes.append(f"server prefill at n=0 shown as 0 (its fit gives "
+                     f"{server['prefill_intercept_raw_s'] * 1e3:.1f} ms)")
+    if fixed.clamped:
+        out["intercept_s"] = 0.0
+        notes.append(fixed.note)
+    if a_p is not None:
+        over = out["intercept_s"] - a_p - (med.get("queue_s") or 0.0)
+        if over < 0:
+            notes.append(f"overhead at n=0 shown as 0 (intercept - prefill - queue = "
+                         f"{over * 1e3:.1f} ms: within the intercept's uncertainty)")
+        out["overhead_s"] = max(over, 0.0)
+    return out
 
 
 
@@ -148,10 +167,12 @@ def format_breakdown(b: dict[str, Any]) -> str:
              f"{duration(m.get('queue_s'))}, prefill {duration(m.get('prefill_s'))} of "
              f"{duration(m.get('ttft_s'))}"]
     ic = b.get("intercept")
-    if ic:
+    if ic and ic.get("pinned", True):
         lines.append(f"intercept {duration(ic['intercept_s'])} = server prefill "
                      f"{duration(ic['prefill_s'])} + queue {duration(ic['queue_s'])} + overhead "
                      f"{duration(ic['overhead_s'])}")
+    for note in (ic or {}).get("notes") or ():
+        lines.append(f"  ({note})")
     lines.append(b["cause"])
     return "\n".join(lines)
 
