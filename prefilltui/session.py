@@ -132,10 +132,13 @@ class Session:
         return Path(self.writer.path)
 
     def new_runner(self, on_result: Callable[[ProbeResult], None] | None = None,
-                   on_state: Callable[[str, str], None] | None = None) -> SweepRunner:
+                   on_state: Callable[[str, str], None] | None = None, *,
+                   on_plan: Callable[[list[int], list[str]], None] | None = None
+                   ) -> SweepRunner:
         """The session's SweepRunner (one per session; not started)."""
         self.runner = SweepRunner(self.new_client, self.config, on_result=on_result,
-                                  on_state=on_state, runfile=self.writer, hooks=self.hooks)
+                                  on_state=on_state, on_plan=on_plan, runfile=self.writer,
+                                  hooks=self.hooks)
         return self.runner
 
     def close(self) -> None:
@@ -164,9 +167,12 @@ def build_session(options: Any, base_url: str, *, continuous: bool = False) -> S
 
     new_client = client_factory(options, base_url)
     lengths = sweep_lengths(options)
+    budget_probes, budget_s = _opt(options, "budget", (None, None))
     config = SweepConfig(lengths=lengths, repeats=_opt(options, "repeats", 1),
                          warmup=_opt(options, "warmup", 1), pause_s=_opt(options, "pause", 0.0),
-                         seed=_opt(options, "seed"), continuous=continuous)
+                         seed=_opt(options, "seed"), continuous=continuous,
+                         until_ci_pct=_opt(options, "until_ci"), budget_probes=budget_probes,
+                         budget_s=budget_s)
     run_path = (Path(options.out).expanduser() if _opt(options, "out")
                 else default_run_path())
     try:

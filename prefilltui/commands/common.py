@@ -126,6 +126,13 @@ def add_sweep_args(p: argparse.ArgumentParser, *, min_tokens: int = defaults.MIN
     g.add_argument("--pause", type=_non_negative_float, default=0.0, metavar="S",
                    help="seconds to wait between probes (default 0)")
     g.add_argument("--seed", type=int, default=None, help="seed for the randomized order")
+    g.add_argument("--until-ci", type=_until_pct, metavar="PCT",
+                   help="after the first round keep probing, where a repeat shrinks the "
+                        "intervals most per second, until the prefill throughput's 95 %% "
+                        "interval is within +-PCT %% (e.g. 2); see --budget")
+    g.add_argument("--budget", type=parse_budget, metavar="N|TIME",
+                   help="stop after N probes and/or a time (90s, 10m, 1h; e.g. 200,10m), "
+                        "whether or not --until-ci's target was reached")
     g.add_argument("--out", metavar="FILE",
                    help="run file (JSONL; default: a new file in the user data dir)")
 
@@ -148,6 +155,43 @@ def add_depth_arg(p: argparse.ArgumentParser) -> None:
                         "sweep's lengths as new tokens after it; cached tokens are "
                         "verified, and the slope vs depth is set against the formula's "
                         "attention term. Depth 0 is the sweep itself")
+
+
+_UNITS_S = {"s": 1.0, "m": 60.0, "h": 3600.0}
+
+
+def parse_budget(text: str) -> tuple[int | None, float | None]:
+    """``--budget``: "200" (probes), "90s" / "10m" / "1h" (time), or both, comma-separated
+    ("200,10m").  Returns (probes, seconds).
+
+    Raises:
+        argparse.ArgumentTypeError: on anything else, or a value <= 0.
+    """
+    probes: int | None = None
+    seconds: float | None = None
+    for part in (p.strip().lower() for p in text.split(",")):
+        try:
+            if part and part[-1] in _UNITS_S:
+                v = float(part[:-1]) * _UNITS_S[part[-1]]
+                if not (v > 0 and math.isfinite(v)) or seconds is not None:
+                    raise ValueError
+                seconds = v
+            else:
+                n = int(part)
+                if n <= 0 or probes is not None:
+                    raise ValueError
+                probes = n
+        except ValueError:
+            raise argparse.ArgumentTypeError(
+                f"expected probes (200), a time (90s, 10m, 1h) or both (200,10m), got {text!r}")
+    return probes, seconds
+
+
+def _until_pct(text: str) -> float:
+    v = _positive_float(text.rstrip("%"))
+    if v >= 100:
+        raise argparse.ArgumentTypeError(f"expected a percentage below 100, got {text!r}")
+    return v
 
 
 def add_hardware_args(p: argparse.ArgumentParser) -> None:

@@ -23,6 +23,7 @@ from prefilltui.core.analysis import analyze, format_summary
 from prefilltui.core.depth import depth_table, format_depth
 from prefilltui.core.diagnose import format_diagnosis, summarize_diagnosis
 from prefilltui.core.fit import fit_ols, fit_robust
+from prefilltui.core.percentiles import quantiles
 from prefilltui.core.types import ProbeResult
 from prefilltui.exit_codes import ExitCode
 from prefilltui.session import Session, SessionError, build_session
@@ -83,9 +84,11 @@ def summarize(results: list[ProbeResult], info, *, rate_limited: int = 0,
         rs = by_len[n]
         counted = [r.prompt_tokens for r in rs if r.prompt_tokens is not None]
         sp = [r.server_prefill_s for r in rs if r.server_prefill_s is not None]
+        q = quantiles([r.ttft_s for r in rs])
         rows.append({"requested_tokens": n, "prompt_tokens": int(statistics.median(counted))
                      if counted else None, "n": len(rs),
                      "ttft_median_s": statistics.median(r.ttft_s for r in rs),
+                     "ttft_p50_s": q["p50_s"], "ttft_p90_s": q["p90_s"], "ttft_p99_s": q["p99_s"],
                      "ttft_min_s": min(r.ttft_s for r in rs),
                      "server_prefill_median_s": statistics.median(sp) if sp else None,
                      "cache_hits": sum(1 for r in rs if r.cache_hit)})
@@ -110,17 +113,22 @@ def summarize(results: list[ProbeResult], info, *, rate_limited: int = 0,
     return d
 
 
+def _ms_cell(v: float | None, width: int = 9) -> str:
+    return f"{'-':>{width}}" if v is None else f"{v * 1e3:>{width},.1f}"
+
+
 def format_text(d: dict[str, Any]) -> str:
     s = d["server"]
     out = [f"server  {s['kind']}  model {s['model']}  context {s['context_tokens'] or '?'} tokens",
            "",
-           f"{'requested':>9} {'counted':>8} {'n':>3} {'TTFT med':>10} {'TTFT min':>10} "
-           f"{'server prefill':>15}"]
+           f"{'requested':>9} {'counted':>8} {'n':>4} {'TTFT p50':>9} {'p90':>9} {'p99':>9} "
+           f"{'min':>9} {'server prefill':>15}   (ms)"]
     for r in d["lengths"]:
-        sp = f"{r['server_prefill_median_s'] * 1e3:12.1f} ms" if r["server_prefill_median_s"] \
-            is not None else f"{'-':>15}"
-        out.append(f"{r['requested_tokens']:>9} {r['prompt_tokens'] or '-':>8} {r['n']:>3} "
-                   f"{r['ttft_median_s'] * 1e3:7.1f} ms {r['ttft_min_s'] * 1e3:7.1f} ms {sp}")
+        sp = _ms_cell(r["server_prefill_median_s"], 15)
+        out.append(f"{r['requested_tokens']:>9} {r['prompt_tokens'] or '-':>8} {r['n']:>4} "
+                   f"{_ms_cell(r.get('ttft_p50_s', r['ttft_median_s']))} "
+                   f"{_ms_cell(r.get('ttft_p90_s'))} {_ms_cell(r.get('ttft_p99_s'))} "
+                   f"{_ms_cell(r['ttft_min_s'])} {sp}")
     out.append("")
     out.append(f"probes ok {d['probes']}, failed {d['failed']}, warm-up {d['warmup']}"
                + (f", rate-limited {d['rate_limited']}" if d["rate_limited"] else "")
@@ -142,10 +150,27 @@ def format_text(d: dict[str, Any]) -> str:
     if d["overhead_median_s"] is not None:
         out.append(f"client overhead (TTFT - server prefill, median)  "
                    f"{d['overhead_median_s'] * 1e3:.2f} ms")
+    u = d.get("until_ci")
+    if u:
+        out.append("until-ci  " + _until_line(u))
     if d["run_file"]:
         out.append(f"run file  {d['run_file']}")
     out += [f"note: {n}" for n in d.get("notes", [])]
     return "\n".join(out)
+
+
+def _until_line(u: dict[str, Any]) -> str:
+    """'target +-2 % reached after 57 probes (240 s): throughput +-1.9 %' and the like."""
+    hw = u.get("half_width_pct")
+    now = "no throughput interval" if hw is None else f"throughput +-{hw:.1f} %"
+    tgt = f"target +-{u['target_pct']:g} % " if u.get("target_pct") is not None else ""
+    if u.get("reason") == "target reached":
+        return f"{tgt}reached after {u['probes']} probes ({u['elapsed_s']:.0f} s): {now}"
+    if u.get("target_pct") is None:  # --budget alone
+        return (f"{u['reason'] or 'sweep finished within the budget'}: {u['probes']} probes "
+                f"({u['elapsed_s']:.0f} s)")
+    why = u.get("reason") or "stopped before the target"
+    return (f"{tgt}not reached: {why} after {u['probes']} probes ({u['elapsed_s']:.0f} s): {now}")
 
 
 def _attach_analysis(d: dict[str, Any], results, info, args,
@@ -155,7 +180,7 @@ def _attach_analysis(d: dict[str, Any], results, info, args,
     ``d["fit"]`` is the plain fit of ``compute_fit`` and a note says why)."""
     try:
         a = analyze(results, info, args, gpu_names=gpu_names)
-        text = format_summary(a)
+        text = format_summary(a, percentile_table=False)  # the table above has them per length
     except Exception as e:  # the summary must not lose a finished sweep
         d.setdefault("notes", []).append(f"analysis failed: {type(e).__name__}: {e}")
         d["fit"] = compute_fit(results)
@@ -255,22 +280,46 @@ def run(args) -> int:
     lengths = session.lengths
     as_json = args.format == "json"
     stream = sys.stderr if as_json else sys.stdout
+    budget_probes, budget_s = getattr(args, "budget", None) or (None, None)
+    until = getattr(args, "until_ci", None)
+    depths = [x for x in (getattr(args, "depth", None) or []) if x > 0]
+    holder: dict[str, Any] = {"planned": False, "notes": 0}
 
     def on_result(r: ProbeResult) -> None:
-        total = args.warmup + len(runner.lengths) * args.repeats
-        print(_progress_line(r, total), file=stream, flush=True)
+        total = None if until else args.warmup + len(runner.lengths) * args.repeats
+        if total is not None and budget_probes:
+            total = min(total, budget_probes)
+        line = _progress_line(r, total)
+        prog = runner.progress
+        if until and prog is not None and not r.warmup:
+            line += f"  [{prog.line()}]"
+        print(line, file=stream, flush=True)
+
+    def on_plan(planned: list[int], notes: list[str]) -> None:
+        """The header, once the server's context is known: the lengths that will run."""
+        if not holder["planned"]:
+            holder["planned"] = True
+            if not as_json:
+                if until:
+                    how = f"until throughput +-{until:g} %"
+                else:
+                    how = f"= {args.warmup + len(planned) * args.repeats} probes"
+                budget = ", ".join(x for x in (f"{budget_probes} probes" if budget_probes else "",
+                                               f"{budget_s:g} s" if budget_s else "") if x)
+                print(f"sweeping {args.url}: lengths {','.join(map(str, planned))} x "
+                      f"{args.repeats} + {args.warmup} warm-up ({how}"
+                      + (f"; budget {budget}" if budget else "") + ")"
+                      + (f"; then at depths {','.join(map(str, depths))} (cached prefix)"
+                         if depths else ""), file=stream, flush=True)
+        for n in notes[holder["notes"]:]:
+            print(f"  note: {n}", file=stream, flush=True)
+        holder["notes"] = len(notes)
 
     def on_state(state: str, detail: str) -> None:
         if state in ("retrying",) or (state == "probing" and detail.startswith("context")):
             print(f"  {detail}", file=stream, flush=True)
 
-    runner = session.new_runner(on_result, on_state)
-    depths = [x for x in (getattr(args, "depth", None) or []) if x > 0]
-    if not as_json:
-        print(f"sweeping {args.url}: lengths {','.join(map(str, lengths))} x {args.repeats}"
-              f" + {args.warmup} warm-up"
-              + (f"; then at depths {','.join(map(str, depths))} (cached prefix)" if depths else ""),
-              file=stream, flush=True)
+    runner = session.new_runner(on_result, on_state, on_plan=on_plan)
     depth_results: list[ProbeResult] = []
     depth_notes: list[str] = []
     runner.start()
@@ -297,6 +346,9 @@ def run(args) -> int:
         return ExitCode.UNREACHABLE
     d = summarize(results, runner.server_info, rate_limited=runner.rate_limited,
                   run_file=str(session.run_path), notices=runner.notices)
+    d["notes"] = list(runner.notes) + d.get("notes", [])
+    if runner.progress is not None:
+        d["until_ci"] = runner.progress.to_json()
     gpu_names = None
     if session.sampler is not None:
         snap = session.sampler.snapshot()

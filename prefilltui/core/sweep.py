@@ -2,9 +2,16 @@
 thread with its own asyncio loop so a busy UI never delays reading a first token.
 
 ``SweepRunner(lambda: ProbeClient(url), SweepConfig(make_lengths(4, 4096, 10)))``;
-``start()`` returns at once; ``on_result(result)`` / ``on_state(state, detail)`` are
-called from the runner's thread.  States: connecting, probing, retrying, paused,
-stopped, done, failed.
+``start()`` returns at once; ``on_result(result)`` / ``on_state(state, detail)`` /
+``on_plan(lengths, notes)`` are called from the runner's thread.  States: connecting,
+probing, retrying, paused, stopped, done, failed.
+
+Lengths beyond the server's context are capped (``cap_for_context``) and merged;
+``notes`` says which, to what and why, and ``on_plan`` reports the lengths that will
+really run (after discovery, and again when a context-length error lowers the cap),
+so nothing promises probes that will not run.  With ``until_ci_pct`` or a budget in
+the config a ``ConfidenceTarget`` (core.until_ci) decides the lengths after the first
+round and when to stop; ``progress`` says where it stands.
 """
 
 from __future__ import annotations
@@ -52,6 +59,11 @@ class SweepConfig:
     pause_s: float = 0.0
     seed: int | None = None
     continuous: bool = False
+    #: stop once the throughput 95 % interval's half-width is under this % (None: off)
+    until_ci_pct: float | None = None
+    #: stop after this many probes / seconds of probing (None: no limit)
+    budget_probes: int | None = None
+    budget_s: float | None = None
 
 
 def make_lengths(min_tokens: int, max_tokens: int, points: int) -> list[int]:
@@ -82,6 +94,7 @@ class SweepRunner:
     def __init__(self, client_factory: Callable[[], object], config: SweepConfig, *,
                  on_result: Callable[[ProbeResult], None] | None = None,
                  on_state: Callable[[str, str], None] | None = None,
+                 on_plan: Callable[[list[int], list[str]], None] | None = None,
                  runfile=None, hooks=()) -> None:
         if not config.lengths:
             raise ValueError("a sweep needs at least one length")
@@ -89,6 +102,7 @@ class SweepRunner:
         self.config = config
         self.on_result = on_result
         self.on_state = on_state
+        self.on_plan = on_plan
         self.runfile = runfile
         self.hooks = list(hooks)
         #: Results in order.  A finite sweep keeps all of them (its summary needs
@@ -116,6 +130,17 @@ class SweepRunner:
         self._wake: asyncio.Event | None = None
         self._seq = 0
         self._client: object | None = None
+        #: what the sweep says about its plan (lengths capped at the context, ...)
+        self.notes: list[str] = []
+        #: the context cap as a short phrase for a status line, or None
+        self.cap_note: str | None = None
+        self.target = None
+        if (config.until_ci_pct is not None or config.budget_probes is not None
+                or config.budget_s is not None):
+            from prefilltui.core.until_ci import ConfidenceTarget
+
+            self.target = ConfidenceTarget(config.until_ci_pct, budget_probes=config.budget_probes,
+                                           budget_s=config.budget_s)
 
     # -- public controls (any thread)
     @property
@@ -133,6 +158,11 @@ class SweepRunner:
     def lengths(self) -> list[int]:
         """The lengths now planned, after the context cap."""
         return self._capped(self._lengths)
+
+    @property
+    def progress(self):
+        """``until_ci.Progress`` of the repeat-until-confident target, or None."""
+        return self.target.progress() if self.target is not None else None
 
     def start(self) -> None:
         if self._thread is not None:
@@ -231,11 +261,20 @@ class SweepRunner:
             pass
 
     def _plan(self) -> Iterator[tuple[int, bool]]:
-        """(length, warmup) pairs; continuous mode cycles reshuffled rounds forever."""
+        """(length, warmup) pairs; continuous mode cycles reshuffled rounds forever.
+        With a throughput target, the first round is as usual, then the target picks
+        each length (core.until_ci)."""
         for i in range(self.config.warmup):
             ls = self.lengths
             yield (ls[len(ls) // 2] if i % 2 == 0 else ls[0]), True
+        first = True
         while True:
+            if not first and self.target is not None and self.target.pct is not None:
+                with self._lock:
+                    self._new_range = False
+                yield self.target.next_length(self.lengths), False
+                continue
+            first = False
             with self._lock:
                 self._new_range = False
                 round_ = [x for x in self.lengths for _ in range(self.config.repeats)]
@@ -244,7 +283,8 @@ class SweepRunner:
                 if self._new_range:
                     break
                 yield x, False
-            if not self.config.continuous and not self._new_range:
+            if (not self.config.continuous and not self._new_range
+                    and (self.target is None or self.target.pct is None)):
                 return
 
     async def _main(self) -> None:
@@ -274,6 +314,8 @@ class SweepRunner:
                 continue
             self._info = info
             self._cap = cap_for_context(info.context_tokens)
+            self._plan_changed(f"the server's context is {info.context_tokens} tokens"
+                               if info.context_tokens else "")
             await client.warm()
             calibrate = getattr(client, "calibrate", None)
             if calibrate is not None:
@@ -325,6 +367,8 @@ class SweepRunner:
                 new = cap_for_context(n_ctx) if n_ctx else int(length * 0.9)
                 self._cap = min(self._cap or new, new, max(1, length - 1))
                 self._set_state("probing", f"context limit: capping prompts at {self._cap} tokens")
+                self._plan_changed(f"a {length}-token prompt was refused as too long"
+                                   + (f" (context {n_ctx} tokens)" if n_ctx else ""))
             elif kind is not None:
                 fails += 1
                 if not self.config.continuous and fails >= MAX_CONSECUTIVE_FAILURES:
@@ -337,9 +381,37 @@ class SweepRunner:
                     continue
             else:
                 fails = 0
+            if self.target is not None and not warm:
+                prog = self.target.progress()
+                if prog.done:
+                    self._set_state("done", prog.line())
+                    return
             if self.config.pause_s > 0 and not self._stop:
                 await self._sleep(self.config.pause_s)
         self._set_state("stopped" if self._stop else "done", "")
+
+    def _plan_changed(self, why: str) -> None:
+        """Say which requested lengths the context cap changes (notes, cap_note) and
+        report the lengths that will run (``on_plan``)."""
+        cap = self._cap
+        over = [x for x in self._lengths if cap is not None and x > cap]
+        if over:
+            planned = self.lengths
+            merged = cap in self._lengths or len(over) > 1
+            note = (f"{'lengths' if len(over) > 1 else 'length'} {', '.join(map(str, over))} "
+                    f"{'are' if len(over) > 1 else 'is'} over the longest prompt the "
+                    f"server takes ({why}; {CONTEXT_RESERVE} tokens and 2 % kept free): "
+                    f"capped to {cap} tokens"
+                    + (f", merged: {len(planned)} lengths run, not {len(self._lengths)}"
+                       if merged else ""))
+            if note not in self.notes:
+                self.notes.append(note)
+            self.cap_note = f"capped at {cap} tok (context)"
+        if self.on_plan is not None:
+            try:
+                self.on_plan(self.lengths, list(self.notes))
+            except Exception:
+                log.exception("on_plan callback failed")
 
     async def _one(self, client, length: int, warm: bool, burst: bool) -> ProbeResult:
         for h in self.hooks:
@@ -358,6 +430,8 @@ class SweepRunner:
             except Exception:
                 log.exception("probe hook after_probe failed")
         self.results.append(result)
+        if self.target is not None:
+            self.target.add(result)
         if self.runfile is not None:
             try:
                 self.runfile.append(result)

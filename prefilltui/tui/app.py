@@ -134,6 +134,7 @@ class PrefillApp(WorkerActions, App[int]):
         self._device_names: list[str] = []
         self._status_text = ""
         self._burst_pending = False  # b pressed, its probe not back yet
+        self._notes_shown = 0  # runner notes already notified
 
     # ----------------------------------------------------------------- layout
     def get_theme_variable_defaults(self) -> dict[str, str]:
@@ -221,7 +222,17 @@ class PrefillApp(WorkerActions, App[int]):
             pass
         if message.state == "failed" and old != "failed":
             self.notify(message.detail or "probing failed", severity="error", timeout=10)
+        if message.state == "done" and old != "done" and message.detail:
+            self.notify(message.detail, title="done", timeout=15)
+        self._notify_runner_notes()
         self._update_status()
+
+    def _notify_runner_notes(self) -> None:
+        """Each new note of the runner (lengths capped at the context, ...) once."""
+        notes = list(getattr(self.runner, "notes", None) or ()) if self.runner is not None else []
+        for note in notes[self._notes_shown:]:
+            self.notify(note, severity="warning", timeout=12)
+        self._notes_shown = max(self._notes_shown, len(notes))
 
     # ------------------------------------------------------------ throttled ticks
     def flush(self) -> None:
@@ -323,9 +334,12 @@ class PrefillApp(WorkerActions, App[int]):
     def _update_status(self) -> None:
         if not self.query("#status"):
             return
-        notices = getattr(self.runner, "notices", None) if self.runner is not None else None
+        runner = self.runner
+        notices = getattr(runner, "notices", None) if runner is not None else None
         text = status_line(self.state, self.state_detail, self.counters, self.sweep_range,
-                           self.which, self.paused, tuple(notices or ()))
+                           self.which, self.paused, tuple(notices or ()),
+                           progress=getattr(runner, "progress", None) if runner is not None else None,
+                           cap_note=getattr(runner, "cap_note", None) if runner is not None else None)
         if text != self._status_text:  # unchanged text: no redraw, no terminal bytes
             self._status_text = text
             # one line high whatever it says (CSS height: 1): no screen layout needed

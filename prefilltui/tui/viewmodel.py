@@ -8,6 +8,7 @@ one from the command-line args (``roofline_analysis``); tests pass fixed ones.
 from __future__ import annotations
 
 import re
+from collections import deque
 from dataclasses import dataclass, field
 from typing import Any, Callable
 
@@ -51,6 +52,12 @@ class StatsView:
     queue_estimated: bool = False  # queue_s inferred (extra["queue_source"] idle/estimated)
     probes: int = 0
     failed: int = 0
+    #: the fixed cost: pinned (core.intercept) or not; None = judge from intercept_ci
+    fixed_pinned: bool | None = None
+    server_fixed_s: float | None = None  # from the server's own prefill times
+    #: TTFT percentiles (n, p50, p90, p99) over recent probes, and at one length
+    pct_all: tuple[int, float, float, float] | None = None
+    pct_len: tuple[int, int, float, float, float] | None = None  # (tokens, n, p50, p90, p99)
     notes: list[str] = field(default_factory=list)
     warnings: list[str] = field(default_factory=list)
 
@@ -98,9 +105,22 @@ def as_snapshot(snap: FitSnapshot | LinearFit | None) -> FitSnapshot | None:
                        n_points=snap.n, sampled=snap.sampled)
 
 
+#: TTFT percentiles on screen are over the last this many fit-eligible probes (and
+#: this many per length): bounded work per refresh however long the run.
+RECENT_TTFT = 5000
+#: the server-side fixed cost on screen is fitted over the last this many probes
+#: that carry a server prefill time.
+RECENT_SERVER_TIMED = 500
+
+
+def _recent() -> deque:
+    return deque(maxlen=RECENT_TTFT)
+
+
 @dataclass
 class Counters:
-    """Running counts the app keeps from ProbeDone messages."""
+    """Running counts the app keeps from ProbeDone messages, and bounded buffers of
+    recent fit-eligible probes for the percentiles and the server-side fixed cost."""
 
     probes: int = 0
     ok: int = 0
@@ -108,8 +128,16 @@ class Counters:
     cached: int = 0
     last_cached_tokens: int | None = None
     errors: dict[str, int] = field(default_factory=dict)
+    ttft: deque = field(default_factory=_recent)
+    ttft_by_length: dict[int, deque] = field(default_factory=dict)
+    server_timed: deque = field(default_factory=lambda: deque(maxlen=RECENT_SERVER_TIMED))
 
     def add(self, r: ProbeResult) -> None:
+        if r.fit_eligible:
+            self.ttft.append(r.ttft_s)
+            self.ttft_by_length.setdefault(int(r.requested_tokens), _recent()).append(r.ttft_s)
+            if r.server_prefill_s is not None:
+                self.server_timed.append(r)
         self.probes += 1
         if r.ok:
             self.ok += 1
@@ -143,6 +171,8 @@ def build_stats(snap: FitSnapshot | LinearFit | None, *, which: FitScope, method
             v.prefill_tokens_per_s_ci = (ci[0], ci[1])
         v.r2 = fit.r2
         v.n = fit.n
+    _fixed_cost(v, fit, counters)
+    _percentiles(v, counters, last)
     if snap is not None and snap.knee_tokens:
         v.notes.append(f"knee at {snap.knee_tokens} tok (fit above)")
     if snap is not None and snap.quadratic_applies and snap.quadratic is not None:
@@ -173,6 +203,33 @@ def build_stats(snap: FitSnapshot | LinearFit | None, *, which: FitScope, method
     return v
 
 
+def _fixed_cost(v: StatsView, fit: Any, counters: Counters) -> None:
+    """Pinned or not (core.intercept), and the server-side fixed cost."""
+    from prefilltui.core import intercept
+
+    fc = intercept.assess(fit) if fit is not None and hasattr(fit, "intercept_ci") else None
+    if fc is not None:
+        v.fixed_pinned = fc.pinned
+    if counters.server_timed:
+        server = intercept.server_fixed_cost(list(counters.server_timed))
+        if server is not None:
+            v.server_fixed_s = server["fixed_cost_s"]
+
+
+def _percentiles(v: StatsView, counters: Counters, last: ProbeResult | None) -> None:
+    from prefilltui.core.percentiles import quantiles
+
+    if not counters.ttft:
+        return
+    q = quantiles(list(counters.ttft))
+    v.pct_all = (q["n"], q["p50_s"], q["p90_s"], q["p99_s"])
+    if last is not None:
+        vals = counters.ttft_by_length.get(int(last.requested_tokens))
+        if vals:
+            q = quantiles(list(vals))
+            v.pct_len = (int(last.requested_tokens), q["n"], q["p50_s"], q["p90_s"], q["p99_s"])
+
+
 def drop_repeat(note: str, phrase: str | None) -> str:
     """``note`` without the sentence or clause that repeats ``phrase`` (the verdict
     word, e.g. "MFU needs --peak-tflops", already shown on its own line)."""
@@ -190,21 +247,28 @@ def drop_repeat(note: str, phrase: str | None) -> str:
 
 
 def status_line(state: str, detail: str, counters: Counters, rng: tuple[int, int],
-                which: str, paused: bool, notices: tuple[str, ...] = ()) -> str:
+                which: str, paused: bool, notices: tuple[str, ...] = (), *,
+                progress: Any = None, cap_note: str | None = None) -> str:
     """The always-visible connection/progress line (markup).  ``notices``: the
     session's short labels (``SweepRunner.notices``, e.g. "lengths estimated",
-    "sent without stream_options"), shown last, in the warning colour."""
+    "sent without stream_options"), shown last, in the warning colour.  ``progress``:
+    the runner's ``until_ci.Progress`` (the throughput interval against its target);
+    ``cap_note``: set when the lengths were capped at the server's context."""
     icons = {"connecting": "[$warning]◌ connecting[/]", "probing": "[$success]● probing[/]",
              "retrying": "[$warning]↻ retrying[/]", "paused": "[$accent]‖ paused[/]",
              "stopped": "■ stopped", "done": "■ done", "failed": "[$error]✖ failed[/]"}
     shown = "paused" if paused and state not in ("failed", "stopped") else state
     text = icons.get(shown, shown)
-    if detail and shown in ("connecting", "retrying", "failed", "probing"):
+    if detail and shown in ("connecting", "retrying", "failed", "probing", "done"):
         text += f" {_escape(detail)}"
     parts = [text, f"{counters.ok} ok"]
     if counters.failed:
         parts.append(f"[$error]{counters.failed} failed[/]")
-    parts.append(f"{rng[0]}–{rng[1]} tok")
+    parts.append(f"{rng[0]}–{rng[1]} tok" + (" [$warning](context cap)[/]" if cap_note else ""))
+    if progress is not None and getattr(progress, "target_pct", None) is not None and shown != "done":
+        hw = progress.half_width_pct
+        now = "—" if hw is None else ("∞" if hw == float("inf") else f"±{hw:.1f}")
+        parts.append(f"CI {now}→±{progress.target_pct:g} %")
     parts.append("window fit" if which == "window" else "all-time fit")
     parts += [f"[$warning]{_escape(n)}[/]" for n in notices]
     return "  ".join(parts)

@@ -78,3 +78,56 @@ def test_usage_errors_exit_2(capsys):
         main(["sweep", "http://x", "--lengths", "a,b"])
     assert e.value.code == 2
     assert main(["sweep", "http://x", "--min-tokens", "100", "--max-tokens", "10"]) == 2
+
+
+def test_capped_lengths_are_said_never_promised(fake_server, tmp_path, capsys):
+    """Lengths over a 4,096-token context: the header lists the lengths that run (after
+    discovery), and a note in the header and the JSON summary says what was capped,
+    to what and why; exactly the probes the header promises run."""
+    srv = server(fake_server)
+    srv.set("GET /v1/models", models_reply("m", max_model_len=4096))
+    rc = main(["sweep", srv.base_url, "--lengths", "4500,5000", "--warmup", "0",
+               "--out", str(tmp_path / "r.jsonl")])
+    cap = capsys.readouterr()
+    assert rc == 0, cap.err
+    head = cap.out.splitlines()[:2]
+    assert head[0].startswith("sweeping") and "lengths 4007 x 1" in head[0]
+    assert "(= 1 probes)" in head[0]
+    assert "4500, 5000" in head[1] and "capped to 4007" in head[1] and "4096 tokens" in head[1]
+    assert "1 lengths run, not 2" in head[1]
+    assert len((tmp_path / "r.jsonl").read_text().splitlines()) == 1
+    rc = main(["sweep", srv.base_url, "--lengths", "4500,5000", "--warmup", "0", "--format",
+               "json", "--out", str(tmp_path / "r2.jsonl")])
+    d = json.loads(capsys.readouterr().out)
+    assert any("capped to 4007" in n for n in d["notes"])
+
+
+def test_until_ci_stops_at_the_target_and_says_how_many_probes(fake_server, tmp_path, capsys):
+    srv = server(fake_server)
+    rc = main(["sweep", srv.base_url, "--lengths", "4,16,64,256", "--until-ci", "5",
+               "--budget", "60", "--format", "json", "--out", str(tmp_path / "r.jsonl")])
+    cap = capsys.readouterr()
+    assert rc == 0, cap.err
+    d = json.loads(cap.out)
+    u = d["until_ci"]
+    assert u["target_pct"] == 5 and u["probes"] <= 60
+    if u["reason"] == "target reached":
+        assert u["half_width_pct"] <= 5
+    assert u["probes"] == len((tmp_path / "r.jsonl").read_text().splitlines())
+
+
+def test_budget_caps_a_sweep(fake_server, tmp_path, capsys):
+    srv = server(fake_server)
+    rc = main(["sweep", srv.base_url, "--lengths", "4,16,64,256", "--repeats", "5",
+               "--budget", "6", "--out", str(tmp_path / "r.jsonl")])
+    cap = capsys.readouterr()
+    assert rc == 0, cap.err
+    assert len((tmp_path / "r.jsonl").read_text().splitlines()) == 6
+    assert "until-ci  probe budget spent: 6 probes" in cap.out
+
+
+@pytest.mark.parametrize("bad", ["0", "-3", "10x", "5m,6m", ""])
+def test_budget_rejects_bad_values(bad, capsys):
+    with pytest.raises(SystemExit) as e:
+        main(["sweep", "http://127.0.0.1:9", "--budget", bad])
+    assert e.value.code == 2

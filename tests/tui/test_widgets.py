@@ -58,9 +58,17 @@ def test_stats_units_noise_queue_and_model():
                   slope_ci=(6.5e-3, 7.0e-3), prefill_tokens_per_s=147.6, prefill_tokens_per_s_ci=(46, 64),
                   r2=0.99)
     text = stats_text(v).plain
-    assert "intercept \u2212195 ms" in text
-    assert "\n          ≈0: within noise\n" in text
+    # +-205 ms is wider than the pin bound: no confident negative number, the interval
+    assert "intercept not pinned" in text and "\u2212195" not in text
+    assert "add short prompts/repeats" in text
     assert "\u2212400 to 10.0 ms" in text
+    # pinned but below 0: shown as 0 with the fit's value beside it
+    pinned = stats_text(StatsView(intercept_s=-0.002, intercept_ci=(-0.005, 0.001),
+                                  slope_s=1e-4)).plain
+    assert "intercept 0.0 ms" in pinned and "≈0: fit \u22122.0 ms" in pinned
+    spans = stats_text(StatsView(intercept_s=0.002, intercept_ci=(-0.001, 0.005),
+                                 slope_s=1e-4)).plain
+    assert "\n          ≈0: within noise" in spans
     assert "slope     6,775 µs/tok" in text and "6,500–7,000 µs/tok" in text
     assert "95%     46.0–64.0 tok/s" in text
     assert "≈0" not in stats_text(StatsView(intercept_s=0.02, intercept_ci=(0.01, 0.03),
@@ -100,6 +108,43 @@ def test_status_line_words():
     s = status_line("probing", "", c, (32, 4096), "all", False,
                     ("sent without stream_options", "lengths estimated"))
     assert s.endswith("[$warning]sent without stream_options[/]  [$warning]lengths estimated[/]")
+
+
+def test_status_line_until_ci_and_context_cap():
+    from prefilltui.core.until_ci import Progress
+
+    c = Counters()
+    prog = Progress(target_pct=2.0, half_width_pct=3.14, probes=40, fit_points=39,
+                    elapsed_s=12.0, done=False, reason=None)
+    s = status_line("probing", "1024 tokens", c, (4, 4007), "all", False, progress=prog,
+                    cap_note="capped at 4007 tok (context)")
+    assert "CI ±3.1→±2 %" in s and "4–4007 tok [$warning](context cap)" in s
+    done = status_line("done", "throughput +-1.9 % (target 2 %), 57 probes, target reached",
+                       c, (4, 1024), "all", False, progress=prog)
+    assert "target reached" in done and "CI ±" not in done
+
+
+def test_stats_percentiles_and_server_fixed_cost():
+    """The panel shows p50/p90/p99 overall and at the last probe's length, with the
+    counts, and the server-side fixed cost under the intercept."""
+    from prefilltui.core.fit import RunningFit
+
+    c, fit = Counters(), RunningFit()
+    rs = []
+    for i, n in enumerate([4, 16, 64, 256, 1024] * 4):
+        r = make_result(i + 1, n)
+        r.server_prefill_s = 0.002 + n * 1e-4
+        r.ttft_s = r.server_prefill_s + 0.008 + 0.0005 * (i % 3)
+        rs.append(r)
+        c.add(r)
+        fit.add(r)
+    v = build_stats(fit.snapshot(), which="all", method="robust", info=None, last=rs[-1],
+                    counters=c, device=None, roof=None)
+    assert v.pct_all[0] == 20 and v.pct_len[:2] == (1024, 4)
+    assert v.server_fixed_s is not None and abs(v.server_fixed_s - 0.0105) < 0.002
+    text = stats_text(v).plain
+    assert "TTFT ms   p50/p90/p99" in text and "\n all 20 " in text and "\n 1024 ×4 " in text
+    assert "\n  server  " in text
 
 
 def test_probe_status_and_message():

@@ -9,6 +9,7 @@ from __future__ import annotations
 from rich.text import Text
 from textual.widgets import Static
 
+from prefilltui.core.intercept import pin_bound_s
 from prefilltui.core.units import MISSING
 from prefilltui.tui.viewmodel import StatsView
 
@@ -83,12 +84,7 @@ def stats_text(v: StatsView) -> Text:
     if v.slope_s is None:
         t.append("fit: needs ≥3 probes at\n  different lengths\n", style="italic")
     else:
-        line("intercept", f"{_ms(v.intercept_s)} ms")
-        interval(v.intercept_ci, _ms, "ms")
-        ci = v.intercept_ci
-        if (v.intercept_s is not None and v.intercept_s < 0) or (
-                ci and ci[0] is not None and ci[1] is not None and ci[0] <= 0 <= ci[1]):
-            line("", "≈0: within noise", "italic")  # fits the 27-column panel
+        _intercept_lines(v, line, interval)
         line("slope", f"{_us(v.slope_s)} µs/tok")
         interval(v.slope_ci, _us, "µs/tok")
         line("prefill", f"{si(v.prefill_tokens_per_s)} tok/s", "bold")
@@ -97,6 +93,13 @@ def stats_text(v: StatsView) -> Text:
             line("R²", f"{v.r2:.3f}")
         if v.quadratic_note:
             t.append(v.quadratic_note + "\n", style="dim")
+    if v.pct_all is not None:
+        line("TTFT ms", "p50/p90/p99", "dim")
+        n, *q = v.pct_all
+        line(f" all {n}", "/".join(_q(x) for x in q))
+        if v.pct_len is not None:
+            tok, n, *q = v.pct_len
+            line(f" {tok} ×{n}", "/".join(_q(x) for x in q))
     for warning in v.warnings:
         t.append(warning + "\n", style="bold")
     if v.achieved_tflops is not None:
@@ -132,6 +135,39 @@ def stats_text(v: StatsView) -> Text:
         t.append(note + "\n", style="italic")
     t.rstrip()
     return t
+
+
+def _q(v: float) -> str:
+    """A percentile in ms, no unit: 34.1, 612, 6,120."""
+    ms = v * 1e3
+    return f"{ms:.1f}" if ms < 100 else f"{ms:,.0f}"
+
+
+def _intercept_lines(v: StatsView, line, interval) -> None:
+    """The fixed cost as the fit allows: a value when pinned (never below 0: a
+    negative one reads 0 with the fit's value beside it), else "not pinned" with its
+    interval; the server-side fixed cost beneath when the server reports times."""
+    ci = v.intercept_ci
+    pinned = v.fixed_pinned
+    if pinned is None and v.intercept_s is not None:
+        pinned = bool(ci and ci[0] is not None and ci[1] is not None
+                      and (ci[1] - ci[0]) / 2 <= pin_bound_s(v.intercept_s))
+    a = v.intercept_s
+    if not pinned:
+        line("intercept", "not pinned", "bold")
+        interval(ci, _ms, "ms")
+        line("", "add short prompts/repeats", "italic")  # fits the 27-column panel
+    elif a is not None and a < 0:
+        line("intercept", "0.0 ms")
+        interval(ci, _ms, "ms")
+        line("", f"≈0: fit {_ms(a)} ms", "italic")
+    else:
+        line("intercept", f"{_ms(a)} ms")
+        interval(ci, _ms, "ms")
+        if ci and ci[0] is not None and ci[1] is not None and ci[0] <= 0 <= ci[1]:
+            line("", "≈0: within noise", "italic")
+    if v.server_fixed_s is not None:
+        line("  server", f"{_ms(v.server_fixed_s)} ms")
 
 
 def stats_title(v: StatsView) -> str:
