@@ -9,9 +9,12 @@ half-width is under ``pct`` % of the estimate, or a budget ran out.
 second of probing: for each candidate length L it adds one point to the weighted
 design (weights 1/(yhat + s0)^2, the robust fit's noise model) and scores the drop
 of var(b)/b^2 -- plus var(a) against the fixed-cost pin bound while the intercept is
-not pinned -- divided by L's expected TTFT.  Every fourth pick goes to the length
-with the fewest probes instead, so repeats stay spread over the range (curvature, a
-knee and drift stay visible).  Seconds throughout; no I/O; not thread-safe (the
+not pinned -- divided by L's expected TTFT (lengths below a knee are never picked:
+the fit leaves them out).  Under relative noise every length well past a/b tells
+about as much of the slope per probe, so the cheaper ones win per second; every
+fourth pick goes to the length with the fewest probes instead, so repeats stay
+spread over the range (curvature, a knee and drift stay visible, and the long end
+keeps its weight).  Seconds throughout; no I/O; not thread-safe (the
 runner's thread owns it).
 """
 
@@ -167,8 +170,9 @@ class ConfidenceTarget:
         lo, hi = fit.intercept_ci
         a_sd = pin_bound_s(fit.intercept_s) / 1.96
         a_open = (hi - lo) / 2 > pin_bound_s(fit.intercept_s)
+        knee = fit.knee_tokens or 0  # below a knee probes are left out of the fit
         best, best_score = least, -math.inf
-        for n in lengths:
+        for n in (n for n in lengths if n >= knee):
             yhat = max(float(fit.predict(float(n))), floor)
             wl = 1.0 / (yhat + s0) ** 2
             v = np.array([1.0, float(n)])
