@@ -104,7 +104,8 @@ def server_fixed_cost(results: Iterable[ProbeResult]) -> dict[str, Any] | None:
     probes or lengths spanning less than 2x (the prefill intercept would be a long
     extrapolation).  Returns ``{"fixed_cost_s", "prefill_intercept_s" (clamped at 0),
     "prefill_intercept_raw_s", "prefill_intercept_ci", "outside_prefill_s" (median of
-    TTFT - server prefill), "n"}``.
+    TTFT - server prefill), "pinned" (the prefill intercept's interval within the
+    same bound as the fit's), "n"}``.
     """
     pts = [r for r in results if r.fit_eligible and r.server_prefill_s is not None]
     if len(pts) < 3:
@@ -117,7 +118,10 @@ def server_fixed_cost(results: Iterable[ProbeResult]) -> dict[str, Any] | None:
         return None
     outside = statistics.median(r.ttft_s - r.server_prefill_s for r in pts)
     a_p = max(pf.intercept_s, 0.0)
-    return {"fixed_cost_s": a_p + outside, "prefill_intercept_s": a_p,
+    lo, hi = pf.intercept_ci
+    pinned = bool(math.isfinite(lo) and math.isfinite(hi)
+                  and (hi - lo) / 2 <= pin_bound_s(a_p + outside))
+    return {"fixed_cost_s": a_p + outside, "pinned": pinned, "prefill_intercept_s": a_p,
             "prefill_intercept_raw_s": _f(pf.intercept_s),
             "prefill_intercept_ci": [_f(pf.intercept_ci[0]), _f(pf.intercept_ci[1])],
             "outside_prefill_s": outside, "n": len(pts)}
@@ -139,7 +143,12 @@ def format_lines(fc: dict[str, Any] | None, indent: str = "  ") -> list[str]:
     if fc["pinned"] and fc.get("note"):
         out.append(f"{indent}  {fc['note']}")
     s = fc.get("server")
-    if s:
+    if s and not s.get("pinned", True):
+        lo, hi = s["prefill_intercept_ci"]
+        out.append(f"{indent}server-side  not pinned either: prefill at n=0 95% {lo * 1e3:,.0f} to "
+                   f"{hi * 1e3:,.0f} ms; outside prefill {ms(s['outside_prefill_s'])} (median "
+                   f"TTFT - server prefill, {s['n']} probes)")
+    elif s:
         raw = s.get("prefill_intercept_raw_s")
         clamp = f" (fit {raw * 1e3:.1f} ms, shown as 0)" if raw is not None and raw < 0 else ""
         out.append(f"{indent}server-side  {ms(s['fixed_cost_s'])} = prefill at n=0 "

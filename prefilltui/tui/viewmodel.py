@@ -212,7 +212,7 @@ def _fixed_cost(v: StatsView, fit: Any, counters: Counters) -> None:
         v.fixed_pinned = fc.pinned
     if counters.server_timed:
         server = intercept.server_fixed_cost(list(counters.server_timed))
-        if server is not None:
+        if server is not None and server["pinned"]:
             v.server_fixed_s = server["fixed_cost_s"]
 
 

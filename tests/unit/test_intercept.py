@@ -41,7 +41,7 @@ def test_anchored_run_is_pinned_and_matches_server_side():
     fit = fit_robust([r.tokens for r in rs], [r.ttft_s for r in rs])
     fc = intercept.assess(fit, intercept.server_fixed_cost(rs))
     assert fc.pinned and fc.note is None and fc.shown_s == pytest.approx(0.010, abs=0.005)
-    assert fc.server["fixed_cost_s"] == pytest.approx(0.010, abs=0.004)
+    assert fc.server["fixed_cost_s"] == pytest.approx(0.010, abs=0.004) and fc.server["pinned"]
     assert fc.server["outside_prefill_s"] == pytest.approx(0.008, abs=1e-9)
     text = "\n".join(intercept.format_lines(fc.to_json()))
     assert "fixed cost" in text and "server-side" in text and "pinned" in text
