@@ -127,7 +127,7 @@ def test_status_line_until_ci_and_context_cap():
 def test_stats_percentiles_and_server_fixed_cost():
     """The panel shows p50/p90/p99 overall and at the last probe's length, with the
     counts, and the server-side fixed cost under the intercept."""
-    from prefilltui.core.fit import RunningFit
+    from prefilltui.core.running_fit import RunningFit
 
     c, fit = Counters(), RunningFit()
     rs = []
