@@ -277,7 +277,6 @@ def run(args) -> int:
     except SessionError as e:
         err(str(e))
         return e.code
-    lengths = session.lengths
     as_json = args.format == "json"
     stream = sys.stderr if as_json else sys.stdout
     budget_probes, budget_s = getattr(args, "budget", None) or (None, None)

@@ -128,12 +128,12 @@ class ConfidenceTarget:
 
     def half_width_pct(self) -> float | None:
         fit = self._fit()
-        if fit is None or not fit.throughput_tok_s:
+        if fit is None or not fit.prefill_tokens_per_s:
             return None
-        lo, hi = fit.throughput_ci
+        lo, hi = fit.prefill_tokens_per_s_ci
         if lo is None or hi is None:
             return math.inf
-        return 100.0 * (hi - lo) / 2.0 / fit.throughput_tok_s
+        return 100.0 * (hi - lo) / 2.0 / fit.prefill_tokens_per_s
 
     def progress(self) -> Progress:
         elapsed = 0.0 if self._t0 is None else self.clock() - self._t0

@@ -249,4 +249,4 @@ def test_wls_is_weighted_without_rejection():
     x, y = synth(3, 40, out_p=0.0)
     f = fit_wls(x, y)
     assert f.method == "wls" and f.n == 40 and f.outliers == 0
-    assert f.throughput_tok_s == pytest.approx(25000, rel=0.05)
+    assert f.prefill_tokens_per_s == pytest.approx(25000, rel=0.05)
