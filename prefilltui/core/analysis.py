@@ -76,7 +76,7 @@ def analyze(results: Iterable[ProbeResult], server_info: ServerInfo | None = Non
     hw, hnotes = resolve_gpu(args, gpu_names)
     notes += mnotes + hnotes
     fit = snap.fit if snap else None
-    fixed = intercept.assess(fit, intercept.server_fixed_cost(results))
+    fixed = intercept.fixed_cost(fit, intercept.server_fixed_cost(results))
     if fixed is not None and fixed.note:
         notes.append(fixed.note)
     if fit is not None and fit.knee_tokens:

@@ -112,7 +112,7 @@ def _intercept_split(results, fit, med) -> dict[str, Any] | None:
         fit = _fit.fit_robust(xs, [r.ttft_s for r in pts])
     if fit is None:
         return None
-    fixed = _ic.assess(fit)
+    fixed = _ic.fixed_cost(fit)
     server = _ic.server_fixed_cost(pts)
     a_p = server["prefill_intercept_s"] if server else None
     notes: list[str] = []

@@ -68,7 +68,7 @@ class FixedCost:
                 "note": self.note, "server": self.server}
 
 
-def assess(fit: LinearFit | None, server: dict[str, Any] | None = None) -> FixedCost | None:
+def fixed_cost(fit: LinearFit | None, server: dict[str, Any] | None = None) -> FixedCost | None:
     """``FixedCost`` of a fit (None without one).  Never raises for odd values."""
     if fit is None:
         return None

@@ -12,7 +12,8 @@ from collections import deque
 from dataclasses import dataclass, field
 from typing import Any, Callable
 
-from prefilltui.core import defaults
+from prefilltui.core import defaults, intercept
+from prefilltui.core.percentiles import quantiles
 from prefilltui.core.analysis import assess
 from prefilltui.core.fit import LinearFit
 from prefilltui.core.running_fit import FitSnapshot
@@ -205,9 +206,7 @@ def build_stats(snap: FitSnapshot | LinearFit | None, *, which: FitScope, method
 
 def _fixed_cost(v: StatsView, fit: Any, counters: Counters) -> None:
     """Pinned or not (core.intercept), and the server-side fixed cost."""
-    from prefilltui.core import intercept
-
-    fc = intercept.assess(fit) if fit is not None and hasattr(fit, "intercept_ci") else None
+    fc = intercept.fixed_cost(fit) if fit is not None and hasattr(fit, "intercept_ci") else None
     if fc is not None:
         v.fixed_pinned = fc.pinned
     if counters.server_timed:
@@ -217,8 +216,6 @@ def _fixed_cost(v: StatsView, fit: Any, counters: Counters) -> None:
 
 
 def _percentiles(v: StatsView, counters: Counters, last: ProbeResult | None) -> None:
-    from prefilltui.core.percentiles import quantiles
-
     if not counters.ttft:
         return
     q = quantiles(list(counters.ttft))

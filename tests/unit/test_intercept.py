@@ -39,7 +39,7 @@ def test_pin_bound_floor_and_relative():
 def test_anchored_run_is_pinned_and_matches_server_side():
     rs = _run([4, 9, 19, 40, 87, 188, 406, 878], a=0.010, b=1 / 170, noise=0.03)
     fit = fit_robust([r.tokens for r in rs], [r.ttft_s for r in rs])
-    fc = intercept.assess(fit, intercept.server_fixed_cost(rs))
+    fc = intercept.fixed_cost(fit, intercept.server_fixed_cost(rs))
     assert fc.pinned and fc.note is None and fc.shown_s == pytest.approx(0.010, abs=0.005)
     assert fc.server["fixed_cost_s"] == pytest.approx(0.010, abs=0.004) and fc.server["pinned"]
     assert fc.server["outside_prefill_s"] == pytest.approx(0.008, abs=1e-9)
@@ -63,7 +63,7 @@ def test_long_prompts_only_on_a_noisy_run_say_not_pinned():
 def test_pinned_negative_intercept_is_clamped_with_a_note():
     x = np.array([4, 8, 16, 32, 64, 128, 256] * 3, dtype=float)
     y = -0.002 + 1e-4 * x + 1e-5 * np.random.default_rng(1).standard_normal(len(x))
-    fc = intercept.assess(fit_robust(x, np.maximum(y, 1e-4)))
+    fc = intercept.fixed_cost(fit_robust(x, np.maximum(y, 1e-4)))
     assert fc.pinned and fc.clamped and fc.shown_s == 0.0 and "shown as 0" in fc.note
 
 
