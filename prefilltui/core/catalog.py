@@ -385,9 +385,9 @@ def resolve_model(args: Any, server_info: Any = None) -> tuple[ModelShape | None
                 notes.append(f"model {nm!r} -> catalog {shape.name} ({shape.source})")
                 break
     si = server_info
-    if si is not None and (si.n_params or si.n_embd or si.n_layer):
-        upd = {k: v for k, v in (("params", si.n_params), ("hidden", si.n_embd),
-                                  ("layers", si.n_layer)) if v}
+    if si is not None and (si.params or si.hidden or si.layers):
+        upd = {k: v for k, v in (("params", si.params), ("hidden", si.hidden),
+                                  ("layers", si.layers)) if v}
         if shape is None:
             shape = ModelShape(key="server", name=str(si.model or "server model"), params=None,
                                layers=None, hidden=None, source="server metadata",

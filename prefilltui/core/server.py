@@ -157,12 +157,12 @@ async def discover(client: httpx.AsyncClient, base_url: str, *, model: str | Non
     if meta:
         try:
             n_params = float(meta["n_params"]) if meta.get("n_params") else None
-            info.n_params = n_params if n_params is not None and math.isfinite(n_params) \
+            info.params = n_params if n_params is not None and math.isfinite(n_params) \
                 and n_params > 0 else None
         except (TypeError, ValueError, OverflowError):
             pass
-        info.n_embd = _int(meta.get("n_embd"))
-        info.n_layer = _int(meta.get("n_layer"))
+        info.hidden = _int(meta.get("n_embd"))
+        info.layers = _int(meta.get("n_layer"))
     if info.model is None and model is None:
         info.notes.append("no model id from /v1/models; requests send no model")
     await find_tokenize(client, info, timeout)

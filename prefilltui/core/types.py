@@ -162,8 +162,9 @@ class ServerInfo:
 
     kind: "vllm" | "sglang" | "tgi" | "llama.cpp" | "ollama" | "openai" (generic).
     context_tokens: the server's context limit in tokens, when exposed.
-    n_params / n_embd / n_layer: model shape when the server exposes it
-    (llama.cpp ``/v1/models`` ``meta``), else None.
+    params / hidden / layers: model shape when the server exposes it (llama.cpp
+    ``/v1/models`` ``meta.n_params`` / ``n_embd`` / ``n_layer``), else None; named as
+    in ``catalog.ModelShape``.
     n_batch / n_ubatch: chunk sizes when exposed (llama.cpp ``/props``).
     metrics_url: the Prometheus endpoint if it answered, else None.
     """
@@ -172,9 +173,9 @@ class ServerInfo:
     kind: str = "openai"
     model: str | None = None
     context_tokens: int | None = None
-    n_params: float | None = None
-    n_embd: int | None = None
-    n_layer: int | None = None
+    params: float | None = None
+    hidden: int | None = None
+    layers: int | None = None
     n_batch: int | None = None
     n_ubatch: int | None = None
     has_tokenize: bool = False

@@ -299,7 +299,7 @@ def roofline_analysis(args: Any) -> Analysis:
     cache: dict[Any, Any] = {}
 
     def resolve(info: ServerInfo | None, names: list[str]):
-        key = (id(info), info.model if info else None, info.n_params if info else None,
+        key = (id(info), info.model if info else None, info.params if info else None,
                tuple(n for n in names if n))
         if key not in cache:
             notes: list[str] = []

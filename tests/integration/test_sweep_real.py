@@ -40,7 +40,7 @@ def test_discovery(sweep):
     info = runner.server_info
     assert info.kind == "llama.cpp" and info.has_tokenize
     assert info.context_tokens == 4096
-    assert info.n_embd == 576 and info.n_params and 1.0e8 < info.n_params < 2.0e8
+    assert info.hidden == 576 and info.params and 1.0e8 < info.params < 2.0e8
 
 
 def test_probes_ok_uncached_and_on_length(sweep):

@@ -112,13 +112,13 @@ def ns(**kw):
 def test_resolve_model_precedence():
     m, _ = resolve_model(ns(model="llama-3-8b"), None)
     assert m.key == "llama-3-8b"
-    si = ServerInfo(model="SmolLM2-135M-Instruct.Q4_1.gguf", n_params=134515008, n_embd=576, n_layer=30)
+    si = ServerInfo(model="SmolLM2-135M-Instruct.Q4_1.gguf", params=134515008, hidden=576, layers=30)
     m, notes = resolve_model(ns(), si)
     assert m.key == "smollm2-135m" and m.params == 134515008 and m.d_attn == 576
     assert any("server" in n for n in notes)
     m, _ = resolve_model(ns(params=1e9, layers=10), si)
     assert m.params == 1e9 and m.layers == 10 and m.hidden == 576
-    unknown = ServerInfo(model="mystery", n_params=2e9, n_embd=2048, n_layer=20)
+    unknown = ServerInfo(model="mystery", params=2e9, hidden=2048, layers=20)
     m, _ = resolve_model(None, unknown)
     assert m.params == 2e9 and m.d_attn == 2048 and "attn_width" in m.uncertain
     assert resolve_model(ns(), None)[0] is None

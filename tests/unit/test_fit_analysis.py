@@ -69,7 +69,7 @@ def test_gpu_run_with_mfu_and_verdict():
 
 
 def test_cpu_run_says_peak_unknown():
-    si = ServerInfo(model="/x/SmolLM2-135M-Instruct.Q4_1.gguf", n_params=134515008, n_embd=576, n_layer=30)
+    si = ServerInfo(model="/x/SmolLM2-135M-Instruct.Q4_1.gguf", params=134515008, hidden=576, layers=30)
     d = analyze(run(b=1 / 3000), si, None)
     assert d["verdict"]["level"] == "unknown-peak"
     assert "--peak-tflops" in d["verdict"]["text"]

@@ -163,7 +163,7 @@ async def test_llama_cpp_body_timings_and_cache(fake_server):
     async with ProbeClient(srv.base_url, timeout=5) as c:
         info = await c.discover()
         r = await c.probe(8, prompt="x")
-    assert info.kind == "llama.cpp" and info.context_tokens == 4096 and info.n_embd == 576
+    assert info.kind == "llama.cpp" and info.context_tokens == 4096 and info.hidden == 576
     body = srv.requests[-1].json
     assert body["cache_prompt"] is False and body["max_tokens"] == 1 and body["stream"] is True
     assert body["stream_options"] == {"include_usage": True}
