@@ -3,8 +3,8 @@
 ``prefilltui URL`` opens the live TUI against a server (the ``watch`` command);
 every other use goes through a subcommand.  Each subcommand lives in
 ``prefilltui/commands/<name>.py`` and exposes ``register(subparsers)``.
-Exit codes: 0 ok, 2 usage error, 3 server unreachable / every probe failed,
-1 any other failure (always with a one-line reason, never a traceback).
+Exit codes: ``exit_codes.ExitCode`` (0 ok, 2 usage error, 3 server unreachable / every
+probe failed, 1 any other failure, always with a one-line reason, never a traceback).
 """
 
 from __future__ import annotations
@@ -16,6 +16,7 @@ import os
 import sys
 
 from prefilltui import __version__
+from prefilltui.exit_codes import ExitCode
 
 #: (subcommand, module) in the order --help lists them.
 COMMANDS = (
@@ -108,16 +109,16 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(_normalise_argv(argv))
     if not getattr(args, "func", None):
         parser.print_help()
-        return 2
+        return ExitCode.USAGE
     try:
         return int(args.func(args) or 0)
     except KeyboardInterrupt:
         print("prefilltui: interrupted", file=sys.stderr)
-        return 130
+        return ExitCode.INTERRUPTED
     except BrokenPipeError:
         # stdout closed early (`prefilltui report X | head`): not an error.
         try:
             sys.stdout = open(os.devnull, "w")
         except OSError:
             pass
-        return 0
+        return ExitCode.OK

@@ -10,11 +10,11 @@ prefilltui/core/roofline.py, catalog.py).  Every number printed is an estimate.
 from __future__ import annotations
 
 import json
-import sys
 
-from prefilltui.commands.common import _positive_int, add_hardware_args, add_output_args
+from prefilltui.commands.common import _positive_int, add_hardware_args, add_output_args, err
 from prefilltui.core import roofline
 from prefilltui.core.catalog import known_names, resolve_gpu, resolve_model
+from prefilltui.exit_codes import ExitCode
 
 
 def register(sub) -> None:
@@ -32,9 +32,10 @@ def register(sub) -> None:
     p.set_defaults(func=run)
 
 
-def _fail(msg: str, code: int = 2) -> int:
-    print(f"prefilltui: {msg}", file=sys.stderr)
-    return code
+def _fail(msg: str) -> ExitCode:
+    """The one-line reason on stderr; a missing or unknown input is a usage error."""
+    err(msg)
+    return ExitCode.USAGE
 
 
 def run(args) -> int:
@@ -60,7 +61,7 @@ def run(args) -> int:
         print(json.dumps(out, indent=2))
     else:
         print(format_estimate(out))
-    return 0
+    return ExitCode.OK
 
 
 def format_estimate(e: dict) -> str:

@@ -13,7 +13,7 @@ from collections import Counter
 from dataclasses import dataclass
 from typing import Any, Iterable
 
-from prefilltui.core import intercept, percentiles, roofline
+from prefilltui.core import defaults, intercept, percentiles, roofline
 from prefilltui.core.catalog import resolve_gpu, resolve_model
 from prefilltui.core.fit import LinearFit
 from prefilltui.core.running_fit import FitSnapshot, RunningFit
@@ -58,9 +58,9 @@ def analyze(results: Iterable[ProbeResult], server_info: ServerInfo | None = Non
     --model-config becomes a note.  Returns a JSON-ready dict (see format_summary)."""
     results = list(results)
     g = lambda k, d=None: getattr(args, k, d) if args is not None else d  # noqa: E731
-    method = g("fit", "robust") or "robust"
-    window = int(g("window", 50) or 50)
-    efficiency = float(g("efficiency", 0.5) or 0.5)
+    method = g("fit") or defaults.FIT_METHOD
+    window = int(g("window") or defaults.WINDOW)
+    efficiency = float(g("efficiency") or defaults.EFFICIENCY)
     rf = running_fit
     if rf is None:
         rf = RunningFit(window=max(window, 3))

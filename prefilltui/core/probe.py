@@ -26,6 +26,7 @@ from typing import Any
 
 import httpx
 
+from prefilltui.core import defaults
 from prefilltui.core import server as _server
 from prefilltui.core.prompts import LengthModel, PromptBuilder, build_prompt
 from prefilltui.core.sse import SSEStreamDecoder, classify_chunk, error_message
@@ -161,7 +162,8 @@ class ProbeClient:
     """
 
     def __init__(self, base_url: str, *, api: str = "completions", model: str | None = None,
-                 api_key: str | None = None, timeout: float = 120.0, verify: bool = True,
+                 api_key: str | None = None, timeout: float = defaults.TIMEOUT_S,
+                 verify: bool = True,
                  extra_body: dict | None = None, seed: int | None = None) -> None:
         if api not in ("completions", "chat"):
             raise ValueError(f"api must be 'completions' or 'chat', not {api!r}")

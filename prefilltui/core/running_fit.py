@@ -26,7 +26,8 @@ import numpy as np
 from prefilltui.core.fit import (
     LinearFit, detect_knee, fit_ols, fit_ols_moments, fit_quadratic, fit_robust,
 )
-from prefilltui.core.types import ProbeResult
+from prefilltui.core import defaults
+from prefilltui.core.types import FitMethod, FitScope, ProbeResult
 
 QUAD_MIN_SHARE = 0.05  # quadratic used when c*n_max^2 is >= 5 % of TTFT at n_max
 
@@ -39,8 +40,8 @@ class FitSnapshot:
     its c is significantly > 0 (95 % interval above 0) and adds >= 5 % of TTFT at the
     longest prompt.  ``n_points`` = eligible points in scope (all-time or window)."""
 
-    which: str
-    method: str
+    which: FitScope
+    method: FitMethod
     fit: LinearFit | None
     ols: LinearFit | None
     robust: LinearFit | None
@@ -60,7 +61,7 @@ class FitSnapshot:
         }
 
 
-def analyze_points(x, y, *, which: str = "all", method: str = "robust", seed: int = 0,
+def analyze_points(x, y, *, which: FitScope = "all", method: FitMethod = "robust", seed: int = 0,
                    ols: LinearFit | None = None, sampled: bool = False,
                    n_points: int | None = None, x_full=None, y_full=None) -> FitSnapshot | None:
     """Fits of one point set (tokens ``x``, seconds ``y``).  None with < 3 points.
@@ -132,7 +133,7 @@ class RunningFit:
     newest.  Not thread-safe: feed it from one thread (the TUI's message handler).
     """
 
-    def __init__(self, window: int = 50, *, window_s: float | None = None,
+    def __init__(self, window: int = defaults.WINDOW, *, window_s: float | None = None,
                  sample_size: int = 2048, seed: int = 0) -> None:
         if window < 3:
             raise ValueError(f"window must be >= 3 probes, got {window}")
@@ -222,7 +223,8 @@ class RunningFit:
             lo += int(np.searchsorted(t, t[-1] - self.window_s, side="left")) if np.all(np.diff(t) >= 0) else 0
         return self._x[lo: self._n].copy(), self._y[lo: self._n].copy()
 
-    def snapshot(self, which: str = "all", method: str = "robust") -> FitSnapshot | None:
+    def snapshot(self, which: FitScope = "all", method: FitMethod = "robust"
+                 ) -> FitSnapshot | None:
         """The fits for ``which`` ("all" | "window"); None with < 3 eligible points.
 
         Raises ValueError for an unknown ``which`` or ``method``."""

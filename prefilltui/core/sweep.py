@@ -26,7 +26,7 @@ from dataclasses import dataclass
 from typing import Callable, Iterator, Protocol
 
 from prefilltui.core.server import ServerUnreachable
-from prefilltui.core.types import ProbeResult, ServerInfo
+from prefilltui.core.types import ProbeResult, RunnerState, ServerInfo
 
 #: How many results a continuous SweepRunner keeps in memory.
 RECENT_RESULTS = 1000
@@ -93,7 +93,7 @@ class SweepRunner:
 
     def __init__(self, client_factory: Callable[[], object], config: SweepConfig, *,
                  on_result: Callable[[ProbeResult], None] | None = None,
-                 on_state: Callable[[str, str], None] | None = None,
+                 on_state: Callable[[RunnerState, str], None] | None = None,
                  on_plan: Callable[[list[int], list[str]], None] | None = None,
                  runfile=None, hooks=()) -> None:
         if not config.lengths:
@@ -112,7 +112,7 @@ class SweepRunner:
             deque(maxlen=RECENT_RESULTS) if config.continuous else [])
         self.rate_limited = 0
         self.error: str | None = None
-        self.state = "stopped"
+        self.state: RunnerState = "stopped"
         self.state_detail = ""
         self._lengths = sorted(set(int(x) for x in config.lengths))
         self._points = len(self._lengths)
@@ -221,7 +221,7 @@ class SweepRunner:
             except RuntimeError:
                 pass
 
-    def _set_state(self, state: str, detail: str = "") -> None:
+    def _set_state(self, state: RunnerState, detail: str = "") -> None:
         self.state, self.state_detail = state, detail
         if self.on_state is not None:
             try:

@@ -30,6 +30,7 @@ from prefilltui.core import defaults
 from prefilltui.core.telemetry import TelemetrySnapshot
 from prefilltui.core.types import FitMethod, ProbeResult
 from prefilltui.core.units import MISSING
+from prefilltui.exit_codes import ExitCode
 from prefilltui.tui.help import HelpScreen
 from prefilltui.tui.workers import WorkerActions
 from prefilltui.tui.messages import ProbeDone, RunnerStateChanged
@@ -459,11 +460,12 @@ class PrefillApp(WorkerActions, App[int]):
         code = self.exit_code()
         self.exit(code, return_code=code)
 
-    def exit_code(self) -> int:
-        """0 normally; 3 when the server was never reached or every probe failed."""
+    def exit_code(self) -> ExitCode:
+        """OK normally; UNREACHABLE when the server was never reached or every probe
+        failed."""
         if self.counters.ok == 0 and (self.state == "failed" or self.counters.failed):
-            return 3
-        return 0
+            return ExitCode.UNREACHABLE
+        return ExitCode.OK
 
     def on_gauge_panel_info(self, message: GaugePanel.Info) -> None:
         self.notify(message.text, title="telemetry", timeout=6)

@@ -24,7 +24,7 @@ from dataclasses import dataclass, field
 from typing import Any, Callable
 
 from prefilltui.core.telemetry.samples import SampleRing, WindowStats, window_stats
-from prefilltui.core.types import ProbeResult
+from prefilltui.core.types import DeviceStatus, ProbeResult, TelemetryKind
 
 __all__ = ["DeviceSnapshot", "TelemetrySnapshot", "DeviceState", "Sampler", "NullSampler",
            "describe_error", "HISTORY_S", "RETAIN_S", "METRICS"]
@@ -71,7 +71,7 @@ class DeviceSnapshot:
     name: str
     index: int | None = None
     uuid: str | None = None
-    state: str = "ok"
+    state: DeviceStatus = "ok"
     error: str | None = None
     t: float | None = None
     util_pct: float | None = None
@@ -102,7 +102,7 @@ class TelemetrySnapshot:
     (e.g. "NVML unavailable: NVML Shared Library Not Found — showing CPU"), else None.
     """
 
-    kind: str
+    kind: TelemetryKind
     available: bool
     reason: str | None = None
     devices: tuple[DeviceSnapshot, ...] = ()
@@ -127,7 +127,7 @@ class DeviceState:
     hist: deque = field(default_factory=deque)  # (t, util, power) for the last history_s
     index: int | None = None
     uuid: str | None = None
-    state: str = "ok"
+    state: DeviceStatus = "ok"
     error: str | None = None
     na: dict[str, str] = field(default_factory=dict)
     last: dict[str, Any] = field(default_factory=dict)
@@ -150,7 +150,7 @@ class Sampler:
     ``attribute()`` may be called from any thread.
     """
 
-    kind = "none"
+    kind: TelemetryKind = "none"
 
     def __init__(self, hz: float = 10.0, *, clock: Callable[[], float] | None = None,
                  reason: str | None = None, history_s: float = HISTORY_S,
@@ -373,7 +373,7 @@ class Sampler:
 class NullSampler(Sampler):
     """Samples nothing (``--no-telemetry``, or neither NVML nor psutil works)."""
 
-    kind = "none"
+    kind: TelemetryKind = "none"
 
     def _sample(self, dev: DeviceState, now: float) -> None:  # pragma: no cover
         return None

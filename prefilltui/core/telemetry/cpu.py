@@ -19,7 +19,8 @@ from typing import Callable, Mapping
 
 import psutil
 
-from prefilltui.core.telemetry.base import Sampler, DeviceState
+from prefilltui.core.telemetry.base import DeviceState, Sampler
+from prefilltui.core.types import TelemetryKind
 
 RAPL_ROOT = "/sys/class/powercap"
 
@@ -102,7 +103,7 @@ class CpuSampler(Sampler):
     system-wide figure is already saturated.  Attribution uses the "CPU" device only.
     """
 
-    kind = "cpu"
+    kind: TelemetryKind = "cpu"
 
     def __init__(self, hz: float = 10.0, *, clock: Callable[[], float] | None = None,
                  reason: str | None = None, rapl_root: str | None = None,

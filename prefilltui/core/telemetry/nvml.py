@@ -16,7 +16,8 @@ import atexit
 import os
 from typing import Any, Callable, Mapping
 
-from prefilltui.core.telemetry.base import Sampler, DeviceState, describe_error
+from prefilltui.core.telemetry.base import DeviceState, Sampler, describe_error
+from prefilltui.core.types import TelemetryKind
 
 #: Metrics read every tick; the rest ("slow") are read about once a second.
 FAST = ("util", "power", "energy")
@@ -78,7 +79,7 @@ def parse_gpu_selection(gpus: str | None, env: Mapping[str, str] | None = None
 class GpuSampler(Sampler):
     """Samples NVML GPUs; build with ``GpuSampler.open(...)`` (or ``make_sampler``)."""
 
-    kind = "gpu"
+    kind: TelemetryKind = "gpu"
 
     def __init__(self, nv: Any, hz: float = 10.0, *,
                  clock: Callable[[], float] | None = None, reason: str | None = None
