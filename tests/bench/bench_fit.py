@@ -110,7 +110,7 @@ def accuracy_and_coverage(seeds=200, sizes=(10, 30, 100)):
                     if q is not None and q.c_ci is not None:
                         counted_c += 1
                         cov_c += q.c_ci[0] <= sc["c"] <= q.c_ci[1]
-                pct = lambda d: {k: round(100 * d[k] / counted[k], 1)  # noqa: E731
+                pct = lambda d, counted=counted: {k: round(100 * d[k] / counted[k], 1)  # noqa: E731
                                  for k in ESTIMATORS if counted[k]}
                 res[n] = {
                     "median_abs_err_pct": {k: round(100 * float(np.median(v)), 2)
