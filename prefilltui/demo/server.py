@@ -42,10 +42,15 @@ DEFAULT_CTX = 4096
 
 
 #: What a death by each signal most likely means for llama-server, for the message.
+#: A ``-march=native`` build of ggml on a VM whose CPU advertises AMX died with
+#: SIGILL (``tilezero``) on one machine and SIGSEGV (``ldtilecfg`` in
+#: ``ggml_backend_amx_mul_mat``) on another, both at the first decode.
 SIGNAL_MEANING = {
     signal.SIGILL: ("illegal instruction", "the binary uses CPU instructions this machine "
                     "does not allow"),
-    signal.SIGSEGV: ("segmentation fault", "a bug in this build, or a model it cannot read"),
+    signal.SIGSEGV: ("segmentation fault", "a bug in this build, a model it cannot read, or "
+                     "CPU features this machine advertises but does not allow (AMX on some "
+                     "VMs)"),
     signal.SIGBUS: ("bus error", "a truncated model file or a full disk"),
     signal.SIGFPE: ("arithmetic exception", "a bug in this build"),
     signal.SIGABRT: ("aborted", "llama.cpp hit an internal check (see the log)"),
@@ -53,25 +58,29 @@ SIGNAL_MEANING = {
 }
 
 
-def describe_exit(returncode: int | None) -> str:
-    """A process exit status in words: ``"exit code 1"``, or for a death by a signal
-    (``returncode`` -N) ``"crashed with SIGILL (illegal instruction): the binary uses
-    CPU instructions this machine does not allow"``; SIGKILL reads "was killed".
-    SIGTERM/SIGINT (a stop, not a crash) read "stopped by SIGTERM"."""
+def describe_exit(returncode: int | None, when: str = "") -> str:
+    """How a process ended, in words, with ``when`` (e.g. "during start-up") placed
+    after the verb: ``"exited during start-up (exit code 1)"``; for a death by a
+    signal (``returncode`` -N) ``"crashed during start-up with SIGILL (illegal
+    instruction): the binary uses CPU instructions this machine does not allow"``;
+    SIGKILL reads "was killed ... (SIGKILL): out of memory?"; SIGTERM/SIGINT/SIGHUP
+    (a stop, not a crash) read "was stopped ... by SIGTERM"."""
+    w = f" {when}" if when else ""
     if returncode is None:
-        return "no exit status"
+        return f"ended{w} with no exit status"
     if returncode >= 0:
-        return f"exit code {returncode}"
+        return f"exited{w} (exit code {returncode})"
     try:
         sig = signal.Signals(-returncode)
     except ValueError:
-        return f"crashed with signal {-returncode}"
+        return f"crashed{w} with signal {-returncode}"
     if sig in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP):
-        return f"stopped by {sig.name}"
+        return f"was stopped{w} by {sig.name}"
     what, why = SIGNAL_MEANING.get(sig, ("", ""))
     if sig == signal.SIGKILL:
-        return f"was killed (SIGKILL): {why}"
-    return f"crashed with {sig.name}" + (f" ({what})" if what else "") + (f": {why}" if why else "")
+        return f"was killed{w} (SIGKILL): {why}"
+    return (f"crashed{w} with {sig.name}" + (f" ({what})" if what else "")
+            + (f": {why}" if why else ""))
 
 
 class ServerStartError(DemoSetupError):
@@ -278,10 +287,8 @@ class LlamaServer:
                     low = tail.lower()
                     if attempt < 2 and ("couldn't bind" in low or "address already in use" in low):
                         break  # port race: try another
-                    verb = describe_exit(rc)
-                    verb = f"exited during start-up ({verb})" if rc is not None and rc >= 0 \
-                        else f"{verb} during start-up"
-                    raise ServerStartError(f"llama-server {verb}; log {self.log_path}:\n{tail}",
+                    raise ServerStartError(f"llama-server {describe_exit(rc, 'during start-up')}"
+                                           f"; log {self.log_path}:\n{tail}",
                                            self.log_path, rc)
                 if self._health() == 200:
                     return self

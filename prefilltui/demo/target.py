@@ -116,13 +116,15 @@ def smoke_test(binary: str | os.PathLike, gguf: str | os.PathLike, *,
                 raise ServerStartError(f"llama-server gave no answer to a 1-token completion "
                                        f"(smoke test: {e}); log {srv.log_path}:\n"
                                        f"{srv.log_tail()}", srv.log_path)
-            raise ServerStartError(f"llama-server {describe_exit(rc)} while answering a "
-                                   f"1-token completion (smoke test); log {srv.log_path}:\n"
+            raise ServerStartError(f"llama-server "
+                                   f"{describe_exit(rc, 'while answering a 1-token completion')}"
+                                   f" (smoke test); log {srv.log_path}:\n"
                                    f"{srv.log_tail()}", srv.log_path, rc)
         rc = srv.wait_exit(0.2)
         if rc is not None:
-            raise ServerStartError(f"llama-server {describe_exit(rc)} right after a 1-token "
-                                   f"completion (smoke test); log {srv.log_path}:\n"
+            raise ServerStartError(f"llama-server "
+                                   f"{describe_exit(rc, 'right after a 1-token completion')}"
+                                   f" (smoke test); log {srv.log_path}:\n"
                                    f"{srv.log_tail()}", srv.log_path, rc)
     return time.monotonic() - t0
 
@@ -143,7 +145,8 @@ def _smoke_once(binary: Path, gguf: Path, *, threads: int | None, stream: IO[str
 
 
 def _headline(e: Exception) -> str:
-    return str(e).partition("\n")[0]
+    """The first line of an error, without the colon that introduces its log tail."""
+    return str(e).partition("\n")[0].rstrip(":")
 
 
 def prepare_target(llama_server: str | os.PathLike | None = None,

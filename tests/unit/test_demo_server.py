@@ -393,22 +393,23 @@ def test_ctrl_c_while_waiting_for_health_leaves_no_server(fake_binary, fake_gguf
 
 # ------------------------------------------------------- crashes and the smoke test
 
-SIGILL_WORDS = ("crashed with SIGILL (illegal instruction): the binary uses CPU instructions "
+SIGILL_WORDS = ("with SIGILL (illegal instruction): the binary uses CPU instructions "
                 "this machine does not allow")
 
 
 @pytest.mark.parametrize("mode, words", [
-    ("sigill", SIGILL_WORDS),
-    ("sigsegv", "crashed with SIGSEGV (segmentation fault): a bug in this build, or a model "
-                "it cannot read"),
-    ("sigkill", "was killed (SIGKILL): out of memory?"),
+    ("sigill", "crashed during start-up " + SIGILL_WORDS),
+    ("sigsegv", "crashed during start-up with SIGSEGV (segmentation fault): a bug in this "
+                "build, a model it cannot read, or CPU features this machine advertises but "
+                "does not allow (AMX on some VMs)"),
+    ("sigkill", "was killed during start-up (SIGKILL): out of memory?"),
 ])
 def test_death_by_signal_at_startup_is_named(fake_binary, fake_gguf, monkeypatch, mode, words):
     monkeypatch.setenv("FAKE_LLAMA_MODE", mode)
     with pytest.raises(ServerStartError) as ei:
         LlamaServer(fake_binary, fake_gguf, threads=1, startup_timeout=30).start()
     msg = str(ei.value)
-    assert msg.startswith(f"llama-server {words} during start-up; log ")
+    assert msg.startswith(f"llama-server {words}; log ")
     assert "exit code -" not in msg and ei.value.crashed
     assert "warming up the model" in msg  # the log tail comes along
     ei.value.log_path.unlink()
@@ -419,7 +420,8 @@ def test_smoke_test_names_a_crash_while_answering(fake_binary, fake_gguf, monkey
     with pytest.raises(ServerStartError) as ei:
         smoke_test(fake_binary, fake_gguf, threads=1, startup_timeout=30)
     assert str(ei.value).startswith(
-        f"llama-server {SIGILL_WORDS} while answering a 1-token completion (smoke test)")
+        f"llama-server crashed while answering a 1-token completion {SIGILL_WORDS} "
+        "(smoke test); log ")
     assert ei.value.crashed and ei.value.returncode == -signal.SIGILL
 
 
@@ -486,7 +488,8 @@ def test_cached_native_crash_rebuilds_portable_once_and_remembers(
     assert builds.calls == ["x86-64-v3"]
     assert binary == build.cached_llama_server(profile=build.X86_64_V3)
     text = out.getvalue()
-    assert f"the native build of llama-server {SIGILL_WORDS}" in text
+    assert f"the native build of llama-server crashed during start-up {SIGILL_WORDS}; " \
+           "log " in text
     assert "rebuilding it once with the portable x86-64-v3 configuration" in text
     assert "smoke test passed" in text
     assert len(starts.read_text().splitlines()) == 2  # native (crashed), then portable
@@ -495,8 +498,8 @@ def test_cached_native_crash_rebuilds_portable_once_and_remembers(
     assert prepare_target(None, fake_gguf, native=True, threads=1, stream=out2)[0] == binary
     assert builds.calls == ["x86-64-v3"]
     assert len(starts.read_text().splitlines()) == 2
-    assert out2.getvalue().startswith(f"prefilltui: the native build of llama-server "
-                                      f"{SIGILL_WORDS}")  # says why it is passed over
+    assert out2.getvalue().startswith(  # says why it is passed over
+        f"prefilltui: the native build of llama-server crashed during start-up {SIGILL_WORDS}")
     assert "using the portable x86-64-v3 build instead" in out2.getvalue()
 
 
@@ -511,7 +514,8 @@ def test_rebuild_is_taken_once_only_then_a_clear_error(
         prepare_target(None, fake_gguf, native=True, threads=1, stream=io.StringIO())
     assert builds.calls == ["native", "x86-64-v2"]  # the native build, then one rebuild
     msg = str(ei.value)
-    assert msg.startswith(f"the x86-64-v2 build of llama-server {SIGILL_WORDS}")
+    assert msg.startswith(f"the x86-64-v2 build of llama-server crashed during start-up "
+                          f"{SIGILL_WORDS}")
     assert "tried: native, x86-64-v2" in msg and "--llama-server PATH" in msg
 
 
