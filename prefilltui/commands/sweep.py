@@ -224,9 +224,10 @@ def _depth_line(r: ProbeResult) -> str:
         return f"{head} prefix sent ({r.prompt_tokens} counted)  TTFT {r.ttft_s * 1e3:.1f} ms"
     new = r.extra.get("depth_new_tokens")
     ok = "verified" if r.extra.get("depth_verified") else f"NOT VERIFIED: {r.extra.get('depth_flag')}"
+    where = "cold" if not d else \
+        f"after {r.cached_tokens if r.cached_tokens is not None else '?'} cached"
     return (f"{head} {r.requested_tokens:>6} new tok ({new if new is not None else '?'} counted "
-            f"after {r.cached_tokens if r.cached_tokens is not None else '?'} cached, {ok})  "
-            f"TTFT {r.ttft_s * 1e3:.1f} ms")
+            f"{where}, {ok})  TTFT {r.ttft_s * 1e3:.1f} ms")
 
 
 def _run_depth_phase(args, session: Session, lengths: list[int], stream, seq0: int

@@ -4,8 +4,10 @@ For each depth D > 0 a shared prefix of about D server tokens is sent once with 
 caching on (llama.cpp ``cache_prompt: true``; vLLM/SGLang cache automatically), then
 probes send that prefix followed by n new, unique tokens.  The server serves the
 prefix from its cache, so TTFT grows with n only, but each new token attends to the D
-cached tokens: the slope of TTFT over new tokens rises with D.  Depth 0 is the
-ordinary cold sweep (no prefix, ``cache_prompt: false``).
+cached tokens: the slope of TTFT over new tokens rises with D.  Depth 0 (cold
+prompts, no prefix, ``cache_prompt: false``) is measured in the same phase as the
+reference, and the probes of all depths are interleaved round by round, so a machine
+whose load changes over the run does not pass for a depth effect.
 
 Every depth probe is checked: the server must report ``cached_tokens`` (usage
 ``prompt_tokens_details.cached_tokens`` or llama.cpp ``timings.cache_n``) within
@@ -24,8 +26,9 @@ after D cached ones = 2*P*n + 4*L*d_attn*(D*n + n^2/2), i.e. per new token
 curve over the probes' own new-token counts, so the expected ratio between depths
 compares like with like (the n^2 part is the same at every depth).
 
-Run-file keys (in ``ProbeResult.extra``): ``depth`` (D requested), ``depth_role``
-("prefix" for the priming request, kept out of every fit as a warm-up; "probe"),
+Run-file keys (in ``ProbeResult.extra``): ``depth`` (D requested, 0 for the cold
+reference), ``depth_role`` ("prefix" for the priming request, kept out of every fit as
+a warm-up; "probe"; these results stay out of the ordinary sweep's summary),
 ``depth_prefix_tokens`` (the prefix's server count), ``depth_new_tokens``
 (prompt tokens - cached tokens), ``depth_verified`` (bool), ``depth_flag`` (why not).
 Imports no textual.
@@ -33,6 +36,7 @@ Imports no textual.
 
 from __future__ import annotations
 
+import math
 import random
 import statistics
 from dataclasses import dataclass
@@ -62,8 +66,9 @@ def depth_of(r: ProbeResult) -> int:
 
 
 def is_depth_probe(r: ProbeResult) -> bool:
-    """True for a probe (or prefix) sent after a deliberately cached prefix."""
-    return depth_of(r) > 0
+    """True for a probe (or prefix) of the depth phase, depth 0 included: these have
+    their own table and stay out of the ordinary sweep's summary."""
+    return "depth_role" in r.extra
 
 
 def verify(r: ProbeResult, prefix_tokens: int | None) -> str | None:
@@ -125,44 +130,72 @@ def lengths_for_depth(lengths: Iterable[int], depth: int, cap: int | None) -> li
     return sorted({n for n in lengths if cap is None or depth + n <= cap})
 
 
+async def probe_cold(client: Any, n: int) -> ProbeResult:
+    """One ordinary probe (no prefix, no caching) annotated as depth 0 of the depth
+    phase: the reference measured alongside the deeper probes."""
+    r = await client.probe(n)
+    why = None if r.ok and not r.cache_hit else (
+        f"failed: {r.error_kind}" if not r.ok else f"{r.cached_tokens:,} cached tokens")
+    r.extra.update(depth=0, depth_role="probe", depth_prefix_tokens=0,
+                   depth_verified=why is None)
+    if r.ok and r.prompt_tokens is not None:
+        r.extra["depth_new_tokens"] = r.prompt_tokens - (r.cached_tokens or 0)
+    if why is not None:
+        r.extra["depth_flag"] = why
+    return r
+
+
 async def run_depths(client: Any, depths: Sequence[int], lengths: Sequence[int], *,
                      repeats: int = 1, cap: int | None = None, seed: int | None = None,
                      on_result: Callable[[ProbeResult], Any] | None = None,
                      stopped: Callable[[], bool] = lambda: False) -> list[str]:
-    """The depth phase: for each D > 0 in ``depths``, prime a prefix, then probe every
-    length that fits (``lengths_for_depth``) ``repeats`` times in a shuffled order.
-    ``client`` is a discovered ProbeClient; ``on_result`` gets every result (prefixes
-    included).  Returns notes (depths skipped, prefixes not reused)."""
+    """The depth phase.  Depth 0 (cold prompts) is always measured as the reference.
+    First one prefix per depth D > 0 is primed; then ``repeats`` rounds, each probing
+    every (depth, length that fits after it) pair once in a shuffled order, so a load
+    that changes over time hits every depth alike instead of looking like a depth
+    effect.  ``client`` is a discovered ProbeClient; ``on_result`` gets every result
+    (prefixes included).  Returns notes (depths skipped, probes not verified)."""
     rng = random.Random(seed)
     notes: list[str] = []
-    for depth in sorted({int(d) for d in depths if d > 0}):
-        if stopped():
-            break
+    plans: dict[int, list[int]] = {}
+    for depth in sorted({0} | {int(d) for d in depths if d >= 0}):
         ns = lengths_for_depth(lengths, depth, cap)
         if len(ns) < 2:
             notes.append(f"depth {depth:,} skipped: fewer than 2 lengths fit after the prefix"
                          + (f" under the {cap:,}-token prompt cap" if cap else ""))
             continue
+        plans[depth] = ns
+    prefixes: dict[int, Prefix] = {}
+    for depth in [d for d in plans if d > 0]:
+        if stopped():
+            return notes
         prefix = await prime(client, depth)
         if on_result is not None:
             await _maybe_await(on_result(prefix.result))
-        if not prefix.result.ok:
+        if prefix.result.ok:
+            prefixes[depth] = prefix
+        else:
+            del plans[depth]
             notes.append(f"depth {depth:,} skipped: the prefix failed "
                          f"({prefix.result.error_kind}: {prefix.result.error_message})")
-            continue
-        plan = [n for n in ns for _ in range(repeats)]
-        rng.shuffle(plan)
-        flagged = 0
-        for n in plan:
+    flagged: dict[int, int] = {}
+    sent: dict[int, int] = {}
+    for _ in range(repeats):
+        pairs = [(d, n) for d, ns in plans.items() for n in ns]
+        rng.shuffle(pairs)
+        for d, n in pairs:
             if stopped():
                 break
-            r = await probe_at_depth(client, prefix, n)
-            flagged += not r.extra.get("depth_verified")
+            r = await (probe_at_depth(client, prefixes[d], n) if d else probe_cold(client, n))
+            sent[d] = sent.get(d, 0) + 1
+            flagged[d] = flagged.get(d, 0) + (not r.extra.get("depth_verified"))
             if on_result is not None:
                 await _maybe_await(on_result(r))
-        if flagged:
-            notes.append(f"depth {depth:,}: {flagged} of {len(plan)} probes not verified "
-                         "(cached tokens do not match the prefix) and left out")
+    for d in sorted(flagged):
+        if flagged[d]:
+            notes.append(f"depth {d:,}: {flagged[d]} of {sent[d]} probes not verified "
+                         + ("(cached tokens do not match the prefix)" if d else "(failed or cached)")
+                         + " and left out")
     return notes
 
 
@@ -189,17 +222,22 @@ def expected_slope(xs: Sequence[float], depth: int, params: float, layers: int,
 
 
 def _points(results: Iterable[ProbeResult]) -> dict[int, list[tuple[int, float, ProbeResult]]]:
-    """(new tokens, TTFT s, result) per depth; depth 0 = ordinary fit-eligible probes."""
+    """(new tokens, TTFT s, result) per depth, from the depth phase's probes; depth 0
+    falls back to the ordinary sweep's fit-eligible probes when the phase has none."""
     by: dict[int, list[tuple[int, float, ProbeResult]]] = {}
+    plain: list[tuple[int, float, ProbeResult]] = []
     for r in results:
-        if not r.ok or r.warmup or r.ttft_s is None:
+        if r.warmup:
             continue
-        d = depth_of(r)
-        if d == 0:
-            if r.fit_eligible and r.tokens:
-                by.setdefault(0, []).append((int(r.tokens), r.ttft_s, r))
-        elif r.extra.get("depth_role") == "probe":
-            by.setdefault(d, []).append((int(r.extra.get("depth_new_tokens") or 0), r.ttft_s, r))
+        if r.extra.get("depth_role") == "probe":
+            new = r.extra.get("depth_new_tokens")
+            by.setdefault(depth_of(r), []).append(
+                (int(new) if isinstance(new, int) else 0,
+                 r.ttft_s if r.ttft_s is not None else math.nan, r))
+        elif "depth_role" not in r.extra and r.fit_eligible and r.tokens:
+            plain.append((int(r.tokens), r.ttft_s, r))
+    if by and 0 not in by and plain:
+        by[0] = plain
     return by
 
 
@@ -225,8 +263,9 @@ def depth_table(results: Iterable[ProbeResult], model: dict[str, Any] | None = N
     rows: list[dict[str, Any]] = []
     for d in sorted(by):
         pts = by[d]
-        good = [p for p in pts if d == 0 or p[2].extra.get("depth_verified")]
-        bad = [p for p in pts if not (d == 0 or p[2].extra.get("depth_verified"))]
+        ok = lambda p: p[2].extra.get("depth_verified", True) and math.isfinite(p[1])  # noqa: E731
+        good = [p for p in pts if ok(p)]
+        bad = [p for p in pts if not ok(p)]
         xs = [float(p[0]) for p in good]
         ys = [p[1] for p in good]
         f = None
@@ -238,7 +277,7 @@ def depth_table(results: Iterable[ProbeResult], model: dict[str, Any] | None = N
         row: dict[str, Any] = {
             "depth": d, "prefix_tokens": int(statistics.median(pref)) if pref else None,
             "cached_tokens": int(statistics.median(cached)) if cached else None,
-            "probes": len(pts), "verified": len(good) if d else None,
+            "probes": len(pts), "verified": len(good),
             "flagged": len(bad), "flags": sorted({str(p[2].extra.get("depth_flag")) for p in bad}),
             "fit": f.to_json() if f is not None else None,
             "slope_s_per_token": f.slope_s_per_token if f is not None else None,
@@ -283,7 +322,7 @@ def format_depth(t: dict[str, Any] | None) -> list[str]:
             tps = f"{f['prefill_tokens_per_s']:,.0f}" if f.get("prefill_tokens_per_s") else "-"
         else:
             slope, tps = "too few probes", "-"
-        probes = f"{r['probes']}" if not r["depth"] else f"{r['verified']}/{r['probes']}"
+        probes = f"{r['verified']}/{r['probes']}"
         cached = "-" if not r["depth"] else (f"{r['cached_tokens']:,}" if r["cached_tokens"]
                                              is not None else "?")
         prefix = "-" if r["prefix_tokens"] is None else f"{r['prefix_tokens']:,}"

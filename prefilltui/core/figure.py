@@ -17,7 +17,7 @@ import math
 import statistics
 from typing import Any, Iterable, Sequence
 
-from prefilltui.core.depth import depth_of
+from prefilltui.core.depth import depth_of, is_depth_probe
 from prefilltui.core.types import ProbeResult
 from prefilltui.core.units import ms
 
@@ -56,39 +56,45 @@ def _esc(s: str) -> str:
 def _series(results: Sequence[ProbeResult], d: dict[str, Any]) -> list[dict[str, Any]]:
     """Plot series: label, colour, points [(x tokens, y ms)], fit dict, kind."""
     out: list[dict[str, Any]] = []
-    main = [r for r in results if depth_of(r) == 0]
-    pts = [(float(r.tokens), r.ttft_s * 1e3) for r in main if r.fit_eligible]
+    sweep = [r for r in results if not is_depth_probe(r)]
+    pts = [(float(r.tokens), r.ttft_s * 1e3) for r in sweep if r.fit_eligible]
     f = d.get("fit") or {}
     tps = f.get("prefill_tokens_per_s")
+    fit_label = (f" · fit {tps:,.0f} tok/s" if tps else " · fit (slope ≤ 0)") \
+        if f.get("n") is not None else ""
     depth = d.get("depth")
-    label = "depth 0 (cold prompt)" if depth else "probes in the fit"
-    if f.get("n") is not None:
-        label += f" · fit {tps:,.0f} tok/s" if tps else " · fit (slope ≤ 0)"
-    out.append({"label": label, "color": COLORS[0], "points": pts,
-                "fit": f if f.get("n") is not None and not depth else None, "kind": "main"})
-    left = [(float(r.tokens), r.ttft_s * 1e3) for r in main
-            if r.ok and not r.fit_eligible and r.ttft_s is not None and r.tokens]
-    if left:
-        out.append({"label": "warm-up / cache hit (not in fit)", "color": MUTED, "points": left,
-                    "fit": None, "kind": "excluded"})
-    if depth:
-        rows = {r["depth"]: r for r in depth["rows"]}
-        if 0 in rows:
-            out[0]["fit"] = rows[0]["fit"]
-        deep = sorted(k for k in rows if k > 0)
-        for i, dd in enumerate(deep, 1):
-            row = rows[dd]
-            dp = [(float(r.extra.get("depth_new_tokens") or 0), r.ttft_s * 1e3) for r in results
-                  if depth_of(r) == dd and r.extra.get("depth_role") == "probe"
-                  and r.extra.get("depth_verified") and r.ttft_s is not None]
+    if not depth:
+        out.append({"label": "probes in the fit" + fit_label, "color": COLORS[0], "points": pts,
+                    "fit": f if f.get("n") is not None else None, "kind": "main"})
+    else:
+        phase = [r for r in results if r.extra.get("depth_role") == "probe"]
+        phase0 = any(depth_of(r) == 0 for r in phase)
+        if phase0 and pts:
+            out.append({"label": "sweep probes" + fit_label.replace("fit", "their fit"),
+                        "color": "#a6c8e0", "points": pts, "fit": None, "kind": "sweep"})
+        for i, row in enumerate(depth["rows"]):
+            dd = row["depth"]
+            if dd == 0 and not phase0:
+                dp = pts
+            else:
+                dp = [(float(r.extra.get("depth_new_tokens") or 0), r.ttft_s * 1e3) for r in phase
+                      if depth_of(r) == dd and r.extra.get("depth_verified") and r.ttft_s is not None]
             rf = row.get("fit") or {}
-            lab = f"depth {dd:,} (cached prefix)"
+            lab = "depth 0 (cold prompt)" if dd == 0 else f"depth {dd:,} (cached prefix)"
             if rf.get("prefill_tokens_per_s"):
                 lab += f" · {rf['prefill_tokens_per_s']:,.0f} tok/s"
-            if row.get("ratio"):
+            if dd and row.get("ratio"):
                 lab += f" · slope ×{row['ratio']:.2f}"
             out.append({"label": lab, "color": COLORS[i % len(COLORS)], "points": dp,
                         "fit": row.get("fit"), "kind": "depth"})
+    left = [(float(r.tokens), r.ttft_s * 1e3) for r in sweep
+            if r.ok and not r.fit_eligible and r.ttft_s is not None and r.tokens]
+    left += [(float(r.extra.get("depth_new_tokens") or r.requested_tokens), r.ttft_s * 1e3)
+             for r in results if r.extra.get("depth_role") == "probe" and r.ok
+             and not r.extra.get("depth_verified") and r.ttft_s is not None]
+    if left:
+        out.append({"label": "left out (warm-up, cache hit, not verified)", "color": MUTED,
+                    "points": left, "fit": None, "kind": "excluded"})
     return out
 
 
@@ -181,7 +187,7 @@ def length_rows(results: Iterable[ProbeResult]) -> list[dict[str, Any]]:
     probes, TTFT median / min (s), server prefill median (s) when reported."""
     by: dict[int, list[ProbeResult]] = {}
     for r in results:
-        if r.fit_eligible and depth_of(r) == 0:
+        if r.fit_eligible and not is_depth_probe(r):
             by.setdefault(r.requested_tokens, []).append(r)
     rows = []
     for n in sorted(by):
@@ -235,9 +241,9 @@ def html_page(results: Iterable[ProbeResult], d: dict[str, Any], summary_text: s
         for r in dt["rows"]:
             f = r.get("fit") or {}
             slope = f.get("slope_s_per_token")
-            body.append([f"{r['depth']:,}", "-" if r["prefix_tokens"] is None else f"{r['prefix_tokens']:,}",
+            body.append([f"{r['depth']:,}", "-" if not r["prefix_tokens"] else f"{r['prefix_tokens']:,}",
                          "-" if not r["depth"] or r["cached_tokens"] is None else f"{r['cached_tokens']:,}",
-                         str(r["probes"]) if not r["depth"] else f"{r['verified']}/{r['probes']}",
+                         f"{r['verified']}/{r['probes']}",
                          "-" if slope is None else f"{slope * 1e6:,.1f}",
                          "-" if not f.get("prefill_tokens_per_s") else f"{f['prefill_tokens_per_s']:,.0f}",
                          "-" if r.get("ratio") is None else f"{r['ratio']:.2f}×",

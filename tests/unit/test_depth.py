@@ -12,25 +12,31 @@ from prefilltui.core.types import ProbeResult
 
 
 class AttentionLlama:
-    """A llama-server-like /v1/completions: with ``cache_prompt`` the longest common
-    word prefix with the last prompt is reused (``timings.cache_n``); each new word
-    costs 0.2 ms plus 1 µs per word before it (attention over the context)."""
+    """A llama-server-like /v1/completions with 8 slots: with ``cache_prompt`` the
+    longest common word prefix with any of the last 8 prompts is reused
+    (``timings.cache_n``); each new word costs 0.2 ms plus 1 µs per word before it
+    (attention over the context)."""
 
     def __init__(self, honour=True):
-        self.last: list[str] = []
+        self.slots: list[list[str]] = []
         self.honour = honour
         self.bodies: list[dict] = []
+
+    @staticmethod
+    def _lcp(a, b):
+        i = 0
+        while i < min(len(a), len(b)) and a[i] == b[i]:
+            i += 1
+        return i
 
     def __call__(self, req):
         body = req.json
         self.bodies.append(body)
         words = body["prompt"].split()
         cached = 0
-        if body.get("cache_prompt", True) and self.honour:
-            while cached < min(len(words), len(self.last)) and words[cached] == self.last[cached]:
-                cached += 1
-            cached = min(cached, len(words) - 1)
-        self.last = words
+        if body.get("cache_prompt", True) and self.honour and self.slots:
+            cached = min(max(self._lcp(words, s) for s in self.slots), len(words) - 1)
+        self.slots = (self.slots + [words])[-8:]
         t = sum(0.0002 + 1e-6 * p for p in range(cached, len(words)))
         timings = {"cache_n": cached, "prompt_n": len(words) - cached, "prompt_ms": t * 1e3}
         return Reply.sse([(t, sse_data({"choices": [{"index": 0, "text": "x", "finish_reason": None}]})),
@@ -43,8 +49,6 @@ async def _run(srv, depths, lengths, repeats=2):
     got: list[ProbeResult] = []
     async with ProbeClient(srv.base_url, model="m", timeout=10, seed=1) as c:
         await c.discover()
-        for n in lengths * repeats:  # depth 0: ordinary cold probes
-            got.append(await c.probe(n))
         notes = await D.run_depths(c, depths, lengths, repeats=repeats, cap=4000, seed=1,
                                    on_result=got.append)
     return got, notes
@@ -58,16 +62,21 @@ async def test_depth_probes_reuse_the_prefix_and_slope_rises(fake_server):
     prefixes = [r for r in got if r.extra.get("depth_role") == "prefix"]
     assert len(prefixes) == 1 and prefixes[0].warmup and not prefixes[0].fit_eligible
     probes = [r for r in got if r.extra.get("depth_role") == "probe"]
-    assert len(probes) == 6 and all(r.extra["depth_verified"] for r in probes)
-    assert all(r.cached_tokens == prefixes[0].prompt_tokens for r in probes)
+    deep = [r for r in probes if r.extra["depth"] == 300]
+    assert len(probes) == 12 and all(r.extra["depth_verified"] for r in probes)
+    assert len(deep) == 6 and all(r.cached_tokens == prefixes[0].prompt_tokens for r in deep)
     assert all(r.extra["depth_new_tokens"] == r.prompt_tokens - r.cached_tokens for r in probes)
-    # prefix caching asked for exactly on the depth requests
+    # prefix caching asked for exactly on the depth requests; depth 0 interleaved
     flags = [b.get("cache_prompt") for b in h.bodies]
-    assert flags == [False] * 6 + [True] * 7
+    assert flags[0] is True and flags.count(True) == 7 and flags.count(False) == 6
+    assert flags[1:7] != [False] * 6 and flags[1:7] != [True] * 6
+    cold = [r for r in probes if r.extra["depth"] == 0]
+    assert len(cold) == 6 and all(r.cached_tokens == 0 for r in cold)
     t = D.depth_table(got, {"params": 1e6, "layers": 2, "attn_width": 100})
     r0, r1 = t["rows"]
     assert (r0["depth"], r1["depth"]) == (0, 300)
-    assert r1["verified"] == 6 and r1["flagged"] == 0 and r1["cached_tokens"] == 300
+    assert r1["verified"] == 6 and r1["flagged"] == 0
+    assert r1["cached_tokens"] == r1["prefix_tokens"] == prefixes[0].prompt_tokens
     # 0.2 ms + 1 µs x position per word: LS slope ~ 200 + D + 140 µs/word -> ratio ~1.9
     assert 1.3 < r1["ratio"] < 3.0, r1
     assert r1["expected_ratio"] > 1 and r1["per_token_flops"] > r0["per_token_flops"]
@@ -80,7 +89,7 @@ async def test_unreused_prefix_is_flagged_and_left_out(fake_server):
     srv = fake_server({**llama_routes(), "POST /v1/completions": AttentionLlama(honour=False)})
     got, notes = await _run(srv, [200], [20, 60, 120], repeats=1)
     assert any("not verified" in n for n in notes)
-    probes = [r for r in got if r.extra.get("depth_role") == "probe"]
+    probes = [r for r in got if r.extra.get("depth_role") == "probe" and r.extra["depth"]]
     assert probes and not any(r.extra["depth_verified"] for r in probes)
     assert "0 cached tokens, prefix has" in probes[0].extra["depth_flag"]
     row = D.depth_table(got)["rows"][1]
@@ -122,15 +131,17 @@ def test_cli_depth_json_and_text(fake_server, tmp_path, capsys):
     d = json.loads(cap.out)
     rows = d["depth"]["rows"]
     assert [r["depth"] for r in rows] == [0, 250] and rows[1]["verified"] == 6
+    assert rows[0]["verified"] == 6  # the cold reference, measured in the depth phase
     assert rows[1]["ratio"] > 1.2
     # depth probes stay out of the ordinary summary (no cache-hit warning, no fit change)
     assert d["cache_hits"] == 0 and d["probes"] == 7
     lines = [json.loads(x) for x in out.read_text().splitlines()]
-    assert sum(x.get("extra", {}).get("depth_role") == "probe" for x in lines) == 6
+    assert sum(x.get("extra", {}).get("depth_role") == "probe" for x in lines) == 12
     # the report re-reads the depth table from the run file
     rc = main(["report", str(out), "--no-plot"])
     text = capsys.readouterr().out
     assert rc == 0 and "Prefill at context depth" in text and "6/6" in text
+    assert "Probes: 7 total" in text  # the depth phase is not in the ordinary summary
 
 
 def test_cli_depth_needs_headless_in_demo(capsys):
