@@ -325,7 +325,7 @@ def format_depth(t: dict[str, Any] | None) -> list[str]:
         probes = f"{r['verified']}/{r['probes']}"
         cached = "-" if not r["depth"] else (f"{r['cached_tokens']:,}" if r["cached_tokens"]
                                              is not None else "?")
-        prefix = "-" if r["prefix_tokens"] is None else f"{r['prefix_tokens']:,}"
+        prefix = f"{r['prefix_tokens']:,}" if r["prefix_tokens"] else "-"
         out.append(f"  {r['depth']:>6,} {prefix:>7} {cached:>7} {probes:>7}  "
                    f"{slope:<26} {tps:>7} "
                    f"{_x(r['ratio']):>6} {_x(r['expected_ratio']):>8}")
