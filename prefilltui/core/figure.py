@@ -116,6 +116,9 @@ def svg_figure(results: Iterable[ProbeResult], d: dict[str, Any], *, width: int 
     sx = lambda x: left + pw * x / x1  # noqa: E731
     sy = lambda y: top + ph * (1 - y / y1)  # noqa: E731
     model = (d.get("server") or {}).get("model") or (d.get("model") or {}).get("name") or ""
+    model = model.replace("\\", "/").rsplit("/", 1)[-1]  # a GGUF path: its file name
+    if len(model) > 48:
+        model = model[:47] + "…"
     p = d.get("probes") or {}
     title = title or "TTFT vs prompt tokens" + (f" — {model}" if model else "")
     f = d.get("fit") or {}
@@ -174,6 +177,9 @@ def svg_figure(results: Iterable[ProbeResult], d: dict[str, Any], *, width: int 
         o.append(f'<text x="{left + pw / 2:.1f}" y="{top + ph / 2:.1f}" text-anchor="middle" '
                  f'font-size="14" fill="#666">no usable probes</text>')
     ly = top + 10
+    lw = 30 + 7 * max((len(s["label"]) for s in series), default=0)
+    o.append(f'<rect x="{left + 6}" y="{ly - 5}" width="{lw}" height="{18 * len(series) + 6}" '
+             'fill="#ffffff" fill-opacity="0.85" stroke="#dddddd"/>')
     for s in series:
         o.append(f'<circle cx="{left + 16}" cy="{ly + 4}" r="4" fill="{s["color"]}"/>')
         o.append(f'<text x="{left + 26}" y="{ly + 8}" fill="#222">{_esc(s["label"])}</text>')
