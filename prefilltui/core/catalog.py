@@ -9,6 +9,9 @@ accumulate rates); NVML names as seen in vLLM fused_moe config file names and pu
 Dense = no structured sparsity.  Fields named in ``uncertain`` are marked (?) on screen.
 
 Precedence (see commands/common.py): command-line flag > server metadata > catalog.
+
+Over 400 lines because most of it is data: the GPU and model tables, each row with
+its source; the code that resolves them is about a third.
 """
 
 from __future__ import annotations

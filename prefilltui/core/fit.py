@@ -32,6 +32,10 @@ Two estimators:
                  consistent) covariance, t with m - p degrees of freedom.
 Also: ``fit_quadratic`` (same machinery, 3 columns) and ``detect_knee`` (flat, then
 linear).  Per-probe updates are ``running_fit.RunningFit``.
+
+Over 400 lines because the estimators share one machinery (design matrices, weighted
+least squares, covariances, Student-t intervals without scipy); split, each part
+would import the others' private helpers.
 """
 
 from __future__ import annotations

@@ -13,6 +13,10 @@ A probe's data is complete at ``data: [DONE]``, or once the token and its
 ``finish_reason`` have come; what the server does after that (keep-alive comments,
 a close without the chunked terminator) is read for at most
 ``POST_COMPLETION_GRACE_S``, never fails the probe, and is noted in ``extra``.
+
+Over 400 lines because one probe's timing, stream reading and failure classification
+interleave on the same read loop; SSE framing (``sse.py``), prompts (``prompts.py``)
+and discovery (``server.py``) are apart.
 """
 
 from __future__ import annotations

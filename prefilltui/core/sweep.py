@@ -12,6 +12,10 @@ really run (after discovery, and again when a context-length error lowers the ca
 so nothing promises probes that will not run.  With ``until_ci_pct`` or a budget in
 the config a ``ConfidenceTarget`` (core.until_ci) decides the lengths after the first
 round and when to stop; ``progress`` says where it stands.
+
+Over 400 lines on purpose: one class whose thread, event loop, pause/burst/range
+controls and retry policy share the same state; the pieces that stand alone (lengths,
+context cap, the confidence target) are functions or modules of their own.
 """
 
 from __future__ import annotations

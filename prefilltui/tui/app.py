@@ -11,6 +11,10 @@ a probe costs one screen update, not one per widget.  Widgets redraw only when t
 text or drawn columns change, and none of the steady updates needs a screen layout
 (fixed-height status, gauge texts and log; the stats panel only when its line count
 changes).
+
+Over 400 lines because the message handlers and the throttled tick share the app's
+buffers; what stands alone is already apart (``viewmodel.py`` pure functions,
+``workers.py`` thread actions, ``widgets/``, ``help.py``, ``themes.py``).
 """
 
 from __future__ import annotations
