@@ -4,7 +4,8 @@ thread with its own asyncio loop so a busy UI never delays reading a first token
 ``SweepRunner(lambda: ProbeClient(url), SweepConfig(make_lengths(4, 4096, 10)))``;
 ``start()`` returns at once; ``on_result(result)`` / ``on_state(state, detail)`` /
 ``on_plan(lengths, notes)`` are called from the runner's thread.  States: connecting,
-probing, retrying, paused, stopped, done, failed.
+probing, idle (the gap after a probe, see ``core.pacing``), burst, retrying, paused,
+stopped, done, failed.
 
 Lengths beyond the server's context are capped (``cap_for_context``) and merged;
 ``notes`` says which, to what and why, and ``on_plan`` reports the lengths that will
@@ -25,10 +26,12 @@ import logging
 import math
 import random
 import threading
+import time
 from collections import deque
 from dataclasses import dataclass
 from typing import Callable, Iterator, Protocol
 
+from prefilltui.core.pacing import Pacing
 from prefilltui.core.server import ServerUnreachable
 from prefilltui.core.types import ProbeResult, RunnerState, ServerInfo
 
@@ -68,6 +71,13 @@ class SweepConfig:
     #: stop after this many probes / seconds of probing (None: no limit)
     budget_probes: int | None = None
     budget_s: float | None = None
+    #: spacing of probes and the size of a burst (core.pacing); None = a fixed
+    #: ``pause_s`` gap after each probe and one-probe bursts (the headless pacing)
+    pacing: Pacing | None = None
+
+    @property
+    def effective_pacing(self) -> Pacing:
+        return self.pacing if self.pacing is not None else Pacing(idle_floor_s=self.pause_s)
 
 
 def make_lengths(min_tokens: int, max_tokens: int, points: int) -> list[int]:
@@ -126,6 +136,9 @@ class SweepRunner:
         self._paused = False
         self._stop = False
         self._burst = False
+        #: (probes, tokens each, seconds) of the last burst, None before the first
+        self.last_burst: tuple[int, int, float] | None = None
+        self._after_burst = ""  # "burst: 3 × 1,024 tokens, 2.1 s" until the next probe
         self._new_range = False
         self._rng = random.Random(config.seed)
         self._thread: threading.Thread | None = None
@@ -205,7 +218,10 @@ class SweepRunner:
         self._poke()
 
     def burst(self) -> None:
-        """Next probe: one at the longest allowed length (flagged ``burst``)."""
+        """Start a burst now, also while paused or idle (after a probe in flight):
+        back-to-back probes at the longest allowed length (flagged ``burst``) for at
+        least ``pacing.burst_min_s`` seconds (at least one probe), then the idle gap,
+        or paused again when paused."""
         self._burst = True
         self._poke()
 
@@ -334,17 +350,21 @@ class SweepRunner:
         backoff = 1.0
         plan = self._plan()
         pending: tuple[int, bool] | None = None
+        pacing = self.config.effective_pacing
         while not self._stop:
-            while self._paused and not self._stop:
-                self._set_state("paused", "")
+            while self._paused and not self._stop and not self._burst:
+                self._set_state("paused", self._after_burst)
                 await self._sleep(3600)
             if self._stop:
                 break
-            burst = self._burst
-            if burst:
+            if self._burst:
                 self._burst = False
-                length, warm = max(self.lengths), False
-            elif pending is not None:
+                busy = await self._run_burst(client, pacing)
+                if not self._paused:
+                    await self._idle(pacing.idle_after(busy), self._after_burst)
+                continue
+            self._after_burst = ""
+            if pending is not None:
                 (length, warm), pending = pending, None
             else:
                 nxt = next(plan, None)
@@ -353,7 +373,7 @@ class SweepRunner:
                 length, warm = nxt
             if self._cap is not None:
                 length = min(length, self._cap)
-            result = await self._one(client, length, warm, burst)
+            result = await self._one(client, length, warm, False)
             kind = result.error_kind
             if kind == "rate_limited":
                 self.rate_limited += 1
@@ -390,9 +410,45 @@ class SweepRunner:
                 if prog.done:
                     self._set_state("done", prog.line())
                     return
-            if self.config.pause_s > 0 and not self._stop:
-                await self._sleep(self.config.pause_s)
+            await self._idle(pacing.idle_after(result.ttft_s if result.ok else None))
         self._set_state("stopped" if self._stop else "done", "")
+
+    async def _idle(self, seconds: float, note: str = "") -> None:
+        """The gap after a probe (state "idle"): ends early on stop, pause or burst;
+        a new range (set_range) does not shorten it."""
+        if seconds <= 0 or self._stop:
+            return
+        assert self._loop is not None
+        deadline = self._loop.time() + seconds
+        self._set_state("idle", f"{seconds:.1f} s" + (f" after {note}" if note else ""))
+        while not (self._stop or self._paused or self._burst):
+            left = deadline - self._loop.time()
+            if left <= 0:
+                break
+            await self._sleep(left)
+
+    async def _run_burst(self, client, pacing: Pacing) -> float:
+        """Back-to-back probes at the longest length until ``pacing.burst_min_s`` has
+        passed (at least one; a failed probe or stop ends it).  Returns the seconds it
+        kept the server busy; ``last_burst`` = (probes, length, seconds)."""
+        start = time.perf_counter()
+        n, length, elapsed = 0, 0, 0.0
+        while not self._stop:
+            length = max(self.lengths)
+            if self._cap is not None:
+                length = min(length, self._cap)
+            self._set_state("burst", f"#{n + 1} at {length:,} tokens, "
+                            f"≥ {pacing.burst_min_s:.1f} s")
+            result = await self._one(client, length, False, True)
+            n += 1
+            elapsed = time.perf_counter() - start
+            if not result.ok or elapsed >= pacing.burst_min_s:
+                break
+        self.last_burst = (n, length, elapsed)
+        text = f"{n} × {length:,} tokens, {elapsed:.1f} s"
+        self._after_burst = f"burst: {text}"
+        self._set_state("burst", f"done: {text}")
+        return elapsed
 
     def _plan_changed(self, why: str) -> None:
         """Say which requested lengths the context cap changes (notes, cap_note) and
@@ -423,8 +479,8 @@ class SweepRunner:
                 await h.before_probe(client)
             except Exception:
                 log.exception("probe hook before_probe failed")
-        self._set_state("probing", f"{length} tokens" + (" (warm-up)" if warm else "")
-                        + (" (burst)" if burst else ""))
+        if not burst:  # a burst says its own state (_run_burst)
+            self._set_state("probing", f"{length} tokens" + (" (warm-up)" if warm else ""))
         result = await client.probe(length, warmup=warm, burst=burst)
         self._seq += 1
         result.seq = self._seq

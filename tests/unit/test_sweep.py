@@ -143,3 +143,88 @@ def test_hooks_never_break_the_sweep(fake_server):
     runner, _ = run(srv, SweepConfig([8], warmup=0), hooks=[Hook()])
     runner.join(30)
     assert runner.state == "done" and runner.results[0].ok and runner.results[0].queue_s == 0.5
+
+
+def test_idle_gap_follows_each_probe(fake_server):
+    """Duty-cycled pacing: after each probe the runner idles max(floor, TTFT) (duty
+    0.5), in the "idle" state, before the next probe is sent."""
+    from prefilltui.core.pacing import Pacing
+
+    srv = usage_server(fake_server)
+    details = []
+    pacing = Pacing(duty=0.5, idle_floor_s=0.02)
+    runner = SweepRunner(lambda: ProbeClient(srv.base_url, timeout=5),
+                         SweepConfig([8, 6000], warmup=0, repeats=2, pacing=pacing),
+                         on_state=lambda s, d: details.append((s, d)))
+    runner.start()
+    runner.join(30)
+    res = list(runner.results)
+    assert len(res) == 4 and all(r.ok for r in res)
+    for a, b in zip(res, res[1:]):
+        gap = b.t_send - a.t_end
+        assert gap >= pacing.idle_after(a.ttft_s) - 0.005
+        assert gap >= (a.ttft_s if a.requested_tokens == 6000 else 0.02) - 0.005
+    assert max(r.ttft_s for r in res) > 0.05  # the TTFT share, not only the floor
+    assert sum(1 for s, _ in details if s == "idle") >= 3
+
+
+def test_burst_fires_while_paused_and_lasts_the_minimum(fake_server):
+    """b while paused: the burst starts at once (no resume), runs back-to-back probes
+    at the longest length for at least burst_min_s, then the runner is paused again."""
+    from prefilltui.core.pacing import Pacing
+
+    srv = usage_server(fake_server)
+    states = []
+    results = []
+    pacing = Pacing(duty=0.5, idle_floor_s=0.5, burst_min_s=0.3)
+    runner = SweepRunner(lambda: ProbeClient(srv.base_url, timeout=5),
+                         SweepConfig([8, 64], warmup=0, continuous=True, pacing=pacing),
+                         on_state=lambda s, d: states.append((s, d)), on_result=results.append)
+    runner.pause()
+    runner.start()
+    deadline = time.monotonic() + 10
+    while runner.state != "paused" and time.monotonic() < deadline:
+        time.sleep(0.01)
+    assert runner.state == "paused" and results == []
+    t0 = time.perf_counter()
+    runner.burst()
+    while not any(s == "burst" and d.startswith("done") for s, d in states) \
+            and time.monotonic() < deadline:
+        time.sleep(0.01)
+    time.sleep(0.3)
+    runner.stop(5)
+    burst = [r for r in results if r.burst]
+    assert burst and len(burst) == len(results)  # paused: only the burst ran
+    assert burst[0].t_send - t0 < 0.2  # at once
+    assert burst[-1].t_end - burst[0].t_send >= pacing.burst_min_s
+    assert all(r.requested_tokens == 64 for r in burst)
+    spans = [(r.t_send, r.t_end) for r in burst]
+    gaps = [b[0] - a[1] for a, b in zip(spans, spans[1:])]
+    assert all(g < 0.25 for g in gaps), gaps  # back to back, not the 0.5 s idle
+    n, length, secs = runner.last_burst
+    assert (n, length) == (len(burst), 64) and secs >= pacing.burst_min_s
+    done = [d for s, d in states if s == "burst" and d.startswith("done")]
+    assert done == [f"done: {n} × 64 tokens, {secs:.1f} s"]
+    after = states[states.index(("burst", done[0])) + 1]
+    assert after == ("paused", f"burst: {n} × 64 tokens, {secs:.1f} s")
+
+
+def test_pacing_rules():
+    from prefilltui.core.pacing import (DEFAULT_DUTY, Pacing, auto_pacing, burst_min_s,
+                                        idle_floor_s)
+
+    assert idle_floor_s(0.1, 0.1) == 0.2 and idle_floor_s(0.1, 1.0) == 2.0
+    assert abs(burst_min_s(0.1, 1.0) - 2.2) < 1e-9 and abs(burst_min_s(0.1, 0.1) - 0.4) < 1e-9
+    p = auto_pacing(0.1, 0.1)
+    assert p.duty == DEFAULT_DUTY == 0.5 and p.idle_floor_s == 0.2
+    assert p.idle_after(6.0) == 6.0 and p.idle_after(0.05) == 0.2 and p.idle_after(None) == 0.2
+    assert auto_pacing(0.1, 0.1, pause_s=0) == Pacing(duty=1.0, idle_floor_s=0,
+                                                      burst_min_s=burst_min_s(0.1, 0.1))
+    assert auto_pacing(0.1, 0.1, pause_s=0).idle_after(5.0) == 0  # back-to-back
+    assert auto_pacing(None, None).idle_floor_s == 2.0  # unknown sensor: NVML worst case
+    assert auto_pacing(0.1, 0.1, duty=0.25).idle_after(1.0) == 3.0
+    assert Pacing().idle_after(3.0) == 0.0
+    import pytest
+
+    with pytest.raises(ValueError):
+        Pacing(duty=0)
