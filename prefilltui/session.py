@@ -22,6 +22,7 @@ from typing import Any, Callable
 from prefilltui.core import defaults
 from prefilltui.core.fit import LinearFit
 from prefilltui.core.metrics_hook import MetricsHook
+from prefilltui.core.pacing import Pacing, auto_pacing
 from prefilltui.core.probe import ProbeClient
 from prefilltui.core.runfile import RunWriter, default_run_path
 from prefilltui.core.sweep import SweepConfig, SweepRunner, make_lengths
@@ -101,6 +102,26 @@ def sweep_lengths(options: Any) -> list[int]:
         return make_lengths(lo, hi, _opt(options, "points", defaults.POINTS))
     except ValueError as exc:
         raise SessionError(f"sweep range: {exc}", ExitCode.USAGE) from None
+
+
+def session_pacing(options: Any, sampler: Sampler | None, continuous: bool) -> Pacing | None:
+    """How the runner spaces probes (``core.pacing``).  The TUI (``continuous``):
+    duty-cycled from the sampler's period and window and ``--duty``/``--pause``
+    (``auto_pacing``).  The headless sweep: None (its ``--pause`` gap, back-to-back by
+    default) unless ``--duty`` asks for a share.
+
+    Raises:
+        SessionError: (USAGE) a duty outside (0, 1].
+    """
+    duty, pause = getattr(options, "duty", None), getattr(options, "pause", None)
+    try:
+        if continuous:
+            return auto_pacing(sampler.period_s if sampler is not None else None,
+                               sampler.sensor_window_s if sampler is not None else None,
+                               duty=duty, pause_s=pause)
+        return Pacing(duty=duty, idle_floor_s=pause or 0.0) if duty else None
+    except ValueError as exc:
+        raise SessionError(f"pacing: {exc}", ExitCode.USAGE) from None
 
 
 @dataclass
@@ -192,6 +213,7 @@ def build_session(options: Any, base_url: str, *, continuous: bool = False) -> S
         except ValueError as exc:  # a bad --gpus value
             writer.close()
             raise SessionError(str(exc), ExitCode.USAGE) from None
+    config.pacing = session_pacing(options, sampler, continuous)
     metrics = MetricsHook()  # reader made from the probe client: same pool, auth, TLS
     session = Session(base_url=base_url, options=options, new_client=new_client,
                       lengths=lengths, config=config, writer=writer, sampler=sampler,

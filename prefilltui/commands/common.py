@@ -44,6 +44,14 @@ def _non_negative_float(text: str) -> float:
     return v
 
 
+def _duty(text: str) -> float:
+    """A busy share in (0, 1]."""
+    v = _positive_float(text)
+    if v > 1:
+        raise argparse.ArgumentTypeError(f"expected a share in (0, 1] such as 0.5, got {text!r}")
+    return v
+
+
 def _efficiency(text: str) -> float:
     """A fraction of peak in (0, 1.5] (the range roofline.estimate accepts)."""
     v = _positive_float(text)
@@ -123,8 +131,15 @@ def add_sweep_args(p: argparse.ArgumentParser, *, min_tokens: int = defaults.MIN
                    help="probes per length (default 1)")
     g.add_argument("--warmup", type=_non_negative_int, default=1, metavar="W",
                    help="warm-up probes, recorded but kept out of the fit (default 1)")
-    g.add_argument("--pause", type=_non_negative_float, default=0.0, metavar="S",
-                   help="seconds to wait between probes (default 0)")
+    g.add_argument("--pause", type=_non_negative_float, default=None, metavar="S",
+                   help="seconds of idle after each probe; 0 = back-to-back (default: the "
+                        "headless sweep 0; the TUI and demo 2 sampler periods or 2 s of "
+                        "NVML averaging, whichever is longer, as the least gap under --duty)")
+    g.add_argument("--duty", type=_duty, default=None, metavar="F",
+                   help="busiest share of the time probes may take, 0 < F <= 1: idle after "
+                        "each probe >= TTFT x (1-F)/F (default: the TUI and demo 0.5, idle >= "
+                        "TTFT, so each spike on the gauges has a trough after it; the headless "
+                        "sweep 1, or --pause alone: a fixed gap)")
     g.add_argument("--seed", type=int, default=None, help="seed for the randomized order")
     g.add_argument("--until-ci", type=_until_pct, metavar="PCT",
                    help="after the first round keep probing, where a repeat shrinks the "

@@ -4,8 +4,10 @@
 ``args`` is a Namespace carrying the server, sweep, hardware, telemetry and analysis
 groups of commands/common.py plus ``--theme`` (``add_tui_args``); the objects come
 from ``prefilltui.session.build_session``, as for ``sweep``.  Probing runs
-continuously (the randomized sweep, cycled) in the runner's own thread; every probe is
-appended to the run file as it completes, so quitting never loses data.
+continuously (the randomized sweep, cycled) in the runner's own thread, with an idle
+gap after each probe (``core.pacing.auto_pacing``: duty 0.5 by default) so the gauges
+show one spike per long probe; every probe is appended to the run file as it
+completes, so quitting never loses data.
 """
 
 from __future__ import annotations
@@ -124,7 +126,8 @@ def make_watch_app(args: argparse.Namespace, base_url: str, *,
         exporter=make_exporter(session.run_path, info_fn, args,
                                lambda: session.runner.notices if session.runner else {}),
         cache_checker=lambda: run_cache_check(session.new_client, cache_tokens).line,
-        probe_timeout_s=args.timeout, problems=problems, on_ready=on_ready)
+        probe_timeout_s=args.timeout, problems=problems, on_ready=on_ready,
+        pacing=session.config.effective_pacing)
     return app, session
 
 

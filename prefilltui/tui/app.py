@@ -31,6 +31,7 @@ from textual.containers import Horizontal, VerticalScroll
 from textual.widgets import Footer, Static
 
 from prefilltui.core import defaults
+from prefilltui.core.pacing import Pacing
 from prefilltui.core.telemetry import TelemetrySnapshot
 from prefilltui.core.types import FitMethod, ProbeResult
 from prefilltui.core.units import MISSING
@@ -100,7 +101,7 @@ class PrefillApp(WorkerActions, App[int]):
                  clock: Callable[[], float] = time.perf_counter,
                  replot_hz: float = 4.0, gauge_hz: float = 2.0,
                  problems: list[str] = (), on_ready: Callable[["PrefillApp"], None] | None = None,
-                 max_results: int = 100_000) -> None:
+                 max_results: int = 100_000, pacing: Pacing | None = None) -> None:
         super().__init__()
         self.runner_factory = runner_factory
         self.runner: Any = None
@@ -121,12 +122,16 @@ class PrefillApp(WorkerActions, App[int]):
         self.gauge_hz = gauge_hz
         self.problems = list(problems)
         self.on_ready = on_ready
+        #: how the runner spaces probes and sizes a burst (for the toasts and help)
+        self.pacing = pacing
         self.which = "all"
         self.paused = False
         self.state, self.state_detail = "connecting", ""
         self.counters = Counters()
         self.results: deque[ProbeResult] = deque(maxlen=max_results)
         self.windows: deque[tuple[float, float]] = deque(maxlen=256)
+        #: the request window of the probe under the focused log's cursor
+        self.highlight: tuple[float, float] | None = None
         self.last_result: ProbeResult | None = None
         self.last_ok: ProbeResult | None = None
         self.last_fit: Any = None
@@ -204,8 +209,6 @@ class PrefillApp(WorkerActions, App[int]):
         self.last_result = r
         if r.ok:
             self.last_ok = r
-        if r.burst:
-            self._burst_pending = False
         if r.t_send is not None and r.t_end is not None:
             self.windows.append((r.t_send, r.t_end))
         if self.fit is not None:
@@ -229,6 +232,11 @@ class PrefillApp(WorkerActions, App[int]):
             self.notify(message.detail or "probing failed", severity="error", timeout=10)
         if message.state == "done" and old != "done" and message.detail:
             self.notify(message.detail, title="done", timeout=15)
+        if message.burst_done:
+            self._burst_pending = False
+            self.notify(f"burst: {message.detail[6:]}", timeout=8)
+        elif message.state == "burst":
+            self._burst_pending = False  # running: +/- no longer changes what it probes
         self._notify_runner_notes()
         self._update_status()
 
@@ -334,7 +342,7 @@ class PrefillApp(WorkerActions, App[int]):
                 self._device_label = label + (f" ×{len(devices)}" if len(devices) > 1 else "")
             self._dirty = True
         now = snap.t or self.clock()
-        panel.show(snap, now, tuple(self.windows))
+        panel.show(snap, now, tuple(self.windows), self.highlight)
 
     def _update_status(self) -> None:
         if not self.query("#status"):
@@ -380,16 +388,19 @@ class PrefillApp(WorkerActions, App[int]):
         self._update_status()
 
     def action_burst(self) -> None:
+        """Start a burst now (also while paused): back-to-back probes at the longest
+        length for at least ``pacing.burst_min_s``; a probe in flight finishes first."""
         if self.runner is not None:
             self.runner.burst()
             self._burst_pending = True
             self._notify_burst()
 
     def _notify_burst(self) -> None:
-        """Says where the pending burst probe goes: the longest length as it is now
-        (said again when + / - changes it before the probe runs)."""
-        self.notify(f"burst: next probe at the longest length ({self.sweep_range[1]} tokens)",
-                    timeout=3)
+        """Says what the burst will probe: the longest length as it is now (said again
+        when + / - changes it before the burst starts)."""
+        least = (f" for ≥ {self.pacing.burst_min_s:.1f} s"
+                 if self.pacing is not None and self.pacing.burst_min_s > 0 else "")
+        self.notify(f"burst: {self.sweep_range[1]:,} tokens back to back{least}", timeout=3)
 
     def _effective_range(self) -> None:
         """Take the range the runner really plans (``runner.lengths``: after server
@@ -447,7 +458,16 @@ class PrefillApp(WorkerActions, App[int]):
             self.push_screen(HelpScreen(self._telemetry_details()))
 
     def _telemetry_details(self) -> list[str]:
-        """Full telemetry reasons (the gauges show short ones), for the help screen."""
+        """Pacing, then the full telemetry reasons (the gauges show short ones), for the
+        help screen."""
+        pace = []
+        if self.pacing is not None:
+            burst = (f"; burst ≥ {self.pacing.burst_min_s:.1f} s"
+                     if self.pacing.burst_min_s > 0 else "")
+            pace = [f"pacing: {self.pacing.describe()}{burst}"]
+        return pace + self._sampler_details()
+
+    def _sampler_details(self) -> list[str]:
         if self.sampler is None:
             return []
         try:
@@ -473,6 +493,14 @@ class PrefillApp(WorkerActions, App[int]):
 
     def on_gauge_panel_info(self, message: GaugePanel.Info) -> None:
         self.notify(message.text, title="telemetry", timeout=6)
+
+    def on_probe_log_highlighted(self, message: ProbeLog.Highlighted) -> None:
+        r = message.result
+        window = ((r.t_send, r.t_end) if r is not None and r.t_send is not None
+                  and r.t_end is not None else None)
+        if window != self.highlight:
+            self.highlight = window
+            self._gauge_tick()
 
     def on_probe_log_selected(self, message: ProbeLog.Selected) -> None:
         r = message.result

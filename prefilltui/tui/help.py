@@ -16,7 +16,7 @@ HELP_TEXT = """\
 [b]prefilltui[/b] — live prefill monitor
 [b]Keys[/b]
  space  pause / resume probing         r  reset the fit and plotted points
- w      all-time / sliding-window fit  b  burst: probe the longest length
+ w      all-time / sliding-window fit  b  burst now, also paused (below)
  + / -  widen / narrow the sweep range (longest prompt ×2 / ÷2)
  e / s  export CSV + JSON / save the screen as SVG (beside the run file)
  c      cache check: is the server's prefix cache serving prompts?
@@ -30,7 +30,10 @@ HELP_TEXT = """\
 [b]Fit[/b]  TTFT = intercept + slope × tokens, 95 % intervals below each;
  prefill = 1/slope.  queue (est.) = inferred, not reported by the server.
 [b]Gauges[/b]  utilization and power over the last 60 s; tinted columns are
- probe request windows.  N/A: the device does not report it (why: below)."""
+ probe request windows, strongest for the probe under the log's cursor.
+ Probes idle between (pacing, below) so each spike is its own; a burst
+ probes the longest length back to back long enough for the sensor to
+ register it.  N/A: the device does not report it (why: below)."""
 
 CLOSE_HINT = "escape, q or ? closes this help · Ctrl-C quits"
 

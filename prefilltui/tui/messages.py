@@ -23,17 +23,24 @@ class ProbeDone(Message):
 
 
 class RunnerStateChanged(Message):
-    """The runner's connection state changed: one of "connecting", "probing",
-    "retrying", "paused", "stopped", "done", "failed", with a detail line."""
+    """The runner's connection state changed: one of "connecting", "probing", "idle",
+    "burst", "retrying", "paused", "stopped", "done", "failed", with a detail line.
+    A finished burst ("burst", "done: 3 × 1,024 tokens, 2.1 s") is an event the app
+    announces, so it is never merged away."""
 
     def __init__(self, state: str, detail: str = "") -> None:
         super().__init__()
         self.state = state
         self.detail = detail
 
+    @property
+    def burst_done(self) -> bool:
+        return self.state == "burst" and self.detail.startswith("done: ")
+
     def can_replace(self, message: Message) -> bool:
-        # Only the newest state matters: merge a burst of state changes.
-        return isinstance(message, RunnerStateChanged)
+        # Only the newest state matters: merge a burst of state changes.  (Textual
+        # drops this, the older message, for ``message``, the next one in the queue.)
+        return isinstance(message, RunnerStateChanged) and not self.burst_done
 
 
 class ExportDone(Message):

@@ -252,11 +252,19 @@ def status_line(state: str, detail: str, counters: Counters, rng: tuple[int, int
     the runner's ``until_ci.Progress`` (the throughput interval against its target);
     ``cap_note``: set when the lengths were capped at the server's context."""
     icons = {"connecting": "[$warning]◌ connecting[/]", "probing": "[$success]● probing[/]",
+             "idle": "[$success]○ idle[/]", "burst": "[$warning]▲ burst[/]",
              "retrying": "[$warning]↻ retrying[/]", "paused": "[$accent]‖ paused[/]",
              "stopped": "■ stopped", "done": "■ done", "failed": "[$error]✖ failed[/]"}
-    shown = "paused" if paused and state not in ("failed", "stopped") else state
+    # a burst runs while paused: say so, not "paused"
+    shown = ("paused" if paused and state not in ("failed", "stopped", "burst", "paused")
+             else state)
     text = icons.get(shown, shown)
-    if detail and shown in ("connecting", "retrying", "failed", "probing", "done"):
+    if shown == "paused" and state != "paused":
+        detail = ""  # the runner's detail belongs to the probe it is finishing
+    if detail and shown in ("connecting", "retrying", "failed", "probing", "done", "idle",
+                            "burst", "paused"):
+        if shown == "burst" and detail.startswith("done: "):
+            detail = detail[6:]
         text += f" {_escape(detail)}"
     parts = [text, f"{counters.ok} ok"]
     if counters.failed:

@@ -169,3 +169,76 @@ def gpu_snapshot(n: int = 2) -> TelemetrySnapshot:
                             power_w=612.0 - i, power_averaged=False, power_limit_w=700.0,
                             na={}, history=cpu_history(power=True)) for i in range(n))
     return fake_snapshot(kind="gpu", devices=devs)
+
+
+class FakeClient:
+    """The ProbeClient interface without a network, for the real SweepRunner: a probe
+    sleeps ``a + b * tokens`` seconds (TTFT) and returns a ProbeResult stamped with
+    perf_counter times, so pacing and bursts run for real."""
+
+    root = "http://fake"
+
+    def __init__(self, *, a: float = 0.005, b: float = 2e-5) -> None:
+        self.a, self.b = a, b
+        self.info = ServerInfo(base_url=self.root, kind="llama.cpp", model="fake",
+                               context_tokens=8192)
+
+    async def discover(self) -> ServerInfo:
+        return self.info
+
+    async def warm(self) -> None:
+        return None
+
+    async def probe(self, requested_tokens: int, *, warmup: bool = False,
+                    burst: bool = False, **_kw) -> ProbeResult:
+        import asyncio
+        import time
+
+        t0 = time.perf_counter()
+        ttft = self.a + self.b * requested_tokens
+        await asyncio.sleep(ttft)
+        t1 = time.perf_counter()
+        return ProbeResult(started_at=time.time(), requested_tokens=requested_tokens,
+                           prompt_tokens=requested_tokens, ttft_s=t1 - t0, total_s=t1 - t0,
+                           ok=True, warmup=warmup, burst=burst, t_send=t0, t_end=t1)
+
+    async def aclose(self) -> None:
+        return None
+
+
+#: A demo-like minute on a CPU (TTFT ~ 0.1 s + 6 ms per token): (offset s into the
+#: 60 s history, tokens, burst) per probe, idle >= TTFT after each; the last one is a
+#: burst fired from pause (one probe: it outlasts the CPU's 0.4 s minimum on its own).
+DEMO_PROBES = ((3, 1024, False), (16, 95, False), (19, 565, False), (27, 29, False),
+               (29, 312, False), (40, 1024, True))
+
+
+def demo_ttft(tokens: int) -> float:
+    return 0.1 + 6e-3 * tokens
+
+
+def demo_results() -> list[ProbeResult]:
+    """DEMO_PROBES as results whose t_send..t_end windows sit in the fake history."""
+    out = []
+    for i, (off, tokens, burst) in enumerate(DEMO_PROBES, start=1):
+        secs = demo_ttft(tokens)
+        r = make_result(i, tokens, t_send=NOW - 60 + off, a=0.1, b=6e-3)
+        r.t_end = r.t_send + secs
+        r.burst = burst
+        r.util_peak_pct, r.util_mean_pct = 97.0, 88.0
+        out.append(r)
+    return out
+
+
+def demo_snapshot() -> TelemetrySnapshot:
+    """The demo's two rows: the whole CPU (busy with other work) and llama-server,
+    whose CPU spikes in each probe window and idles between."""
+    spikes = tuple((off, off + demo_ttft(n) + 0.1) for off, n, _ in DEMO_PROBES)
+    server = cpu_history(spikes=spikes)
+    server = tuple((t, 2.0 if u < 90 else u, p) for t, u, p in server)
+    machine = tuple((t, min(100.0, u + 60), p) for t, u, p in cpu_history(spikes=spikes))
+    return fake_snapshot(devices=(
+        fake_device(history=machine, util_pct=100.0),
+        fake_device(label="llama-server (pid 4242)", name="llama-server", util_pct=2.0,
+                    na={"power": "per-process power is not measured (see CPU)"},
+                    history=server)))

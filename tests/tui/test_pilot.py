@@ -360,16 +360,20 @@ async def test_burst_toast_names_the_longest_length_as_it_is():
         await pilot.pause()
         await pilot.press("b")
         assert ("burst",) in h["runner"].calls
-        assert "burst: next probe at the longest length (4096 tokens)" in _toasts(app)
-        await pilot.press("plus")  # before the burst probe ran: said again, new length
-        assert "burst: next probe at the longest length (8023 tokens)" in _toasts(app)
-        burst = make_result(50, 8000)
-        burst.burst = True
-        h["runner"].emit(burst)
+        assert "burst: 4,096 tokens back to back" in _toasts(app)
+        await pilot.press("plus")  # before the burst started: said again, new length
+        assert "burst: 8,023 tokens back to back" in _toasts(app)
+        h["runner"]._set("burst", "probe 1 at 8,023 tokens, 0.0 s of ≥ 2.2 s")
         await pilot.pause()
+        assert "▲ burst probe 1 at 8,023 tokens" in _status(app)
         app.clear_notifications()
-        await pilot.press("minus")  # burst done: no more burst toasts
+        await pilot.press("minus")  # burst running: no more burst toasts
         assert not any(t.startswith("burst") for t in _toasts(app))
+        h["runner"]._set("burst", "done: 3 × 8,023 tokens, 2.4 s")
+        h["runner"]._set("idle", "2.4 s after burst: 3 × 8,023 tokens, 2.4 s")
+        await pilot.pause()
+        assert "burst: 3 × 8,023 tokens, 2.4 s" in _toasts(app)  # not merged away
+        assert "○ idle 2.4 s after burst: 3 × 8,023 tokens, 2.4 s" in _status(app)
 
 
 async def test_header_shows_the_runners_capped_range():

@@ -6,7 +6,8 @@ and look at the SVGs (snapshot_report.html shows the differences).
 
 from __future__ import annotations
 
-from tests.tui.fakes import NOW, FakeRunner, FakeSampler, fixed_results, gpu_snapshot
+from tests.tui.fakes import (NOW, FakeRunner, FakeSampler, demo_results, demo_snapshot,
+                             fixed_results, gpu_snapshot)
 
 from prefilltui.tui.app import build_app
 from prefilltui.tui.viewmodel import RooflineView
@@ -65,3 +66,35 @@ def test_help_80x24(snap_compare):
 def test_light_theme_80x24(snap_compare):
     assert snap_compare(_app(theme="prefilltui-light"), terminal_size=(80, 24),
                         run_before=_settle)
+
+
+def _demo_app():
+    """Duty-cycled probes with idle between, then a burst fired from pause: each
+    probe's window tinted on the history under its spike."""
+    app = build_app(lambda r, s: _PausedAfterBurst(r, s), FakeSampler(demo_snapshot()),
+                    clock=lambda: NOW, analysis=_roofline, sweep_range=(16, 1024))
+    return app
+
+
+class _PausedAfterBurst(FakeRunner):
+    def __init__(self, on_result, on_state):
+        super().__init__(on_result, on_state, preload=demo_results())
+
+    def start(self):
+        super().start()
+        self._set("paused", "burst: 1 × 1,024 tokens, 6.2 s")
+
+
+def test_demo_spikes_and_burst_80x24(snap_compare):
+    assert snap_compare(_demo_app(), terminal_size=(80, 24), run_before=_settle)
+
+
+def test_demo_selected_probe_160x48(snap_compare):
+    async def before(pilot):
+        await _settle(pilot)
+        log = pilot.app.query_one("#log")
+        log.focus()
+        log.move_cursor(row=2)  # the 565-token probe: its window gets the strong tint
+        await _settle(pilot)
+
+    assert snap_compare(_demo_app(), terminal_size=(160, 48), run_before=before)

@@ -183,6 +183,12 @@ class Sampler:
     def available(self) -> bool:
         return bool(self.devices)
 
+    @property
+    def sensor_window_s(self) -> float | None:
+        """Seconds one reading averages over (see core/pacing.py); None = unknown.
+        Base: one sample period (utilization and power from counter deltas)."""
+        return self.period_s if self.devices else None
+
     def _new_dev(self, label: str, name: str, **kw: Any) -> DeviceState:
         return DeviceState(label=label, name=name, ring=SampleRing(self.capacity),
                     hist=deque(maxlen=int(math.ceil(self.history_s * self.hz)) + 1), **kw)

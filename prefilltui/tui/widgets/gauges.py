@@ -3,8 +3,9 @@
 Widgets read a TelemetrySnapshot (core/telemetry/) handed to them by the app; they
 never call NVML or psutil.  The history is bucketed by *time* (one column per
 span/width seconds, peak value per column) on a fixed scale (0-100 % for util,
-0-power limit for power), and columns that fall inside a probe's request window get
-a tinted background, so each long prefill's spike lines up with its probe.
+0-power limit for power), and columns that fall inside a probe's request window
+(``t_send``..``t_end``) get a tinted background, so each long prefill's spike lines up
+with its probe; the window of the probe selected in the probe log gets a stronger tint.
 """
 
 from __future__ import annotations
@@ -52,9 +53,10 @@ def bucket_history(
 
 
 def window_mask(windows: Iterable[tuple[float, float]], now: float, span: float,
-                width: int) -> list[bool]:
-    """True for each bucket that overlaps a probe window (t_send, t_end)."""
-    mask = [False] * max(width, 0)
+                width: int, value: int | bool = True) -> list:
+    """``value`` for each bucket that overlaps a probe window (t_send, t_end), else
+    False."""
+    mask: list = [False] * max(width, 0)
     if width <= 0:
         return mask
     start = now - span
@@ -65,15 +67,32 @@ def window_mask(windows: Iterable[tuple[float, float]], now: float, span: float,
         i0 = max(int((t0 - start) / step), 0)
         i1 = min(int((t1 - start) / step), width - 1)
         for i in range(i0, i1 + 1):
-            mask[i] = True
+            mask[i] = value
     return mask
+
+
+#: mask levels: 0 no probe, 1 a probe window, 2 the selected probe's window
+HIGHLIGHT = 2
+
+
+def marks(windows: Iterable[tuple[float, float]], highlight: tuple[float, float] | None,
+          now: float, span: float, width: int) -> list[int]:
+    """Per bucket: 0 outside every probe window, 1 inside one, ``HIGHLIGHT`` inside
+    the selected probe's window."""
+    out = [int(m) for m in window_mask(windows, now, span, width)]
+    if highlight is not None:
+        for i, m in enumerate(window_mask([highlight], now, span, width)):
+            if m:
+                out[i] = HIGHLIGHT
+    return out
 
 
 class HistorySpark(Sparkline):
     """A Sparkline on a fixed scale over a time window, with probe windows tinted.
 
     Set ``history`` ((t, value|None) pairs), ``now``, ``span`` (s), ``hi`` (scale
-    top; values above clip), ``windows`` ((t0, t1) perf_counter pairs) then refresh.
+    top; values above clip), ``windows`` ((t0, t1) perf_counter pairs) and
+    ``highlight`` (one (t0, t1) or None) with ``set_data``.
     """
 
     DEFAULT_CSS = """
@@ -84,28 +103,31 @@ class HistorySpark(Sparkline):
         super().__init__(**kw)
         self.history: Sequence[tuple[float, float | None]] = ()
         self.windows: Sequence[tuple[float, float]] = ()
+        self.highlight: tuple[float, float] | None = None
         self.now = 0.0
         self.span = span
         self.hi = 100.0
         self._sig: tuple | None = None
 
-    def set_data(self, history, now: float, hi: float, windows=()) -> None:
+    def set_data(self, history, now: float, hi: float, windows=(),
+                 highlight: tuple[float, float] | None = None) -> None:
         """New data; refreshes only when the drawn columns change (saves terminal bytes:
         at 60 s over ~40 columns a column lasts ~1.5 s, longer than a gauge tick)."""
         self.history = history if isinstance(history, tuple) else tuple(history)
         self.now = now
         self.hi = hi if hi and hi > 0 else 1.0
         self.windows = windows if isinstance(windows, tuple) else tuple(windows)
+        self.highlight = highlight
         sig = self._columns()
         if sig != self._sig:
             self._sig = sig
             self.refresh()
 
     def _columns(self) -> tuple:
-        """(width, scale, peak per column, probe mask per column) for the current data."""
+        """(width, scale, peak per column, probe marks per column) for the current data."""
         width = self.size.width
         return (width, self.hi, tuple(bucket_history(self.history, self.now, self.span, width)),
-                tuple(window_mask(self.windows, self.now, self.span, width)))
+                tuple(marks(self.windows, self.highlight, self.now, self.span, width)))
 
     def render(self) -> RenderResult:  # pragma: no cover - render_lines is used
         return ""
@@ -123,13 +145,13 @@ class HistorySpark(Sparkline):
         hot = Color.parse(variables.get("gauge-hot", "#f0625d"))
         probe = Color.parse(variables.get("gauge-probe", "#f5b342"))
         base = self.background_colors[1]
-        tint = base.blend(probe, 0.22)
+        tints = (base.rich_color, base.blend(probe, 0.22).rich_color,
+                 base.blend(probe, 0.55).rich_color)
         row = height - 1 - y  # 0 = bottom row
         levels = len(BARS)
         segs = []
-        plain = base.rich_color
-        for v, in_probe in zip(vals, mask):
-            bg = tint.rich_color if in_probe else plain
+        for v, mark in zip(vals, mask):
+            bg = tints[mark]
             if v is None:
                 segs.append(Segment(" ", Style(bgcolor=bg)))
                 continue
@@ -202,9 +224,10 @@ class DeviceGauge(Horizontal):
             self.show(*self._pending)
 
     def show(self, dev: DeviceSnapshot, now: float,
-             windows: Sequence[tuple[float, float]]) -> None:
+             windows: Sequence[tuple[float, float]],
+             highlight: tuple[float, float] | None = None) -> None:
         """Update from one DeviceSnapshot (kept until composed)."""
-        self._pending = (dev, now, windows)
+        self._pending = (dev, now, windows, highlight)
         if not self.query(".util-text"):
             return
         na = dev.na
@@ -220,8 +243,11 @@ class DeviceGauge(Horizontal):
             why = na.get("power")
             power_text = f"power {MISSING}" + (f" ({short_reason(why)})" if why else "")
         else:
-            power_text = f"power {power:.0f}" + (" avg" if averaged else "") + " W"
+            power_text = f"power {power:.0f} W"
             power_text += f" / {limit:.0f} W" if limit else ""
+            if averaged:  # NVML's nvmlDeviceGetPowerUsage: ~1 s; RAPL: one sample period
+                cpu = dev.power_scope == "CPU package"
+                power_text += " avg" if cpu else " (1 s avg)"
         history = dev.history
         util_hist = [(h[0], h[1]) for h in history]
         power_hist = [(h[0], h[2]) for h in history]
@@ -237,8 +263,10 @@ class DeviceGauge(Horizontal):
                 self.query_one(".util-text", Static).update(util_text, layout=False)
             if power_text != old[1]:
                 self.query_one(".power-text", Static).update(power_text, layout=False)
-        self.query_one(".util-spark", HistorySpark).set_data(util_hist, now, 100.0, windows)
-        self.query_one(".power-spark", HistorySpark).set_data(power_hist, now, p_hi, windows)
+        self.query_one(".util-spark", HistorySpark).set_data(util_hist, now, 100.0, windows,
+                                                              highlight)
+        self.query_one(".power-spark", HistorySpark).set_data(power_hist, now, p_hi, windows,
+                                                               highlight)
 
 
 class GaugePanel(Vertical):
@@ -274,8 +302,10 @@ class GaugePanel(Vertical):
         yield Static("telemetry: starting", classes="gauge-status", markup=False)
 
     def show(self, snap: TelemetrySnapshot | None, now: float,
-             windows: Sequence[tuple[float, float]] = ()) -> None:
-        """Update from a TelemetrySnapshot (None = no sampler)."""
+             windows: Sequence[tuple[float, float]] = (),
+             highlight: tuple[float, float] | None = None) -> None:
+        """Update from a TelemetrySnapshot (None = no sampler); ``highlight``: the
+        selected probe's (t_send, t_end)."""
         status = self.query_one(".gauge-status", Static)
         devices = snap.devices if snap is not None else ()
         if snap is None:
@@ -303,8 +333,8 @@ class GaugePanel(Vertical):
             self.mount_all([DeviceGauge(lab, classes="-compact" if compact else "")
                             for lab in labels])
             self._labels = labels
-        self._fill(devices, now, windows)
+        self._fill(devices, now, windows, highlight)
 
-    def _fill(self, devices, now, windows) -> None:
+    def _fill(self, devices, now, windows, highlight) -> None:
         for gauge, dev in zip(self.query(DeviceGauge), devices):
-            gauge.show(dev, now, windows)
+            gauge.show(dev, now, windows, highlight)

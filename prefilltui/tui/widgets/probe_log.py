@@ -1,7 +1,12 @@
-"""Probe log: the last probes (time, tokens, TTFT, energy, status), newest at the bottom.
+"""Probe log: the last probes (time, tokens, TTFT, utilization peak/mean over the
+request window, energy, status), newest at the bottom.
 
 Selecting a row (enter / click) posts ``ProbeLog.Selected`` with the probe so the app
-can show its full message.  Bounded: the oldest rows are removed beyond ``max_rows``.
+can show its full message; once the cursor is moved (keys, click) and while the log
+keeps focus, the row under the cursor is posted as ``ProbeLog.Highlighted`` (None
+when the log loses focus) so the app can highlight that probe's window on the gauge
+history.  Bounded: the oldest rows are
+removed beyond ``max_rows``.
 
 A small line-API scroll view rather than a DataTable (measured with tests/tui/measure_cpu.py: the DataTable
 re-measured and re-rendered every visible cell through Rich on each new row, ~2 % of a
@@ -28,7 +33,8 @@ from prefilltui.core.types import ProbeResult
 from prefilltui.core.units import MISSING
 
 #: column headers and widths (cells); the status column takes the rest
-COLUMNS = (("time", 8), ("tokens", 6), ("TTFT ms", 8), ("J", 6), ("status", 0))
+COLUMNS = (("time", 8), ("tokens", 6), ("TTFT ms", 8), ("util pk/avg", 11), ("J", 6),
+           ("status", 0))
 
 
 def _row_text(cells: tuple[str, ...]) -> str:
@@ -53,6 +59,15 @@ def probe_status(r: ProbeResult) -> str:
     return "burst" if r.burst else "ok"
 
 
+def util_cell(r: ProbeResult) -> str:
+    """Utilization peak/mean over the probe's request window, e.g. " 98/ 61" (percent;
+    "—" when nothing was sampled)."""
+    if r.util_peak_pct is None:
+        return f"{MISSING:>7}"
+    mean = f"{r.util_mean_pct:3.0f}" if r.util_mean_pct is not None else "  —"
+    return f"{r.util_peak_pct:3.0f}/{mean}"
+
+
 def probe_message(r: ProbeResult) -> str:
     """The full description shown when a row is selected."""
     when = time.strftime("%H:%M:%S", time.localtime(r.started_at)) if r.started_at else "?"
@@ -65,8 +80,14 @@ def probe_message(r: ProbeResult) -> str:
         head += f"; TTFT {ttft}"
         if r.server_prefill_s is not None:
             head += f", server prefill {r.server_prefill_s * 1e3:.1f} ms"
+        if r.util_peak_pct is not None:
+            head += f", util peak {r.util_peak_pct:.0f} %"
+            if r.util_mean_pct is not None:
+                head += f" (mean {r.util_mean_pct:.0f} %)"
         if r.power_peak_w is not None:
             head += f", peak {r.power_peak_w:.0f} W"
+        if r.energy_j is not None:
+            head += f", {r.energy_j:.2f} J"
         return head
     msg = r.error_message or "no message"
     status = f" (HTTP {r.http_status})" if r.http_status else ""
@@ -111,6 +132,13 @@ class ProbeLog(ScrollView, can_focus=True):
             super().__init__()
             self.result = result
 
+    class Highlighted(Message):
+        """The probe under the cursor of the focused log (None: the log lost focus)."""
+
+        def __init__(self, result: ProbeResult | None) -> None:
+            super().__init__()
+            self.result = result
+
     def __init__(self, *, max_rows: int = 200, **kw) -> None:
         super().__init__(**kw)
         self.max_rows = max_rows
@@ -118,6 +146,7 @@ class ProbeLog(ScrollView, can_focus=True):
         self._width = len(HEADER)
         self.cursor_row = 0
         self.follow = True
+        self._highlighting = False  # the user moved the cursor: highlight its probe
 
     # -- data in -------------------------------------------------------------
     @property
@@ -140,7 +169,8 @@ class ProbeLog(ScrollView, can_focus=True):
             tokens = r.tokens if r.tokens is not None else r.requested_tokens
             ttft = f"{r.ttft_s * 1e3:8.1f}" if (r.ok and r.ttft_s is not None) else f"{MISSING:>8}"
             energy = f"{r.energy_j:6.1f}" if r.energy_j is not None else f"{MISSING:>6}"
-            line = _row_text((when, f"{tokens:>6}", ttft, energy, probe_status(r)))
+            line = _row_text((when, f"{tokens:>6}", ttft, util_cell(r), energy,
+                              probe_status(r)))
             self._rows.append((r, line))
             self._width = max(self._width, len(line))
         drop = len(self._rows) - self.max_rows
@@ -152,7 +182,23 @@ class ProbeLog(ScrollView, can_focus=True):
             # the cursor rides on the newest row, so a focused log keeps following
             self.cursor_row = len(self._rows) - 1
             self.scroll_to(y=self.max_scroll_y, animate=False, immediate=True)
+            self._post_highlight()
         self.refresh()
+
+    def current(self) -> ProbeResult | None:
+        """The probe under the cursor (None when the log is empty)."""
+        if 0 <= self.cursor_row < len(self._rows):
+            return self._rows[self.cursor_row][0]
+        return None
+
+    def _post_highlight(self) -> None:
+        if self._highlighting:
+            self.post_message(self.Highlighted(self.current()))
+
+    def on_blur(self) -> None:
+        if self._highlighting:
+            self._highlighting = False
+            self.post_message(self.Highlighted(None))
 
     def clear_log(self) -> None:
         self._rows.clear()
@@ -202,12 +248,14 @@ class ProbeLog(ScrollView, can_focus=True):
         if row is None or not self._rows:
             return
         self.cursor_row = max(0, min(row, len(self._rows) - 1))
+        self._highlighting = self.has_focus
         visible = max(self.scrollable_content_region.height - 1, 1)
         top = round(self.scroll_y)
         if self.cursor_row < top:
             self.scroll_to(y=self.cursor_row, animate=False, immediate=True)
         elif self.cursor_row >= top + visible:
             self.scroll_to(y=self.cursor_row - visible + 1, animate=False, immediate=True)
+        self._post_highlight()
         self.refresh()
 
     def _page(self) -> int:
