@@ -14,6 +14,14 @@ query raise until removed (a GPU erroring mid-run); ``gpu.unsupported`` is a set
 metrics that raise NVMLError_NotSupported.  ``nv.calls`` counts calls per function.
 Metric names: util, power (nvmlDeviceGetPowerUsage), power_instant (the
 NVML_FI_DEV_POWER_INSTANT field), energy, power_limit, sm_clock, memory, temperature.
+
+The driver's sample buffers (nvmlDeviceGetSamples): ``gpu.samples[kind]`` is a list of
+``(timestamp_us, value)`` the test appends to (kind NVML_GPU_UTILIZATION_SAMPLES:
+percent, NVML_TOTAL_POWER_SAMPLES: mW); a kind without a list raises
+NVMLError_NotSupported, and nothing newer than ``lastSeenTimeStamp`` raises
+NVMLError_NotFound, as the real call does.  Values come back as unsigned int
+(NVML_VALUE_TYPE_UNSIGNED_INT), timestamps in microseconds on the wall clock (an H200
+on driver 580 stamps them with gettimeofday time).
 """
 
 from __future__ import annotations
@@ -60,6 +68,9 @@ NVML_VALUE_TYPE_DOUBLE = 0
 NVML_VALUE_TYPE_UNSIGNED_INT = 1
 NVML_VALUE_TYPE_UNSIGNED_LONG = 2
 NVML_VALUE_TYPE_UNSIGNED_LONG_LONG = 3
+NVML_TOTAL_POWER_SAMPLES = 0
+NVML_GPU_UTILIZATION_SAMPLES = 1
+NVML_MEMORY_UTILIZATION_SAMPLES = 2
 NVML_FI_DEV_POWER_AVERAGE = 185
 NVML_FI_DEV_POWER_INSTANT = 186
 NVML_FI_DEV_ENERGY = 191
@@ -126,6 +137,7 @@ NVMLError_GpuIsLost: type[NVMLError]
 NVMLError_Unknown: type[NVMLError]
 NVMLError_NoPermission: type[NVMLError]
 NVMLError_Uninitialized: type[NVMLError]
+NVMLError_NotFound: type[NVMLError]
 
 
 def _script(v: Any) -> Any:
@@ -158,6 +170,7 @@ class FakeGpu:
     gpu_instance_id: int = 0
     unsupported: set[str] = field(default_factory=set)
     fail: dict[str, BaseException] = field(default_factory=dict)
+    samples: dict[int, list[tuple[int, int]]] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
         if not self.uuid:
@@ -303,6 +316,23 @@ class FakeNvml:
     def nvmlDeviceGetTemperature(self, h: FakeGpu, sensor: int) -> int:
         self._count("nvmlDeviceGetTemperature")
         return int(h.read("temperature", h.temperature_c))
+
+    def nvmlDeviceGetSamples(self, h: FakeGpu, sampling_type: int, last_seen: int
+                             ) -> tuple[int, list[SimpleNamespace]]:
+        """(value type, samples newer than ``last_seen`` µs), like pynvml's wrapper."""
+        self._count("nvmlDeviceGetSamples")
+        if "samples" in h.fail:
+            raise h.fail["samples"]
+        buf = h.samples.get(sampling_type)
+        if buf is None or h.parent is not None:
+            raise NVMLError_NotSupported()
+        new = [(ts, v) for ts, v in buf if ts > last_seen]
+        if not new:
+            raise NVMLError_NotFound()
+        return NVML_VALUE_TYPE_UNSIGNED_INT, [
+            SimpleNamespace(timeStamp=ts, sampleValue=SimpleNamespace(
+                uiVal=v, ulVal=v, ullVal=v, dVal=float(v), sllVal=v, siVal=v, usVal=v))
+            for ts, v in new]
 
     def nvmlDeviceGetFieldValues(self, h: FakeGpu, field_ids: list) -> list[SimpleNamespace]:
         self._count("nvmlDeviceGetFieldValues")

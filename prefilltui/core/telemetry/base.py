@@ -162,6 +162,9 @@ class Sampler:
         self.clock = clock or time.perf_counter
         self.reason = reason
         self.history_s = history_s
+        self.retain_s = retain_s
+        #: rows a device may add per second (a GPU adds the driver's own samples)
+        self.rows_per_s = self.hz
         self.capacity = int(math.ceil(retain_s * self.hz)) + 1
         self.devices: list[DeviceState] = []
         self._lock = threading.Lock()
@@ -191,7 +194,8 @@ class Sampler:
 
     def _new_dev(self, label: str, name: str, **kw: Any) -> DeviceState:
         return DeviceState(label=label, name=name, ring=SampleRing(self.capacity),
-                    hist=deque(maxlen=int(math.ceil(self.history_s * self.hz)) + 1), **kw)
+                           hist=deque(maxlen=int(math.ceil(self.history_s * self.rows_per_s))
+                                      + 1), **kw)
 
     def _append(self, dev: DeviceState, t: float, util: float | None, power: float | None,
                 energy: float | None) -> None:
@@ -363,17 +367,28 @@ class Sampler:
         return None
 
     async def after_probe(self, result: ProbeResult) -> None:
-        """ProbeHook: wait (at most ~3 periods) until a sample at or after
-        ``result.t_end`` exists when the thread runs, then ``attribute(result)``."""
+        """ProbeHook: wait (at most ~3 periods, or the driver's sample period plus 2
+        periods on a GPU read from its sample buffer; never over 1 s) until the sample
+        covering ``result.t_end`` exists when the thread runs, then ``attribute(result)``."""
         if result.t_end is not None and self.running:
-            deadline = time.perf_counter() + min(3 * self.period_s, 1.0)
+            wait = min(max(3 * self.period_s, self._cover_wait_s), 1.0)
+            deadline = time.perf_counter() + wait
             while time.perf_counter() < deadline:
-                last = max((d.ring.last_t() or -math.inf for d in self.devices),
-                           default=math.inf)
-                if last >= result.t_end:
+                if self._covered(result.t_end):
                     break
                 await asyncio.sleep(self.period_s / 4)
         self.attribute(result)
+
+    def _covered(self, t: float) -> bool:
+        """Whether a sample at or after ``t`` exists (then a window ending at ``t``
+        can be attributed)."""
+        last = max((d.ring.last_t() or -math.inf for d in self.devices), default=math.inf)
+        return last >= t
+
+    @property
+    def _cover_wait_s(self) -> float:
+        """Extra seconds ``after_probe`` may wait for the covering sample."""
+        return 0.0
 
 
 class NullSampler(Sampler):

@@ -8,14 +8,28 @@ nvmlDeviceGetPowerUsage is averaged over ~1 s on Ampere (except GA100) and newer
 the instantaneous field NVML_FI_DEV_POWER_INSTANT is preferred where the board reports it.
 MIG: NVML reports no utilization for MIG slices or MIG-enabled GPUs, and power/energy
 only for the whole GPU (read from the parent handle and labelled "whole GPU").
+
+The driver's buffer of recent samples (nvmlDeviceGetSamples; "CPU timestamp in
+microseconds", values as the union member named by the returned value type, unsigned
+int for utilization in percent and power in mW; NVML_ERROR_NOT_FOUND when nothing is
+newer than ``lastSeenTimeStamp``) is read each tick where supported: utilization
+samples go into the history and the rings at their own timestamps, so a prefill
+shorter than the polling interval still leaves its mark; instantaneous power samples
+raise a tick's power to the highest one seen in it.  Measured on an H200 (driver 580):
+utilization samples 0.2 s apart, power samples 20 ms apart (about 2.4 s kept),
+timestamps on the wall clock.
 """
 
 from __future__ import annotations
 
 import atexit
+import math
 import os
+import statistics
+import time
 from typing import Any, Callable, Mapping
 
+from prefilltui.core.pacing import NVML_WINDOW_MAX_S
 from prefilltui.core.telemetry.base import DeviceState, Sampler, describe_error
 from prefilltui.core.types import TelemetryKind
 
@@ -23,6 +37,12 @@ from prefilltui.core.types import TelemetryKind
 FAST = ("util", "power", "energy")
 SLOW = ("power_limit", "sm_clock", "memory", "temperature")
 SLOW_PERIOD_S = 1.0
+#: NVML's shortest utilization sample period is 1/6 s (nvmlUtilization_t): at most this
+#: many driver samples a second join each device's polled rows.
+DRIVER_UTIL_HZ = 6.0
+#: A driver timestamp is placed on our time line through the clock it is within this
+#: many seconds of (the wall clock, else CLOCK_MONOTONIC); else the buffer is not used.
+CLOCK_MATCH_S = 120.0
 
 
 class NvmlUnavailable(RuntimeError):
@@ -82,17 +102,22 @@ class GpuSampler(Sampler):
     kind: TelemetryKind = "gpu"
 
     def __init__(self, nv: Any, hz: float = 10.0, *,
-                 clock: Callable[[], float] | None = None, reason: str | None = None
-                 ) -> None:
+                 clock: Callable[[], float] | None = None, reason: str | None = None,
+                 wall: Callable[[], float] | None = None) -> None:
         super().__init__(hz, clock=clock, reason=reason)
         self.nv = nv
+        #: the wall clock (unix seconds) the driver stamps its samples with (tests: fake)
+        self.wall = wall or time.time
+        self.rows_per_s = self.hz + DRIVER_UTIL_HZ
+        self.capacity = int(math.ceil(self.retain_s * self.rows_per_s)) + 1
         self._slow_every = max(1, round(SLOW_PERIOD_S * self.hz))
 
     # -- opening -------------------------------------------------------------------
     @classmethod
     def open(cls, gpus: str | None = None, hz: float = 10.0, nvml_module: Any = None, *,
              clock: Callable[[], float] | None = None,
-             env: Mapping[str, str] | None = None) -> "GpuSampler":
+             env: Mapping[str, str] | None = None,
+             wall: Callable[[], float] | None = None) -> "GpuSampler":
         """Initialise NVML (once), select GPUs and probe each one's capabilities.
 
         Raises:
@@ -111,7 +136,7 @@ class GpuSampler(Sampler):
         except Exception as exc:  # NVMLError_LibraryNotFound, DriverNotLoaded, OSError...
             raise NvmlUnavailable(f"NVML unavailable: {describe_error(exc)}") from None
         try:
-            self = cls(nv, hz, clock=clock)
+            self = cls(nv, hz, clock=clock, wall=wall)
             self._select(targets, source, gpus)
         except BaseException:
             try:
@@ -260,7 +285,112 @@ class GpuSampler(Sampler):
             dev.extra["use"] = None
             raise RuntimeError(f"probing: {describe_error(exc)}") from exc
         dev.extra["use"] = use
+        self._probe_buffers(dev, use)
         self._record(dev, self.clock(), vals, slow=True)  # the probe is the first sample
+
+    # -- the driver's sample buffers ------------------------------------------------
+    def _probe_buffers(self, dev: DeviceState, use: dict[str, Callable[[], Any]]) -> None:
+        """Which sample buffers to read each tick: utilization where it is read at all,
+        power where the board gives instantaneous power.  Starts after the newest
+        sample already kept (no back-fill) and measures the utilization period."""
+        x, nv = dev.extra, self.nv
+        x["buffers"] = {}
+        if not hasattr(nv, "nvmlDeviceGetSamples"):
+            return
+        wanted = []
+        if "util" in use:
+            wanted.append(("util", getattr(nv, "NVML_GPU_UTILIZATION_SAMPLES", None), "h"))
+        if "power" in use and dev.power_averaged is False:
+            wanted.append(("power", getattr(nv, "NVML_TOTAL_POWER_SAMPLES", None), "parent"))
+        for name, kind, handle in wanted:
+            if kind is None:
+                continue
+            try:
+                vt, samples = nv.nvmlDeviceGetSamples(x[handle], kind, 0)
+            except Exception as exc:  # noqa: BLE001
+                if _not_found(exc):  # supported, nothing buffered yet
+                    x["buffers"][name] = {"kind": kind, "handle": handle, "last": 0}
+                elif not _capability_error(exc):
+                    raise
+                continue
+            ts = [int(smp.timeStamp) for smp in samples]
+            if ts and self._offset(ts[-1]) is None:
+                continue  # timestamps on a clock we cannot place: keep polling
+            x["buffers"][name] = {"kind": kind, "handle": handle, "last": max(ts, default=0)}
+            if name == "util" and len(ts) >= 3:
+                x["util_window_s"] = statistics.median(
+                    (b - a) / 1e6 for a, b in zip(ts, ts[1:]))
+
+    def _offset(self, ts_us: int) -> float | None:
+        """Seconds to subtract from a driver timestamp to get ``clock()`` time, through
+        the clock the timestamp is close to (wall, else monotonic); None: neither."""
+        ts = ts_us / 1e6
+        now = self.clock()
+        for ref in (self.wall, time.monotonic):
+            r = ref()
+            if abs(ts - r) < CLOCK_MATCH_S:
+                return r - now
+        return None
+
+    def _read_buffer(self, dev: DeviceState, name: str, now: float) -> list[tuple[float, float]]:
+        """New samples of one buffer as (clock() time, value), oldest first, never later
+        than ``now``.  A buffer that stops being supported is dropped (polling goes on)."""
+        x = dev.extra
+        buf = x["buffers"][name]
+        try:
+            vt, samples = self.nv.nvmlDeviceGetSamples(x[buf["handle"]], buf["kind"],
+                                                       buf["last"])
+        except Exception as exc:  # noqa: BLE001
+            if _not_found(exc):
+                return []
+            if _capability_error(exc):
+                del x["buffers"][name]
+                return []
+            raise
+        member = _value_members(self.nv).get(int(vt), "uiVal")
+        out = []
+        for smp in samples:
+            ts = int(smp.timeStamp)
+            if ts <= buf["last"]:
+                continue
+            buf["last"] = ts
+            off = self._offset(ts)
+            if off is None:
+                continue
+            out.append((min(ts / 1e6 - off, now), float(getattr(smp.sampleValue, member))))
+        return out
+
+    def _covered(self, t: float) -> bool:
+        """A sample at or after ``t`` exists and, on devices read from the driver's
+        buffer, a utilization sample too (the one covering a probe's tail)."""
+        if not super()._covered(t):
+            return False
+        return all(d.extra.get("util_t", -math.inf) >= t for d in self.devices
+                   if "util" in (d.extra.get("buffers") or {}))
+
+    @property
+    def _cover_wait_s(self) -> float:
+        w = self.sensor_window_s or 0.0
+        return w + 2 * self.period_s if any(
+            "util" in (d.extra.get("buffers") or {}) for d in self.devices) else 0.0
+
+    @property
+    def sensor_window_s(self) -> float | None:
+        """Seconds one reading averages over, the longest of any device (see
+        core/pacing.py): utilization from the driver's buffer, its measured sample
+        period, else NVML's documented worst case (1 s); averaged power 1 s."""
+        if not self.devices:
+            return None
+        w = self.period_s
+        for d in self.devices:
+            x = d.extra
+            use = x.get("use") or {}
+            if "util" in use:
+                w = max(w, x.get("util_window_s", NVML_WINDOW_MAX_S)
+                        if "util" in x.get("buffers", {}) else NVML_WINDOW_MAX_S)
+            if "power" in use and d.power_averaged:
+                w = max(w, NVML_WINDOW_MAX_S)
+        return w
 
     @staticmethod
     def _na_reason(dev: DeviceState, name: str, exc: BaseException) -> str:
@@ -289,9 +419,10 @@ class GpuSampler(Sampler):
         last = dev.last
         vals: dict[str, Any] = {"t": now}
         slow = x["ticks"] % self._slow_every == 0 or dev.state == "error"
+        buffers = x.get("buffers") or {}
         for name in FAST + (SLOW if slow else ()):
             fn = use.get(name)
-            if fn is None:
+            if fn is None or (name == "util" and "util" in buffers):
                 continue
             try:
                 vals[name] = fn()
@@ -301,10 +432,22 @@ class GpuSampler(Sampler):
                 del use[name]  # stopped being supported: N/A from now on
                 dev.na[name] = f"stopped reporting: {describe_error(exc)}"
                 last.pop(_LAST_KEY.get(name, name), None)
-        self._record(dev, now, vals, slow)
+        util_rows: list[tuple[float, float]] = []
+        if "util" in buffers:
+            util_rows = self._read_buffer(dev, "util", now)
+            if "util" not in x["buffers"]:  # the buffer stopped answering: poll again
+                vals["util"] = use["util"]()
+        if "power" in buffers and vals.get("power") is not None:
+            peak = max((p for _, p in self._read_buffer(dev, "power", now)), default=None)
+            if peak is not None:  # mW; the tick keeps the highest power seen in it
+                vals["power_peak"] = max(vals["power"], peak / 1000.0)
+        self._record(dev, now, vals, slow, util_rows)
 
-    def _record(self, dev: DeviceState, now: float, vals: dict[str, Any], slow: bool) -> None:
-        """Store one sample's values (``vals`` keyed by metric name) in ``dev``."""
+    def _record(self, dev: DeviceState, now: float, vals: dict[str, Any], slow: bool,
+                util_rows: list[tuple[float, float]] = ()) -> None:
+        """Store one sample's values (``vals`` keyed by metric name) in ``dev``;
+        ``util_rows``: the driver's utilization samples since the last tick, stored
+        before it at their own times (this tick's row then has no utilization)."""
         last = dev.last
         dev.extra["ticks"] += 1
         energy = vals.get("energy")
@@ -315,8 +458,10 @@ class GpuSampler(Sampler):
             elif prev is not None and energy < prev:  # counter reset (GPU reset/driver)
                 dev.energy0 += energy - prev
         last["t"] = now
-        last["util_pct"] = vals.get("util")
-        last["power_w"] = vals.get("power")
+        if util_rows:
+            last["util_pct"] = util_rows[-1][1]
+        elif "util" not in (dev.extra.get("buffers") or {}) or "util_pct" not in last:
+            last["util_pct"] = vals.get("util")  # polled (at the probe: the first value)
         last["energy_counter_j"] = energy
         if slow:
             last["power_limit_w"] = vals.get("power_limit")
@@ -325,7 +470,16 @@ class GpuSampler(Sampler):
             mem = vals.get("memory")
             last["mem_used_bytes"] = int(mem.used) if mem is not None else None
             last["mem_total_bytes"] = int(mem.total) if mem is not None else None
-        self._append(dev, now, vals.get("util"), vals.get("power"), energy)
+        last["power_w"] = vals.get("power")
+        prev = dev.ring.last_t()
+        for t, u in util_rows:  # times never go backwards in the ring
+            prev = t if prev is None else max(prev, t)
+            self._append(dev, prev, u, None, None)
+        if util_rows:
+            dev.extra["util_t"] = util_rows[-1][0]
+        buffered = "util" in (dev.extra.get("buffers") or {}) or bool(util_rows)
+        self._append(dev, now, None if buffered else vals.get("util"),
+                     vals.get("power_peak", vals.get("power")), energy)
 
     def _reopen(self, target: int | str) -> Any:
         if isinstance(target, int):
@@ -344,6 +498,12 @@ _LAST_KEY = {"util": "util_pct", "power": "power_w", "energy": "energy_counter_j
 #: NVML errors that mean "this GPU/driver cannot report that", not "the GPU failed".
 _CAPABILITY_ERRORS = ("NVMLError_NotSupported", "NVMLError_NoPermission",
                       "NVMLError_FunctionNotFound", "NVMLError_NoData")
+
+
+def _not_found(exc: BaseException) -> bool:
+    """NVML_ERROR_NOT_FOUND (6): nvmlDeviceGetSamples has nothing newer to return."""
+    return any(c.__name__ == "NVMLError_NotFound" for c in type(exc).__mro__) or (
+        type(exc).__name__.startswith("NVMLError") and getattr(exc, "value", None) == 6)
 
 
 def _capability_error(exc: BaseException) -> bool:

@@ -110,9 +110,10 @@ def window_stats(per: list[np.ndarray], label: str, t0: float, t1: float,
     """Telemetry over [t0, t1] from each device's ordered ring rows (``per``, one
     (n, 4) array per device, as ``SampleRing.ordered()``); None when t1 < t0.
 
-    Utilization and power samples taken in the window are used, plus the first
-    sample at or after ``t1`` (a sample describes the period before it, so it
-    covers the window's tail; a probe shorter than one period still gets one).
+    Utilization and power samples taken in the window are used, plus the samples up
+    to the first utilization sample at or after ``t1`` (a sample describes the period
+    before it, so it covers the window's tail; a probe shorter than one period still
+    gets one).
     Energy: the energy counter interpolated linearly at t0 and t1 where every
     device has one bracketing the window, else the power samples (with values
     interpolated at t0 and t1) integrated by the trapezoid rule.
@@ -134,6 +135,10 @@ def window_stats(per: list[np.ndarray], label: str, t0: float, t1: float,
         t = rows[:, _T]
         lo = int(np.searchsorted(t, t0, side="left"))
         hi = int(np.searchsorted(t, t1, side="left"))
+        # the first utilization sample at/after t1 covers the tail (rows without one,
+        # e.g. a GPU's polled power between its driver utilization samples, are kept)
+        has_util = np.flatnonzero(~np.isnan(rows[hi:, _UTIL]))
+        hi += int(has_util[0]) if len(has_util) else 0
         hi = min(hi + 1, len(t))  # include the first sample at/after t1
         sel = rows[lo:hi]
         n = max(n, len(sel))
