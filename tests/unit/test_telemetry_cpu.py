@@ -142,7 +142,9 @@ def test_process_device_shows_its_own_cpu_share():
     assert me.util_pct is not None and me.util_pct > 0.0 and me.mem_used_bytes
     r = ProbeResult(t_send=0.0, t_end=1.0)
     s.attribute(r)
-    assert r.telemetry_device == "CPU"  # display-only devices are not attributed
+    # utilization from the watched process (what the probe drives), power from "CPU"
+    assert r.telemetry_device == f"me (pid {os.getpid()})+CPU"
+    assert r.util_peak_pct == me.util_pct
 
 
 def test_process_that_is_gone_is_left_out_with_reason():

@@ -12,6 +12,7 @@ power is N/A with the reason.
 
 from __future__ import annotations
 
+import dataclasses
 import glob
 import os
 import platform
@@ -20,6 +21,7 @@ from typing import Callable, Mapping
 import psutil
 
 from prefilltui.core.telemetry.base import DeviceState, Sampler
+from prefilltui.core.telemetry.samples import WindowStats, window_stats
 from prefilltui.core.types import TelemetryKind
 
 RAPL_ROOT = "/sys/class/powercap"
@@ -100,7 +102,9 @@ class CpuSampler(Sampler):
     shown as extra display-only devices labelled "<name> (pid N)" whose util_pct is
     the process's CPU time over the interval as a share of all cores (same scale as
     "CPU"); on a shared machine this shows the server's own spike when the
-    system-wide figure is already saturated.  Attribution uses the "CPU" device only.
+    system-wide figure is already saturated.  Attribution: power and energy from the
+    "CPU" package; utilization from the processes when there are any (a probe drives
+    the server, not the machine), else from "CPU".
     """
 
     kind: TelemetryKind = "cpu"
@@ -158,6 +162,23 @@ class CpuSampler(Sampler):
         dev.last.update(t=now, util_pct=util, mem_used_bytes=int(rss),
                         mem_total_bytes=None)
         self._append(dev, now, util, None, None)
+
+    def window(self, t0: float, t1: float) -> WindowStats | None:
+        """Like ``Sampler.window`` (the CPU package's power and energy), with the
+        utilization of the watched processes when any has samples there; ``device``
+        then names them first, e.g. "llama-server (pid 42)+CPU"."""
+        w = super().window(t0, t1)
+        procs = [d for d in self.devices if "proc" in d.extra and d.state == "ok"]
+        if w is None or not procs:
+            return w
+        with self._lock:
+            per = [d.ring.ordered() for d in procs]
+        pw = window_stats(per, "+".join(d.label for d in procs), t0, t1)
+        if pw is None or pw.util_peak_pct is None:
+            return w
+        return dataclasses.replace(w, device=f"{pw.device}+{w.device}",
+                                   util_peak_pct=pw.util_peak_pct,
+                                   util_mean_pct=pw.util_mean_pct)
 
     def _busy_total(self) -> tuple[float, float]:
         ct = self._cpu_times()
