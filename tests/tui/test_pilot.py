@@ -363,9 +363,9 @@ async def test_burst_toast_names_the_longest_length_as_it_is():
         assert "burst: 4,096 tokens back to back" in _toasts(app)
         await pilot.press("plus")  # before the burst started: said again, new length
         assert "burst: 8,023 tokens back to back" in _toasts(app)
-        h["runner"]._set("burst", "probe 1 at 8,023 tokens, 0.0 s of ≥ 2.2 s")
+        h["runner"]._set("burst", "#1 at 8,023 tokens, ≥ 2.2 s")
         await pilot.pause()
-        assert "▲ burst probe 1 at 8,023 tokens" in _status(app)
+        assert "▲ burst #1 at 8,023 tokens, ≥ 2.2 s" in _status(app)
         app.clear_notifications()
         await pilot.press("minus")  # burst running: no more burst toasts
         assert not any(t.startswith("burst") for t in _toasts(app))
