@@ -20,7 +20,7 @@ import time
 
 import pytest
 
-from test_tui_tmux import Tmux, _save, _wait_for
+from tests.integration.test_tui_tmux import Tmux, _save, _wait_for
 
 pytestmark = pytest.mark.skipif(shutil.which("tmux") is None, reason="tmux is not installed")
 
@@ -123,7 +123,7 @@ def test_burst_from_pause_spikes_the_server_history(tmp_path, llama_server_binar
         hist = read_history(screen, "llama-server (pid")
         windows = runs([m for _, m in hist])
         assert len(windows) >= 2, plain
-        (p0, p1), (b0, b1) = windows[-2], windows[-1]
+        p1, (b0, b1) = windows[-2][1], windows[-1]
         burst = [lv for lv, _ in hist[b0:b1 + 1]]  # + the column of the covering sample
         gap = [lv for lv, _ in hist[p1 + 1:b0]]  # the tail of the last probe excluded
         assert len(gap) >= 3, plain

@@ -6,7 +6,7 @@ from __future__ import annotations
 import asyncio
 import time
 
-from tests.tui.fakes import NOW, FakeClient, FakeDevice, FakeRunner, FakeSampler, FakeSnapshot, make_result
+from tests.tui.fakes import NOW, FakeClient, FakeRunner, FakeSampler, make_result
 
 from prefilltui.core.pacing import Pacing
 from prefilltui.core.sweep import SweepConfig, SweepRunner
