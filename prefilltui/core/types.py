@@ -19,9 +19,10 @@ ErrorKind = Literal["connect", "timeout", "http", "rate_limited", "context_lengt
 #: "estimate": the server reports no count, the length is the client's prediction
 #: (the fit built on it is labelled estimated).
 PromptTokensSource = Literal["usage", "timings", "tokenize", "estimate"]
-#: The sweep runner's state, reported through ``on_state(state, detail)``.
-RunnerState = Literal["connecting", "probing", "retrying", "paused", "stopped", "done",
-                      "failed"]
+#: The sweep runner's state, reported through ``on_state(state, detail)``: "idle" is
+#: the gap after a probe, "burst" back-to-back probes at the longest length (core.pacing).
+RunnerState = Literal["connecting", "probing", "idle", "burst", "retrying", "paused",
+                      "stopped", "done", "failed"]
 #: Which estimator a fit shown to the user comes from (``--fit``).
 FitMethod = Literal["robust", "ols"]
 #: Which probes a fit covers: every eligible probe, or the sliding window.
