@@ -25,7 +25,7 @@ from prefilltui.core.metrics_hook import MetricsHook
 from prefilltui.core.pacing import Pacing, auto_pacing
 from prefilltui.core.probe import ProbeClient
 from prefilltui.core.runfile import RunWriter, default_run_path
-from prefilltui.core.sweep import SweepConfig, SweepRunner, make_lengths
+from prefilltui.core.sweep import ProbeHook, SweepConfig, SweepRunner, make_lengths
 from prefilltui.core.telemetry import Sampler
 from prefilltui.core.types import ProbeResult
 from prefilltui.exit_codes import ExitCode
@@ -146,7 +146,7 @@ class Session:
     baseline: LinearFit | None = None
     baseline_problem: str | None = None
     runner: SweepRunner | None = None
-    hooks: list[Any] = field(default_factory=list)
+    hooks: list[ProbeHook] = field(default_factory=list)
 
     @property
     def run_path(self) -> Path:

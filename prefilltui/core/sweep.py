@@ -29,7 +29,7 @@ import threading
 import time
 from collections import deque
 from dataclasses import dataclass
-from typing import Callable, Iterator, Protocol
+from typing import Callable, Iterator, Protocol, Sequence
 
 from prefilltui.core.pacing import Pacing
 from prefilltui.core.server import ServerUnreachable
@@ -54,6 +54,9 @@ MAX_CONSECUTIVE_FAILURES = 10
 
 
 class ProbeHook(Protocol):
+    """Runs around every probe, in the runner's loop (``MetricsHook``, a ``Sampler``);
+    must not raise into the sweep."""
+
     async def before_probe(self, client) -> None: ...
     async def after_probe(self, result: ProbeResult) -> None: ...
 
@@ -109,7 +112,7 @@ class SweepRunner:
                  on_result: Callable[[ProbeResult], None] | None = None,
                  on_state: Callable[[RunnerState, str], None] | None = None,
                  on_plan: Callable[[list[int], list[str]], None] | None = None,
-                 runfile=None, hooks=()) -> None:
+                 runfile=None, hooks: Sequence[ProbeHook] = ()) -> None:
         if not config.lengths:
             raise ValueError("a sweep needs at least one length")
         self._factory = client_factory
