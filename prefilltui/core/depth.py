@@ -45,6 +45,7 @@ from typing import Any, Awaitable, Callable, Iterable, Sequence
 from prefilltui.core.prefix_cache import probe_with_cache
 from prefilltui.core.prompts import build_prompt
 from prefilltui.core.types import ProbeResult
+from prefilltui.core.units import MISSING
 
 #: Cached tokens may differ from the prefix's own count by this many tokens, or this
 #: fraction of it, whichever is larger: a chat template's closing tokens are not part
@@ -319,13 +320,13 @@ def format_depth(t: dict[str, Any] | None) -> list[str]:
             lo, hi = f["slope_ci"] or (None, None)
             ci = f"[{lo * 1e6:,.0f} to {hi * 1e6:,.0f}]" if lo is not None and hi is not None else ""
             slope = f"{f['slope_s_per_token'] * 1e6:,.0f} {ci}"
-            tps = f"{f['prefill_tokens_per_s']:,.0f}" if f.get("prefill_tokens_per_s") else "-"
+            tps = f"{f['prefill_tokens_per_s']:,.0f}" if f.get("prefill_tokens_per_s") else MISSING
         else:
-            slope, tps = "too few probes", "-"
+            slope, tps = "too few probes", MISSING
         probes = f"{r['verified']}/{r['probes']}"
-        cached = "-" if not r["depth"] else (f"{r['cached_tokens']:,}" if r["cached_tokens"]
+        cached = MISSING if not r["depth"] else (f"{r['cached_tokens']:,}" if r["cached_tokens"]
                                              is not None else "?")
-        prefix = f"{r['prefix_tokens']:,}" if r["prefix_tokens"] else "-"
+        prefix = f"{r['prefix_tokens']:,}" if r["prefix_tokens"] else MISSING
         out.append(f"  {r['depth']:>6,} {prefix:>7} {cached:>7} {probes:>7}  "
                    f"{slope:<26} {tps:>7} "
                    f"{_x(r['ratio']):>6} {_x(r['expected_ratio']):>8}")
@@ -342,4 +343,4 @@ def format_depth(t: dict[str, Any] | None) -> list[str]:
 
 
 def _x(v: float | None) -> str:
-    return "-" if v is None else f"{v:.2f}×"
+    return MISSING if v is None else f"{v:.2f}×"

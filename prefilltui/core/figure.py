@@ -19,7 +19,7 @@ from typing import Any, Iterable, Sequence
 
 from prefilltui.core.depth import depth_of, is_depth_probe
 from prefilltui.core.types import ProbeResult
-from prefilltui.core.units import ms
+from prefilltui.core.units import MISSING, ms
 
 #: Series colours (colour-blind-safe Okabe-Ito palette): depth 0, then deeper.
 COLORS = ("#0072B2", "#D55E00", "#009E73", "#CC79A7", "#E69F00", "#56B4E9", "#000000")
@@ -247,13 +247,13 @@ def html_page(results: Iterable[ProbeResult], d: dict[str, Any], summary_text: s
         for r in dt["rows"]:
             f = r.get("fit") or {}
             slope = f.get("slope_s_per_token")
-            body.append([f"{r['depth']:,}", "-" if not r["prefix_tokens"] else f"{r['prefix_tokens']:,}",
-                         "-" if not r["depth"] or r["cached_tokens"] is None else f"{r['cached_tokens']:,}",
+            body.append([f"{r['depth']:,}", MISSING if not r["prefix_tokens"] else f"{r['prefix_tokens']:,}",
+                         MISSING if not r["depth"] or r["cached_tokens"] is None else f"{r['cached_tokens']:,}",
                          f"{r['verified']}/{r['probes']}",
-                         "-" if slope is None else f"{slope * 1e6:,.1f}",
-                         "-" if not f.get("prefill_tokens_per_s") else f"{f['prefill_tokens_per_s']:,.0f}",
-                         "-" if r.get("ratio") is None else f"{r['ratio']:.2f}×",
-                         "-" if r.get("expected_ratio") is None else f"{r['expected_ratio']:.2f}×"])
+                         MISSING if slope is None else f"{slope * 1e6:,.1f}",
+                         MISSING if not f.get("prefill_tokens_per_s") else f"{f['prefill_tokens_per_s']:,.0f}",
+                         MISSING if r.get("ratio") is None else f"{r['ratio']:.2f}×",
+                         MISSING if r.get("expected_ratio") is None else f"{r['expected_ratio']:.2f}×"])
         parts.append(_table(["depth", "prefix tokens", "cached tokens", "probes (verified/sent)",
                              "slope (µs/token)", "prefill tok/s", "ratio vs depth 0",
                              "formula ratio (estimate)"], body))

@@ -18,6 +18,7 @@ from prefilltui.core.analysis import assess
 from prefilltui.core.fit import LinearFit
 from prefilltui.core.running_fit import FitSnapshot
 from prefilltui.core.types import FitMethod, FitScope, ProbeResult, ServerInfo
+from prefilltui.core.units import MISSING
 
 
 @dataclass
@@ -272,7 +273,7 @@ def status_line(state: str, detail: str, counters: Counters, rng: tuple[int, int
     parts.append(f"{rng[0]}–{rng[1]} tok" + (" [$warning](context cap)[/]" if cap_note else ""))
     if progress is not None and getattr(progress, "target_pct", None) is not None and shown != "done":
         hw = progress.half_width_pct
-        now = "—" if hw is None else ("∞" if hw == float("inf") else f"±{hw:.1f}")
+        now = MISSING if hw is None else ("∞" if hw == float("inf") else f"±{hw:.1f}")
         parts.append(f"CI {now}→±{progress.target_pct:g} %")
     parts.append("window fit" if which == "window" else "all-time fit")
     parts += [f"[$warning]{_escape(n)}[/]" for n in notices]

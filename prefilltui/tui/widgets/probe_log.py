@@ -61,10 +61,10 @@ def probe_status(r: ProbeResult) -> str:
 
 def util_cell(r: ProbeResult) -> str:
     """Utilization peak/mean over the probe's request window, e.g. " 98/ 61" (percent;
-    "—" when nothing was sampled)."""
+    MISSING when nothing was sampled)."""
     if r.util_peak_pct is None:
         return f"{MISSING:>7}"
-    mean = f"{r.util_mean_pct:3.0f}" if r.util_mean_pct is not None else "  —"
+    mean = f"{r.util_mean_pct:3.0f}" if r.util_mean_pct is not None else MISSING
     return f"{r.util_peak_pct:3.0f}/{mean}"
 
 
