@@ -33,7 +33,7 @@ from textual.widgets import Footer, Static
 from prefilltui.core import defaults
 from prefilltui.core.pacing import Pacing
 from prefilltui.core.telemetry import TelemetrySnapshot
-from prefilltui.core.types import FitMethod, ProbeResult
+from prefilltui.core.types import FitMethod, ProbeResult, RunnerState, ServerInfo
 from prefilltui.core.units import MISSING
 from prefilltui.exit_codes import ExitCode
 from prefilltui.tui.help import HelpScreen
@@ -55,8 +55,33 @@ class TelemetrySource(Protocol):
     def snapshot(self) -> TelemetrySnapshot: ...
 
 
-#: runner_factory(on_result, on_state) -> an object with the SweepRunner interface.
-RunnerFactory = Callable[[Callable[[ProbeResult], None], Callable[[str, str], None]], Any]
+class Runner(Protocol):
+    """What the app drives and reads: ``core.sweep.SweepRunner`` (or a test's fake)."""
+
+    state: RunnerState
+    state_detail: str
+    notes: list[str]  # each said once (lengths capped at the context, ...)
+    cap_note: str | None  # short, for the status line
+
+    @property
+    def server_info(self) -> ServerInfo | None: ...
+    @property
+    def notices(self) -> dict[str, str]: ...
+    @property
+    def lengths(self) -> list[int]: ...
+    @property
+    def progress(self) -> Any: ...
+
+    def start(self) -> None: ...
+    def stop(self, timeout: float | None = ...) -> None: ...
+    def pause(self) -> None: ...
+    def resume(self) -> None: ...
+    def burst(self) -> None: ...
+    def set_range(self, lo: int, hi: int) -> None: ...
+
+
+#: runner_factory(on_result, on_state) -> the Runner (SweepRunner) the app drives.
+RunnerFactory = Callable[[Callable[[ProbeResult], None], Callable[[str, str], None]], Runner]
 
 
 _RANGE = Binding.Group("Range", compact=True)
@@ -104,7 +129,7 @@ class PrefillApp(WorkerActions, App[int]):
                  max_results: int = 100_000, pacing: Pacing | None = None) -> None:
         super().__init__()
         self.runner_factory = runner_factory
-        self.runner: Any = None
+        self.runner: Runner | None = None
         self.sampler = sampler
         self.fit = fit
         self.analysis = analysis
@@ -242,7 +267,7 @@ class PrefillApp(WorkerActions, App[int]):
 
     def _notify_runner_notes(self) -> None:
         """Each new note of the runner (lengths capped at the context, ...) once."""
-        notes = list(getattr(self.runner, "notes", None) or ()) if self.runner is not None else []
+        notes = list(self.runner.notes) if self.runner is not None else []
         for note in notes[self._notes_shown:]:
             self.notify(note, severity="warning", timeout=12)
         self._notes_shown = max(self._notes_shown, len(notes))
@@ -283,7 +308,7 @@ class PrefillApp(WorkerActions, App[int]):
             if self.fit is not None:
                 snap = self.fit.snapshot(which=self.which, method=self.fit_method)
             self.last_fit = snap
-            info = getattr(self.runner, "server_info", None) if self.runner else None
+            info = self.runner.server_info if self.runner is not None else None
             roof = self.analysis(snap, info, self._device_names)
             lin = linear_of(snap)
             plot = self.query_one("#plot", TTFTPlot)
@@ -348,11 +373,11 @@ class PrefillApp(WorkerActions, App[int]):
         if not self.query("#status"):
             return
         runner = self.runner
-        notices = getattr(runner, "notices", None) if runner is not None else None
         text = status_line(self.state, self.state_detail, self.counters, self.sweep_range,
-                           self.which, self.paused, tuple(notices or ()),
-                           progress=getattr(runner, "progress", None) if runner is not None else None,
-                           cap_note=getattr(runner, "cap_note", None) if runner is not None else None)
+                           self.which, self.paused,
+                           tuple(runner.notices) if runner is not None else (),
+                           progress=runner.progress if runner is not None else None,
+                           cap_note=runner.cap_note if runner is not None else None)
         if text != self._status_text:  # unchanged text: no redraw, no terminal bytes
             self._status_text = text
             # one line high whatever it says (CSS height: 1): no screen layout needed
@@ -405,7 +430,7 @@ class PrefillApp(WorkerActions, App[int]):
     def _effective_range(self) -> None:
         """Take the range the runner really plans (``runner.lengths``: after server
         discovery and the context cap), read when a runner message arrives."""
-        lengths = getattr(self.runner, "lengths", None) if self.runner is not None else None
+        lengths = self.runner.lengths if self.runner is not None else None
         try:
             lo, hi = (min(lengths), max(lengths)) if lengths else self.sweep_range
         except (TypeError, ValueError):
@@ -416,8 +441,8 @@ class PrefillApp(WorkerActions, App[int]):
 
     def _set_range(self, lo: int, hi: int) -> None:
         if self.context_cap is None:
-            info = getattr(self.runner, "server_info", None)
-            ctx = getattr(info, "context_tokens", None)
+            info = self.runner.server_info if self.runner is not None else None
+            ctx = info.context_tokens if info is not None else None
             if ctx:
                 from prefilltui.core.sweep import cap_for_context
 

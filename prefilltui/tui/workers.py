@@ -79,8 +79,8 @@ class WorkerActions:
             # wait for a probe in flight to finish so the check never overlaps one
             # (a probe ends within its time cap; 10 s more for the runner to pause)
             deadline = time.monotonic() + self.probe_timeout_s + PAUSE_MARGIN_S
-            while (self.runner is not None and getattr(self.runner, "state", "paused")
-                   not in ("paused", "stopped", "failed", "done")
+            while (self.runner is not None
+                   and self.runner.state not in ("paused", "stopped", "failed", "done")
                    and time.monotonic() < deadline):
                 time.sleep(0.05)
             text = self.cache_checker()

@@ -66,6 +66,10 @@ class FakeRunner:
         self.emitted = 0
         #: the session's notices, as SweepRunner.notices: short label -> sentence
         self.notices: dict[str, str] = {}
+        self.notes: list[str] = []  # as SweepRunner.notes
+        self.cap_note: str | None = None
+        self.lengths: list[int] = []  # the planned lengths (empty: the app's range)
+        self.progress = None  # no confidence target
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
         self._info = info or ServerInfo(base_url="http://127.0.0.1:8080", kind="llama.cpp",
