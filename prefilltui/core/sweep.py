@@ -161,6 +161,9 @@ class SweepRunner:
 
             self.target = ConfidenceTarget(config.until_ci_pct, budget_probes=config.budget_probes,
                                            budget_s=config.budget_s)
+        #: the target's Progress as of the last probe: computed in the runner's thread,
+        #: read by any (a frozen dataclass, replaced whole)
+        self._progress = self.target.progress() if self.target is not None else None
 
     # -- public controls (any thread)
     @property
@@ -182,7 +185,7 @@ class SweepRunner:
     @property
     def progress(self):
         """``until_ci.Progress`` of the repeat-until-confident target, or None."""
-        return self.target.progress() if self.target is not None else None
+        return self._progress
 
     def start(self) -> None:
         if self._thread is not None:
@@ -409,8 +412,8 @@ class SweepRunner:
             else:
                 fails = 0
             if self.target is not None and not warm:
-                prog = self.target.progress()
-                if prog.done:
+                prog = self._progress
+                if prog is not None and prog.done:
                     self._set_state("done", prog.line())
                     return
             await self._idle(pacing.idle_after(result.ttft_s if result.ok else None))
@@ -495,6 +498,7 @@ class SweepRunner:
         self.results.append(result)
         if self.target is not None:
             self.target.add(result)
+            self._progress = self.target.progress()
         if self.runfile is not None:
             try:
                 self.runfile.append(result)
