@@ -410,3 +410,32 @@ async def test_footer_fits_cache_theme_and_quit_at_80():
         footer = app.screen._compositor.render_strips()[-1].text
         for entry in ("c Cache", "t Theme", "? Help", "q Quit", "+- Range"):
             assert entry in footer, footer
+
+
+async def test_capped_lengths_and_until_ci_progress_are_shown():
+    """The runner's cap note becomes a notification and "(context cap)" on the status
+    line; its repeat-until-confident progress shows as "CI ±x→±target %" and the
+    final "done" line (how many probes it took) is notified."""
+    from prefilltui.core.until_ci import Progress
+
+    app, h = _app()
+    async with app.run_test(size=(120, 30)) as pilot:
+        await pilot.pause()
+        runner = h["runner"]
+        runner.lengths = [4, 64, 1024, 4007]
+        runner.notes = ["length 5000 is over the longest prompt the server takes "
+                        "(the server's context is 4096 tokens; ...): capped to 4007 tokens"]
+        runner.cap_note = "capped at 4007 tok (context)"
+        runner.progress = Progress(target_pct=2.0, half_width_pct=3.4, probes=12, fit_points=11,
+                                   elapsed_s=9.0, done=False, reason=None)
+        runner._set("probing", "1024 tokens")
+        await pilot.pause()
+        status = _status(app)
+        assert "(context cap)" in status and "CI ±3.4→±2 %" in status
+        assert any("capped to 4007" in n.message for n in app._notifications)
+        runner.progress = Progress(target_pct=2.0, half_width_pct=1.9, probes=40, fit_points=39,
+                                   elapsed_s=30.0, done=True, reason="target reached")
+        runner._set("done", runner.progress.line())
+        await pilot.pause()
+        assert "target reached" in _status(app)
+        assert any("40 probes" in n.message for n in app._notifications)
