@@ -143,8 +143,9 @@ def add_sweep_args(p: argparse.ArgumentParser, *, min_tokens: int = defaults.MIN
     g.add_argument("--seed", type=int, default=None, help="seed for the randomized order")
     g.add_argument("--until-ci", type=_until_pct, metavar="PCT",
                    help="after the first round keep probing, where a repeat shrinks the "
-                        "intervals most per second, until the prefill throughput's 95 %% "
-                        "interval is within +-PCT %% (e.g. 2); see --budget")
+                        "throughput interval most (every 4th repeat spread over the range), "
+                        "until the prefill throughput's 95 %% interval is within +-PCT %% "
+                        "(e.g. 2); see --budget")
     g.add_argument("--budget", type=parse_budget, metavar="N|TIME",
                    help="stop after N probes and/or a time (90s, 10m, 1h; e.g. 200,10m), "
                         "whether or not --until-ci's target was reached")
