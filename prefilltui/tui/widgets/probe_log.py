@@ -220,6 +220,12 @@ class ProbeLog(ScrollView, can_focus=True):
         else:
             scroll_update(new)
 
+    def on_resize(self) -> None:
+        """The box changed height (e.g. the gauge rows above it were mounted after the
+        first rows arrived): a log that follows keeps showing the newest row."""
+        if self.follow and self._rows:
+            self.scroll_to(y=self.max_scroll_y, animate=False, immediate=True)
+
     def on_mount(self) -> None:
         self._set_virtual_size()
 
