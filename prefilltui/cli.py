@@ -26,6 +26,7 @@ COMMANDS = (
     ("estimate", "prefilltui.commands.estimate"),
     ("report", "prefilltui.commands.report"),
     ("cache-check", "prefilltui.commands.cache_check"),
+    ("exporter", "prefilltui.commands.exporter"),
 )
 
 

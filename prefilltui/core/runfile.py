@@ -94,6 +94,64 @@ class RunWriter:
         self.close()
 
 
+class RotatingRunWriter(RunWriter):
+    """A RunWriter that never grows past ``max_bytes``: when a line would take the file
+    over, the file is closed (fsynced) and renamed ``NAME.1`` (``.1`` -> ``.2`` ... up to
+    ``keep`` old files; the oldest is deleted) and a new ``NAME`` is started, so a
+    long-running prober keeps at most ``(keep + 1) * max_bytes`` on disk.  Lines are
+    never split across files; each file is a valid run file on its own.
+
+    Raises:
+        OSError: when the file cannot be created/opened (at construction or rotation);
+        ValueError: ``max_bytes`` < 1 or ``keep`` < 0.
+    """
+
+    def __init__(self, path: str | os.PathLike, *, max_bytes: int, keep: int = 3) -> None:
+        if max_bytes < 1 or keep < 0:
+            raise ValueError(f"max_bytes must be >= 1 and keep >= 0, got {max_bytes}, {keep}")
+        super().__init__(path)
+        self.max_bytes = int(max_bytes)
+        self.keep = int(keep)
+        self.rotations = 0
+        self._size = self.path.stat().st_size
+
+    def append(self, result: ProbeResult) -> None:
+        line = json.dumps(_finite(result.to_json()), separators=(",", ":"), allow_nan=False,
+                          default=str) + "\n"
+        data = line.encode("utf-8")
+        with self._lock:
+            if self._f.closed:
+                raise ValueError("run file is closed")
+            if self._size and self._size + len(data) > self.max_bytes:
+                self._rotate()
+            self._f.write(line)
+            self._f.flush()
+            self._size += len(data)
+            self.count += 1
+
+    def _rotate(self) -> None:
+        """Called with the lock held."""
+        try:
+            self._f.flush()
+            os.fsync(self._f.fileno())
+        except OSError:
+            pass
+        self._f.close()
+        old = lambda i: self.path.with_name(f"{self.path.name}.{i}")  # noqa: E731
+        if self.keep == 0:
+            self.path.unlink(missing_ok=True)
+        else:
+            old(self.keep).unlink(missing_ok=True)
+            for i in range(self.keep - 1, 0, -1):
+                if old(i).exists():
+                    os.replace(old(i), old(i + 1))
+            os.replace(self.path, old(1))
+        self._f = open(self.path, "a", encoding="utf-8")
+        self._size = 0
+        self._created = False  # rotated files are kept, even an empty current one
+        self.rotations += 1
+
+
 def _finite(v):
     """``v`` with every non-finite float (NaN, +-Infinity) replaced by None."""
     if isinstance(v, float):

@@ -78,6 +78,16 @@ class SweepConfig:
     #: ``pause_s`` gap after each probe and one-probe bursts (the headless pacing)
     pacing: Pacing | None = None
 
+    #: A rate ceiling for long-running probers (the exporter): successive probe *starts*
+    #: are at least ``interval_s`` apart, failures, rate-limit retries and reconnects
+    #: included, plus a random ``0..jitter`` fraction of it, so the rate never exceeds
+    #: 1/interval_s per runner and runners started together drift apart.  None: no
+    #: ceiling (``pacing`` alone spaces the probes).
+    interval_s: float | None = None
+    jitter: float = 0.0
+    #: How many results a continuous runner keeps in memory (None: RECENT_RESULTS).
+    keep_results: int | None = None
+
     @property
     def effective_pacing(self) -> Pacing:
         return self.pacing if self.pacing is not None else Pacing(idle_floor_s=self.pause_s)
@@ -126,7 +136,7 @@ class SweepRunner:
         #: them); a continuous one keeps the last RECENT_RESULTS, so memory stays flat
         #: however long it runs (every probe is in the run file).
         self.results: list[ProbeResult] | deque[ProbeResult] = (
-            deque(maxlen=RECENT_RESULTS) if config.continuous else [])
+            deque(maxlen=config.keep_results or RECENT_RESULTS) if config.continuous else [])
         self.rate_limited = 0
         self.error: str | None = None
         self.state: RunnerState = "stopped"
@@ -164,6 +174,7 @@ class SweepRunner:
         #: the target's Progress as of the last probe: computed in the runner's thread,
         #: read by any (a frozen dataclass, replaced whole)
         self._progress = self.target.progress() if self.target is not None else None
+        self._next_at = 0.0  # monotonic time before which no request starts (interval_s)
 
     # -- public controls (any thread)
     @property
@@ -286,6 +297,16 @@ class SweepRunner:
         except asyncio.TimeoutError:
             pass
 
+    async def _pace(self) -> None:
+        """With ``interval_s``: wait until the next slot, then book the one after it."""
+        gap = self.config.interval_s
+        if not gap:
+            return
+        loop = asyncio.get_running_loop()
+        while not self._stop and loop.time() < self._next_at:
+            await self._sleep(self._next_at - loop.time())
+        self._next_at = loop.time() + gap * (1.0 + self.config.jitter * self._rng.random())
+
     def _plan(self) -> Iterator[tuple[int, bool]]:
         """(length, warmup) pairs; continuous mode cycles reshuffled rounds forever.
         With a throughput target, the first round is as usual, then the target picks
@@ -327,6 +348,9 @@ class SweepRunner:
 
     async def _connect(self, client) -> bool:
         while not self._stop:
+            await self._pace()
+            if self._stop:
+                break
             self._set_state("connecting", client.root)
             try:
                 info = await client.discover()
@@ -379,6 +403,9 @@ class SweepRunner:
                 length, warm = nxt
             if self._cap is not None:
                 length = min(length, self._cap)
+            await self._pace()
+            if self._stop:
+                break
             result = await self._one(client, length, warm, False)
             kind = result.error_kind
             if kind == "rate_limited":

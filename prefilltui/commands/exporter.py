@@ -1,0 +1,174 @@
+"""``prefilltui exporter [URL ...] [--config targets.toml]``: probe servers gently and
+forever, and serve their prefill health on ``/metrics`` for Prometheus.
+
+Per target: one probe in flight at most, probe starts at least ``--interval``
+seconds apart (plus up to 20 % jitter), lengths reshuffled every round, a
+sliding-window robust fit.  Runs until SIGTERM or SIGINT, then cancels the probes
+in flight, flushes the run files and exits 0.  Exit: 2 usage error (no target, bad
+target file), 1 the listen address or the run directory is unusable.
+"""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import signal
+import sys
+import threading
+import time
+from dataclasses import replace
+from pathlib import Path
+
+from prefilltui.commands.common import (_int_list, _positive_float, _positive_int,
+                                        add_hardware_args, add_server_args)
+from prefilltui.exporter.config import (DEFAULT_INTERVAL_S, DEFAULT_LENGTHS, DEFAULT_WINDOW,
+                                        MIN_INTERVAL_S, TargetConfig, check, load_toml, unique)
+
+log = logging.getLogger("prefilltui.exporter")
+
+#: Seconds SIGTERM waits for the probes in flight before closing the run files anyway.
+STOP_TIMEOUT_S = 5.0
+
+
+def register(sub) -> None:
+    p = sub.add_parser(
+        "exporter", help="serve the prefill health of servers to Prometheus",
+        description="Probe OpenAI-compatible servers continuously (one probe per --interval "
+                    "seconds per target at most) and serve the fit, throughput, MFU, TTFT "
+                    "histograms and probe outcomes on /metrics.  Targets come from the URLs "
+                    "and/or a TOML file (--config); the flags give every target's defaults. "
+                    "API keys are read only from the environment variable named by "
+                    "--api-key-env (or api_key_env in the file), never printed.")
+    p.add_argument("urls", nargs="*", metavar="URL", help="server base URLs")
+    p.add_argument("--config", metavar="FILE", help="TOML file of targets ([defaults], [[target]])")
+    p.add_argument("--listen", default="127.0.0.1:9464", metavar="HOST:PORT",
+                   help="address to serve /metrics on (default 127.0.0.1:9464; port 0: any free port)")
+    add_server_args(p)
+    g = p.add_argument_group("probing")
+    g.add_argument("--interval", type=_interval, default=DEFAULT_INTERVAL_S, metavar="S",
+                   help=f"shortest gap between probe starts per target, in seconds (default "
+                        f"{DEFAULT_INTERVAL_S:g}; the rate ceiling; up to 20 %% random extra is added)")
+    g.add_argument("--lengths", type=_int_list, default=list(DEFAULT_LENGTHS), metavar="N,N,...",
+                   help="prompt lengths in tokens, probed in a reshuffled rotation (default "
+                        f"{','.join(map(str, DEFAULT_LENGTHS))})")
+    g.add_argument("--window", type=_window, default=DEFAULT_WINDOW, metavar="N",
+                   help=f"probes in the sliding-window fit (default {DEFAULT_WINDOW})")
+    g.add_argument("--seed", type=int, default=None, help="seed for the length order and prompts")
+    r = p.add_argument_group("run files")
+    r.add_argument("--run-dir", metavar="DIR",
+                   help="directory of the per-target run files (default: the user data dir's "
+                        "prefilltui/exporter)")
+    r.add_argument("--no-run-files", action="store_true", help="keep no run files")
+    r.add_argument("--run-file-max-mb", type=_positive_float, default=16.0, metavar="MB",
+                   help="rotate a target's run file at this size in MiB (default 16)")
+    r.add_argument("--run-file-keep", type=int, default=3, metavar="K",
+                   help="rotated run files kept per target (default 3)")
+    add_hardware_args(p)
+    p.set_defaults(func=run)
+
+
+def _interval(text: str) -> float:
+    v = _positive_float(text)
+    if v < MIN_INTERVAL_S:
+        raise argparse.ArgumentTypeError(f"expected an interval >= {MIN_INTERVAL_S} s, got {text!r}")
+    return v
+
+
+def _window(text: str) -> int:
+    v = _positive_int(text)
+    if v < 3:
+        raise argparse.ArgumentTypeError(f"expected a window of 3 probes or more, got {text!r}")
+    return v
+
+
+def _err(msg: str) -> None:
+    print(f"prefilltui: {msg}", file=sys.stderr)
+
+
+def parse_listen(text: str) -> tuple[str, int]:
+    """``HOST:PORT`` / ``[V6]:PORT`` / ``:PORT`` -> (host, port).  Raises ValueError."""
+    host, sep, port = text.rpartition(":")
+    if not sep or not port.isdigit() or int(port) > 65535:
+        raise ValueError(f"--listen expects HOST:PORT, got {text!r}")
+    host = host.strip("[]") or "0.0.0.0"
+    return host, int(port)
+
+
+def targets_from_args(args) -> list[TargetConfig]:
+    """The targets of a parsed command line (URLs, then the file's).  Raises ValueError
+    / OSError (the file)."""
+    base = TargetConfig(
+        url="http://unset", api=args.api, model=args.model, api_key_env=args.api_key_env,
+        lengths=tuple(args.lengths), interval=args.interval, timeout=args.timeout,
+        window=args.window, insecure=args.insecure, gpu=args.gpu, peak_tflops=args.peak_tflops,
+        bandwidth_tbs=args.bandwidth_tbs, dtype=args.dtype, params=args.params,
+        layers=args.layers, hidden=args.hidden, attn_width=args.attn_width,
+        model_config=args.model_config, efficiency=args.efficiency)
+    targets = [check(replace(base, url=u)) for u in args.urls]
+    if args.config:
+        targets += load_toml(args.config, base)
+    return unique(targets)
+
+
+def _default_run_dir() -> Path:
+    import platformdirs
+
+    return Path(platformdirs.user_data_dir("prefilltui", appauthor=False)) / "exporter"
+
+
+def run(args) -> int:
+    from prefilltui.exporter.http import MetricsServer
+    from prefilltui.exporter.target import TargetProber
+
+    try:
+        targets = targets_from_args(args)
+        host, port = parse_listen(args.listen)
+    except (ValueError, OSError) as e:
+        _err(str(e))
+        return 2
+    if not targets:
+        _err("no target: give server URLs or --config FILE")
+        return 2
+    run_dir = None if args.no_run_files else Path(args.run_dir or _default_run_dir())
+    probers = [TargetProber(t, run_dir=run_dir, run_max_bytes=int(args.run_file_max_mb * 2**20),
+                            run_keep=max(0, args.run_file_keep), seed=args.seed) for t in targets]
+    try:
+        server = MetricsServer(host, port, probers)
+    except OSError as e:
+        _err(f"cannot listen on {args.listen}: {e.strerror or e}")
+        return 1
+    stop = threading.Event()
+    old = {s: signal.signal(s, lambda *_: stop.set()) for s in (signal.SIGTERM, signal.SIGINT)}
+    started = []
+    try:
+        for p in probers:
+            try:
+                started.append(p.start())
+            except ValueError as e:  # an unusable API key (the message holds no key)
+                _err(f"target {p.cfg.label!r}: {e}")
+                return 2
+            except OSError as e:
+                _err(f"target {p.cfg.label!r}: cannot write its run file: {e.strerror or e}")
+                return 1
+        server.start()
+        shown = host if ":" not in host else f"[{host}]"
+        print(f"prefilltui exporter: serving http://{shown}:{server.port}/metrics for "
+              f"{len(probers)} target(s); run files in {run_dir or '(none)'}",
+              file=sys.stderr, flush=True)
+        for t in targets:
+            load = sum(t.lengths) / len(t.lengths) / t.interval
+            print(f"  {t.label}: {t.url}  at most {1 / t.interval:.3g} probes/s, "
+                  f"~{load:.0f} prompt tokens/s", file=sys.stderr, flush=True)
+        while not stop.wait(1.0):
+            pass
+        print("prefilltui exporter: stopping", file=sys.stderr, flush=True)
+        return 0
+    finally:
+        for p in started:
+            p.request_stop()
+        deadline = time.monotonic() + STOP_TIMEOUT_S
+        for p in started:
+            p.stop(timeout=max(0.1, deadline - time.monotonic()))
+        server.stop()
+        for s, h in old.items():
+            signal.signal(s, h)

@@ -1,0 +1,191 @@
+"""What the exporter probes: one ``TargetConfig`` per server, from the command line
+and/or a TOML file.
+
+TOML layout (every key optional except ``url``; ``[defaults]`` applies to every
+``[[target]]``, a target's own keys win, command-line flags give the defaults of
+``[defaults]``)::
+
+    [defaults]
+    interval = 15            # seconds between probe starts (the rate ceiling)
+    lengths = [64, 256, 1024, 2048]
+    api_key_env = "OPENAI_API_KEY"
+
+    [[target]]
+    url = "http://gpu-01:8000"
+    name = "gpu-01"          # the ``target`` label (default: the URL)
+    model = "meta-llama/Llama-3.1-8B-Instruct"
+    api_key_env = "GPU01_API_KEY"
+    gpu = "H100 SXM"         # or peak_tflops = 989; MFU needs a peak and the params
+
+API keys come only from the environment (``api_key_env`` names the variable); a key
+written in the file is refused, so it never sits in a config file or a process list.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+import tomllib
+from dataclasses import dataclass, fields, replace
+from typing import Any, Literal
+
+#: One probe start every 15 s per target: 4 probes/min, invisible next to any real
+#: workload (see README "Watching a fleet" for the load in requests and tokens).
+DEFAULT_INTERVAL_S = 15.0
+#: Log-spaced 64..2048 tokens: mean 674 prompt tokens per probe.
+DEFAULT_LENGTHS = (64, 128, 256, 512, 1024, 2048)
+#: Probes in the sliding-window fit: 40 x 15 s = the last ~10 minutes.
+DEFAULT_WINDOW = 40
+#: Random extra wait, as a fraction of the interval, so targets drift apart.
+JITTER = 0.2
+#: Fastest interval accepted (a guard against hammering a production server by typo).
+MIN_INTERVAL_S = 0.05
+
+ApiKind = Literal["completions", "chat"]
+
+
+@dataclass(frozen=True, slots=True)
+class TargetConfig:
+    """One server to probe.  Times in seconds, lengths in prompt tokens.
+
+    The roofline fields (``gpu``, ``peak_tflops``, ``params``, ...) have the meaning
+    of the sweep's flags of the same names; without a peak there is no MFU.
+    """
+
+    url: str
+    name: str = ""
+    api: ApiKind = "completions"
+    model: str | None = None
+    api_key_env: str = "OPENAI_API_KEY"
+    lengths: tuple[int, ...] = DEFAULT_LENGTHS
+    interval: float = DEFAULT_INTERVAL_S
+    timeout: float = 60.0
+    window: int = DEFAULT_WINDOW
+    insecure: bool = False
+    gpu: str | None = None
+    peak_tflops: float | None = None
+    bandwidth_tbs: float | None = None
+    dtype: str = "bf16"
+    params: float | None = None
+    layers: int | None = None
+    hidden: int | None = None
+    attn_width: int | None = None
+    model_config: str | None = None
+    efficiency: float = 0.5
+
+    @property
+    def label(self) -> str:
+        """The ``target`` label value."""
+        return self.name or self.url
+
+    @property
+    def slug(self) -> str:
+        """A file-name-safe form of the label (run file names)."""
+        s = re.sub(r"^[a-z]+://", "", self.label)
+        return re.sub(r"[^A-Za-z0-9._-]+", "_", s).strip("_.") or "target"
+
+
+_FIELDS = {f.name for f in fields(TargetConfig)}
+_FORBIDDEN = {"api_key", "key", "token", "password", "authorization"}
+
+
+def check(cfg: TargetConfig) -> TargetConfig:
+    """Validate one target; returns it with ``lengths`` sorted and unique.
+
+    Raises:
+        ValueError: naming the target and the bad field.
+    """
+    where = f"target {cfg.label!r}"
+    if not re.match(r"^https?://[^/\s]+", cfg.url):
+        raise ValueError(f"{where}: url must start with http:// or https://")
+    if cfg.api not in ("completions", "chat"):
+        raise ValueError(f"{where}: api must be 'completions' or 'chat', not {cfg.api!r}")
+    if not cfg.lengths or any(not isinstance(n, int) or isinstance(n, bool) or n <= 0
+                              for n in cfg.lengths):
+        raise ValueError(f"{where}: lengths must be positive integers")
+    for k in ("interval", "timeout"):
+        v = getattr(cfg, k)
+        if not isinstance(v, (int, float)) or isinstance(v, bool) or not math.isfinite(v) or v <= 0:
+            raise ValueError(f"{where}: {k} must be a positive number of seconds")
+    if cfg.interval < MIN_INTERVAL_S:
+        raise ValueError(f"{where}: interval must be >= {MIN_INTERVAL_S} s")
+    if not isinstance(cfg.window, int) or cfg.window < 3:
+        raise ValueError(f"{where}: window must be an integer >= 3 probes")
+    if not re.fullmatch(r"[A-Za-z_][A-Za-z0-9_]*", cfg.api_key_env or ""):
+        raise ValueError(f"{where}: api_key_env must be an environment variable name")
+    return replace(cfg, lengths=tuple(sorted(set(cfg.lengths))))
+
+
+def _coerce(d: dict[str, Any], where: str) -> dict[str, Any]:
+    bad = sorted(set(d) & _FORBIDDEN)
+    if bad:
+        raise ValueError(f"{where}: {bad[0]!r} is not read from files: put the key in an "
+                         "environment variable and name it with api_key_env")
+    unknown = sorted(set(d) - _FIELDS)
+    if unknown:
+        raise ValueError(f"{where}: unknown key {unknown[0]!r} (known: {', '.join(sorted(_FIELDS))})")
+    out = dict(d)
+    if "lengths" in out:
+        if not isinstance(out["lengths"], list):
+            raise ValueError(f"{where}: lengths must be a list of integers")
+        out["lengths"] = tuple(out["lengths"])
+    for k in ("interval", "timeout", "peak_tflops", "bandwidth_tbs", "params", "efficiency"):
+        if isinstance(out.get(k), int) and not isinstance(out.get(k), bool):
+            out[k] = float(out[k])
+    return out
+
+
+def load_toml(path: str, base: TargetConfig | None = None) -> list[TargetConfig]:
+    """Targets from a TOML file (layout in the module docstring).  ``base`` carries the
+    command-line defaults (its ``url`` is ignored).
+
+    Raises:
+        OSError: the file cannot be read; ValueError: bad TOML or a bad field (the
+        message names the target and the field).
+    """
+    with open(path, "rb") as f:
+        try:
+            doc = tomllib.load(f)
+        except tomllib.TOMLDecodeError as e:
+            raise ValueError(f"{path}: {e}") from None
+    extra = sorted(set(doc) - {"defaults", "target"})
+    if extra:
+        raise ValueError(f"{path}: unknown table {extra[0]!r} (expected [defaults] and [[target]])")
+    defaults = doc.get("defaults", {})
+    if not isinstance(defaults, dict):
+        raise ValueError(f"{path}: [defaults] must be a table")
+    base = base or TargetConfig(url="http://unset")
+    base = replace(base, **_coerce({k: v for k, v in defaults.items()}, f"{path} [defaults]"))
+    targets = doc.get("target", [])
+    if not isinstance(targets, list) or not all(isinstance(t, dict) for t in targets):
+        raise ValueError(f"{path}: targets must be [[target]] tables")
+    out = []
+    for i, t in enumerate(targets, 1):
+        where = f"{path} target {i}"
+        if "url" not in t:
+            raise ValueError(f"{where}: url is missing")
+        try:
+            out.append(check(replace(base, name="", **_coerce(t, where))))
+        except TypeError as e:
+            raise ValueError(f"{where}: {e}") from None
+    return out
+
+
+def unique(targets: list[TargetConfig]) -> list[TargetConfig]:
+    """The targets, refusing two with the same label (their series would collide) or
+    the same run file name.
+
+    Raises:
+        ValueError: on a duplicate label.
+    """
+    seen: set[str] = set()
+    slugs: dict[str, str] = {}
+    for t in targets:
+        if t.label in seen:
+            raise ValueError(f"target {t.label!r} is listed twice (give each a distinct name)")
+        if t.slug in slugs:
+            raise ValueError(f"targets {slugs[t.slug]!r} and {t.label!r} would share the run file "
+                             f"{t.slug}.jsonl (give them distinct names)")
+        seen.add(t.label)
+        slugs[t.slug] = t.label
+    return targets
