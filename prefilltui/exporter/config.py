@@ -165,7 +165,7 @@ def load_toml(path: str, base: TargetConfig | None = None) -> list[TargetConfig]
         if "url" not in t:
             raise ValueError(f"{where}: url is missing")
         try:
-            out.append(check(replace(base, name="", **_coerce(t, where))))
+            out.append(check(replace(base, **{"name": "", **_coerce(t, where)})))
         except TypeError as e:
             raise ValueError(f"{where}: {e}") from None
     return out

@@ -1,0 +1,355 @@
+"""``prefilltui exporter``: targets, pacing, rotation, /metrics against the fake server,
+``promtool check metrics`` on its output, a dead target, SIGTERM, keys."""
+
+from __future__ import annotations
+
+import os
+import re
+import shutil
+import signal
+import subprocess
+import sys
+import threading
+import time
+import urllib.error
+import urllib.request
+from pathlib import Path
+
+import pytest
+
+from fakeserver import Reply, models_reply, sse_data, sse_done, sse_text
+from prefilltui.core.probe import ProbeClient
+from prefilltui.core.runfile import RotatingRunWriter, read_run
+from prefilltui.core.sweep import SweepConfig, SweepRunner
+from prefilltui.core.types import ProbeResult
+from prefilltui.exporter.config import TargetConfig, check, load_toml, unique
+from prefilltui.exporter.http import MetricsServer
+from prefilltui.exporter.target import TargetProber
+
+ROOT = Path(__file__).resolve().parents[2]
+PROMTOOL = shutil.which("promtool")
+A_S, B_S = 0.004, 40e-6  # the fake server's TTFT = A + B x words: 25,000 tokens/s
+
+
+def prefill_server(fake_server, *, b=B_S):
+    """Completions whose TTFT grows with the prompt; usage counts words as tokens."""
+    def complete(req):
+        words = len(req.json["prompt"].split())
+        t = A_S + words * b
+        return Reply.sse([(t, sse_text("x")),
+                          (t + 0.001, sse_data({"choices": [], "usage": {"prompt_tokens": words}})),
+                          (t + 0.002, sse_done())])
+    return fake_server({"GET /v1/models": models_reply("fake-model"),
+                        "POST /v1/completions": complete})
+
+
+def _get(url: str, timeout: float = 5.0) -> tuple[int, str]:
+    try:
+        with urllib.request.urlopen(url, timeout=timeout) as r:
+            return r.status, r.read().decode()
+    except urllib.error.HTTPError as e:
+        return e.code, e.read().decode()
+
+
+def _sample(text: str, name: str, **labels) -> float | None:
+    for line in text.splitlines():
+        if line.startswith(name + "{") and all(f'{k}="{v}"' in line for k, v in labels.items()):
+            return float(line.rsplit(" ", 1)[1])
+    return None
+
+
+def _wait(pred, timeout: float = 20.0, step: float = 0.05):
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if pred():
+            return True
+        time.sleep(step)
+    return False
+
+
+# ------------------------------------------------------------------ targets
+
+
+def test_toml_targets_defaults_and_overrides(tmp_path):
+    f = tmp_path / "t.toml"
+    f.write_text('[defaults]\ninterval = 20\nlengths = [512, 64]\n\n'
+                 '[[target]]\nurl = "http://a:8000"\nname = "gpu-a"\napi_key_env = "A_KEY"\n'
+                 'peak_tflops = 989\n\n[[target]]\nurl = "https://b/v1"\ninterval = 30\n')
+    base = TargetConfig(url="http://unset", window=25)
+    a, b = load_toml(str(f), base)
+    assert (a.label, a.interval, a.lengths, a.api_key_env, a.peak_tflops, a.window) == (
+        "gpu-a", 20.0, (64, 512), "A_KEY", 989.0, 25)
+    assert (b.label, b.interval, b.slug) == ("https://b/v1", 30.0, "b_v1")
+
+
+@pytest.mark.parametrize("body,words", [
+    ('[[target]]\nurl = "http://a"\napi_key = "sk-1"\n', "environment variable"),
+    ('[[target]]\nurl = "http://a"\nintervall = 3\n', "unknown key 'intervall'"),
+    ('[[target]]\nname = "x"\n', "url is missing"),
+    ('[[target]]\nurl = "ftp://a"\n', "http:// or https://"),
+    ('[[target]]\nurl = "http://a"\ninterval = 0.001\n', "interval must be >="),
+    ('[[target]]\nurl = "http://a"\nlengths = [0]\n', "positive integers"),
+    ('[targets]\nurl = "http://a"\n', "unknown table"),
+])
+def test_toml_errors_name_the_field(tmp_path, body, words):
+    f = tmp_path / "t.toml"
+    f.write_text(body)
+    with pytest.raises(ValueError, match=re.escape(words)):
+        load_toml(str(f))
+
+
+def test_duplicate_targets_refused():
+    t = check(TargetConfig(url="http://a:1"))
+    with pytest.raises(ValueError, match="twice"):
+        unique([t, t])
+    with pytest.raises(ValueError, match="run file"):
+        unique([check(TargetConfig(url="http://a/b")), check(TargetConfig(url="http://a_b"))])
+
+
+# ------------------------------------------------------------------ rotation
+
+
+def test_rotating_run_writer_bounds_disk(tmp_path):
+    p = tmp_path / "t.jsonl"
+    w = RotatingRunWriter(p, max_bytes=2000, keep=2)
+    for i in range(60):
+        w.append(ProbeResult(seq=i + 1, ok=True, ttft_s=0.1, requested_tokens=64))
+    w.close()
+    files = sorted(tmp_path.iterdir())
+    assert [f.name for f in files] == ["t.jsonl", "t.jsonl.1", "t.jsonl.2"]
+    assert all(f.stat().st_size <= 2000 for f in files) and w.rotations >= 3
+    seqs = []
+    for f in (p.with_name("t.jsonl.2"), p.with_name("t.jsonl.1"), p):
+        back, problems = read_run(f)
+        assert problems == []
+        seqs += [r.seq for r in back]
+    assert seqs == list(range(seqs[0], 61))  # the newest probes, in order, none split
+
+
+# ------------------------------------------------------------------ pacing
+
+
+def test_interval_is_a_ceiling_for_probes_and_failures(fake_server):
+    srv = prefill_server(fake_server)
+    runner = SweepRunner(lambda: ProbeClient(srv.base_url, timeout=5),
+                         SweepConfig([16, 32], warmup=0, continuous=True, interval_s=0.25,
+                                     jitter=0.2, keep_results=4))
+    runner.start()
+    time.sleep(1.6)
+    srv.set("POST /v1/completions", Reply.json({"error": "boom"}, status=500))
+    time.sleep(1.6)
+    runner.stop()
+    posts = [r.t_received for r in srv.requests if r.method == "POST"]
+    gaps = [b - a for a, b in zip(posts, posts[1:])]
+    assert len(posts) >= 6 and min(gaps) >= 0.25 - 0.01, gaps
+    assert len(runner.results) == 4  # keep_results bounds the runner's memory
+
+
+def test_unreachable_target_retries_at_the_interval():
+    import socket
+
+    s = socket.socket()
+    s.bind(("127.0.0.1", 0))
+    port = s.getsockname()[1]
+    s.close()  # nothing listens: connection refused
+    states = []
+    runner = SweepRunner(lambda: ProbeClient(f"http://127.0.0.1:{port}", timeout=2),
+                         SweepConfig([16], warmup=0, continuous=True, interval_s=2.3),
+                         on_state=lambda st, d: states.append((time.monotonic(), st)))
+    runner.start()
+    time.sleep(2.7)
+    runner.stop()
+    tries = [t for t, st in states if st == "retrying"]  # one per failed discovery
+    assert len(tries) == 2 and tries[1] - tries[0] >= 2.29  # the interval, not the 2 s retry
+
+
+# ------------------------------------------------------------------ /metrics
+
+
+@pytest.fixture
+def exporter(fake_server, tmp_path):
+    """One live target (the fake server) and one that stalls forever, served on a free
+    port; yields (server, probers, live fake server)."""
+    live = prefill_server(fake_server)
+    stall = fake_server({"GET /v1/models": Reply.sse([(60.0, b"")])})
+    cfgs = [check(TargetConfig(url=live.base_url, name="live", lengths=(64, 256, 1024),
+                               interval=0.05, timeout=30, window=12, params=8e9,
+                               peak_tflops=989)),
+            check(TargetConfig(url=stall.base_url, name="stalled", interval=0.05, timeout=30))]
+    probers = [TargetProber(c, run_dir=tmp_path / "runs", seed=1).start() for c in cfgs]
+    server = MetricsServer("127.0.0.1", 0, probers).start()
+    yield server, probers, live
+    for p in probers:
+        p.request_stop()
+    for p in probers:
+        p.stop(timeout=2)
+    server.stop()
+
+
+def test_metrics_page_names_fit_and_promtool(exporter):
+    server, probers, live = exporter
+    url = f"http://127.0.0.1:{server.port}"
+    assert _wait(lambda: (probers[0].snapshot.fit is not None
+                          and probers[0].snapshot.fit.n >= 9), timeout=30)
+    t0 = time.perf_counter()
+    status, text = _get(url + "/metrics")
+    assert status == 200 and time.perf_counter() - t0 < 1.0  # the stalled target waits nobody
+    lv = {"target": "live", "model": "fake-model"}
+    tp = _sample(text, "prefilltui_prefill_throughput_tokens_per_second", **lv)
+    lo = _sample(text, "prefilltui_prefill_throughput_lower_tokens_per_second", **lv)
+    assert tp is not None and lo is not None and lo <= tp
+    assert abs(tp * B_S - 1) < 0.25  # the server's 25,000 tokens/s, within loopback noise
+    assert _sample(text, "prefilltui_target_up", **lv) == 1.0
+    assert _sample(text, "prefilltui_probes_total", outcome="ok", **lv) >= 9
+    assert _sample(text, "prefilltui_probes_total", outcome="failed", error_kind="timeout",
+                   **lv) == 0.0
+    assert _sample(text, "prefilltui_ttft_seconds_count", prompt_tokens="1024", **lv) >= 1
+    assert _sample(text, "prefilltui_prefill_mfu_ratio", **lv) is not None
+    assert _sample(text, "prefilltui_verdict", prefilltui_verdict="wrong", **lv) in (0.0, 1.0)
+    assert _sample(text, "prefilltui_fit_window_probes", **lv) <= 12
+    assert "process_resident_memory_bytes" in text and "prefilltui_build_info{" in text
+    # the stalled target: no up series yet (discovery still waiting), no probes, no fit
+    assert _sample(text, "prefilltui_probes_total", target="stalled", outcome="ok") == 0.0
+    assert _sample(text, "prefilltui_prefill_throughput_tokens_per_second",
+                   target="stalled") is None
+    if PROMTOOL is None:
+        pytest.skip("promtool not installed (.ci/run installs it)")
+    out = subprocess.run([PROMTOOL, "check", "metrics"], input=text, capture_output=True,
+                         text=True, timeout=30)
+    assert out.returncode == 0 and out.stdout.strip() == "" and out.stderr.strip() == "", (
+        out.stdout + out.stderr)
+
+
+def test_probe_endpoint_is_one_target(exporter):
+    server, probers, live = exporter
+    url = f"http://127.0.0.1:{server.port}"
+    assert _wait(lambda: probers[0].snapshot.up is not None)
+    status, text = _get(url + "/probe?target=live")
+    assert status == 200 and 'target="live"' in text and 'target="stalled"' not in text
+    assert "process_cpu_seconds_total" not in text
+    status, text2 = _get(url + "/probe?target=" + live.base_url)
+    assert status == 200 and 'target="live"' in text2
+    assert _get(url + "/probe?target=nope")[0] == 404
+    assert _get(url + "/probe")[0] == 400
+    assert _get(url + "/-/healthy") == (200, "OK\n")
+    assert _get(url + "/nothing")[0] == 404
+
+
+def test_window_and_histograms_stay_bounded(fake_server, tmp_path):
+    srv = prefill_server(fake_server)
+    cfg = check(TargetConfig(url=srv.base_url, lengths=(16, 64), interval=0.05, window=5))
+    p = TargetProber(cfg, run_dir=None, seed=2).start()
+    try:
+        assert _wait(lambda: p.snapshot.probes and dict(p.snapshot.probes)[("ok", "")] >= 14,
+                     timeout=30)
+    finally:
+        p.stop(timeout=2)
+    s = p.snapshot
+    assert len(p._window) == 5 and s.fit is not None and s.fit.n <= 5
+    assert [h.tokens for h in s.histograms] == [16, 64]
+    assert sum(h.count for h in s.histograms) == dict(s.probes)[("ok", "")] - 1  # warm-up out
+    assert len(p.runner.results) <= 8
+
+
+def test_cache_hits_counted_and_kept_out_of_the_fit(fake_server):
+    def complete(req):
+        words = len(req.json["prompt"].split())
+        usage = {"prompt_tokens": words, "prompt_tokens_details": {"cached_tokens": 10}}
+        return Reply.sse([(0.002, sse_text("x")), (0.003, sse_data({"choices": [], "usage": usage})),
+                          (0.004, sse_done())])
+    srv = fake_server({"GET /v1/models": models_reply("m"), "POST /v1/completions": complete})
+    p = TargetProber(check(TargetConfig(url=srv.base_url, lengths=(16, 64), interval=0.05)),
+                     run_dir=None).start()
+    try:
+        assert _wait(lambda: p.snapshot.cache_hit_probes >= 3)
+    finally:
+        p.stop(timeout=2)
+    assert p.snapshot.cached_tokens == 10 * p.snapshot.cache_hit_probes
+    assert p.snapshot.fit is None
+
+
+# ------------------------------------------------------------------ the process
+
+
+def _start_exporter(args, env=None, tmp_path=None):
+    err = open(tmp_path / "stderr.txt", "w")
+    proc = subprocess.Popen([sys.executable, "-m", "prefilltui", "exporter", *args,
+                             "--listen", "127.0.0.1:0"], stdout=subprocess.DEVNULL, stderr=err,
+                            stdin=subprocess.DEVNULL, cwd=str(ROOT),
+                            env={**os.environ, "PYTHONPATH": str(ROOT), **(env or {})})
+    port = None
+
+    def ready():
+        nonlocal port
+        m = re.search(r"serving http://127\.0\.0\.1:(\d+)/", (tmp_path / "stderr.txt").read_text())
+        port = int(m.group(1)) if m else None
+        return port is not None or proc.poll() is not None
+    assert _wait(ready, timeout=30)
+    return proc, port, err
+
+
+def test_sigterm_flushes_and_exits_cleanly_and_key_never_leaks(fake_server, tmp_path):
+    srv = prefill_server(fake_server)
+    key = "sk-exporter-SECRET-0123456789"
+    runs = tmp_path / "runs"
+    proc, port, err = _start_exporter(
+        [srv.base_url, "--interval", "0.05", "--lengths", "16,64", "--run-dir", str(runs),
+         "--api-key-env", "MY_KEY"], env={"MY_KEY": key}, tmp_path=tmp_path)
+    try:
+        assert port is not None
+        assert _wait(lambda: len([r for r in srv.requests if r.method == "POST"]) >= 6)
+        status, text = _get(f"http://127.0.0.1:{port}/metrics")
+        assert status == 200
+        proc.send_signal(signal.SIGTERM)
+        assert proc.wait(10) == 0
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+        err.close()
+    stderr = (tmp_path / "stderr.txt").read_text()
+    assert "stopping" in stderr and "Traceback" not in stderr
+    files = list(runs.iterdir())
+    assert len(files) == 1
+    back, problems = read_run(files[0])
+    assert problems == [] and len(back) >= 6  # every line whole after SIGTERM
+    assert all(r.headers.get("authorization") == f"Bearer {key}"
+               for r in srv.requests if r.method == "POST")
+    for where in (stderr, text, files[0].read_text()):
+        assert key not in where
+
+
+def test_cli_usage_errors(tmp_path):
+    from prefilltui.cli import main
+
+    assert main(["exporter"]) == 2
+    bad = tmp_path / "t.toml"
+    bad.write_text('[[target]]\nurl = "http://a"\napi_key = "x"\n')
+    assert main(["exporter", "--config", str(bad)]) == 2
+    with pytest.raises(SystemExit):
+        main(["exporter", "http://a", "--interval", "0.001"])
+
+
+def test_busy_port_is_exit_1(tmp_path):
+    import socket
+
+    from prefilltui.cli import main
+
+    s = socket.socket()
+    s.bind(("127.0.0.1", 0))
+    s.listen()
+    try:
+        port = s.getsockname()[1]
+        assert main(["exporter", "http://127.0.0.1:9", "--listen", f"127.0.0.1:{port}",
+                     "--no-run-files"]) == 1
+    finally:
+        s.close()
+
+
+def test_exporter_imports_no_textual():
+    code = ("import sys, prefilltui.commands.exporter, prefilltui.exporter.http, "
+            "prefilltui.exporter.target; "
+            "print(any(m == 'textual' or m.startswith('textual.') for m in sys.modules))")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                         timeout=120, check=True, cwd=str(ROOT),
+                         env={**os.environ, "PYTHONPATH": str(ROOT)})
+    assert out.stdout.strip() == "False"
