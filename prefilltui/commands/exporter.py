@@ -157,7 +157,8 @@ def run(args) -> int:
               file=sys.stderr, flush=True)
         for t in targets:
             load = sum(t.lengths) / len(t.lengths) / t.interval
-            print(f"  {t.label}: {t.url}  at most {1 / t.interval:.3g} probes/s, "
+            where = t.url if t.label == t.url else f"{t.label} ({t.url})"
+            print(f"  {where}: at most {1 / t.interval:.3g} probes/s, "
                   f"~{load:.0f} prompt tokens/s", file=sys.stderr, flush=True)
         while not stop.wait(1.0):
             pass

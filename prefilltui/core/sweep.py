@@ -359,7 +359,8 @@ class SweepRunner:
                 if not self.config.continuous:
                     self._set_state("failed", str(e))
                     return False
-                self._set_state("retrying", f"{e}; retrying in 2 s")
+                wait = max(2.0, self.config.interval_s or 0.0)  # _pace keeps the interval
+                self._set_state("retrying", f"{e}; retrying in {wait:g} s")
                 await self._sleep(2.0)
                 continue
             self._info = info

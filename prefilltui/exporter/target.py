@@ -237,17 +237,29 @@ class TargetProber:
             self.writer.close()
 
     # -- runner callbacks (runner thread)
+    def _set_up(self, up: bool, why: str) -> None:
+        """Record up/down; a change is logged once (one line on stderr / the journal)."""
+        was = self._last["up"]
+        self._last["up"] = up
+        if was is not None and was != up:
+            if up:
+                log.warning("target %s answers again", self.cfg.label)
+            else:
+                log.warning("target %s is down: %s", self.cfg.label, why)
+        elif was is None and not up:
+            log.warning("target %s is down: %s", self.cfg.label, why)
+
     def _on_state(self, state: str, detail: str) -> None:
         info = self.runner.server_info if self.runner is not None else None
         if state == "retrying" and info is None:
-            self._last["up"] = False  # discovery failed: the server is unreachable
+            self._set_up(False, detail)  # discovery failed: the server is unreachable
         self.snapshot = self._make_snapshot(state, detail)
 
     def _on_result(self, r: ProbeResult) -> None:
         self._info = self.runner.server_info if self.runner is not None else self._info
         now = r.started_at or time.time()
         self._last["probe"] = now
-        self._last["up"] = bool(r.ok)
+        self._set_up(bool(r.ok), f"{r.error_kind}: {r.error_message}")
         if r.ok:
             self._last["success"] = now
             self._counts[("ok", "")] += 1

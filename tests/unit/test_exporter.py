@@ -353,3 +353,31 @@ def test_exporter_imports_no_textual():
                          timeout=120, check=True, cwd=str(ROOT),
                          env={**os.environ, "PYTHONPATH": str(ROOT)})
     assert out.stdout.strip() == "False"
+
+
+def test_refused_target_is_down_and_logged_once():
+    import logging
+    import socket
+
+    from prefilltui.exporter.collector import families
+
+    s = socket.socket()
+    s.bind(("127.0.0.1", 0))
+    port = s.getsockname()[1]
+    s.close()
+    records: list[logging.LogRecord] = []
+    handler = logging.Handler(logging.WARNING)
+    handler.emit = records.append
+    logger = logging.getLogger("prefilltui.exporter.target")
+    logger.addHandler(handler)
+    p = TargetProber(check(TargetConfig(url=f"http://127.0.0.1:{port}", name="gone",
+                                        interval=0.05)), run_dir=None).start()
+    try:
+        assert _wait(lambda: p.snapshot.up is False, timeout=10)
+    finally:
+        p.stop(timeout=2)
+        logger.removeHandler(handler)
+    up = next(f for f in families([p.snapshot]) if f.name == "prefilltui_target_up")
+    assert [(s.labels["target"], s.value) for s in up.samples] == [("gone", 0.0)]
+    downs = [r for r in records if "gone is down" in r.getMessage()]
+    assert len(downs) == 1
