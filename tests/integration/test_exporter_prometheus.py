@@ -124,6 +124,7 @@ def _exporter_through_prometheus(url: str, port: int, prom: str, tmp_path: Path)
             "up": q(f"prefilltui_target_up{sel}")}
 
 
+@pytest.mark.timeout(1800)  # up to 3 cycles; ~1.5 min each on a quiet 2-core machine
 def test_prometheus_reads_the_sweeps_throughput(llama_server, prometheus_binary, tmp_path,
                                                 capsys):
     """Sweep, exporter (through Prometheus), sweep again: the exporter's figure must be
