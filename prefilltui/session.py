@@ -24,7 +24,7 @@ from prefilltui.core.fit import LinearFit
 from prefilltui.core.metrics_hook import MetricsHook
 from prefilltui.core.pacing import Pacing, auto_pacing
 from prefilltui.core.probe import ProbeClient
-from prefilltui.core.runfile import RunWriter, default_run_path
+from prefilltui.core.runfile import RotatingRunWriter, RunWriter, default_run_path
 from prefilltui.core.sweep import ProbeHook, SweepConfig, SweepRunner, make_lengths
 from prefilltui.core.telemetry import Sampler
 from prefilltui.core.types import ProbeResult
@@ -177,7 +177,10 @@ class Session:
 def build_session(options: Any, base_url: str, *, continuous: bool = False) -> Session:
     """Build the session for ``base_url`` from parsed options (see the module docstring).
 
-    continuous: cycle the sweep until stopped (the TUI) instead of one pass.
+    continuous: cycle the sweep until stopped (the TUI, the exporter) instead of one pass.
+    Long-running probers (the exporter) also give ``interval_s`` / ``jitter`` /
+    ``keep_results`` (``SweepConfig`` pacing and memory) and ``run_max_bytes`` /
+    ``run_keep`` (a size-rotated run file).
     The sampler is started; the runner is made by ``Session.new_runner``.
 
     Raises:
@@ -193,12 +196,16 @@ def build_session(options: Any, base_url: str, *, continuous: bool = False) -> S
                          warmup=_opt(options, "warmup", 1), pause_s=_opt(options, "pause", 0.0),
                          seed=_opt(options, "seed"), continuous=continuous,
                          until_ci_pct=_opt(options, "until_ci"), budget_probes=budget_probes,
-                         budget_s=budget_s)
+                         budget_s=budget_s, interval_s=_opt(options, "interval_s"),
+                         jitter=_opt(options, "jitter", 0.0),
+                         keep_results=_opt(options, "keep_results"))
     run_path = (Path(options.out).expanduser() if _opt(options, "out")
                 else default_run_path())
     try:
         run_path.parent.mkdir(parents=True, exist_ok=True)
-        writer = RunWriter(run_path)
+        max_bytes = _opt(options, "run_max_bytes")
+        writer = (RotatingRunWriter(run_path, max_bytes=max_bytes, keep=_opt(options, "run_keep", 3))
+                  if max_bytes else RunWriter(run_path))
     except OSError as exc:
         raise SessionError(f"cannot write the run file {run_path}: {exc.strerror or exc}"
                            ) from None

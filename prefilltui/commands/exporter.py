@@ -21,6 +21,7 @@ from pathlib import Path
 
 from prefilltui.commands.common import (_int_list, _positive_float, _positive_int,
                                         add_hardware_args, add_server_args)
+from prefilltui.exit_codes import ExitCode
 from prefilltui.exporter.config import (DEFAULT_INTERVAL_S, DEFAULT_LENGTHS, DEFAULT_WINDOW,
                                         MIN_INTERVAL_S, TargetConfig, check, load_toml, unique)
 
@@ -58,7 +59,6 @@ def register(sub) -> None:
     r.add_argument("--run-dir", metavar="DIR",
                    help="directory of the per-target run files (default: the user data dir's "
                         "prefilltui/exporter)")
-    r.add_argument("--no-run-files", action="store_true", help="keep no run files")
     r.add_argument("--run-file-max-mb", type=_positive_float, default=16.0, metavar="MB",
                    help="rotate a target's run file at this size in MiB (default 16)")
     r.add_argument("--run-file-keep", type=int, default=3, metavar="K",
@@ -119,24 +119,25 @@ def _default_run_dir() -> Path:
 def run(args) -> int:
     from prefilltui.exporter.http import MetricsServer
     from prefilltui.exporter.target import TargetProber
+    from prefilltui.session import SessionError
 
     try:
         targets = targets_from_args(args)
         host, port = parse_listen(args.listen)
     except (ValueError, OSError) as e:
         _err(str(e))
-        return 2
+        return ExitCode.USAGE
     if not targets:
         _err("no target: give server URLs or --config FILE")
-        return 2
-    run_dir = None if args.no_run_files else Path(args.run_dir or _default_run_dir())
+        return ExitCode.USAGE
+    run_dir = Path(args.run_dir or _default_run_dir())
     probers = [TargetProber(t, run_dir=run_dir, run_max_bytes=int(args.run_file_max_mb * 2**20),
                             run_keep=max(0, args.run_file_keep), seed=args.seed) for t in targets]
     try:
         server = MetricsServer(host, port, probers)
     except OSError as e:
         _err(f"cannot listen on {args.listen}: {e.strerror or e}")
-        return 1
+        return ExitCode.FAILURE
     stop = threading.Event()
     old = {s: signal.signal(s, lambda *_: stop.set()) for s in (signal.SIGTERM, signal.SIGINT)}
     started = []
@@ -144,16 +145,13 @@ def run(args) -> int:
         for p in probers:
             try:
                 started.append(p.start())
-            except ValueError as e:  # an unusable API key (the message holds no key)
+            except SessionError as e:  # a key that cannot be sent (never shown), run file
                 _err(f"target {p.cfg.label!r}: {e}")
-                return 2
-            except OSError as e:
-                _err(f"target {p.cfg.label!r}: cannot write its run file: {e.strerror or e}")
-                return 1
+                return int(e.code)
         server.start()
         shown = host if ":" not in host else f"[{host}]"
         print(f"prefilltui exporter: serving http://{shown}:{server.port}/metrics for "
-              f"{len(probers)} target(s); run files in {run_dir or '(none)'}",
+              f"{len(probers)} target(s); run files in {run_dir}",
               file=sys.stderr, flush=True)
         for t in targets:
             load = sum(t.lengths) / len(t.lengths) / t.interval
@@ -163,7 +161,7 @@ def run(args) -> int:
         while not stop.wait(1.0):
             pass
         print("prefilltui exporter: stopping", file=sys.stderr, flush=True)
-        return 0
+        return ExitCode.OK
     finally:
         for p in started:
             p.request_stop()

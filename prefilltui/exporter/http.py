@@ -108,5 +108,6 @@ class MetricsServer:
         return self
 
     def stop(self) -> None:
-        self._httpd.shutdown()
+        if self._thread.is_alive():  # shutdown() waits for a serve_forever that never ran
+            self._httpd.shutdown()
         self._httpd.server_close()

@@ -162,19 +162,19 @@ class TargetProber:
     from any thread); ``stop(timeout)`` cancels the probe in flight, waits for the
     thread, then flushes and closes the run file.
 
-    Raises (``start``):
-        OSError: the run file cannot be created; ValueError: the API key in the
-        environment cannot be sent in a header (the message never holds the key).
+    One wiring with the other commands: ``session.build_session`` builds the probe
+    client, the ``/metrics`` hook, the run file and the runner (``session_options``).
     """
 
-    def __init__(self, cfg: TargetConfig, *, run_dir: str | Path | None,
+    def __init__(self, cfg: TargetConfig, *, run_dir: str | Path,
                  run_max_bytes: int = RUN_FILE_MAX_BYTES, run_keep: int = RUN_FILE_KEEP,
                  seed: int | None = None) -> None:
         self.cfg = cfg
-        self.run_dir = Path(run_dir) if run_dir is not None else None
+        self.run_dir = Path(run_dir)
         self.run_max_bytes = run_max_bytes
         self.run_keep = run_keep
         self.seed = seed
+        self.session = None
         self.runner = None
         self.writer = None
         self._info: ServerInfo | None = None
@@ -189,38 +189,33 @@ class TargetProber:
         self.snapshot = self._make_snapshot("connecting", "")
 
     # -- wiring
-    def _open(self):
-        """(client factory, hooks, run writer): the probe client, the ``/metrics``
-        breakdown hook and the run file, the way ``sweep`` wires them (no local
-        telemetry: the exporter rarely runs on the target's machine)."""
-        from prefilltui.commands.common import read_api_key
-        from prefilltui.core.metrics import MetricsHook
-        from prefilltui.core.probe import ProbeClient
-        from prefilltui.core.runfile import RotatingRunWriter
-
+    def session_options(self) -> argparse.Namespace:
+        """The options ``session.build_session`` builds this target's probing from: the
+        probe client (URL, key variable, TLS, timeout), the ``/metrics`` hook, a
+        size-rotated run file, and the pacing.  No local telemetry: the exporter rarely
+        runs on the target's machine."""
         cfg = self.cfg
-        key = read_api_key(argparse.Namespace(api_key_env=cfg.api_key_env))
-        writer = None
-        if self.run_dir is not None:
-            writer = RotatingRunWriter(self.run_dir / f"{cfg.slug}.jsonl",
-                                       max_bytes=self.run_max_bytes, keep=self.run_keep)
-
-        def factory():
-            return ProbeClient(cfg.url, api=cfg.api, model=cfg.model, api_key=key,
-                               timeout=cfg.timeout, verify=not cfg.insecure, seed=self.seed)
-
-        return factory, [MetricsHook()], writer
+        return argparse.Namespace(
+            api=cfg.api, model=cfg.model, api_key_env=cfg.api_key_env, timeout=cfg.timeout,
+            insecure=cfg.insecure, seed=self.seed, lengths=list(cfg.lengths), warmup=1,
+            no_telemetry=True, out=str(self.run_dir / f"{cfg.slug}.jsonl"),
+            run_max_bytes=self.run_max_bytes, run_keep=self.run_keep,
+            pause=0.0,  # no duty-cycle idle (the TUI's pacing): the interval is the pacing
+            interval_s=cfg.interval, jitter=JITTER, keep_results=KEEP_RESULTS)
 
     def start(self) -> "TargetProber":
-        from prefilltui.core.sweep import SweepConfig, SweepRunner
+        """Build the session and start probing.
 
-        factory, hooks, self.writer = self._open()
-        self.metrics_hook = hooks[0]
-        conf = SweepConfig(lengths=list(self.cfg.lengths), warmup=1, seed=self.seed,
-                           continuous=True, interval_s=self.cfg.interval, jitter=JITTER,
-                           keep_results=KEEP_RESULTS)
-        self.runner = SweepRunner(factory, conf, on_result=self._on_result,
-                                  on_state=self._on_state, runfile=self.writer, hooks=hooks)
+        Raises:
+            SessionError: an API key that cannot be sent (USAGE; the message holds no
+                key) or a run file that cannot be created (FAILURE).
+        """
+        from prefilltui.session import build_session
+
+        self.session = build_session(self.session_options(), self.cfg.url, continuous=True)
+        self.metrics_hook = self.session.metrics
+        self.writer = self.session.writer
+        self.runner = self.session.new_runner(on_result=self._on_result, on_state=self._on_state)
         self.runner.start()
         return self
 
@@ -233,8 +228,8 @@ class TargetProber:
         """Stop, wait up to ``timeout`` s for the runner, flush and close the run file."""
         if self.runner is not None:
             self.runner.stop(timeout=timeout)
-        if self.writer is not None:
-            self.writer.close()
+        if self.session is not None:
+            self.session.close()
 
     # -- runner callbacks (runner thread)
     def _set_up(self, up: bool, why: str) -> None:

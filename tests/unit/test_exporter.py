@@ -6,7 +6,6 @@ from __future__ import annotations
 import os
 import re
 import shutil
-import signal
 import subprocess
 import sys
 import time
@@ -16,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from fakeserver import Reply, models_reply, sse_data, sse_done, sse_text
+from tests.fakeserver import Reply, models_reply, sse_data, sse_done, sse_text
 from prefilltui.core.probe import ProbeClient
 from prefilltui.core.runfile import RotatingRunWriter, read_run
 from prefilltui.core.sweep import SweepConfig, SweepRunner
@@ -138,9 +137,13 @@ def test_interval_is_a_ceiling_for_probes_and_failures(fake_server):
     srv.set("POST /v1/completions", Reply.json({"error": "boom"}, status=500))
     time.sleep(1.6)
     runner.stop()
-    posts = [r.t_received for r in srv.requests if r.method == "POST"]
+    # the first two completions calibrate the prompt length (no tokenize endpoint here),
+    # once per connection, right after discovery: the pacing starts with the warm-up
+    posts = [r.t_received for r in srv.requests if r.path == "/v1/completions"][2:]
     gaps = [b - a for a, b in zip(posts, posts[1:])]
-    assert len(posts) >= 6 and min(gaps) >= 0.25 - 0.01, gaps
+    # slots start >= 0.25 s apart; arrival at the server adds the client's own jitter
+    # (prompt building on a busy machine), so allow 50 ms on single gaps, none on the count
+    assert 6 <= len(posts) <= 3.2 / 0.25 + 1 and min(gaps) >= 0.2, gaps
     assert len(runner.results) == 4  # keep_results bounds the runner's memory
 
 
@@ -237,7 +240,7 @@ def test_probe_endpoint_is_one_target(exporter):
 def test_window_and_histograms_stay_bounded(fake_server, tmp_path):
     srv = prefill_server(fake_server)
     cfg = check(TargetConfig(url=srv.base_url, lengths=(16, 64), interval=0.05, window=5))
-    p = TargetProber(cfg, run_dir=None, seed=2).start()
+    p = TargetProber(cfg, run_dir=tmp_path, seed=2).start()
     try:
         assert _wait(lambda: p.snapshot.probes and dict(p.snapshot.probes)[("ok", "")] >= 14,
                      timeout=30)
@@ -250,7 +253,7 @@ def test_window_and_histograms_stay_bounded(fake_server, tmp_path):
     assert len(p.runner.results) <= 8
 
 
-def test_cache_hits_counted_and_kept_out_of_the_fit(fake_server):
+def test_cache_hits_counted_and_kept_out_of_the_fit(fake_server, tmp_path):
     def complete(req):
         words = len(req.json["prompt"].split())
         usage = {"prompt_tokens": words, "prompt_tokens_details": {"cached_tokens": 10}}
@@ -258,90 +261,13 @@ def test_cache_hits_counted_and_kept_out_of_the_fit(fake_server):
                           (0.004, sse_done())])
     srv = fake_server({"GET /v1/models": models_reply("m"), "POST /v1/completions": complete})
     p = TargetProber(check(TargetConfig(url=srv.base_url, lengths=(16, 64), interval=0.05)),
-                     run_dir=None).start()
+                     run_dir=tmp_path).start()
     try:
         assert _wait(lambda: p.snapshot.cache_hit_probes >= 3)
     finally:
         p.stop(timeout=2)
     assert p.snapshot.cached_tokens == 10 * p.snapshot.cache_hit_probes
     assert p.snapshot.fit is None
-
-
-# ------------------------------------------------------------------ the process
-
-
-def _start_exporter(args, env=None, tmp_path=None):
-    err = open(tmp_path / "stderr.txt", "w")
-    proc = subprocess.Popen([sys.executable, "-m", "prefilltui", "exporter", *args,
-                             "--listen", "127.0.0.1:0"], stdout=subprocess.DEVNULL, stderr=err,
-                            stdin=subprocess.DEVNULL, cwd=str(ROOT),
-                            env={**os.environ, "PYTHONPATH": str(ROOT), **(env or {})})
-    port = None
-
-    def ready():
-        nonlocal port
-        m = re.search(r"serving http://127\.0\.0\.1:(\d+)/", (tmp_path / "stderr.txt").read_text())
-        port = int(m.group(1)) if m else None
-        return port is not None or proc.poll() is not None
-    assert _wait(ready, timeout=30)
-    return proc, port, err
-
-
-def test_sigterm_flushes_and_exits_cleanly_and_key_never_leaks(fake_server, tmp_path):
-    srv = prefill_server(fake_server)
-    key = "sk-exporter-SECRET-0123456789"
-    runs = tmp_path / "runs"
-    proc, port, err = _start_exporter(
-        [srv.base_url, "--interval", "0.05", "--lengths", "16,64", "--run-dir", str(runs),
-         "--api-key-env", "MY_KEY"], env={"MY_KEY": key}, tmp_path=tmp_path)
-    try:
-        assert port is not None
-        assert _wait(lambda: len([r for r in srv.requests if r.method == "POST"]) >= 6)
-        status, text = _get(f"http://127.0.0.1:{port}/metrics")
-        assert status == 200
-        proc.send_signal(signal.SIGTERM)
-        assert proc.wait(10) == 0
-    finally:
-        if proc.poll() is None:
-            proc.kill()
-        err.close()
-    stderr = (tmp_path / "stderr.txt").read_text()
-    assert "stopping" in stderr and "Traceback" not in stderr
-    files = list(runs.iterdir())
-    assert len(files) == 1
-    back, problems = read_run(files[0])
-    assert problems == [] and len(back) >= 6  # every line whole after SIGTERM
-    assert all(r.headers.get("authorization") == f"Bearer {key}"
-               for r in srv.requests if r.method == "POST")
-    for where in (stderr, text, files[0].read_text()):
-        assert key not in where
-
-
-def test_cli_usage_errors(tmp_path):
-    from prefilltui.cli import main
-
-    assert main(["exporter"]) == 2
-    bad = tmp_path / "t.toml"
-    bad.write_text('[[target]]\nurl = "http://a"\napi_key = "x"\n')
-    assert main(["exporter", "--config", str(bad)]) == 2
-    with pytest.raises(SystemExit):
-        main(["exporter", "http://a", "--interval", "0.001"])
-
-
-def test_busy_port_is_exit_1(tmp_path):
-    import socket
-
-    from prefilltui.cli import main
-
-    s = socket.socket()
-    s.bind(("127.0.0.1", 0))
-    s.listen()
-    try:
-        port = s.getsockname()[1]
-        assert main(["exporter", "http://127.0.0.1:9", "--listen", f"127.0.0.1:{port}",
-                     "--no-run-files"]) == 1
-    finally:
-        s.close()
 
 
 def test_exporter_imports_no_textual():
@@ -354,7 +280,7 @@ def test_exporter_imports_no_textual():
     assert out.stdout.strip() == "False"
 
 
-def test_refused_target_is_down_and_logged_once():
+def test_refused_target_is_down_and_logged_once(tmp_path):
     import logging
     import socket
 
@@ -370,7 +296,7 @@ def test_refused_target_is_down_and_logged_once():
     logger = logging.getLogger("prefilltui.exporter.target")
     logger.addHandler(handler)
     p = TargetProber(check(TargetConfig(url=f"http://127.0.0.1:{port}", name="gone",
-                                        interval=0.05)), run_dir=None).start()
+                                        interval=0.05)), run_dir=tmp_path).start()
     try:
         assert _wait(lambda: p.snapshot.up is False, timeout=10)
     finally:
