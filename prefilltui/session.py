@@ -220,6 +220,10 @@ def build_session(options: Any, base_url: str, *, continuous: bool = False) -> S
         except ValueError as exc:  # a bad --gpus value
             writer.close()
             raise SessionError(str(exc), ExitCode.USAGE) from None
+    if sampler is not None:
+        snap = sampler.snapshot()
+        if snap.kind == "gpu":  # report resolves the GPU (peak, MFU) from these names
+            writer.set_session(gpu_names=[d.name for d in snap.devices if d.name])
     config.pacing = session_pacing(options, sampler, continuous)
     metrics = MetricsHook()  # reader made from the probe client: same pool, auth, TLS
     session = Session(base_url=base_url, options=options, new_client=new_client,

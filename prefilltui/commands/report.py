@@ -22,10 +22,10 @@ from prefilltui.commands.common import (add_analysis_args, add_hardware_args, ad
                                         err)
 from prefilltui.core.analysis import analyze, format_summary
 from prefilltui.core.depth import depth_table, format_depth, is_depth_probe
-from prefilltui.core.runfile import read_run
+from prefilltui.core.runfile import read_run, read_session
 from prefilltui.core import defaults
 from prefilltui.core.drift import drift, run_fit
-from prefilltui.core.types import ServerInfo
+from prefilltui.core.types import server_info_from_session
 from prefilltui.exit_codes import ExitCode
 
 
@@ -68,9 +68,16 @@ def run(args) -> int:
         err(problem)
         return ExitCode.FAILURE
     models = Counter(r.model for r in results if r.model)
-    info = ServerInfo(model=models.most_common(1)[0][0] if models else None)
+    # the run as the sweep saw it: the server's model shape and the GPU names
+    session = read_session(args.run_file)
+    info = server_info_from_session(session.get("server"),
+                                    model=models.most_common(1)[0][0] if models else None)
+    gpu_names = session.get("gpu_names")
+    gpu_names = ([n for n in gpu_names if isinstance(n, str) and n]
+                 if isinstance(gpu_names, list) else None) or None
     # probes after a deliberately cached prefix (--depth) have their own table
-    d = analyze([r for r in results if not is_depth_probe(r)], info, args)
+    d = analyze([r for r in results if not is_depth_probe(r)], info, args,
+                gpu_names=gpu_names)
     d["run_file"] = str(args.run_file)
     d["depth"] = depth_table(results, d.get("model"))
     if getattr(args, "baseline", None):

@@ -3,7 +3,10 @@
 A ``kill -9`` loses at most the probe in flight: each line is written with a single
 ``write`` and flushed to the OS before ``append`` returns (the page cache survives a
 killed process; ``close()`` also fsyncs for power loss).  Schema: the fields of
-``ProbeResult.to_json`` (documented in README, "Run file").
+``ProbeResult.to_json`` (documented in README, "Run file"), plus session lines
+``{"record": "session", ...}`` with facts about the whole run (the server's kind,
+model and shape, the GPU names telemetry saw), written before the next probe line
+whenever they become known, so ``report`` reads the run as the sweep saw it.
 """
 
 from __future__ import annotations
@@ -16,6 +19,9 @@ import time
 from pathlib import Path
 
 from prefilltui.core.types import ProbeResult
+
+#: The ``record`` value that marks a session line (not a probe) in a run file.
+SESSION_RECORD = "session"
 
 
 def default_run_path() -> Path:
@@ -48,6 +54,17 @@ class RunWriter:
         self._f = open(self.path, "a", encoding="utf-8")
         self._lock = threading.Lock()
         self.count = 0
+        self._session: dict = {}
+        self._session_pending = False
+
+    def set_session(self, **fields) -> None:
+        """Record facts about the whole run (e.g. ``server={...}``,
+        ``gpu_names=[...]``); they are written as one session line before the next
+        probe line (merged with earlier ones, so the last session line is complete).
+        Never writes by itself: a run with no probe leaves no file."""
+        with self._lock:
+            self._session.update(_finite(fields))
+            self._session_pending = True
 
     def append(self, result: ProbeResult) -> None:
         """Write one line.  A non-finite float anywhere in the result (a server's
@@ -61,6 +78,11 @@ class RunWriter:
         with self._lock:
             if self._f.closed:
                 raise ValueError("run file is closed")
+            if self._session_pending:
+                line = json.dumps({"record": SESSION_RECORD, **self._session},
+                                  separators=(",", ":"), allow_nan=False, default=str
+                                  ) + "\n" + line
+                self._session_pending = False
             self._f.write(line)
             self._f.flush()
             self.count += 1
@@ -212,6 +234,8 @@ def read_run(path: str | os.PathLike) -> tuple[list[ProbeResult], list[str]]:
                 continue
             try:
                 obj = json.loads(s)
+                if isinstance(obj, dict) and obj.get("record") == SESSION_RECORD:
+                    continue  # facts about the run, not a probe: read_session
                 r = ProbeResult.from_json(obj)
                 _check(r)
                 results.append(r)
@@ -221,3 +245,24 @@ def read_run(path: str | os.PathLike) -> tuple[list[ProbeResult], list[str]]:
                     reason = "truncated last line (" + reason + ")"
                 problems.append(f"line {i}: {reason}")
     return results, problems
+
+
+def read_session(path: str | os.PathLike) -> dict:
+    """The run's session facts: every session line of the file merged in order (the
+    last value of a key wins); ``{}`` for files without one (older runs) or when the
+    file cannot be read.  Never raises."""
+    merged: dict = {}
+    try:
+        with open(path, encoding="utf-8", errors="replace") as f:
+            for line in f:
+                if f'"record":"{SESSION_RECORD}"' not in line:
+                    continue
+                try:
+                    obj = json.loads(line)
+                except ValueError:
+                    continue
+                if isinstance(obj, dict) and obj.get("record") == SESSION_RECORD:
+                    merged.update({k: v for k, v in obj.items() if k != "record"})
+    except OSError:
+        return {}
+    return merged

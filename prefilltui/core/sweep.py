@@ -33,7 +33,7 @@ from typing import Callable, Iterator, Protocol, Sequence
 
 from prefilltui.core.pacing import Pacing
 from prefilltui.core.server import ServerUnreachable
-from prefilltui.core.types import ProbeResult, RunnerState, ServerInfo
+from prefilltui.core.types import ProbeResult, RunnerState, ServerInfo, session_facts
 
 #: How many results a continuous SweepRunner keeps in memory.
 RECENT_RESULTS = 1000
@@ -364,6 +364,9 @@ class SweepRunner:
                 await self._sleep(2.0)
                 continue
             self._info = info
+            set_session = getattr(self.runfile, "set_session", None)
+            if set_session is not None:  # so `report` reads the run as this sweep saw it
+                set_session(server=session_facts(info))
             self._cap = cap_for_context(info.context_tokens)
             self._plan_changed(f"the server's context is {info.context_tokens} tokens"
                                if info.context_tokens else "")

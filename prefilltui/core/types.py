@@ -187,3 +187,32 @@ class ServerInfo:
 
     def to_json(self) -> dict[str, Any]:
         return dataclasses.asdict(self)
+
+
+#: The ServerInfo fields a run file's session line keeps (what the analysis reads).
+SESSION_SERVER_FIELDS = ("kind", "model", "context_tokens", "params", "hidden", "layers",
+                         "n_batch", "n_ubatch")
+
+
+def session_facts(info: ServerInfo) -> dict[str, Any]:
+    """The part of ``info`` a run file keeps in its session line."""
+    return {k: getattr(info, k) for k in SESSION_SERVER_FIELDS}
+
+
+def server_info_from_session(facts: Any, *, model: str | None = None) -> ServerInfo:
+    """A ServerInfo from a session line's ``server`` object (bad values dropped), with
+    ``model`` as the fallback model name."""
+    kw: dict[str, Any] = {}
+    if isinstance(facts, dict):
+        for k in SESSION_SERVER_FIELDS:
+            v = facts.get(k)
+            if k in ("kind", "model"):
+                ok = isinstance(v, str) and bool(v)
+            elif k == "params":
+                ok = isinstance(v, (int, float)) and not isinstance(v, bool) and v > 0
+            else:
+                ok = isinstance(v, int) and not isinstance(v, bool) and v > 0
+            if ok:
+                kw[k] = v
+    kw.setdefault("model", model)
+    return ServerInfo(**kw)

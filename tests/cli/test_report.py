@@ -65,3 +65,44 @@ def test_report_errors(tmp_path, capsys):
     p = write_run(tmp_path / "failed.jsonl", ok=False)
     assert main(["report", str(p), "--format", "json"]) == 3
     assert json.loads(capsys.readouterr().out)["verdict"]["level"] == "failed"
+
+
+def test_report_reads_the_run_as_the_sweep_saw_it(tmp_path, capsys):
+    """A run file's session line carries the server's model shape and the GPU names
+    telemetry saw, so `report` resolves the same peak and params as the sweep (before
+    it, report of an H200 run said "unknown peak")."""
+    from prefilltui.core.runfile import RunWriter, read_run, read_session
+
+    path = tmp_path / "run.jsonl"
+    w = RunWriter(path)
+    w.set_session(gpu_names=["NVIDIA H200"])
+    w.set_session(server={"kind": "llama.cpp", "model": "my-8b.gguf", "params": 7.0e9,
+                          "hidden": 4096, "layers": 32, "context_tokens": 16384})
+    rng = np.random.default_rng(2)
+    for i in range(30):
+        x = [1024, 2048, 4096, 8192][i % 4]
+        w.append(ProbeResult(seq=i, requested_tokens=x, prompt_tokens=x, ok=True,
+                             ttft_s=(0.008 + x * 29.3e-6) * (1 + 0.01 * rng.standard_normal()),
+                             model="my-8b.gguf"))
+    w.close()
+    lines = path.read_text().splitlines()
+    assert json.loads(lines[0])["record"] == "session" and len(lines) == 31
+    results, problems = read_run(path)
+    assert len(results) == 30 and problems == []
+    assert read_session(path)["gpu_names"] == ["NVIDIA H200"]
+    assert main(["report", str(path), "--format", "json"]) == 0
+    d = json.loads(capsys.readouterr().out)
+    assert d["hardware"]["name"].startswith("H200")
+    assert d["model"]["params"] == 7.0e9  # the server's count, as the sweep used
+    # MFU = 2·P/(b·peak) = 2·7e9 / (29.3e-6 s · 989.4e12 FLOP/s) = 48.3 %
+    assert d["roofline"]["mfu"] == pytest.approx(0.483, rel=0.03)
+    assert d["verdict"]["level"] != "unknown-peak"
+
+
+def test_a_run_without_probes_leaves_no_file_even_with_session_facts(tmp_path):
+    from prefilltui.core.runfile import RunWriter
+
+    w = RunWriter(tmp_path / "empty.jsonl")
+    w.set_session(gpu_names=["NVIDIA H200"])
+    w.close()
+    assert not (tmp_path / "empty.jsonl").exists()

@@ -6,6 +6,7 @@ import pytest
 
 from tests.fakeserver import Reply, models_reply, sse_data, sse_done, sse_text
 from prefilltui.cli import main
+from prefilltui.core.runfile import read_run
 
 SECRET = "sk-test-SECRET-0123456789"
 
@@ -46,6 +47,11 @@ def test_json_summary_and_key_never_leaks(fake_server, tmp_path, capsys, monkeyp
     assert all(q.headers.get("authorization") == f"Bearer {SECRET}" for q in srv.requests)
     assert SECRET not in cap.out + cap.err + out.read_text()
     assert "***" in out.read_text()  # the echoed key was scrubbed from the error message
+    # the run file's session line keeps what discovery learned, for `report`
+    from prefilltui.core.runfile import read_session
+    assert read_session(out)["server"] == {"kind": "vllm", "model": "m", "context_tokens": 8192,
+                                           "params": None, "hidden": None, "layers": None,
+                                           "n_batch": None, "n_ubatch": None}
 
 
 def test_text_output(fake_server, tmp_path, capsys):
@@ -55,7 +61,8 @@ def test_text_output(fake_server, tmp_path, capsys):
     cap = capsys.readouterr()
     assert rc == 0, cap.err
     assert "TTFT" in cap.out and "fit (" in cap.out and "run file" in cap.out
-    assert len((tmp_path / "r.jsonl").read_text().splitlines()) == 5
+    lines = (tmp_path / "r.jsonl").read_text().splitlines()
+    assert len(lines) == 6 and '"record":"session"' in lines[0]  # session + 5 probes
 
 
 def test_unreachable_exit_3(tmp_path, capsys):
@@ -95,7 +102,7 @@ def test_capped_lengths_are_said_never_promised(fake_server, tmp_path, capsys):
     assert "(= 1 probes)" in head[0]
     assert "4500, 5000" in head[1] and "capped to 4007" in head[1] and "4096 tokens" in head[1]
     assert "1 lengths run, not 2" in head[1]
-    assert len((tmp_path / "r.jsonl").read_text().splitlines()) == 1
+    assert len(read_run(tmp_path / "r.jsonl")[0]) == 1
     rc = main(["sweep", srv.base_url, "--lengths", "4500,5000", "--warmup", "0", "--format",
                "json", "--out", str(tmp_path / "r2.jsonl")])
     d = json.loads(capsys.readouterr().out)
@@ -113,7 +120,7 @@ def test_until_ci_stops_at_the_target_and_says_how_many_probes(fake_server, tmp_
     assert u["target_pct"] == 5 and u["probes"] <= 60
     if u["reason"] == "target reached":
         assert u["half_width_pct"] <= 5
-    assert u["probes"] == len((tmp_path / "r.jsonl").read_text().splitlines())
+    assert u["probes"] == len(read_run(tmp_path / "r.jsonl")[0])
 
 
 def test_budget_caps_a_sweep(fake_server, tmp_path, capsys):
@@ -122,7 +129,7 @@ def test_budget_caps_a_sweep(fake_server, tmp_path, capsys):
                "--budget", "6", "--out", str(tmp_path / "r.jsonl")])
     cap = capsys.readouterr()
     assert rc == 0, cap.err
-    assert len((tmp_path / "r.jsonl").read_text().splitlines()) == 6
+    assert len(read_run(tmp_path / "r.jsonl")[0]) == 6
     assert "until-ci  probe budget spent: 6 probes" in cap.out
 
 

@@ -411,3 +411,22 @@ def test_sample_ring_order():
 def test_bad_rate():
     with pytest.raises(ValueError):
         make_sampler(nvml_module=fk.fake_gpus(1), hz=0, env={})
+
+
+def test_energy_counter_coarser_than_a_short_probe_is_not_used_for_it():
+    # 20 Hz samples of a board at a steady 700 W whose energy counter only advances
+    # every 0.1 s (a 70 J step): a 41 ms window must not take a whole step (on an
+    # H200 a 41 ms probe got 41 J, a "997 W" mean), so it is integrated from power
+    import numpy as np
+
+    from prefilltui.core.telemetry.samples import window_stats
+
+    t = np.arange(0.0, 2.0001, 0.05)
+    energy = np.floor(t / 0.1 + 1e-9) * 70.0
+    rows = np.column_stack([t, np.full_like(t, 90.0), np.full_like(t, 700.0), energy])
+    short = window_stats([rows], "GPU 0", 1.049, 1.090)
+    assert short.energy_source == "integrated"
+    assert short.energy_j == pytest.approx(700.0 * 0.041)
+    long = window_stats([rows], "GPU 0", 0.5, 1.5)  # 10 counter periods: the counter
+    assert long.energy_source == "counter"
+    assert long.energy_j == pytest.approx(700.0, abs=70.0)

@@ -79,8 +79,30 @@ class WindowStats:
     energy_source: str | None
 
 
+#: The energy counter is used for a window only when the window spans at least this
+#: many of the counter's own update periods.  NVML's total-energy counter advances in
+#: steps: on an H200 polled at 20 Hz, a 41 ms probe right after a long one took in a
+#: whole step (41 J, a "997 W" mean on a 700 W board).  A shorter window is
+#: integrated from the power samples instead.
+MIN_COUNTER_PERIODS = 4
+
+
+def _counter_period(t: np.ndarray, e: np.ndarray) -> float | None:
+    """The median time between the energy counter's changes (s), from the samples in
+    the ring; None when it changed fewer than 3 times (too few to tell)."""
+    ok = ~np.isnan(e)
+    tt, ee = t[ok], e[ok]
+    changed = np.flatnonzero(np.diff(ee) != 0) + 1
+    if len(changed) < 3:
+        return None
+    return float(np.median(np.diff(tt[changed])))
+
+
 def _window_energy(rows: np.ndarray, t0: float, t1: float) -> tuple[float | None, str | None]:
-    """Joules spent by one device over [t0, t1]; (value, "counter"|"integrated")."""
+    """Joules spent by one device over [t0, t1]; (value, "counter"|"integrated").
+    The counter is interpolated at t0 and t1 when the window spans at least
+    ``MIN_COUNTER_PERIODS`` of its update periods; else the power samples are
+    integrated."""
     t = rows[:, _T]
     if not len(t) or t0 < t[0] or t1 > t[-1]:
         return None, None
@@ -88,7 +110,9 @@ def _window_energy(rows: np.ndarray, t0: float, t1: float) -> tuple[float | None
     lo = int(np.searchsorted(t, t0, side="right")) - 1
     hi = int(np.searchsorted(t, t1, side="left"))
     seg = e[lo:hi + 1]
-    if len(seg) and not np.isnan(seg).any() and np.all(np.diff(seg) >= 0):
+    period = _counter_period(t, e) if len(seg) else None
+    if (len(seg) and not np.isnan(seg).any() and np.all(np.diff(seg) >= 0)
+            and (period is None or t1 - t0 >= MIN_COUNTER_PERIODS * period)):
         ts = t[lo:hi + 1]
         return float(np.interp(t1, ts, seg) - np.interp(t0, ts, seg)), "counter"
     p = rows[:, _POWER]
