@@ -176,7 +176,7 @@ def test_burst_fires_while_paused_and_lasts_the_minimum(fake_server):
     srv = usage_server(fake_server)
     states = []
     results = []
-    pacing = Pacing(duty=0.5, idle_floor_s=0.5, burst_min_s=0.3)
+    pacing = Pacing(duty=0.5, idle_floor_s=1.0, burst_min_s=0.3)
     runner = SweepRunner(lambda: ProbeClient(srv.base_url, timeout=5),
                          SweepConfig([8, 64], warmup=0, continuous=True, pacing=pacing),
                          on_state=lambda s, d: states.append((s, d)), on_result=results.append)
@@ -195,12 +195,12 @@ def test_burst_fires_while_paused_and_lasts_the_minimum(fake_server):
     runner.stop(5)
     burst = [r for r in results if r.burst]
     assert burst and len(burst) == len(results)  # paused: only the burst ran
-    assert burst[0].t_send - t0 < 0.2  # at once
+    assert burst[0].t_send - t0 < 0.5  # at once (paused: without it, never)
     assert burst[-1].t_end - burst[0].t_send >= pacing.burst_min_s
     assert all(r.requested_tokens == 64 for r in burst)
     spans = [(r.t_send, r.t_end) for r in burst]
     gaps = [b[0] - a[1] for a, b in zip(spans, spans[1:])]
-    assert all(g < 0.25 for g in gaps), gaps  # back to back, not the 0.5 s idle
+    assert all(g < 0.5 for g in gaps), gaps  # back to back, not the 1 s idle
     n, length, secs = runner.last_burst
     assert (n, length) == (len(burst), 64) and secs >= pacing.burst_min_s
     done = [d for s, d in states if s == "burst" and d.startswith("done")]
@@ -228,3 +228,25 @@ def test_pacing_rules():
 
     with pytest.raises(ValueError):
         Pacing(duty=0)
+
+
+def test_session_pacing_defaults():
+    """The TUI paces by default (duty 0.5, the sensor's idle floor); the headless sweep
+    keeps back-to-back probing unless --duty is given; --pause 0 is back-to-back."""
+    from argparse import Namespace
+
+    from prefilltui.session import SessionError, session_pacing
+
+    class Cpu:  # a CPU sampler at 10 Hz: one period is its window
+        period_s = sensor_window_s = 0.1
+
+    tui = session_pacing(Namespace(), Cpu(), continuous=True)
+    assert (tui.duty, tui.idle_floor_s) == (0.5, 0.2) and abs(tui.burst_min_s - 0.4) < 1e-9
+    assert session_pacing(Namespace(), None, continuous=True).idle_floor_s == 2.0
+    assert session_pacing(Namespace(pause=0.0), Cpu(), continuous=True).idle_after(9.0) == 0
+    assert session_pacing(Namespace(), Cpu(), continuous=False) is None
+    assert session_pacing(Namespace(duty=0.25), None, continuous=False).idle_after(1.0) == 3.0
+    import pytest
+
+    with pytest.raises(SessionError):
+        session_pacing(Namespace(duty=2.0), None, continuous=True)
