@@ -121,7 +121,8 @@ class RotatingRunWriter(RunWriter):
     over, the file is closed (fsynced) and renamed ``NAME.1`` (``.1`` -> ``.2`` ... up to
     ``keep`` old files; the oldest is deleted) and a new ``NAME`` is started, so a
     long-running prober keeps at most ``(keep + 1) * max_bytes`` on disk.  Lines are
-    never split across files; each file is a valid run file on its own.
+    never split across files; each file is a valid run file on its own (the session
+    line, when there is one, opens every new file).
 
     Raises:
         OSError: when the file cannot be created/opened (at construction or rotation);
@@ -140,16 +141,26 @@ class RotatingRunWriter(RunWriter):
     def append(self, result: ProbeResult) -> None:
         line = json.dumps(_finite(result.to_json()), separators=(",", ":"), allow_nan=False,
                           default=str) + "\n"
-        data = line.encode("utf-8")
         with self._lock:
             if self._f.closed:
                 raise ValueError("run file is closed")
-            if self._size and self._size + len(data) > self.max_bytes:
+            if self._size and self._size + len(self._head() + line) > self.max_bytes:
                 self._rotate()
-            self._f.write(line)
+                # every file stands alone: the session facts open each new one
+                self._session_pending = bool(self._session)
+            text = self._head() + line
+            self._session_pending = False
+            self._f.write(text)
             self._f.flush()
-            self._size += len(data)
+            self._size += len(text.encode("utf-8"))
             self.count += 1
+
+    def _head(self) -> str:
+        """The pending session line ("" when none is due); called with the lock held."""
+        if not self._session_pending:
+            return ""
+        return json.dumps({"record": SESSION_RECORD, **self._session}, separators=(",", ":"),
+                          allow_nan=False, default=str) + "\n"
 
     def _rotate(self) -> None:
         """Called with the lock held."""

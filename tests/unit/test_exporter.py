@@ -17,7 +17,7 @@ import pytest
 
 from tests.fakeserver import Reply, models_reply, sse_data, sse_done, sse_text
 from prefilltui.core.probe import ProbeClient
-from prefilltui.core.runfile import RotatingRunWriter, read_run
+from prefilltui.core.runfile import RotatingRunWriter, read_run, read_session
 from prefilltui.core.sweep import SweepConfig, SweepRunner
 from prefilltui.core.types import ProbeResult
 from prefilltui.exporter.config import TargetConfig, check, load_toml, unique
@@ -110,6 +110,7 @@ def test_duplicate_targets_refused():
 def test_rotating_run_writer_bounds_disk(tmp_path):
     p = tmp_path / "t.jsonl"
     w = RotatingRunWriter(p, max_bytes=2000, keep=2)
+    w.set_session(server={"kind": "vllm", "model": "m"})
     for i in range(60):
         w.append(ProbeResult(seq=i + 1, ok=True, ttft_s=0.1, requested_tokens=64))
     w.close()
@@ -120,6 +121,7 @@ def test_rotating_run_writer_bounds_disk(tmp_path):
     for f in (p.with_name("t.jsonl.2"), p.with_name("t.jsonl.1"), p):
         back, problems = read_run(f)
         assert problems == []
+        assert read_session(f)["server"]["kind"] == "vllm"  # each file stands alone
         seqs += [r.seq for r in back]
     assert seqs == list(range(seqs[0], 61))  # the newest probes, in order, none split
 
