@@ -80,16 +80,17 @@ class Pacing:
         return max(self.idle_floor_s, ratio)
 
     def describe(self) -> str:
-        """One line for the help screen, e.g. "duty 50 %: idle >= TTFT, >= 0.2 s"."""
+        """One line for the help screen, e.g. "duty 50 %: idle ≥ TTFT, ≥ 0.2 s"."""
         if self.duty >= 1.0 and self.idle_floor_s <= 0:
             return "back-to-back probes"
         parts = []
         if self.duty < 1.0:
             k = (1.0 - self.duty) / self.duty
-            parts.append(f"duty {self.duty:.0%}: idle ≥ "
+            parts.append(f"duty {self.duty * 100:.0f} %: idle ≥ "
                          + ("TTFT" if abs(k - 1) < 1e-9 else f"{k:.2g} × TTFT"))
         if self.idle_floor_s > 0:
-            parts.append(f"≥ {self.idle_floor_s:.1f} s")
+            parts.append(f"≥ {self.idle_floor_s:.1f} s" if parts
+                         else f"idle {self.idle_floor_s:.1f} s after each probe")
         return ", ".join(parts)
 
 

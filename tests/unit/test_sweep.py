@@ -250,3 +250,11 @@ def test_session_pacing_defaults():
 
     with pytest.raises(SessionError):
         session_pacing(Namespace(duty=2.0), None, continuous=True)
+
+
+def test_pacing_describe():
+    from prefilltui.core.pacing import Pacing, auto_pacing
+
+    assert auto_pacing(0.1, 0.1).describe() == "duty 50 %: idle ≥ TTFT, ≥ 0.2 s"
+    assert auto_pacing(0.1, 0.1, pause_s=1.5).describe() == "idle 1.5 s after each probe"
+    assert Pacing().describe() == "back-to-back probes"
