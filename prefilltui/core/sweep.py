@@ -466,9 +466,10 @@ class SweepRunner:
 
     async def _run_burst(self, client, pacing: Pacing) -> float:
         """Back-to-back probes at the longest length until ``pacing.burst_min_s`` has
-        passed (at least one; a failed probe or stop ends it).  Returns the seconds it
-        kept the server busy; ``last_burst`` = (probes, length, seconds)."""
-        start = time.perf_counter()
+        passed from the first request's ``t_send`` to the last one's ``t_end`` (at least
+        one probe; a failed probe or stop ends it).  Returns those seconds;
+        ``last_burst`` = (probes, length, seconds)."""
+        start = time.perf_counter()  # until the first request's t_send is known
         n, length, elapsed = 0, 0, 0.0
         while not self._stop:
             length = max(self.lengths)
@@ -478,7 +479,10 @@ class SweepRunner:
                             f"≥ {pacing.burst_min_s:.1f} s")
             result = await self._one(client, length, False, True)
             n += 1
-            elapsed = time.perf_counter() - start
+            if n == 1 and result.t_send is not None:
+                start = result.t_send
+            # the server's busy time: first request sent .. last one ended
+            elapsed = (result.t_end if result.t_end is not None else time.perf_counter()) - start
             if not result.ok or elapsed >= pacing.burst_min_s:
                 break
         self.last_burst = (n, length, elapsed)
