@@ -23,11 +23,14 @@ Rules (all times in seconds):
   whose window holds no probe, whatever the phase of the sampler (CPU at 10 Hz:
   0.2 s; NVML worst case: 2 s).
 * a burst runs back-to-back probes at the longest length for at least
-  ``burst_min_s`` = 2 * window + 2 * period: the reading reaches the burst's level
-  once a whole window lies inside the burst (one window), holds it for one more
-  window so it reads as a plateau, and one period each side covers the sampler's
-  phase.  NVML worst case at 10 Hz: 2.2 s; CPU at 10 Hz: 0.4 s (then the burst is
-  one probe whenever a probe takes longer than that).
+  ``burst_min_s`` = 2 * window + 2 * period, where window also counts the gauge
+  history's own averaging: a history column is the mean over ``HISTORY_COLUMN_S``
+  (60 s over the 38 columns of a utilization history at 80 terminal columns,
+  1.58 s).  A reading reaches the burst's level once a whole window lies inside the
+  burst (one window) and holds it for one more, so at least one column shows the
+  burst at full height; one period each side covers the sampler's phase: 3.4 s at
+  10 Hz (CPU or GPU; NVML's own windows, 1 s at most, are shorter).  On the CPU demo
+  a 1,024-token probe outlasts it alone, so the burst is one probe there.
 """
 
 from __future__ import annotations
@@ -42,6 +45,9 @@ DEFAULT_DUTY = 0.5
 NVML_WINDOW_MAX_S = 1.0
 #: Default sample period (the sampler's 10 Hz default).
 DEFAULT_PERIOD_S = 0.1
+#: Seconds one column of the gauge history averages at 80 terminal columns: the 60 s
+#: history over the 38 columns a utilization history gets there (gauges.HistorySpark).
+HISTORY_COLUMN_S = 60.0 / 38
 
 
 def idle_floor_s(period_s: float, window_s: float) -> float:
@@ -51,8 +57,9 @@ def idle_floor_s(period_s: float, window_s: float) -> float:
 
 
 def burst_min_s(period_s: float, window_s: float) -> float:
-    """Shortest burst that registers as a plateau: 2 * window + 2 * period seconds."""
-    return 2.0 * window_s + 2.0 * period_s
+    """Shortest burst that registers as a plateau on the sensor and on the 80-column
+    history: 2 * max(window, HISTORY_COLUMN_S) + 2 * period seconds."""
+    return 2.0 * max(window_s, HISTORY_COLUMN_S) + 2.0 * period_s
 
 
 @dataclass(frozen=True)

@@ -212,7 +212,7 @@ class FakeClient:
 
 #: A demo-like minute on a CPU (TTFT ~ 0.1 s + 6 ms per token): (offset s into the
 #: 60 s history, tokens, burst) per probe, idle >= TTFT after each; the last one is a
-#: burst fired from pause (one probe: it outlasts the CPU's 0.4 s minimum on its own).
+#: burst fired from pause (one probe: it outlasts the 3.4 s minimum on its own).
 DEMO_PROBES = ((3, 1024, False), (16, 95, False), (19, 565, False), (27, 29, False),
                (29, 312, False), (40, 1024, True))
 

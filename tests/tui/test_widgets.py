@@ -12,10 +12,10 @@ from prefilltui.tui.widgets.stats import short_model, si, stats_text
 from prefilltui.tui.widgets.ttft_plot import nice_ticks, tick_label
 
 
-def test_bucket_history_peaks_by_time():
+def test_bucket_history_means_by_time():
     hist = [(0.5, 10.0), (1.2, 90.0), (1.4, 30.0), (2.5, None), (9.9, 5.0)]
     assert bucket_history(hist, now=10.0, span=10.0, width=10) == [
-        10.0, 90.0, None, None, None, None, None, None, None, 5.0]
+        10.0, 60.0, None, None, None, None, None, None, None, 5.0]
     assert bucket_history([(-5.0, 1.0)], now=10.0, span=10.0, width=2) == [None, None]
 
 

@@ -214,7 +214,9 @@ def test_pacing_rules():
                                         idle_floor_s)
 
     assert idle_floor_s(0.1, 0.1) == 0.2 and idle_floor_s(0.1, 1.0) == 2.0
-    assert abs(burst_min_s(0.1, 1.0) - 2.2) < 1e-9 and abs(burst_min_s(0.1, 0.1) - 0.4) < 1e-9
+    # the 80-column history's 1.58 s column is the longest window: 2 * 60/38 + 2 * 0.1
+    assert abs(burst_min_s(0.1, 1.0) - 3.358) < 1e-3 and burst_min_s(0.1, 0.1) == burst_min_s(0.1, 1.0)
+    assert abs(burst_min_s(0.1, 2.0) - 4.2) < 1e-9  # a longer sensor window wins
     p = auto_pacing(0.1, 0.1)
     assert p.duty == DEFAULT_DUTY == 0.5 and p.idle_floor_s == 0.2
     assert p.idle_after(6.0) == 6.0 and p.idle_after(0.05) == 0.2 and p.idle_after(None) == 0.2
@@ -241,7 +243,7 @@ def test_session_pacing_defaults():
         period_s = sensor_window_s = 0.1
 
     tui = session_pacing(Namespace(), Cpu(), continuous=True)
-    assert (tui.duty, tui.idle_floor_s) == (0.5, 0.2) and abs(tui.burst_min_s - 0.4) < 1e-9
+    assert (tui.duty, tui.idle_floor_s) == (0.5, 0.2) and abs(tui.burst_min_s - 3.358) < 1e-3
     assert session_pacing(Namespace(), None, continuous=True).idle_floor_s == 2.0
     assert session_pacing(Namespace(pause=0.0), Cpu(), continuous=True).idle_after(9.0) == 0
     assert session_pacing(Namespace(), Cpu(), continuous=False) is None

@@ -2,10 +2,14 @@
 
 Widgets read a TelemetrySnapshot (core/telemetry/) handed to them by the app; they
 never call NVML or psutil.  The history is bucketed by *time* (one column per
-span/width seconds, peak value per column) on a fixed scale (0-100 % for util,
-0-power limit for power), and columns that fall inside a probe's request window
-(``t_send``..``t_end``) get a tinted background, so each long prefill's spike lines up
-with its probe; the window of the probe selected in the probe log gets a stronger tint.
+span/width seconds) on a fixed scale (0-100 % for util, 0-power limit for power); a
+column's height is the *mean* of its samples, so it reads as how busy the device was
+over that time: a 16-token probe is a small bump, a 1,024-token one a full spike (a
+peak per column drew every probe, and every run of short probes, at full height).
+Columns that overlap a probe's request window (``t_send``..``t_end``) get a tinted
+background, so each probe is marked even where it is too short to raise its column,
+and each spike lines up with its probe; the window of the probe selected in the probe
+log gets a stronger tint.
 """
 
 from __future__ import annotations
@@ -33,23 +37,24 @@ COMPACT_ABOVE = 2
 def bucket_history(
     history: Iterable[tuple[float, float | None]], now: float, span: float, width: int
 ) -> list[float | None]:
-    """Peak value per time bucket over [now - span, now]; None where no sample.
+    """Mean value per time bucket over [now - span, now]; None where no sample.
 
-    history: (t_perf seconds, value or None) pairs.  Returns ``width`` values,
-    oldest first.
+    history: (t_perf seconds, value or None) pairs, about evenly spaced in time (the
+    sampler's ticks, a GPU's driver samples).  Returns ``width`` values, oldest first.
     """
-    out: list[float | None] = [None] * max(width, 0)
+    sums = [0.0] * max(width, 0)
+    counts = [0] * max(width, 0)
     if width <= 0 or span <= 0:
-        return out
+        return [None] * max(width, 0)
     start = now - span
     step = span / width
     for t, v in history:
         if v is None or t < start or t > now:
             continue
         i = min(int((t - start) / step), width - 1)
-        cur = out[i]
-        out[i] = v if cur is None else max(cur, v)
-    return out
+        sums[i] += v
+        counts[i] += 1
+    return [sums[i] / counts[i] if counts[i] else None for i in range(width)]
 
 
 def window_mask(windows: Iterable[tuple[float, float]], now: float, span: float,
@@ -124,7 +129,7 @@ class HistorySpark(Sparkline):
             self.refresh()
 
     def _columns(self) -> tuple:
-        """(width, scale, peak per column, probe marks per column) for the current data."""
+        """(width, scale, mean per column, probe marks per column) for the current data."""
         width = self.size.width
         return (width, self.hi, tuple(bucket_history(self.history, self.now, self.span, width)),
                 tuple(marks(self.windows, self.highlight, self.now, self.span, width)))
