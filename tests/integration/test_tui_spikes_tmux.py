@@ -142,13 +142,14 @@ def test_burst_from_pause_spikes_the_server_history(tmp_path, llama_server_binar
         gap = [lv for lv, _ in hist[p1 + 1:b0]]  # the tail of the last probe excluded
         assert len(gap) >= 3, plain
         assert max(gap) <= 3, (gap, plain)  # < 4/16: below 25 %
-        # the screen shows what the run file attributes to the burst (server CPU, %)
+        # the screen shows what the run file attributes to the burst (the server's CPU
+        # over the burst's window, %): a column is a mean, at least the window's mean
         rows = [json.loads(x) for x in run.read_text().splitlines()]
-        peak = max(r.get("util_peak_pct") or 0.0 for r in rows if r.get("burst"))
-        assert abs(max(burst) - peak * 16 / 100) <= 1.5, (burst, peak, plain)
+        mean = max(r.get("util_mean_pct") or 0.0 for r in rows if r.get("burst"))
+        assert max(burst) >= mean * 16 / 100 - 1.5, (burst, mean, plain)
         tmux("send-keys", "-t", tmux.name, "q")
-        if max(burst) < 13 and peak < 80:  # the OS gave the server less than 80 %
-            pytest.skip(f"llama-server got at most {peak:.0f} % of the CPU during the burst "
+        if max(burst) < 13 and mean < 80:  # the OS gave the server less than 80 %
+            pytest.skip(f"llama-server got {mean:.0f} % of the CPU during the burst "
                         f"(load average {os.getloadavg()[0]:.1f} on {os.cpu_count()} cores): "
                         "the machine is busy with other work; spike and idle gap read fine")
         assert max(burst) >= 13, (burst, plain)  # >= 13/16 of the scale: >= 81 %
