@@ -46,7 +46,8 @@ def register(sub) -> None:
         description="Open the live TUI: continuous one-token probes across the sweep, the "
                     "TTFT scatter with the running fit, roofline lines, GPU/CPU gauges and "
                     "the probe log.  Keys: space pause, r reset fit, w window fit, b burst, "
-                    "+/- sweep range, e export, c cache check, t theme, ? help, q quit.")
+                    "+/- sweep range, e export, s save screen (SVG), c cache check, t theme, ? help, "
+                    "q quit.")
     p.add_argument("url", help="server base URL, e.g. http://127.0.0.1:8000 (with or without /v1)")
     add_server_args(p)
     add_sweep_args(p)

@@ -71,7 +71,8 @@ def test_report_unwritable_svg_is_one_line(tmp_path, capsys):
     assert rc == 1 and "cannot write" in capsys.readouterr().err
 
 
-async def test_s_key_saves_the_screen_as_svg(tmp_path):
+async def press_s(tmp_path) -> None:
+    """Run the app on fixed results beside ``tmp_path/run.jsonl`` and press ``s``."""
     def factory(on_result, on_state):
         return FakeRunner(on_result, on_state, preload=fixed_results())
 
@@ -81,6 +82,10 @@ async def test_s_key_saves_the_screen_as_svg(tmp_path):
         app.flush()
         await pilot.press("s")
         await pilot.pause()
+
+
+async def test_s_key_saves_the_screen_as_svg(tmp_path):
+    await press_s(tmp_path)
     saved = list(tmp_path.glob("run-screen-*.svg"))
     assert len(saved) == 1
     text = saved[0].read_text()
@@ -94,16 +99,7 @@ async def test_figures_render_in_headless_chromium(tmp_path, capsys):
     run = depth_run(tmp_path / "run.jsonl")
     svg, page = tmp_path / "fig.svg", tmp_path / "report.html"
     assert main(["report", str(run), "--no-plot", "--svg", str(svg), "--html", str(page)]) == 0
-
-    def factory(on_result, on_state):
-        return FakeRunner(on_result, on_state, preload=fixed_results())
-
-    app = build_app(factory, FakeSampler(), clock=lambda: NOW, run_path=tmp_path / "run.jsonl")
-    async with app.run_test(size=(100, 30)) as pilot:
-        await pilot.pause()
-        app.flush()
-        await pilot.press("s")
-        await pilot.pause()
+    await press_s(tmp_path)
     (screen,) = tmp_path.glob("run-screen-*.svg")
     for i, (f, size) in enumerate([(svg, (860, 540)), (page, (960, 1400)), (screen, (1300, 800))]):
         png = tmp_path / f"shot{i}.png"
