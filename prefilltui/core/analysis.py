@@ -258,11 +258,12 @@ def format_fit_lines(f: dict[str, Any], indent: str = "  ",
     elif fixed is not None and fixed["clamped"]:
         a_txt = "0 ms"
         a_line = f"0 ms (fit {ms(f['intercept_s'])} ms, clamped)"
+    a_ci = intercept.physical_ci(f["intercept_ci"])  # cut at 0: never a negative cost
     lines = [
         f"{indent}TTFT = {a_txt} + {us(f['slope_s_per_token'])} µs x n"
         f"      R² {f['r2']:.3f}, n = {f['n']}"
         + (f" ({f['outliers']} outliers set aside)" if f.get("outliers") else ""),
-        f"{indent}intercept    {a_line}   95% {_ci(f['intercept_ci'], ms)} ms",
+        f"{indent}intercept    {a_line}   95% {_ci(a_ci, ms)} ms",
         f"{indent}slope        {us(f['slope_s_per_token'])} µs/token   95% "
         f"{_ci(f['slope_ci'], us)} µs/token",
     ]

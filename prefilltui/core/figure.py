@@ -124,7 +124,10 @@ def svg_figure(results: Iterable[ProbeResult], d: dict[str, Any], *, width: int 
     f = d.get("fit") or {}
     sub = ""
     if f.get("n") is not None and f.get("slope_s_per_token") is not None:
-        sub = (f"TTFT = {f['intercept_s'] * 1e3:.1f} ms + {f['slope_s_per_token'] * 1e6:,.1f} µs × n"
+        fc = d.get("fixed_cost") or {}
+        a = ("a (not pinned)" if fc.get("pinned") is False  # as the summary says it
+             else f"{max(0.0, f['intercept_s']) * 1e3:.1f} ms")
+        sub = (f"TTFT = {a} + {f['slope_s_per_token'] * 1e6:,.1f} µs × n"
                f" · R² {f['r2']:.3f} · {f['n']} probes in the fit")
         if f.get("prefill_tokens_per_s"):
             sub += f" · prefill {f['prefill_tokens_per_s']:,.0f} tok/s"

@@ -32,6 +32,16 @@ PIN_REL = 0.25
 NOT_PINNED = "fixed cost not pinned: add short prompts / more repeats"
 
 
+def physical_ci(ci: Any) -> tuple[float | None, float | None] | None:
+    """The 95 % interval of a fixed cost as shown on screen: the fit's interval cut at
+    0 (a fixed cost is never negative; the data keep the fit's own bounds).  ``ci`` is
+    ``(lo, hi)`` in seconds, either may be None; None stays None."""
+    if not ci:
+        return None
+    lo, hi = ci[0], ci[1]
+    return (None if lo is None else max(0.0, lo), None if hi is None else max(0.0, hi))
+
+
 def pin_bound_s(intercept_s: float) -> float:
     """Largest half-width (seconds) of a's 95 % interval that counts as pinned."""
     return max(PIN_FLOOR_S, PIN_REL * max(intercept_s, 0.0))
@@ -132,7 +142,7 @@ def format_lines(fc: dict[str, Any] | None, indent: str = "  ") -> list[str]:
     if not fc:
         return []
     ms = lambda v: f"{v * 1e3:.1f} ms"  # noqa: E731
-    lo, hi = fc["intercept_ci"]
+    lo, hi = physical_ci(fc["intercept_ci"])
     if fc["pinned"]:
         line = (f"{indent}fixed cost   {ms(fc['shown_s'])} (fit, 95% {lo * 1e3:.1f} to "
                 f"{hi * 1e3:.1f} ms; pinned: +-{fc['half_width_s'] * 1e3:.1f} <= "
@@ -144,7 +154,7 @@ def format_lines(fc: dict[str, Any] | None, indent: str = "  ") -> list[str]:
         out.append(f"{indent}  {fc['note']}")
     s = fc.get("server")
     if s and not s.get("pinned", True):
-        lo, hi = s["prefill_intercept_ci"]
+        lo, hi = physical_ci(s["prefill_intercept_ci"])
         out.append(f"{indent}server-side  not pinned either: prefill at n=0 95% {lo * 1e3:,.0f} to "
                    f"{hi * 1e3:,.0f} ms; outside prefill {ms(s['outside_prefill_s'])} (median "
                    f"TTFT - server prefill, {s['n']} probes)")

@@ -109,3 +109,25 @@ def test_analyze_json_carries_percentiles_and_fixed_cost():
     assert d["fixed_cost"]["server"]["n"] == len(rs)
     text = format_summary(d)
     assert "TTFT percentiles" in text and "p99" in text and "server-side" in text
+
+
+def test_shown_intervals_of_a_fixed_cost_never_go_below_zero():
+    from prefilltui.core.intercept import physical_ci
+
+    assert physical_ci((-0.02178, 0.11446)) == (0.0, 0.11446)
+    assert physical_ci((0.01, 0.02)) == (0.01, 0.02)
+    assert physical_ci((-0.03, -0.01)) == (0.0, 0.0)
+    assert physical_ci((None, 0.1)) == (None, 0.1) and physical_ci(None) is None
+
+
+def test_figure_says_not_pinned_as_the_summary_does():
+    from prefilltui.core.figure import svg_figure
+    from prefilltui.core.types import ProbeResult
+
+    results = [ProbeResult(seq=i, requested_tokens=n, prompt_tokens=n, ok=True, ttft_s=t)
+               for i, (n, t) in enumerate([(4, 0.4), (64, 0.2), (256, 2.0), (1024, 7.5)])]
+    d = {"fit": {"n": 4, "intercept_s": 0.0463, "slope_s_per_token": 7.5023e-3, "r2": 0.822,
+                 "prefill_tokens_per_s": 133.3},
+         "fixed_cost": {"pinned": False, "intercept_ci": [-0.02178, 0.11446]}}
+    svg = svg_figure(results, d)
+    assert "TTFT = a (not pinned) + 7,502.3 µs × n" in svg and "46.3 ms" not in svg

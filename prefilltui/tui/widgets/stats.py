@@ -9,7 +9,7 @@ from __future__ import annotations
 from rich.text import Text
 from textual.widgets import Static
 
-from prefilltui.core.intercept import pin_bound_s
+from prefilltui.core.intercept import physical_ci, pin_bound_s
 from prefilltui.core.units import MISSING
 from prefilltui.tui.viewmodel import StatsView
 
@@ -153,6 +153,7 @@ def _intercept_lines(v: StatsView, line, interval) -> None:
         pinned = bool(ci and ci[0] is not None and ci[1] is not None
                       and (ci[1] - ci[0]) / 2 <= pin_bound_s(v.intercept_s))
     a = v.intercept_s
+    ci = physical_ci(ci)  # shown cut at 0: a fixed cost is never negative
     if not pinned:
         line("intercept", "not pinned", "bold")
         interval(ci, _ms, "ms")
@@ -164,7 +165,7 @@ def _intercept_lines(v: StatsView, line, interval) -> None:
     else:
         line("intercept", f"{_ms(a)} ms")
         interval(ci, _ms, "ms")
-        if ci and ci[0] is not None and ci[1] is not None and ci[0] <= 0 <= ci[1]:
+        if ci and ci[0] is not None and ci[1] is not None and ci[0] <= 0:
             line("", "≈0: within noise", "italic")
     if v.server_fixed_s is not None:
         line("  server", f"{_ms(v.server_fixed_s)} ms")
