@@ -15,7 +15,8 @@ from __future__ import annotations
 import asyncio
 import json
 
-from prefilltui.commands.common import _positive_int, add_output_args, add_server_args, err
+from prefilltui.commands.common import (_positive_int, add_output_args, add_server_args, err,
+                                        server_url)
 from prefilltui.core import defaults
 from prefilltui.core.prefix_cache import cache_check
 from prefilltui.exit_codes import ExitCode
@@ -28,7 +29,7 @@ def register(sub) -> None:
         description="Send the same prompt twice (and a shared prefix with a new tail) "
                     "and report whether the server's prefix cache is on and the TTFT it "
                     "saves.  llama.cpp: also the same prompt with cache_prompt:false.")
-    p.add_argument("url", help="server base URL, with or without /v1")
+    p.add_argument("url", type=server_url, help="server base URL, with or without /v1")
     p.add_argument("--tokens", type=_positive_int, default=defaults.CACHE_CHECK_TOKENS,
                    metavar="N", help=f"prompt length in tokens (default "
                                      f"{defaults.CACHE_CHECK_TOKENS}; capped at the context)")

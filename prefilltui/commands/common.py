@@ -24,6 +24,17 @@ def _int_list(text: str) -> list[int]:
     return values
 
 
+def server_url(text: str) -> str:
+    """argparse type of a server base URL (``core.server.url_problem``): a bad one is
+    a usage error (exit 2) with the reason, before anything is sent."""
+    from prefilltui.core.server import url_problem
+
+    problem = url_problem(text)
+    if problem:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a server URL: {problem}")
+    return text
+
+
 def _positive_float(text: str) -> float:
     try:
         v = float(text)

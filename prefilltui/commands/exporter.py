@@ -20,7 +20,7 @@ from dataclasses import replace
 from pathlib import Path
 
 from prefilltui.commands.common import (_int_list, _positive_float, _positive_int,
-                                        add_hardware_args, add_server_args)
+                                        add_hardware_args, add_server_args, server_url)
 from prefilltui.exit_codes import ExitCode
 from prefilltui.exporter.config import (DEFAULT_INTERVAL_S, DEFAULT_LENGTHS, DEFAULT_WINDOW,
                                         MIN_INTERVAL_S, TargetConfig, check, load_toml, unique)
@@ -40,7 +40,7 @@ def register(sub) -> None:
                     "and/or a TOML file (--config); the flags give every target's defaults. "
                     "API keys are read only from the environment variable named by "
                     "--api-key-env (or api_key_env in the file), never printed.")
-    p.add_argument("urls", nargs="*", metavar="URL", help="server base URLs")
+    p.add_argument("urls", nargs="*", metavar="URL", type=server_url, help="server base URLs")
     p.add_argument("--config", metavar="FILE", help="TOML file of targets ([defaults], [[target]])")
     p.add_argument("--listen", default="127.0.0.1:9464", metavar="HOST:PORT",
                    help="address to serve /metrics on (default 127.0.0.1:9464; port 0: any free port)")

@@ -18,7 +18,7 @@ from typing import Any
 
 from prefilltui.commands.common import (add_analysis_args, add_depth_arg, add_hardware_args,
                                         add_output_args, add_server_args, add_sweep_args,
-                                        add_telemetry_args, err)
+                                        add_telemetry_args, err, server_url)
 from prefilltui.core.analysis import analyze, format_summary
 from prefilltui.core.depth import depth_table, format_depth
 from prefilltui.core.diagnose import format_diagnosis, summarize_diagnosis
@@ -35,7 +35,8 @@ def register(sub) -> None:
         description="Fire one-token streaming probes at an OpenAI-compatible server over a "
                     "range of prompt lengths and fit TTFT = a + b*n. The API key is read "
                     "from the environment variable named by --api-key-env.")
-    p.add_argument("url", metavar="URL", help="server base URL, with or without /v1")
+    p.add_argument("url", metavar="URL", type=server_url,
+                   help="server base URL, with or without /v1")
     add_server_args(p)
     add_sweep_args(p)
     add_depth_arg(p)

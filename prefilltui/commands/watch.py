@@ -21,7 +21,7 @@ from typing import Any, Callable
 
 from prefilltui.commands.common import (
     add_analysis_args, add_hardware_args, add_server_args, add_sweep_args,
-    add_telemetry_args, err,
+    add_telemetry_args, err, server_url,
 )
 from prefilltui.core import defaults
 from prefilltui.core.analysis import analyze
@@ -48,7 +48,8 @@ def register(sub) -> None:
                     "the probe log.  Keys: space pause, r reset fit, w window fit, b burst, "
                     "+/- sweep range, e export, s save screen (SVG), c cache check, t theme, ? help, "
                     "q quit.")
-    p.add_argument("url", help="server base URL, e.g. http://127.0.0.1:8000 (with or without /v1)")
+    p.add_argument("url", type=server_url,
+                   help="server base URL, e.g. http://127.0.0.1:8000 (with or without /v1)")
     add_server_args(p)
     add_sweep_args(p)
     add_hardware_args(p)

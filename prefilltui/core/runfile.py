@@ -199,6 +199,11 @@ def _finite(v):
 _NUMBER_FIELDS = ("started_at", "ttft_s", "ttfb_s", "total_s", "connect_s", "server_prefill_s",
                   "queue_s", "overhead_s", "retry_after_s", "t_send", "t_end", "server_running",
                   "server_waiting", "util_peak_pct", "util_mean_pct", "power_peak_w", "energy_j")
+#: Durations a probe measures (seconds); a read-back value outside 0..MAX_DURATION_S
+#: is not a measurement (a hand-edited or foreign line) and the line is skipped.
+_DURATION_FIELDS = ("ttft_s", "ttfb_s", "total_s", "connect_s", "server_prefill_s", "queue_s")
+#: One day: far beyond any probe's timeout, far below a corrupt 1e308.
+MAX_DURATION_S = 86_400.0
 _COUNT_FIELDS = ("seq", "requested_tokens", "prompt_tokens", "cached_tokens", "http_status")
 _BOOL_FIELDS = ("ok", "warmup", "burst")
 _STR_FIELDS = ("prompt_tokens_source", "error_kind", "error_message", "api", "model",
@@ -228,6 +233,12 @@ def _check(r: ProbeResult) -> None:
         v = getattr(r, name)
         if v is not None and not isinstance(v, str):
             raise bad(name, "a string")
+    for name in _DURATION_FIELDS:  # a measured duration: never negative, never days
+        v = getattr(r, name)
+        if v is not None and not 0.0 <= v <= MAX_DURATION_S:
+            raise bad(name, f"a duration from 0 to {MAX_DURATION_S:g} s")
+    if r.ok and r.ttft_s is not None and r.ttft_s <= 0:
+        raise bad("ttft_s", "a positive time")
 
 
 def read_run(path: str | os.PathLike) -> tuple[list[ProbeResult], list[str]]:
@@ -247,6 +258,8 @@ def read_run(path: str | os.PathLike) -> tuple[list[ProbeResult], list[str]]:
                 obj = json.loads(s)
                 if isinstance(obj, dict) and obj.get("record") == SESSION_RECORD:
                     continue  # facts about the run, not a probe: read_session
+                if isinstance(obj, dict) and not {"ok", "requested_tokens"} <= obj.keys():
+                    raise ValueError("not a probe record (no ok / requested_tokens)")
                 r = ProbeResult.from_json(obj)
                 _check(r)
                 results.append(r)

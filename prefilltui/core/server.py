@@ -266,3 +266,27 @@ def describe_exc(e: BaseException) -> str:
     name = type(e).__name__
     msg = str(e).strip().splitlines()[0] if str(e).strip() else ""
     return f"{name}: {msg}" if msg else name
+
+
+def url_problem(url: object) -> str | None:
+    """Why ``url`` cannot be a server base URL (one line), or None when it can:
+    http or https, a host, a port (if given) from 1 to 65535, no spaces or control
+    characters.  Used to refuse a bad URL up front, as a usage error."""
+    import urllib.parse
+
+    if not isinstance(url, str) or not url.strip():
+        return "an empty URL"
+    if any(c.isspace() or ord(c) < 32 or ord(c) == 127 for c in url):
+        return "spaces or control characters in the URL"
+    try:
+        parts = urllib.parse.urlsplit(url)
+        port = parts.port  # ValueError: not a number, or out of 0-65535
+    except ValueError as e:
+        return f"not a valid URL ({e})"
+    if parts.scheme not in ("http", "https"):
+        return "it must start with http:// or https://"
+    if not parts.hostname:
+        return "no host in the URL"
+    if port is not None and not 1 <= port <= 65535:
+        return f"port {port} is out of range (1-65535)"
+    return None

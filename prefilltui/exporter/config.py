@@ -29,6 +29,8 @@ import tomllib
 from dataclasses import dataclass, fields, replace
 from typing import Any, Literal
 
+from prefilltui.core.server import url_problem
+
 #: One probe start every 15 s per target: 4 probes/min, invisible next to any real
 #: workload (see README "Watching a fleet" for the load in requests and tokens).
 DEFAULT_INTERVAL_S = 15.0
@@ -96,8 +98,9 @@ def check(cfg: TargetConfig) -> TargetConfig:
         ValueError: naming the target and the bad field.
     """
     where = f"target {cfg.label!r}"
-    if not re.match(r"^https?://[^/\s]+", cfg.url):
-        raise ValueError(f"{where}: url must start with http:// or https://")
+    problem = url_problem(cfg.url)
+    if problem:
+        raise ValueError(f"{where}: url {cfg.url!r}: {problem}")
     if cfg.api not in ("completions", "chat"):
         raise ValueError(f"{where}: api must be 'completions' or 'chat', not {cfg.api!r}")
     if not cfg.lengths or any(not isinstance(n, int) or isinstance(n, bool) or n <= 0

@@ -138,3 +138,18 @@ def test_budget_rejects_bad_values(bad, capsys):
     with pytest.raises(SystemExit) as e:
         main(["sweep", "http://127.0.0.1:9", "--budget", bad])
     assert e.value.code == 2
+
+
+@pytest.mark.parametrize("url, why", [
+    ("http://[::1", "not a valid URL"),
+    ("http://127.0.0.1:99999", "not a valid URL"),
+    ("http://127.0.0.1:abc", "not a valid URL"),
+    ("", "an empty URL"),
+    ("http://", "no host in the URL"),
+    ("ftp://127.0.0.1/", "it must start with http:// or https://"),
+])
+def test_a_bad_url_is_a_usage_error_before_anything_is_sent(url, why, capsys):
+    with pytest.raises(SystemExit) as ei:
+        main(["sweep", url])
+    err = capsys.readouterr().err
+    assert ei.value.code == 2 and why in err and "internal error" not in err

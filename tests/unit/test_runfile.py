@@ -73,3 +73,29 @@ def test_empty_run_file_is_not_left_behind_but_existing_files_are_kept(tmp_path)
     kept.write_text("")
     RunWriter(kept).close()
     assert kept.exists()
+
+
+def test_impossible_durations_and_foreign_objects_never_enter_the_analysis(tmp_path):
+    """A negative or absurd TTFT (hand-edited or foreign lines) once dragged a robust
+    fit from ~30k to 103k tok/s with an intercept of -487 ms: such lines are skipped
+    and named, as is a JSON object that is no probe at all."""
+    import json
+
+    from prefilltui.core.runfile import read_run
+    from prefilltui.core.types import ProbeResult
+
+    good = ProbeResult(seq=1, requested_tokens=64, prompt_tokens=64, ok=True, ttft_s=0.05)
+    lines = [json.dumps(good.to_json())]
+    for field, value in (("ttft_s", -5.0), ("ttft_s", 0.0), ("ttft_s", 1e308),
+                         ("server_prefill_s", -1.0), ("total_s", 1e9)):
+        bad = good.to_json()
+        bad[field] = value
+        lines.append(json.dumps(bad))
+    lines += ["{}", '{"a": 1}']
+    path = tmp_path / "run.jsonl"
+    path.write_text("\n".join(lines) + "\n")
+    results, problems = read_run(path)
+    assert [r.ttft_s for r in results] == [0.05]
+    assert len(problems) == 7
+    assert problems[0].startswith("line 2: ttft_s is '-5.0', not a duration from 0 to 86400 s")
+    assert problems[-1] == "line 8: not a probe record (no ok / requested_tokens)"
