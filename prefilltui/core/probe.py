@@ -353,6 +353,13 @@ class ProbeClient:
                 self.notices.pop(f"sent without {field}", None)
                 r.extra.pop("rejected_field", None)
                 break
+        _vet(r)
+        if r.extra.get("ignored"):
+            self.notices.setdefault(
+                "server values ignored",
+                "the server sent counts or times that cannot be true ("
+                + "; ".join(r.extra["ignored"])[:300]
+                + "): they are ignored, never fitted (each probe's extra.ignored says which)")
         self._learn(r, words, tok_count)
         r.error_message = self._scrub(r.error_message)
         if "after_complete" in r.extra:
@@ -612,8 +619,8 @@ def _count(v: Any) -> int | None:
     return None
 
 
-def _bad(r: ProbeResult, field: str, v: Any) -> None:
-    r.extra.setdefault("ignored", []).append(f"{field} {str(v)[:40]!r} is not a token count")
+def _bad(r: ProbeResult, field: str, v: Any, why: str = "is not a token count") -> None:
+    r.extra.setdefault("ignored", []).append(f"{field} {str(v)[:40]!r} {why}")
 
 
 def _take_usage(r: ProbeResult, usage: dict | None, timings: dict | None) -> None:
@@ -645,6 +652,17 @@ def _take_usage(r: ProbeResult, usage: dict | None, timings: dict | None) -> Non
         if (isinstance(pms, (int, float)) and not isinstance(pms, bool)
                 and math.isfinite(pms) and pms >= 0):
             r.server_prefill_s = pms / 1000.0
+
+
+def _vet(r: ProbeResult) -> None:
+    """Drop what contradicts the rest of the probe, noted in ``extra["ignored"]``:
+    more cached tokens than prompt tokens is not a count (the probe stays a miss
+    and stays in the fit)."""
+    if (r.cached_tokens is not None and r.prompt_tokens is not None
+            and r.cached_tokens > r.prompt_tokens):
+        _bad(r, "cached tokens", r.cached_tokens,
+             f"is more than the {r.prompt_tokens} prompt tokens: not a token count")
+        r.cached_tokens = None
 
 
 def _note_late(r: ProbeResult, message: str) -> None:

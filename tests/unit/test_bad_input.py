@@ -160,6 +160,25 @@ def test_infinite_prompt_ms_is_ignored(fake_server):
     assert r.ok and r.server_prefill_s is None
 
 
+@pytest.mark.parametrize("usage,timings", [
+    ({"prompt_tokens": "W", "prompt_tokens_details": {"cached_tokens": "10W"}}, None),
+    ({"prompt_tokens": "W"}, {"prompt_n": 3, "cache_n": "10W", "prompt_ms": 1.0}),
+])
+def test_cached_tokens_above_prompt_tokens_are_not_a_cache_hit(fake_server, usage, timings):
+    def reply(req):
+        w = len(req.json["prompt"].split())
+        sub = lambda d: d and {k: (w if v == "W" else 10 * w if v == "10W" else sub(v)
+                                   if isinstance(v, dict) else v) for k, v in d.items()}
+        return _completions(sub(usage), sub(timings))(req)
+    s = fake_server({"GET /v1/models": models_reply("m"), "POST /v1/completions": reply})
+    r = _run(_probe(s.base_url, 64))
+    # the count is dropped, the probe stays a miss in the fit, and the reason is kept
+    assert r.ok and r.prompt_tokens_source == "usage" and r.prompt_tokens > 0
+    assert r.cached_tokens is None and r.fit_eligible
+    assert any("cached tokens" in x and f"{r.prompt_tokens} prompt tokens" in x
+               for x in r.extra["ignored"])
+
+
 def test_retry_after_non_finite_is_ignored():
     assert parse_retry_after("nan") is None and parse_retry_after("1e400") is None
     assert parse_retry_after("2") == 2.0
