@@ -526,7 +526,8 @@ class ProbeClient:
                 if info.has_token and r.ttft_s is None:
                     r.ttft_s = now - t0
                 finished = finished or info.finish_reason is not None
-                _take_usage(r, info.usage, info.timings)
+                _take_usage(r, info.usage, info.timings,
+                            _ceiling(self.info.context_tokens if self.info else None))
             if deadline is None and finished and r.ttft_s is not None:
                 deadline = now + POST_COMPLETION_GRACE_S
         if t_done is not None:
@@ -607,14 +608,19 @@ def _names(field: str, value: Any) -> list[str]:
     return out
 
 
-#: Largest prompt-token count accepted from a server (no model has a context near
-#: this); a larger, negative or non-integer count is ignored and noted in ``extra``.
-MAX_PLAUSIBLE_TOKENS = 100_000_000
+#: Largest token count accepted from a server whose context is unknown (the longest
+#: context windows offered are 10 M tokens, e.g. Llama 4 Scout's model card); a
+#: larger, negative or non-integer count is ignored and noted in ``extra``.
+MAX_PLAUSIBLE_TOKENS = 10_000_000
+#: How much longer than the client's own TTFT a server prefill time may be
+#: (seconds): the two clocks start apart, but the server cannot have spent much
+#: longer on the prompt than the client waited for its first token.
+SERVER_TIME_TOLERANCE_S = 1.0
 
 
-def _count(v: Any) -> int | None:
-    """A token count from server JSON: an int (not a bool) in [0, MAX_PLAUSIBLE_TOKENS]."""
-    if isinstance(v, int) and not isinstance(v, bool) and 0 <= v <= MAX_PLAUSIBLE_TOKENS:
+def _count(v: Any, ceiling: int = MAX_PLAUSIBLE_TOKENS) -> int | None:
+    """A token count from server JSON: an int (not a bool) in [0, ceiling]."""
+    if isinstance(v, int) and not isinstance(v, bool) and 0 <= v <= ceiling:
         return v
     return None
 
@@ -623,46 +629,74 @@ def _bad(r: ProbeResult, field: str, v: Any, why: str = "is not a token count") 
     r.extra.setdefault("ignored", []).append(f"{field} {str(v)[:40]!r} {why}")
 
 
-def _take_usage(r: ProbeResult, usage: dict | None, timings: dict | None) -> None:
+def _ceiling(context_tokens: int | None) -> int:
+    """The largest prompt a server can have counted: its context when known."""
+    if context_tokens and context_tokens > 0:
+        return min(context_tokens, MAX_PLAUSIBLE_TOKENS)
+    return MAX_PLAUSIBLE_TOKENS
+
+
+def _take_usage(r: ProbeResult, usage: dict | None, timings: dict | None,
+                ceiling: int = MAX_PLAUSIBLE_TOKENS) -> None:
     """Server-counted prompt tokens, cached tokens and server prefill time.
 
-    Values that are not plausible (negative, bool, non-integer, over
-    MAX_PLAUSIBLE_TOKENS, non-finite or negative times) are ignored, so they never
-    reach the fit or the run file; each is named in ``extra["ignored"]``."""
+    Values that are not plausible (negative, bool, non-integer, over ``ceiling``
+    = the server's context or MAX_PLAUSIBLE_TOKENS, non-finite or negative times)
+    are ignored, so they never reach the fit, the length model or the run file;
+    each is named in ``extra["ignored"]``.  ``_vet`` checks what needs the whole
+    stream (cached vs prompt tokens, server time vs TTFT)."""
     if usage:
         pt = usage.get("prompt_tokens")
-        if _count(pt):
+        if _count(pt, ceiling):
             r.prompt_tokens, r.prompt_tokens_source = pt, "usage"
         elif pt is not None:
             _bad(r, "usage.prompt_tokens", pt)
         det = usage.get("prompt_tokens_details")
         if isinstance(det, dict) and det.get("cached_tokens") is not None:
-            if _count(det["cached_tokens"]) is not None:
+            if _count(det["cached_tokens"], ceiling) is not None:
                 r.cached_tokens = det["cached_tokens"]
             else:
                 _bad(r, "usage.prompt_tokens_details.cached_tokens", det["cached_tokens"])
     if timings:
         pn, cn, pms = timings.get("prompt_n"), timings.get("cache_n"), timings.get("prompt_ms")
-        cn = _count(cn)
+        if cn is not None and _count(cn, ceiling) is None:
+            _bad(r, "timings.cache_n", cn)
+            cn = None
+        if pn is not None and _count(pn, ceiling) is None:
+            _bad(r, "timings.prompt_n", pn)
+            pn = None
         if cn is not None and r.cached_tokens is None:
             r.cached_tokens = cn
-        if _count(pn) is not None and r.prompt_tokens_source != "usage" and (pn + (cn or 0)) > 0:
-            r.prompt_tokens = pn + (cn or 0)
-            r.prompt_tokens_source = "timings"
-        if (isinstance(pms, (int, float)) and not isinstance(pms, bool)
-                and math.isfinite(pms) and pms >= 0):
-            r.server_prefill_s = pms / 1000.0
+        total = (pn or 0) + (cn or 0)
+        if pn is not None and r.prompt_tokens_source != "usage" and total > 0:
+            if total <= ceiling:
+                r.prompt_tokens, r.prompt_tokens_source = total, "timings"
+            else:
+                _bad(r, "timings.prompt_n + cache_n", total)
+        if pms is not None:
+            if (isinstance(pms, (int, float)) and not isinstance(pms, bool)
+                    and math.isfinite(pms) and pms >= 0):
+                r.server_prefill_s = pms / 1000.0
+            else:
+                _bad(r, "timings.prompt_ms", pms, "is not a time")
 
 
 def _vet(r: ProbeResult) -> None:
     """Drop what contradicts the rest of the probe, noted in ``extra["ignored"]``:
-    more cached tokens than prompt tokens is not a count (the probe stays a miss
-    and stays in the fit)."""
+    more cached tokens than prompt tokens (not a count: the probe stays a miss and
+    stays in the fit), and a server prefill time longer than the client's TTFT +
+    SERVER_TIME_TOLERANCE_S (or any server time on a probe without a TTFT)."""
     if (r.cached_tokens is not None and r.prompt_tokens is not None
             and r.cached_tokens > r.prompt_tokens):
         _bad(r, "cached tokens", r.cached_tokens,
              f"is more than the {r.prompt_tokens} prompt tokens: not a token count")
         r.cached_tokens = None
+    sp = r.server_prefill_s
+    if sp is not None and (r.ttft_s is None or sp > r.ttft_s + SERVER_TIME_TOLERANCE_S):
+        _bad(r, "server prefill (s)", sp,
+             "is longer than the measured TTFT" + (f" {r.ttft_s:.3f} s" if r.ttft_s else "")
+             + ": not a prefill time")
+        r.server_prefill_s = None
 
 
 def _note_late(r: ProbeResult, message: str) -> None:

@@ -179,6 +179,50 @@ def test_cached_tokens_above_prompt_tokens_are_not_a_cache_hit(fake_server, usag
                for x in r.extra["ignored"])
 
 
+def test_huge_server_timings_never_reach_the_result_or_the_length_model(fake_server):
+    def reply(req):
+        w = len(req.json["prompt"].split())
+        return _completions({}, {"prompt_n": w, "cache_n": 99_999_999, "prompt_ms": 1e308})(req)
+    s = fake_server({"GET /v1/models": models_reply("m", max_model_len=8192),
+                     "POST /v1/completions": reply})
+
+    async def go():
+        async with ProbeClient(s.base_url, timeout=5) as c:
+            await c.discover()
+            await c.calibrate()
+            return c, await c.probe(64)
+    c, r = _run(go())
+    assert c.info.context_tokens == 8192
+    assert r.ok and r.cached_tokens is None and r.server_prefill_s is None
+    # cache_n over the 8192-token context is no count: prompt_n alone is the length
+    words = len(s.requests[-1].json["prompt"].split())
+    assert r.prompt_tokens_source == "timings" and r.prompt_tokens == words
+    assert c.lengths.ratio < 10  # learned nothing from 1e8 tokens
+    ig = " | ".join(r.extra["ignored"])
+    assert "timings.cache_n '99999999'" in ig and "server prefill (s) '1e+305'" in ig
+    assert "server values ignored" in c.notices
+
+
+@pytest.mark.parametrize("cache_n,ctx", [(10_000_001, None), (9000, 8192)])
+def test_cache_n_over_context_or_ceiling_is_not_a_count(fake_server, cache_n, ctx):
+    entry = {"max_model_len": ctx} if ctx else {}
+    s = fake_server({"GET /v1/models": models_reply("m", **entry),
+                     "POST /v1/completions": _completions(
+                         {"prompt_tokens": 20}, {"prompt_n": 20, "cache_n": cache_n})})
+    r = _run(_probe(s.base_url))
+    assert r.ok and r.prompt_tokens == 20 and r.cached_tokens is None
+    assert f"timings.cache_n '{cache_n}' is not a token count" in r.extra["ignored"]
+
+
+def test_server_prefill_longer_than_ttft_is_dropped(fake_server):
+    s = fake_server({"GET /v1/models": models_reply("m"), "POST /v1/completions": _completions(
+        {"prompt_tokens": 20}, {"prompt_ms": 5000.0})})
+    r = _run(_probe(s.base_url))
+    assert r.ok and r.ttft_s < 1 and r.server_prefill_s is None
+    s.set("POST /v1/completions", _completions({"prompt_tokens": 20}, {"prompt_ms": 0.5}))
+    assert _run(_probe(s.base_url)).server_prefill_s == 0.0005  # a plausible one is kept
+
+
 def test_retry_after_non_finite_is_ignored():
     assert parse_retry_after("nan") is None and parse_retry_after("1e400") is None
     assert parse_retry_after("2") == 2.0
