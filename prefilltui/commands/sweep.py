@@ -192,9 +192,14 @@ def _attach_analysis(d: dict[str, Any], results, info, args,
     return text
 
 
-def _progress_line(r: ProbeResult, total: int | None) -> str:
+def _progress_line(r: ProbeResult, total: int | None, index: int | None = None) -> str:
+    """One probe's line; ``index``: which planned probe it is (a retried rate-limited
+    attempt repeats its probe's number), never over ``total``; default ``r.seq``."""
+    n = r.seq if index is None else index
+    if total:
+        n = min(n, total)
     tag = " warm-up" if r.warmup else (" burst" if r.burst else "")
-    head = f"[{r.seq:>3}/{total or '?':>3}] {r.requested_tokens:>6} tok{tag}"
+    head = f"[{n:>3}/{total or '?':>3}] {r.requested_tokens:>6} tok{tag}"
     if r.ok:
         sp = f"  server {r.server_prefill_s * 1e3:.1f} ms" if r.server_prefill_s is not None else ""
         if r.queue_s is not None:
@@ -290,7 +295,7 @@ def run(args) -> int:
         total = None if until else args.warmup + len(runner.lengths) * args.repeats
         if total is not None and budget_probes:
             total = min(total, budget_probes)
-        line = _progress_line(r, total)
+        line = _progress_line(r, total, runner.finished + 1)
         prog = runner.progress
         if until and prog is not None and not r.warmup:
             line += f"  [{prog.line()}]"

@@ -45,11 +45,16 @@ log = logging.getLogger(__name__)
 CONTEXT_RESERVE = 8
 #: Longest back-off after repeated 429/503 without Retry-After (seconds).
 MAX_BACKOFF_S = 60.0
-#: Shortest wait after a 429/503, whatever Retry-After says ("0" or garbage would
-#: otherwise re-send at once, hammering a server that asked us to slow down).
-MIN_RATE_LIMIT_WAIT_S = 0.5
+#: Shortest wait after a 429/503, whatever Retry-After says ("0", "-5" or garbage
+#: would otherwise re-send at once, hammering a server that asked us to slow down).
+MIN_RATE_LIMIT_WAIT_S = 1.0
+#: A non-continuous sweep gives up on one probe after this many rate-limited
+#: attempts in a row, or once its waits would pass MAX_RATE_LIMIT_WAIT_S; the
+#: probe is then a failed ``rate_limited`` probe and the sweep moves on.
+MAX_RATE_LIMITED_TRIES = 5
+MAX_RATE_LIMIT_WAIT_S = 120.0
 #: A non-continuous sweep gives up after this many failures in a row
-#: (rate limits and context-length caps excluded).
+#: (context-length caps and rate-limited attempts that are retried excluded).
 MAX_CONSECUTIVE_FAILURES = 10
 
 
@@ -91,6 +96,14 @@ class SweepConfig:
     @property
     def effective_pacing(self) -> Pacing:
         return self.pacing if self.pacing is not None else Pacing(idle_floor_s=self.pause_s)
+
+
+def rate_limit_wait(retry_after_s: float | None, backoff_s: float) -> float:
+    """Seconds to wait after a 429/503: Retry-After when given, else ``backoff_s``,
+    clamped to [MIN_RATE_LIMIT_WAIT_S, MAX_BACKOFF_S] (a negative, zero or absurd
+    Retry-After never makes a busy loop or a day-long wait)."""
+    wait = retry_after_s if retry_after_s is not None else backoff_s
+    return min(MAX_BACKOFF_S, max(MIN_RATE_LIMIT_WAIT_S, wait))
 
 
 def make_lengths(min_tokens: int, max_tokens: int, points: int) -> list[int]:
@@ -138,6 +151,9 @@ class SweepRunner:
         self.results: list[ProbeResult] | deque[ProbeResult] = (
             deque(maxlen=config.keep_results or RECENT_RESULTS) if config.continuous else [])
         self.rate_limited = 0
+        #: Plan items (warm-ups included) finished: a rate-limited attempt that is
+        #: retried is not one, so ``finished + 1`` numbers the probe in flight.
+        self.finished = 0
         self.error: str | None = None
         self.state: RunnerState = "stopped"
         self.state_detail = ""
@@ -382,6 +398,7 @@ class SweepRunner:
     async def _loop_probes(self, client) -> None:
         fails = 0
         backoff = 1.0
+        rl_tries, rl_waited = 0, 0.0  # rate-limited attempts of the pending probe
         plan = self._plan()
         pending: tuple[int, bool] | None = None
         pacing = self.config.effective_pacing
@@ -414,15 +431,24 @@ class SweepRunner:
             kind = result.error_kind
             if kind == "rate_limited":
                 self.rate_limited += 1
-                wait = result.retry_after_s if result.retry_after_s is not None else backoff
-                wait = min(MAX_BACKOFF_S, max(MIN_RATE_LIMIT_WAIT_S, wait))
-                backoff = min(MAX_BACKOFF_S, backoff * 2)
-                self._set_state("retrying", f"rate limited (HTTP {result.http_status}); "
-                                f"waiting {wait:.1f} s [{self.rate_limited} so far]")
-                pending = (length, warm)
-                await self._sleep(wait)
-                continue
-            backoff = 1.0
+                rl_tries += 1
+                wait = rate_limit_wait(result.retry_after_s, backoff)
+                if self.config.continuous or (rl_tries < MAX_RATE_LIMITED_TRIES
+                                              and rl_waited + wait <= MAX_RATE_LIMIT_WAIT_S):
+                    rl_waited += wait
+                    backoff = min(MAX_BACKOFF_S, backoff * 2)
+                    self._set_state("retrying", f"rate limited (HTTP {result.http_status}); "
+                                    f"waiting {wait:.1f} s [{self.rate_limited} so far]")
+                    pending = (length, warm)
+                    await self._sleep(wait)
+                    continue
+                self._set_state("retrying", f"rate limited (HTTP {result.http_status}) "
+                                f"{rl_tries} times for one probe ({rl_waited:.0f} s waited): "
+                                "giving up on it")
+            rl_tries, rl_waited = 0, 0.0
+            self.finished += 1
+            if kind != "rate_limited":
+                backoff = 1.0
             if kind == "context_length":
                 n_ctx = result.extra.get("n_ctx")
                 new = cap_for_context(n_ctx) if n_ctx else int(length * 0.9)

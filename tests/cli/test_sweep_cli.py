@@ -80,6 +80,25 @@ def test_all_failed_exit_3(fake_server, tmp_path, capsys):
     assert rc == 3 and "every probe failed (http 2)" in err
 
 
+def test_always_rate_limited_one_pass_sweep_ends_exit_3(fake_server, tmp_path, capsys,
+                                                       monkeypatch):
+    from prefilltui.core import sweep as sweep_mod
+    monkeypatch.setattr(sweep_mod, "MIN_RATE_LIMIT_WAIT_S", 0.01)  # "-5" -> 0.01 s here
+    srv = fake_server({"GET /v1/models": models_reply(),
+                       "POST /v1/completions": Reply.json({"error": {"message": "slow"}},
+                                                          status=429, headers={"Retry-After": "-5"})})
+    rc = main(["sweep", srv.base_url, "--lengths", "8,16", "--warmup", "0",
+               "--out", str(tmp_path / "r.jsonl")])
+    cap = capsys.readouterr()
+    # each probe gives up after MAX_RATE_LIMITED_TRIES (5) attempts: 2 probes, 10 attempts
+    assert rc == 3 and "every probe failed (rate_limited 10)" in cap.err
+    counters = [line.split("]")[0] for line in cap.out.splitlines() if line.startswith("[")]
+    assert counters == ["[  1/  2"] * 5 + ["[  2/  2"] * 5  # never past its total
+    assert "giving up on it" in cap.out
+    rows = read_run(tmp_path / "r.jsonl")[0]
+    assert [r.error_kind for r in rows] == ["rate_limited"] * 10
+
+
 def test_usage_errors_exit_2(capsys):
     with pytest.raises(SystemExit) as e:
         main(["sweep", "http://x", "--lengths", "a,b"])

@@ -380,6 +380,28 @@ def test_sweep_rate_limit_wait_has_a_floor(fake_server):
     assert len(runner.results) <= 1.2 / MIN_RATE_LIMIT_WAIT_S + 1
 
 
+def test_rate_limit_wait_is_clamped_to_a_sane_range():
+    from prefilltui.core.sweep import rate_limit_wait
+    assert parse_retry_after("-5") == 0.0
+    assert rate_limit_wait(parse_retry_after("-5"), 1.0) == 1.0  # not a 0.5 s busy loop
+    assert rate_limit_wait(1e9, 1.0) == 60.0 and rate_limit_wait(None, 4.0) == 4.0
+
+
+def test_continuous_sweep_rate_limited_with_negative_retry_after_backs_off(fake_server):
+    from prefilltui.core.sweep import SweepConfig, SweepRunner
+    s = fake_server({"GET /v1/models": models_reply("m"),
+                     "POST /tokenize": Reply.json({"tokens": [1] * 16}),
+                     "POST /v1/completions": Reply.json({"error": "slow"}, status=429,
+                                                        headers={"Retry-After": "-5"})})
+    runner = SweepRunner(lambda: ProbeClient(s.base_url, timeout=5),
+                         SweepConfig([16], warmup=0, continuous=True))
+    runner.start()
+    time.sleep(1.5)
+    assert runner.alive and runner.state == "retrying"  # keeps backing off, never gives up
+    runner.stop(5)
+    assert 1 <= len(runner.results) <= 2  # attempts 1 s apart, not every 0.5 s or faster
+
+
 def test_telemetry_after_probe_wait_is_bounded():
     from prefilltui.core.telemetry import make_sampler
     s = make_sampler(hz=0.2, nvml_module=None, env={}).start()
