@@ -20,6 +20,7 @@ from prefilltui.commands.common import (add_analysis_args, add_depth_arg, add_ha
                                         add_output_args, add_server_args, add_sweep_args,
                                         add_telemetry_args, err, server_url)
 from prefilltui.core.analysis import analyze, format_summary
+from prefilltui.core.server import display_url
 from prefilltui.core.depth import depth_table, format_depth
 from prefilltui.core.diagnose import format_diagnosis, summarize_diagnosis
 from prefilltui.core.fit import fit_ols, fit_robust
@@ -96,7 +97,7 @@ def summarize(results: list[ProbeResult], info, *, rate_limited: int = 0,
     d: dict[str, Any] = {
         "server": {"kind": info.kind if info else None, "model": info.model if info else None,
                    "context_tokens": info.context_tokens if info else None,
-                   "base_url": info.base_url if info else None},
+                   "base_url": display_url(info.base_url) if info else None},
         "probes": len(ok),
         "failed": len(failed),
         "warmup": sum(1 for r in results if r.warmup),
@@ -312,7 +313,7 @@ def run(args) -> int:
                     how = f"= {args.warmup + len(planned) * args.repeats} probes"
                 budget = ", ".join(x for x in (f"{budget_probes} probes" if budget_probes else "",
                                                f"{budget_s:g} s" if budget_s else "") if x)
-                print(f"sweeping {args.url}: lengths {','.join(map(str, planned))} x "
+                print(f"sweeping {display_url(args.url)}: lengths {','.join(map(str, planned))} x "
                       f"{args.repeats} + {args.warmup} warm-up ({how}"
                       + (f"; budget {budget}" if budget else "") + ")"
                       + (f"; then at depths {','.join(map(str, depths))} (cached prefix)"

@@ -19,6 +19,7 @@ from prefilltui.core.fit import LinearFit
 from prefilltui.core.running_fit import FitSnapshot, RunningFit
 from prefilltui.core.types import ProbeResult, ServerInfo
 from prefilltui.core import units
+from prefilltui.core.server import display_url
 from prefilltui.core.units import MISSING
 
 SCHEMA = "prefilltui.analysis/1"
@@ -86,7 +87,8 @@ def analyze(results: Iterable[ProbeResult], server_info: ServerInfo | None = Non
         "schema": SCHEMA,
         "estimate_note": ESTIMATE_NOTE,
         "server": None if server_info is None else {
-            "base_url": server_info.base_url, "kind": server_info.kind, "model": server_info.model},
+            "base_url": display_url(server_info.base_url), "kind": server_info.kind,
+            "model": server_info.model},
         "probes": _probe_counts(results),
         "fit": _fit_json(fit),
         "ols": _fit_json(snap.ols) if snap else None,

@@ -20,6 +20,7 @@ from prefilltui.core.metrics import (
     FIELDS, NAMES, MetricNames, MetricsDelta, MetricsSample, apply_delta, delta, enable_hint,
     metrics_url, parse_metrics,
 )
+from prefilltui.core.server import display_url
 from prefilltui.core.types import ProbeResult
 
 
@@ -42,6 +43,7 @@ class MetricsReader:
                  headers: dict[str, str] | None = None, verify: bool = True) -> None:
         self.kind = kind
         self.url = url or metrics_url(base_url)
+        self.shown_url = display_url(self.url)  # no password in a message
         self.problem: str | None = None
         self.last: MetricsSample | None = None
         self._own = client is None
@@ -63,26 +65,26 @@ class MetricsReader:
                 async for chunk in r.aiter_bytes():
                     body += chunk
                     if len(body) > MAX_METRICS_BYTES:
-                        self.problem = (f"{self.url} is over {MAX_METRICS_BYTES // 2**20} MiB; "
+                        self.problem = (f"{self.shown_url} is over {MAX_METRICS_BYTES // 2**20} MiB; "
                                         "not scraped (too costly to parse around every probe)")
                         return None
         except httpx.HTTPError as e:
             if isinstance(e, (httpx.ConnectError, httpx.UnsupportedProtocol)):
-                self.problem = f"{self.url}: {type(e).__name__}; {enable_hint(self.kind)}"
+                self.problem = f"{self.shown_url}: {type(e).__name__}; {enable_hint(self.kind)}"
             else:  # a dropped read says nothing about whether metrics are enabled
-                self.problem = (f"{self.url}: scrape failed ({type(e).__name__}); "
+                self.problem = (f"{self.shown_url}: scrape failed ({type(e).__name__}); "
                                 "retried next probe")
             return None
         if r.status_code != 200:
-            self.problem = f"{self.url} answered HTTP {r.status_code}; {enable_hint(self.kind)}"
+            self.problem = f"{self.shown_url} answered HTTP {r.status_code}; {enable_hint(self.kind)}"
             return None
         try:
             sample = parse_metrics(body.decode("utf-8", "replace"), self.kind)
         except ValueError as e:
-            self.problem = f"{self.url} is not Prometheus text ({e}); {enable_hint(self.kind)}"
+            self.problem = f"{self.shown_url} is not Prometheus text ({e}); {enable_hint(self.kind)}"
             return None
         if not sample.hist and not sample.values:
-            self.problem = (f"{self.url} publishes none of the known {self.kind} metrics; "
+            self.problem = (f"{self.shown_url} publishes none of the known {self.kind} metrics; "
                             f"{enable_hint(self.kind)}")
         else:
             self.problem = None

@@ -96,9 +96,11 @@ async def discover(client: httpx.AsyncClient, base_url: str, *, model: str | Non
         async with asyncio.timeout(timeout):
             models_r = await client.get(v1 + "/models", timeout=timeout)
     except httpx.HTTPError as e:
-        raise ServerUnreachable(f"cannot reach {root}: {describe_exc(e)}") from None
+        raise ServerUnreachable(f"cannot reach {display_url(root)}: {describe_exc(e)}"
+                                ) from None
     except TimeoutError:
-        raise ServerUnreachable(f"cannot reach {root}: no complete answer from /v1/models "
+        raise ServerUnreachable(f"cannot reach {display_url(root)}: no complete answer from "
+                                "/v1/models "
                                 f"within {timeout:g} s") from None
     names = ("/props", "/version", "/metrics", "/info", "/api/version", "/get_model_info")
     rs = await asyncio.gather(*(_get(client, root + n, timeout) for n in names))
@@ -290,3 +292,21 @@ def url_problem(url: object) -> str | None:
     if port is not None and not 1 <= port <= 65535:
         return f"port {port} is out of range (1-65535)"
     return None
+
+
+def display_url(url: str | None) -> str | None:
+    """``url`` as it may be shown or written: a password in it (``user:pw@host``)
+    replaced by ``***``.  The probes still use the URL as given."""
+    import urllib.parse
+
+    if not url or "@" not in url:
+        return url
+    try:
+        parts = urllib.parse.urlsplit(url)
+    except ValueError:
+        return url
+    if parts.password is None:
+        return url
+    host = parts.netloc.rsplit("@", 1)[1]
+    user = parts.username or ""
+    return urllib.parse.urlunsplit(parts._replace(netloc=f"{user}:***@{host}"))

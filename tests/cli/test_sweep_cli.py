@@ -172,3 +172,18 @@ def test_a_bad_url_is_a_usage_error_before_anything_is_sent(url, why, capsys):
         main(["sweep", url])
     err = capsys.readouterr().err
     assert ei.value.code == 2 and why in err and "internal error" not in err
+
+
+def test_a_password_in_the_url_is_never_shown(fake_server, tmp_path, capsys):
+    srv = server(fake_server)
+    url = srv.base_url.replace("http://", "http://user:hunter2secretpw@")
+    rc = main(["sweep", url, "--lengths", "16,64", "--format", "json",
+               "--out", str(tmp_path / "r.jsonl")])
+    cap = capsys.readouterr()
+    assert rc == 0, cap.err
+    assert "hunter2secretpw" not in cap.out + cap.err + (tmp_path / "r.jsonl").read_text()
+    assert json.loads(cap.out)["server"]["base_url"] == srv.base_url.replace(
+        "http://", "http://user:***@")
+    rc = main(["sweep", "http://user:hunter2secretpw@127.0.0.1:9", "--lengths", "16"])
+    err = capsys.readouterr().err
+    assert rc == 3 and "hunter2secretpw" not in err and "user:***@127.0.0.1:9" in err
