@@ -19,15 +19,15 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable
 
-from prefilltui.core import defaults
-from prefilltui.core.fit import LinearFit
-from prefilltui.core.metrics_hook import MetricsHook
-from prefilltui.core.pacing import Pacing, auto_pacing
-from prefilltui.core.probe import ProbeClient
-from prefilltui.core.runfile import RotatingRunWriter, RunWriter, default_run_path
-from prefilltui.core.sweep import ProbeHook, SweepConfig, SweepRunner, make_lengths
-from prefilltui.core.telemetry import Sampler
-from prefilltui.core.types import ProbeResult
+from prefilltui.model import defaults
+from prefilltui.model.fit import LinearFit
+from prefilltui.measure.metrics_hook import MetricsHook
+from prefilltui.model.pacing import Pacing, auto_pacing
+from prefilltui.measure.probe import ProbeClient
+from prefilltui.measure.runfile import RotatingRunWriter, RunWriter, default_run_path
+from prefilltui.measure.sweep import ProbeHook, SweepConfig, SweepRunner, make_lengths
+from prefilltui.measure.telemetry import Sampler
+from prefilltui.model.types import ProbeResult
 from prefilltui.exit_codes import ExitCode
 
 
@@ -131,7 +131,7 @@ class Session:
     ``hooks`` run around every probe in this order: the metrics hook first (its
     scrape right after the stream ends sees the fewest other requests), then the
     sampler (which waits for a sample at or after the probe's end).
-    ``baseline`` is the fit of ``--baseline RUN.jsonl`` (``drift.load_baseline``),
+    ``baseline`` is the fit of ``--baseline RUN.jsonl`` (``runfile.load_baseline``),
     or None with the reason in ``baseline_problem`` when it could not be used.
     """
 
@@ -187,7 +187,7 @@ def build_session(options: Any, base_url: str, *, continuous: bool = False) -> S
         SessionError: bad options (USAGE: API key, sweep range, ``--gpus``) or a run
             file that cannot be created (FAILURE).
     """
-    from prefilltui.core.drift import load_baseline
+    from prefilltui.measure.runfile import load_baseline
 
     new_client = client_factory(options, base_url)
     lengths = sweep_lengths(options)
@@ -211,7 +211,7 @@ def build_session(options: Any, base_url: str, *, continuous: bool = False) -> S
                            ) from None
     sampler = None
     if not _opt(options, "no_telemetry", False):
-        from prefilltui.core.telemetry import make_sampler
+        from prefilltui.measure.telemetry import make_sampler
 
         try:
             sampler = make_sampler(_opt(options, "gpus"),

@@ -17,8 +17,8 @@ import json
 
 from prefilltui.commands.common import (_positive_int, add_output_args, add_server_args, err,
                                         server_url)
-from prefilltui.core import defaults
-from prefilltui.core.prefix_cache import cache_check
+from prefilltui.model import defaults
+from prefilltui.measure.prefix_cache import cache_check
 from prefilltui.exit_codes import ExitCode
 from prefilltui.session import SessionError, client_factory
 

@@ -10,8 +10,8 @@ import argparse
 import math
 import sys
 
-from prefilltui.core import defaults
-from prefilltui.core.types import FIT_METHODS
+from prefilltui.model import defaults
+from prefilltui.model.types import FIT_METHODS
 
 
 def _int_list(text: str) -> list[int]:
@@ -27,7 +27,7 @@ def _int_list(text: str) -> list[int]:
 def server_url(text: str) -> str:
     """argparse type of a server base URL (``core.server.url_problem``): a bad one is
     a usage error (exit 2) with the reason, before anything is sent."""
-    from prefilltui.core.server import url_problem
+    from prefilltui.measure.server import url_problem
 
     problem = url_problem(text)
     if problem:

@@ -28,7 +28,7 @@ from prefilltui.commands.common import (
     err,
 )
 from prefilltui.commands.watch import add_tui_args
-from prefilltui.core import defaults
+from prefilltui.model import defaults
 from prefilltui.exit_codes import ExitCode
 
 #: Sweep defaults sized for a CPU: SmolLM2-135M prefill on 2 cores measured here at

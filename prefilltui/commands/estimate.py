@@ -4,7 +4,7 @@
 
 FLOPs(n) = 2*P*n + 2*L*d_attn*n^2; time = FLOPs / (efficiency * peak); arithmetic
 intensity n*d/(d+2n) against the ridge point peak/bandwidth (formulas and figures:
-prefilltui/core/roofline.py, catalog.py).  Every number printed is an estimate.
+prefilltui/model/roofline.py, catalog.py).  Every number printed is an estimate.
 """
 
 from __future__ import annotations
@@ -12,8 +12,8 @@ from __future__ import annotations
 import json
 
 from prefilltui.commands.common import _positive_int, add_hardware_args, add_output_args, err
-from prefilltui.core import roofline
-from prefilltui.core.catalog import known_names, resolve_gpu, resolve_model
+from prefilltui.model import roofline
+from prefilltui.model.catalog import known_names, resolve_gpu, resolve_model
 from prefilltui.exit_codes import ExitCode
 
 

@@ -3,9 +3,9 @@
 Prints the same summary as the end of a sweep (fit with 95 % intervals, window fit,
 roofline comparison, verdict) and a plotext scatter of TTFT against prompt tokens
 with the fitted line; ``--format json`` prints the ``analyze`` dict instead.
-``--svg FILE`` / ``--html FILE`` also write the figure (``prefilltui.core.figure``):
+``--svg FILE`` / ``--html FILE`` also write the figure (``prefilltui.render.figure``):
 an SVG, and an HTML page with the same figure and the summary tables.  Probes of a
-``--depth`` run get their own table (``prefilltui.core.depth``).
+``--depth`` run get their own table (``prefilltui.model.depth``).
 Exit codes (``ExitCode``): OK; FAILURE unreadable file or no probe in it; UNREACHABLE
 every probe in it failed.  ``--baseline`` drift is ``core.drift``, as in sweep and the TUI.
 """
@@ -20,12 +20,12 @@ from collections import Counter
 
 from prefilltui.commands.common import (add_analysis_args, add_hardware_args, add_output_args,
                                         err)
-from prefilltui.core.analysis import analyze, format_summary
-from prefilltui.core.depth import depth_table, format_depth, is_depth_probe
-from prefilltui.core.runfile import read_run, read_session
-from prefilltui.core import defaults
-from prefilltui.core.drift import drift, run_fit
-from prefilltui.core.types import server_info_from_session
+from prefilltui.model.analysis import analyze, format_summary
+from prefilltui.model.depth import depth_table, format_depth, is_depth_probe
+from prefilltui.measure.runfile import read_run, read_session
+from prefilltui.model import defaults
+from prefilltui.model.drift import drift, run_fit
+from prefilltui.model.types import server_info_from_session
 from prefilltui.exit_codes import ExitCode
 
 
@@ -107,7 +107,7 @@ def run(args) -> int:
 def _write_figures(args, results, d, text: str) -> int:
     """Write --svg / --html; ``ExitCode.FAILURE`` (with the reason) when a file cannot
     be written, else ``ExitCode.OK``."""
-    from prefilltui.core.figure import html_page, svg_figure
+    from prefilltui.render.figure import html_page, svg_figure
 
     for path, make in ((getattr(args, "svg", None), lambda: svg_figure(results, d)),
                        (getattr(args, "html", None), lambda: html_page(

@@ -19,13 +19,13 @@ from typing import Any
 from prefilltui.commands.common import (add_analysis_args, add_depth_arg, add_hardware_args,
                                         add_output_args, add_server_args, add_sweep_args,
                                         add_telemetry_args, err, server_url)
-from prefilltui.core.analysis import analyze, format_summary
-from prefilltui.core.server import display_url
-from prefilltui.core.depth import depth_table, format_depth
-from prefilltui.core.diagnose import format_diagnosis, summarize_diagnosis
-from prefilltui.core.fit import fit_ols, fit_robust
-from prefilltui.core.percentiles import quantiles
-from prefilltui.core.types import ProbeResult
+from prefilltui.model.analysis import analyze, format_summary
+from prefilltui.model.redact import display_url
+from prefilltui.model.depth import depth_table, format_depth
+from prefilltui.model.diagnose import format_diagnosis, summarize_diagnosis
+from prefilltui.model.fit import fit_ols, fit_robust
+from prefilltui.model.percentiles import quantiles
+from prefilltui.model.types import ProbeResult
 from prefilltui.exit_codes import ExitCode
 from prefilltui.session import Session, SessionError, build_session
 
@@ -239,13 +239,13 @@ def _depth_line(r: ProbeResult) -> str:
 
 def _run_depth_phase(args, session: Session, lengths: list[int], stream, seq0: int
                      ) -> tuple[list[ProbeResult], list[str]]:
-    """The ``--depth`` probes after the sweep (see ``prefilltui.core.depth``), with a
+    """The ``--depth`` probes after the sweep (see ``prefilltui.measure.depth``), with a
     client of the session (prompt seed + 1) and its run file."""
     import asyncio
 
-    from prefilltui.core.depth import run_depths
-    from prefilltui.core.server import ServerUnreachable
-    from prefilltui.core.sweep import cap_for_context
+    from prefilltui.measure.depth import run_depths
+    from prefilltui.measure.server import ServerUnreachable
+    from prefilltui.measure.sweep import cap_for_context
 
     out: list[ProbeResult] = []
 
@@ -374,6 +374,7 @@ def run(args) -> int:
         depth_text = format_depth(d["depth"])
     d["diagnosis"] = summarize_diagnosis(results, runner.server_info,
                                          baseline=args.baseline, baseline_fit=session.baseline,
+                                         baseline_problem=session.baseline_problem,
                                          metrics_problem=session.metrics.problem,
                                          method=args.fit)
     if runner.state == "failed":

@@ -23,10 +23,10 @@ from prefilltui.commands.common import (
     add_analysis_args, add_hardware_args, add_server_args, add_sweep_args,
     add_telemetry_args, err, server_url,
 )
-from prefilltui.core import defaults
-from prefilltui.core.analysis import analyze
-from prefilltui.core.prefix_cache import run_cache_check
-from prefilltui.core.runfile import read_run
+from prefilltui.model import defaults
+from prefilltui.model.analysis import analyze
+from prefilltui.measure.prefix_cache import run_cache_check
+from prefilltui.measure.runfile import read_run
 from prefilltui.exit_codes import ExitCode
 from prefilltui.session import Session, SessionError, build_session
 

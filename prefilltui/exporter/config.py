@@ -29,7 +29,7 @@ import tomllib
 from dataclasses import dataclass, fields, replace
 from typing import Any, Literal
 
-from prefilltui.core.server import url_problem
+from prefilltui.measure.server import url_problem
 
 #: One probe start every 15 s per target: 4 probes/min, invisible next to any real
 #: workload (see README "Watching a fleet" for the load in requests and tokens).

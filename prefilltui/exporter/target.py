@@ -24,7 +24,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from prefilltui.core.types import ERROR_KINDS, ProbeResult, ServerInfo
+from prefilltui.model.types import ERROR_KINDS, ProbeResult, ServerInfo
 from prefilltui.exporter.config import JITTER, TargetConfig
 
 log = logging.getLogger(__name__)
@@ -128,9 +128,9 @@ def window_health(window: list[ProbeResult], info: ServerInfo | None, cfg: Targe
     """(fit, verdict level, median TTFT parts) of the window's results: the same
     analysis ``sweep`` prints (``analysis.analyze``, robust fit) and the same breakdown
     as ``diagnose`` (``diagnose.breakdown``).  Never raises for bad data."""
-    from prefilltui.core.analysis import analyze
-    from prefilltui.core.diagnose import breakdown
-    from prefilltui.core.running_fit import RunningFit
+    from prefilltui.model.analysis import analyze
+    from prefilltui.model.diagnose import breakdown
+    from prefilltui.model.running_fit import RunningFit
 
     rf = RunningFit(window=max(3, len(window)))
     for r in window:

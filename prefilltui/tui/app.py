@@ -30,11 +30,11 @@ from textual.css.query import NoMatches
 from textual.containers import Horizontal, VerticalScroll
 from textual.widgets import Footer, Static
 
-from prefilltui.core import defaults
-from prefilltui.core.pacing import Pacing
-from prefilltui.core.telemetry import TelemetrySnapshot
-from prefilltui.core.types import FitMethod, ProbeResult, RunnerState, ServerInfo
-from prefilltui.core.units import MISSING
+from prefilltui.model import defaults
+from prefilltui.model.pacing import Pacing
+from prefilltui.measure.telemetry import TelemetrySnapshot
+from prefilltui.model.types import FitMethod, ProbeResult, RunnerState, ServerInfo
+from prefilltui.model.units import MISSING
 from prefilltui.exit_codes import ExitCode
 from prefilltui.tui.help import HelpScreen
 from prefilltui.tui.workers import WorkerActions
@@ -444,7 +444,7 @@ class PrefillApp(WorkerActions, App[int]):
             info = self.runner.server_info if self.runner is not None else None
             ctx = info.context_tokens if info is not None else None
             if ctx:
-                from prefilltui.core.sweep import cap_for_context
+                from prefilltui.measure.sweep import cap_for_context
 
                 self.context_cap = cap_for_context(ctx)
         if self.context_cap:
@@ -546,7 +546,7 @@ def build_app(runner_factory: RunnerFactory, sampler: TelemetrySource | None = N
     Other keyword arguments go to ``PrefillApp``.
     """
     if fit is None:
-        from prefilltui.core.running_fit import RunningFit
+        from prefilltui.model.running_fit import RunningFit
 
         fit = RunningFit(window=kw.pop("window", defaults.WINDOW))
     else:

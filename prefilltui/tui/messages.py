@@ -11,7 +11,7 @@ from typing import Any
 
 from textual.message import Message
 
-from prefilltui.core.types import ProbeResult
+from prefilltui.model.types import ProbeResult
 
 
 class ProbeDone(Message):

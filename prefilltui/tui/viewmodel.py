@@ -12,13 +12,13 @@ from collections import deque
 from dataclasses import dataclass, field
 from typing import Any, Callable
 
-from prefilltui.core import defaults, intercept
-from prefilltui.core.percentiles import quantiles
-from prefilltui.core.analysis import assess
-from prefilltui.core.fit import LinearFit
-from prefilltui.core.running_fit import FitSnapshot
-from prefilltui.core.types import FitMethod, FitScope, ProbeResult, ServerInfo
-from prefilltui.core.units import MISSING
+from prefilltui.model import defaults, intercept
+from prefilltui.model.percentiles import quantiles
+from prefilltui.model.analysis import assess
+from prefilltui.model.fit import LinearFit
+from prefilltui.model.running_fit import FitSnapshot
+from prefilltui.model.types import FitMethod, FitScope, ProbeResult, ServerInfo
+from prefilltui.model.units import MISSING
 
 
 @dataclass
@@ -301,8 +301,8 @@ def roofline_analysis(args: Any) -> Analysis:
     cached.  Lines: expected prefill time FLOPs(n)/peak and FLOPs(n)/(peak*efficiency)
     (formulas: shared/reference/hardware-and-models.md).
     """
-    from prefilltui.core import roofline
-    from prefilltui.core.catalog import resolve_gpu, resolve_model
+    from prefilltui.model import roofline
+    from prefilltui.model.catalog import resolve_gpu, resolve_model
 
     efficiency = float(getattr(args, "efficiency", None) or defaults.EFFICIENCY)
     cache: dict[Any, Any] = {}
@@ -357,7 +357,7 @@ def roofline_analysis(args: Any) -> Analysis:
 def with_baseline(analysis: Analysis, baseline_fit: LinearFit | None) -> Analysis:
     """Wrap an Analysis so a worse live fit than ``baseline_fit`` (a LinearFit from
     ``--baseline RUN.jsonl``) adds core.drift.drift's warning."""
-    from prefilltui.core.drift import drift
+    from prefilltui.model.drift import drift
 
     def wrapped(snap: FitSnapshot | LinearFit | None, info: ServerInfo | None,
                 names: list[str]) -> RooflineView:

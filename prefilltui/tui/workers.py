@@ -13,7 +13,7 @@ from typing import Any
 from textual import work
 from textual.worker import Worker, WorkerState
 
-from prefilltui.core.types import ProbeResult
+from prefilltui.model.types import ProbeResult
 from prefilltui.tui.messages import CacheCheckDone, ExportDone
 
 #: Seconds beyond the probe time cap to wait for the runner to pause.

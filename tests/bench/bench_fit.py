@@ -26,8 +26,8 @@ import time
 
 import numpy as np
 
-from prefilltui.core.fit import fit_ols, fit_quadratic, fit_robust, fit_wls
-from prefilltui.core.running_fit import RunningFit, analyze_points
+from prefilltui.model.fit import fit_ols, fit_quadratic, fit_robust, fit_wls
+from prefilltui.model.running_fit import RunningFit, analyze_points
 
 NOISE = 0.05
 OUTLIER_P = 0.05

@@ -91,8 +91,8 @@ async def measure(n: int) -> dict:
     import aiohttp
     import httpx
 
-    from prefilltui.core.probe import ProbeClient
-    from prefilltui.core.prompts import PromptBuilder
+    from prefilltui.measure.probe import ProbeClient
+    from prefilltui.model.prompts import PromptBuilder
 
     prompt = " ".join(PromptBuilder(1).words(PROMPT_WORDS))
     with FastServerProcess() as srv:

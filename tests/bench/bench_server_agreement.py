@@ -49,8 +49,8 @@ def locate(opts) -> tuple[object, object] | str:
 def sweep(base_url: str, repeats: int, budget_s: float) -> list:
     """The probes done within ``budget_s`` seconds (a loaded machine slows llama.cpp a
     lot: the sweep is cut there rather than the whole command running long)."""
-    from prefilltui.core.probe import ProbeClient
-    from prefilltui.core.sweep import SweepConfig, SweepRunner, make_lengths
+    from prefilltui.measure.probe import ProbeClient
+    from prefilltui.measure.sweep import SweepConfig, SweepRunner, make_lengths
 
     runner = SweepRunner(lambda: ProbeClient(base_url, timeout=60.0),
                          SweepConfig(make_lengths(32, 512, 5), repeats=repeats, warmup=1,
@@ -70,7 +70,7 @@ def run(opts) -> list[Row]:
     if isinstance(where, str):
         return [skipped(SECTION, metrics[0], where, "within 5 %"),
                 skipped(SECTION, metrics[1], where)]
-    from prefilltui.core.fit import fit_robust
+    from prefilltui.model.fit import fit_robust
     from prefilltui.demo.server import LlamaServer
 
     repeats, budget = (3, 45.0) if opts.quick else (6, 90.0)

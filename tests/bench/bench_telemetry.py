@@ -30,8 +30,8 @@ from pathlib import Path
 
 import psutil
 
-from prefilltui.core.telemetry import Sampler, make_sampler
-from prefilltui.core.types import ProbeResult
+from prefilltui.measure.telemetry import Sampler, make_sampler
+from prefilltui.model.types import ProbeResult
 
 from tests.unit import fake_nvml as fk
 

@@ -31,8 +31,8 @@ def test_cache_check_cli_unreachable(capsys):
 
 
 def test_run_cache_check_sync(fake_server):
-    from prefilltui.core.prefix_cache import run_cache_check
-    from prefilltui.core.probe import ProbeClient
+    from prefilltui.measure.prefix_cache import run_cache_check
+    from prefilltui.measure.probe import ProbeClient
 
     srv = fake_server({**llama_routes(), "POST /v1/completions": CachingLlama()})
     res = run_cache_check(lambda: ProbeClient(srv.base_url, timeout=10), 60)

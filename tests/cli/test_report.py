@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 
 from prefilltui.cli import main
-from prefilltui.core.types import ProbeResult
+from prefilltui.model.types import ProbeResult
 
 
 def write_run(path, n=30, ok=True, model="SmolLM2-135M-Instruct.Q4_1.gguf", junk=False):
@@ -71,7 +71,7 @@ def test_report_reads_the_run_as_the_sweep_saw_it(tmp_path, capsys):
     """A run file's session line carries the server's model shape and the GPU names
     telemetry saw, so `report` resolves the same peak and params as the sweep (before
     it, report of an H200 run said "unknown peak")."""
-    from prefilltui.core.runfile import RunWriter, read_run, read_session
+    from prefilltui.measure.runfile import RunWriter, read_run, read_session
 
     path = tmp_path / "run.jsonl"
     w = RunWriter(path)
@@ -100,7 +100,7 @@ def test_report_reads_the_run_as_the_sweep_saw_it(tmp_path, capsys):
 
 
 def test_a_run_without_probes_leaves_no_file_even_with_session_facts(tmp_path):
-    from prefilltui.core.runfile import RunWriter
+    from prefilltui.measure.runfile import RunWriter
 
     w = RunWriter(tmp_path / "empty.jsonl")
     w.set_session(gpu_names=["NVIDIA H200"])

@@ -9,8 +9,9 @@ import asyncio
 
 import pytest
 
-from prefilltui.core import depth as D
-from prefilltui.core.probe import ProbeClient
+from prefilltui.measure import depth as DM
+from prefilltui.model import depth as D
+from prefilltui.measure.probe import ProbeClient
 
 pytestmark = pytest.mark.integration
 
@@ -22,7 +23,7 @@ def test_depth_prefix_is_reused_and_verified(llama_server):
         got = []
         async with ProbeClient(llama_server.base_url, timeout=120, seed=11) as c:
             await c.discover()
-            notes = await D.run_depths(c, [512], LENGTHS, repeats=2, cap=4000, seed=11,
+            notes = await DM.run_depths(c, [512], LENGTHS, repeats=2, cap=4000, seed=11,
                                        on_result=got.append)
         return got, notes
 

@@ -18,12 +18,12 @@ import httpx
 import pytest
 
 from prefilltui.demo.server import LlamaServer
-from prefilltui.core.diagnose import breakdown
-from prefilltui.core.metrics import delta
-from prefilltui.core.metrics_hook import MetricsHook, MetricsReader
-from prefilltui.core.prefix_cache import cache_check
-from prefilltui.core.probe import ProbeClient
-from prefilltui.core.prompts import PromptBuilder
+from prefilltui.model.diagnose import breakdown
+from prefilltui.model.metrics import delta
+from prefilltui.measure.metrics_hook import MetricsHook, MetricsReader
+from prefilltui.measure.prefix_cache import cache_check
+from prefilltui.measure.probe import ProbeClient
+from prefilltui.model.prompts import PromptBuilder
 
 
 async def _probe(client, hook, n):

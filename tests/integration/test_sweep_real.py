@@ -13,9 +13,9 @@ import statistics
 import pytest
 
 from prefilltui.cli import main
-from prefilltui.core.probe import ProbeClient
-from prefilltui.core.runfile import RunWriter, read_run
-from prefilltui.core.sweep import SweepConfig, SweepRunner
+from prefilltui.measure.probe import ProbeClient
+from prefilltui.measure.runfile import RunWriter, read_run
+from prefilltui.measure.sweep import SweepConfig, SweepRunner
 
 pytestmark = pytest.mark.integration
 

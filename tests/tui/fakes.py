@@ -5,8 +5,8 @@ values (the types the app reads, so the app needs no duck typing)."""
 from __future__ import annotations
 
 import threading
-from prefilltui.core.telemetry import DeviceSnapshot, TelemetrySnapshot
-from prefilltui.core.types import ProbeResult, ServerInfo
+from prefilltui.measure.telemetry import DeviceSnapshot, TelemetrySnapshot
+from prefilltui.model.types import ProbeResult, ServerInfo
 
 T0 = 1_767_225_600.0  # 2026-01-01 00:00:00 UTC, fixed wall-clock stamps
 NOW = 1000.0  # fixed perf_counter "now" for the gauges

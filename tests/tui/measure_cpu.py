@@ -91,7 +91,7 @@ def _read_count(path: str) -> int:
 
 # ----------------------------------------------------------------------- child side
 def _child(opts) -> int:
-    from prefilltui.core.types import ServerInfo
+    from prefilltui.model.types import ServerInfo
     from prefilltui.tui.app import build_app
     from prefilltui.tui.viewmodel import roofline_analysis
     from tests.tui.fakes import LENGTHS, FakeRunner, make_result
@@ -125,7 +125,7 @@ def _child(opts) -> int:
 
     smp = None
     if not opts.no_sampler:
-        from prefilltui.core.telemetry import make_sampler
+        from prefilltui.measure.telemetry import make_sampler
 
         smp = make_sampler(None, hz=opts.hz).start()
     app = build_app(factory, smp, analysis=roofline_analysis(argparse.Namespace()),

@@ -12,7 +12,7 @@ from tests.tui.browser import blank_reason, find_chromium, png_pixels, screensho
 from tests.tui.fakes import NOW, FakeRunner, FakeSampler, fixed_results, make_result
 
 from prefilltui.cli import main
-from prefilltui.core.runfile import RunWriter
+from prefilltui.measure.runfile import RunWriter
 from prefilltui.tui.app import build_app
 
 

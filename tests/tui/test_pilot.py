@@ -191,7 +191,7 @@ async def test_row_selection_shows_message():
 
 async def test_export_writes_csv_and_summary(tmp_path):
     from prefilltui.commands.watch import make_exporter
-    from prefilltui.core.runfile import RunWriter
+    from prefilltui.measure.runfile import RunWriter
 
     run = tmp_path / "run.jsonl"
     w = RunWriter(run)
@@ -416,7 +416,7 @@ async def test_capped_lengths_and_until_ci_progress_are_shown():
     """The runner's cap note becomes a notification and "(context cap)" on the status
     line; its repeat-until-confident progress shows as "CI ±x→±target %" and the
     final "done" line (how many probes it took) is notified."""
-    from prefilltui.core.until_ci import Progress
+    from prefilltui.model.until_ci import Progress
 
     app, h = _app()
     async with app.run_test(size=(120, 30)) as pilot:

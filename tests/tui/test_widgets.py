@@ -27,7 +27,7 @@ def test_window_mask_marks_probe_columns():
 def test_stats_text_without_and_with_fit():
     v = StatsView()
     assert "needs ≥3 probes" in stats_text(v).plain
-    from prefilltui.core.running_fit import RunningFit
+    from prefilltui.model.running_fit import RunningFit
 
     fit = RunningFit()
     for r in fixed_results():
@@ -52,7 +52,7 @@ def test_stats_text_without_and_with_fit():
 def test_stats_units_noise_queue_and_model():
     """Slope stays in µs/tok above 1000 µs; intervals carry units; an intercept
     whose interval spans 0 is flagged; queue marked estimated; model shortened."""
-    from prefilltui.core.types import ServerInfo
+    from prefilltui.model.types import ServerInfo
 
     v = StatsView(intercept_s=-0.195, intercept_ci=(-0.4, 0.01), slope_s=6.775e-3,
                   slope_ci=(6.5e-3, 7.0e-3), prefill_tokens_per_s=147.6, prefill_tokens_per_s_ci=(46, 64),
@@ -112,7 +112,7 @@ def test_status_line_words():
 
 
 def test_status_line_until_ci_and_context_cap():
-    from prefilltui.core.until_ci import Progress
+    from prefilltui.model.until_ci import Progress
 
     c = Counters()
     prog = Progress(target_pct=2.0, half_width_pct=3.14, probes=40, fit_points=39,
@@ -128,7 +128,7 @@ def test_status_line_until_ci_and_context_cap():
 def test_stats_percentiles_and_server_fixed_cost():
     """The panel shows p50/p90/p99 overall and at the last probe's length, with the
     counts, and the server-side fixed cost under the intercept."""
-    from prefilltui.core.running_fit import RunningFit
+    from prefilltui.model.running_fit import RunningFit
 
     c, fit = Counters(), RunningFit()
     rs = []
@@ -167,8 +167,8 @@ def test_ticks_and_si():
 def test_baseline_drift_warning_in_stats():
     from tests.tui.fakes import make_result as mk
 
-    from prefilltui.core.fit import fit_robust
-    from prefilltui.core.running_fit import RunningFit
+    from prefilltui.model.fit import fit_robust
+    from prefilltui.model.running_fit import RunningFit
     from prefilltui.tui.viewmodel import RooflineView, with_baseline
 
     xs = [32, 64, 128, 256, 512, 1024, 2048, 4096]

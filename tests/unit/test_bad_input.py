@@ -14,12 +14,12 @@ import pytest
 from tests.fakeserver import Reply, models_reply, sse_data, sse_done, sse_text
 from prefilltui.cli import main
 from prefilltui.commands.common import _efficiency, _non_negative_float, _positive_float, _sample_hz
-from prefilltui.core import server as srv
-from prefilltui.core.catalog import model_from_config
-from prefilltui.core.diagnose import format_diagnosis, summarize_diagnosis
-from prefilltui.core.probe import ProbeClient, parse_retry_after
-from prefilltui.core.runfile import RunWriter, read_run
-from prefilltui.core.types import ProbeResult
+from prefilltui.measure import server as srv
+from prefilltui.model.catalog import model_from_config
+from prefilltui.model.diagnose import format_diagnosis, summarize_diagnosis
+from prefilltui.measure.probe import ProbeClient, parse_retry_after
+from prefilltui.measure.runfile import RunWriter, read_run
+from prefilltui.model.types import ProbeResult
 
 SECRET = "sk-SECRET123-bad-input"
 
@@ -319,7 +319,8 @@ def test_flag_values_out_of_range_are_usage_errors(fn, text):
 
 
 def test_drift_line_only_when_the_baseline_was_used(tmp_path):
-    d = summarize_diagnosis([], None, baseline=str(tmp_path / "missing.jsonl"))
+    d = summarize_diagnosis([], None, baseline=str(tmp_path / "missing.jsonl"),
+                            baseline_problem="no such file")
     text = format_diagnosis(d)
     assert "baseline not used" in text and "drift:" not in text
 
@@ -356,7 +357,7 @@ def test_key_with_surrounding_whitespace_is_stripped(fake_server):
 
 
 def test_continuous_sweep_backs_off_on_http_errors(fake_server):
-    from prefilltui.core.sweep import SweepConfig, SweepRunner
+    from prefilltui.measure.sweep import SweepConfig, SweepRunner
     s = fake_server({"GET /v1/models": models_reply("m"),
                      "POST /v1/completions": Reply.json({"error": "no"}, status=401)})
     runner = SweepRunner(lambda: ProbeClient(s.base_url, timeout=5),
@@ -368,7 +369,7 @@ def test_continuous_sweep_backs_off_on_http_errors(fake_server):
 
 
 def test_sweep_rate_limit_wait_has_a_floor(fake_server):
-    from prefilltui.core.sweep import MIN_RATE_LIMIT_WAIT_S, SweepConfig, SweepRunner
+    from prefilltui.measure.sweep import MIN_RATE_LIMIT_WAIT_S, SweepConfig, SweepRunner
     s = fake_server({"GET /v1/models": models_reply("m"),
                      "POST /v1/completions": Reply.json({"error": "slow"}, status=429,
                                                         headers={"Retry-After": "0"})})
@@ -381,14 +382,14 @@ def test_sweep_rate_limit_wait_has_a_floor(fake_server):
 
 
 def test_rate_limit_wait_is_clamped_to_a_sane_range():
-    from prefilltui.core.sweep import rate_limit_wait
+    from prefilltui.measure.sweep import rate_limit_wait
     assert parse_retry_after("-5") == 0.0
     assert rate_limit_wait(parse_retry_after("-5"), 1.0) == 1.0  # not a 0.5 s busy loop
     assert rate_limit_wait(1e9, 1.0) == 60.0 and rate_limit_wait(None, 4.0) == 4.0
 
 
 def test_continuous_sweep_rate_limited_with_negative_retry_after_backs_off(fake_server):
-    from prefilltui.core.sweep import SweepConfig, SweepRunner
+    from prefilltui.measure.sweep import SweepConfig, SweepRunner
     s = fake_server({"GET /v1/models": models_reply("m"),
                      "POST /tokenize": Reply.json({"tokens": [1] * 16}),
                      "POST /v1/completions": Reply.json({"error": "slow"}, status=429,
@@ -403,7 +404,7 @@ def test_continuous_sweep_rate_limited_with_negative_retry_after_backs_off(fake_
 
 
 def test_telemetry_after_probe_wait_is_bounded():
-    from prefilltui.core.telemetry import make_sampler
+    from prefilltui.measure.telemetry import make_sampler
     s = make_sampler(hz=0.2, nvml_module=None, env={}).start()
     try:
         r = ProbeResult(t_send=time.perf_counter(), t_end=time.perf_counter() + 0.001)
@@ -417,7 +418,7 @@ def test_telemetry_after_probe_wait_is_bounded():
 def test_report_every_probe_failed_says_so_on_stderr(tmp_path, capsys):
     import json as _json
     from prefilltui import cli
-    from prefilltui.core.types import ProbeResult
+    from prefilltui.model.types import ProbeResult
     p = tmp_path / "failed.jsonl"
     p.write_text(_json.dumps(ProbeResult(seq=1, requested_tokens=32, ok=False,
                                          error_kind="connect").to_json()) + "\n")
@@ -427,7 +428,7 @@ def test_report_every_probe_failed_says_so_on_stderr(tmp_path, capsys):
 
 async def test_metrics_body_over_the_cap_is_not_parsed(fake_server, monkeypatch):
     from tests.fakeserver import Reply
-    from prefilltui.core import metrics_hook as metrics
+    from prefilltui.measure import metrics_hook as metrics
     monkeypatch.setattr(metrics, "MAX_METRICS_BYTES", 1000)
     srv = fake_server({"GET /metrics": Reply.text("llamacpp:requests_processing 0\n" * 100)})
     reader = metrics.MetricsReader(srv.base_url, "llama.cpp")

@@ -7,10 +7,10 @@ import json
 
 import pytest
 
-from prefilltui.core.catalog import (
+from prefilltui.model.catalog import (
     GPUS, MODELS, lookup_gpu, lookup_model, model_from_config, resolve_gpu, resolve_model,
 )
-from prefilltui.core.types import ServerInfo
+from prefilltui.model.types import ServerInfo
 
 
 def test_every_reference_gpu_is_listed_with_a_source():

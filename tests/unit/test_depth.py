@@ -6,9 +6,10 @@ import pytest
 
 from tests.fakeserver import Reply, llama_routes, sse_data, sse_done
 from prefilltui.cli import main
-from prefilltui.core import depth as D
-from prefilltui.core.probe import ProbeClient
-from prefilltui.core.types import ProbeResult
+from prefilltui.measure import depth as DM
+from prefilltui.model import depth as D
+from prefilltui.measure.probe import ProbeClient
+from prefilltui.model.types import ProbeResult
 
 
 class AttentionLlama:
@@ -49,7 +50,7 @@ async def _run(srv, depths, lengths, repeats=2):
     got: list[ProbeResult] = []
     async with ProbeClient(srv.base_url, model="m", timeout=10, seed=1) as c:
         await c.discover()
-        notes = await D.run_depths(c, depths, lengths, repeats=repeats, cap=4000, seed=1,
+        notes = await DM.run_depths(c, depths, lengths, repeats=repeats, cap=4000, seed=1,
                                    on_result=got.append)
     return got, notes
 

@@ -12,13 +12,13 @@ import pytest
 
 
 from tests.fakeserver import Reply, llama_routes, sse_data, sse_done
-from prefilltui.core import diagnose as D
-from prefilltui.core import drift as DR
-from prefilltui.core import prefix_cache as PC
-from prefilltui.core.fit import fit_ols
-from prefilltui.core.probe import ProbeClient
-from prefilltui.core.runfile import RunWriter
-from prefilltui.core.types import ProbeResult, ServerInfo
+from prefilltui.model import diagnose as D
+from prefilltui.model import drift as DR
+from prefilltui.measure import prefix_cache as PC
+from prefilltui.model.fit import fit_ols
+from prefilltui.measure.probe import ProbeClient
+from prefilltui.measure.runfile import RunWriter, load_baseline
+from prefilltui.model.types import ProbeResult, ServerInfo
 
 
 def _r(seq, n, ttft, prefill=None, queue=None, overhead=None, **kw) -> ProbeResult:
@@ -112,14 +112,14 @@ def test_load_baseline(tmp_path):
         for i, n in enumerate([64, 128, 256, 512, 1024]):
             w.append(_r(i, n, 0.01 + 2e-4 * n))
         w.append(ProbeResult(seq=9, ok=False, error_kind="timeout"))
-    f = DR.load_baseline(str(p))
+    f = load_baseline(str(p))
     assert f.prefill_tokens_per_s == pytest.approx(5000, rel=1e-3)
     with RunWriter(tmp_path / "few.jsonl") as w:
         w.append(_r(1, 64, 0.1))
     with pytest.raises(ValueError, match="usable probe"):
-        DR.load_baseline(str(tmp_path / "few.jsonl"))
+        load_baseline(str(tmp_path / "few.jsonl"))
     with pytest.raises(FileNotFoundError):
-        DR.load_baseline(str(tmp_path / "missing.jsonl"))
+        load_baseline(str(tmp_path / "missing.jsonl"))
 
 
 def test_flag_cache_hits():
@@ -219,13 +219,16 @@ def test_summarize_diagnosis_with_baseline(tmp_path):
                queue=0.0, overhead=0.006) for i, n in enumerate([64, 128, 256, 512, 1024, 2048] * 2)]
     live.append(_r(99, 512, 0.001, cached_tokens=500))
     d = D.summarize_diagnosis(live, ServerInfo(kind="llama.cpp"), baseline=str(p),
-                              metrics_problem="no metrics")
+                              baseline_fit=load_baseline(str(p)), metrics_problem="no metrics")
     assert d["drift"].startswith("prefill throughput −33 %")
     assert "seq 99" in d["cache_warning"] and d["notes"] == ["no metrics"]
     text = D.format_diagnosis(d)
     assert "drift: prefill throughput −33 %" in text and "note: no metrics" in text
     json.dumps(d)
-    d2 = D.summarize_diagnosis(live, baseline=str(tmp_path / "nope.jsonl"))
+    with pytest.raises(OSError) as e:
+        load_baseline(str(tmp_path / "nope.jsonl"))
+    d2 = D.summarize_diagnosis(live, baseline=str(tmp_path / "nope.jsonl"),
+                               baseline_problem=str(e.value))
     assert d2["drift"] is None and d2["notes"][0].startswith("baseline not used")
 
 

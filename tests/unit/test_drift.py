@@ -10,12 +10,12 @@ import random
 import pytest
 
 from prefilltui.cli import build_parser, main
-from prefilltui.core import drift as DR
-from prefilltui.core.diagnose import summarize_diagnosis
-from prefilltui.core.fit import fit_ols, t_ppf
-from prefilltui.core.runfile import RunWriter, read_run
-from prefilltui.core.running_fit import RunningFit
-from prefilltui.core.types import ProbeResult
+from prefilltui.model import drift as DR
+from prefilltui.model.diagnose import summarize_diagnosis
+from prefilltui.model.fit import fit_ols, t_ppf
+from prefilltui.measure.runfile import RunWriter, read_run
+from prefilltui.model.running_fit import RunningFit
+from prefilltui.model.types import ProbeResult
 from prefilltui.session import build_session
 from prefilltui.tui.viewmodel import no_analysis, with_baseline
 

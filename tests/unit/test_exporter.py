@@ -16,10 +16,10 @@ from pathlib import Path
 import pytest
 
 from tests.fakeserver import Reply, models_reply, sse_data, sse_done, sse_text
-from prefilltui.core.probe import ProbeClient
-from prefilltui.core.runfile import RotatingRunWriter, read_run, read_session
-from prefilltui.core.sweep import SweepConfig, SweepRunner
-from prefilltui.core.types import ProbeResult
+from prefilltui.measure.probe import ProbeClient
+from prefilltui.measure.runfile import RotatingRunWriter, read_run, read_session
+from prefilltui.measure.sweep import SweepConfig, SweepRunner
+from prefilltui.model.types import ProbeResult
 from prefilltui.exporter.config import TargetConfig, check, load_toml, unique
 from prefilltui.exporter.http import MetricsServer
 from prefilltui.exporter.target import TargetProber

@@ -3,8 +3,8 @@ renders them in Chromium)."""
 
 import xml.etree.ElementTree as ET
 
-from prefilltui.core.figure import html_page, length_rows, nice_ticks, svg_figure
-from prefilltui.core.types import ProbeResult
+from prefilltui.render.figure import html_page, length_rows, nice_ticks, svg_figure
+from prefilltui.model.types import ProbeResult
 
 NS = "{http://www.w3.org/2000/svg}"
 

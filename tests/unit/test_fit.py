@@ -1,4 +1,4 @@
-"""Unit tests of prefilltui.core.fit and running_fit (OLS, robust, quadratic, knee, RunningFit)."""
+"""Unit tests of prefilltui.model.fit and running_fit (OLS, robust, quadratic, knee, RunningFit)."""
 
 from __future__ import annotations
 
@@ -8,11 +8,11 @@ import math
 import numpy as np
 import pytest
 
-from prefilltui.core.fit import (
+from prefilltui.model.fit import (
     LinearFit, detect_knee, fit_ols, fit_quadratic, fit_robust, fit_wls, t_ppf,
 )
-from prefilltui.core.running_fit import FitSnapshot, RunningFit, analyze_points
-from prefilltui.core.types import ProbeResult
+from prefilltui.model.running_fit import FitSnapshot, RunningFit, analyze_points
+from prefilltui.model.types import ProbeResult
 
 LENGTHS = np.array([128, 256, 512, 1024, 2048, 4096, 8192], dtype=float)
 

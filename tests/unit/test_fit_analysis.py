@@ -8,9 +8,9 @@ import json
 import numpy as np
 import pytest
 
-from prefilltui.core.analysis import analyze, format_summary
-from prefilltui.core.running_fit import RunningFit
-from prefilltui.core.types import ProbeResult, ServerInfo
+from prefilltui.model.analysis import analyze, format_summary
+from prefilltui.model.running_fit import RunningFit
+from prefilltui.model.types import ProbeResult, ServerInfo
 
 LENGTHS = [128, 256, 512, 1024, 2048, 4096, 8192]
 

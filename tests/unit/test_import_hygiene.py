@@ -1,4 +1,4 @@
-"""prefilltui.core stays UI-free: importing all of it must not import textual.
+"""measure, model and render stay UI-free: importing all of them must not import textual.
 
 Runs in a fresh interpreter, because this test process may already have imported
 textual through other tests.
@@ -12,8 +12,9 @@ import sys
 
 _PROBE = r"""
 import importlib, json, pkgutil, sys
-import prefilltui.core as core
-names = sorted(m.name for m in pkgutil.walk_packages(core.__path__, core.__name__ + "."))
+import prefilltui.measure, prefilltui.model, prefilltui.render
+names = sorted(m.name for pkg in (prefilltui.measure, prefilltui.model, prefilltui.render)
+               for m in pkgutil.walk_packages(pkg.__path__, pkg.__name__ + "."))
 errors = {}
 for name in names:
     try:
@@ -34,9 +35,9 @@ def _run_probe() -> dict:
 
 def test_core_imports_no_textual():
     d = _run_probe()
-    assert "prefilltui.core.types" in d["modules"]
-    assert not d["errors"], f"core modules failed to import: {d['errors']}"
-    assert d["ui"] == [], f"prefilltui.core imported UI modules: {d['ui'][:5]}"
+    assert "prefilltui.model.types" in d["modules"]
+    assert not d["errors"], f"modules failed to import: {d['errors']}"
+    assert d["ui"] == [], f"measure/model/render imported UI modules: {d['ui'][:5]}"
 
 
 def test_demo_module_imports_no_textual():

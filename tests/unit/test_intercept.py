@@ -6,11 +6,11 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from prefilltui.core import intercept, percentiles
-from prefilltui.core.analysis import analyze, format_summary
-from prefilltui.core.diagnose import breakdown, format_breakdown
-from prefilltui.core.fit import fit_robust
-from prefilltui.core.types import ProbeResult
+from prefilltui.model import intercept, percentiles
+from prefilltui.model.analysis import analyze, format_summary
+from prefilltui.model.diagnose import breakdown, format_breakdown
+from prefilltui.model.fit import fit_robust
+from prefilltui.model.types import ProbeResult
 
 
 def _r(seq, n, ttft, prefill=None, **kw) -> ProbeResult:
@@ -112,7 +112,7 @@ def test_analyze_json_carries_percentiles_and_fixed_cost():
 
 
 def test_shown_intervals_of_a_fixed_cost_never_go_below_zero():
-    from prefilltui.core.intercept import physical_ci
+    from prefilltui.model.intercept import physical_ci
 
     assert physical_ci((-0.02178, 0.11446)) == (0.0, 0.11446)
     assert physical_ci((0.01, 0.02)) == (0.01, 0.02)
@@ -121,8 +121,8 @@ def test_shown_intervals_of_a_fixed_cost_never_go_below_zero():
 
 
 def test_figure_says_not_pinned_as_the_summary_does():
-    from prefilltui.core.figure import svg_figure
-    from prefilltui.core.types import ProbeResult
+    from prefilltui.render.figure import svg_figure
+    from prefilltui.model.types import ProbeResult
 
     results = [ProbeResult(seq=i, requested_tokens=n, prompt_tokens=n, ok=True, ttft_s=t)
                for i, (n, t) in enumerate([(4, 0.4), (64, 0.2), (256, 2.0), (1024, 7.5)])]

@@ -8,9 +8,9 @@ from pathlib import Path
 
 import pytest
 
-from prefilltui.core import metrics as M
-from prefilltui.core import metrics_hook as H
-from prefilltui.core.types import ProbeResult
+from prefilltui.model import metrics as M
+from prefilltui.measure import metrics_hook as H
+from prefilltui.model.types import ProbeResult
 from tests.fakeserver import FakeServer, Reply
 
 FIX = Path(__file__).parent / "fixtures"

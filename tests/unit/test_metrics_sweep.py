@@ -6,10 +6,10 @@ from __future__ import annotations
 import threading
 
 from tests.fakeserver import Reply, models_reply, sse_data, sse_done, sse_text
-from prefilltui.core.diagnose import breakdown
-from prefilltui.core.metrics_hook import MetricsHook
-from prefilltui.core.probe import ProbeClient
-from prefilltui.core.sweep import SweepConfig, SweepRunner
+from prefilltui.model.diagnose import breakdown
+from prefilltui.measure.metrics_hook import MetricsHook
+from prefilltui.measure.probe import ProbeClient
+from prefilltui.measure.sweep import SweepConfig, SweepRunner
 
 QUEUE_S = 0.003
 

@@ -6,9 +6,9 @@ from __future__ import annotations
 
 import pytest
 
-from prefilltui.core.telemetry.nvml import GpuSampler
-from prefilltui.core.pacing import NVML_WINDOW_MAX_S, auto_pacing
-from prefilltui.core.types import ProbeResult
+from prefilltui.measure.telemetry.nvml import GpuSampler
+from prefilltui.model.pacing import NVML_WINDOW_MAX_S, auto_pacing
+from prefilltui.model.types import ProbeResult
 from tests.unit import fake_nvml as fk
 
 WALL0 = 1_796_000_000.0  # unix seconds at clock() == 0

@@ -3,8 +3,8 @@
 import pytest
 
 from tests.fakeserver import Reply, llama_routes, sse_data, sse_done, sse_text
-from prefilltui.core.probe import ProbeClient
-from prefilltui.core.prompts import LengthModel, PromptBuilder, build_prompt
+from prefilltui.measure.probe import ProbeClient
+from prefilltui.model.prompts import LengthModel, PromptBuilder, build_prompt
 
 
 def fake_count(text: str) -> int:

@@ -5,8 +5,8 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from prefilltui.core import roofline
-from prefilltui.core.catalog import lookup_gpu, lookup_model
+from prefilltui.model import roofline
+from prefilltui.model.catalog import lookup_gpu, lookup_model
 
 LLAMA = lookup_model("llama-3-8b")
 H100 = lookup_gpu("h100-sxm").for_dtype("bf16")

@@ -8,8 +8,8 @@ import textwrap
 
 import pytest
 
-from prefilltui.core.runfile import RunWriter, default_run_path, read_run
-from prefilltui.core.types import ProbeResult
+from prefilltui.measure.runfile import RunWriter, default_run_path, read_run
+from prefilltui.model.types import ProbeResult
 
 
 def test_round_trip(tmp_path):
@@ -40,8 +40,8 @@ def test_each_line_survives_kill_9(tmp_path):
     p = tmp_path / "run.jsonl"
     code = textwrap.dedent(f"""
         import sys, time
-        from prefilltui.core.runfile import RunWriter
-        from prefilltui.core.types import ProbeResult
+        from prefilltui.measure.runfile import RunWriter
+        from prefilltui.model.types import ProbeResult
         w = RunWriter({str(p)!r})
         for i in range(3):
             w.append(ProbeResult(seq=i + 1, ok=True))
@@ -65,7 +65,7 @@ def test_default_run_path_in_user_data_dir(monkeypatch, tmp_path):
 
 
 def test_empty_run_file_is_not_left_behind_but_existing_files_are_kept(tmp_path):
-    from prefilltui.core.runfile import RunWriter
+    from prefilltui.measure.runfile import RunWriter
     p = tmp_path / "empty.jsonl"
     RunWriter(p).close()
     assert not p.exists()
@@ -81,8 +81,8 @@ def test_impossible_durations_and_foreign_objects_never_enter_the_analysis(tmp_p
     and named, as is a JSON object that is no probe at all."""
     import json
 
-    from prefilltui.core.runfile import read_run
-    from prefilltui.core.types import ProbeResult
+    from prefilltui.measure.runfile import read_run
+    from prefilltui.model.types import ProbeResult
 
     good = ProbeResult(seq=1, requested_tokens=64, prompt_tokens=64, ok=True, ttft_s=0.05)
     lines = [json.dumps(good.to_json())]

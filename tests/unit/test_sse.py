@@ -1,6 +1,6 @@
 """SSE framing and chunk classification, without sockets."""
 
-from prefilltui.core.sse import SSEStreamDecoder, classify_chunk
+from prefilltui.measure.sse import SSEStreamDecoder, classify_chunk
 
 
 def feed_all(parts):

@@ -19,9 +19,9 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-import prefilltui.core.probe as probe_mod
-from prefilltui.core.probe import ProbeClient
-from prefilltui.core.types import ProbeResult
+import prefilltui.measure.probe as probe_mod
+from prefilltui.measure.probe import ProbeClient
+from prefilltui.model.types import ProbeResult
 
 EOLS = ("\n", "\r\n", "\r")
 

@@ -4,9 +4,9 @@ import threading
 import time
 
 from tests.fakeserver import Reply, models_reply, sse_data, sse_done, sse_text, tokenize_route
-from prefilltui.core.probe import ProbeClient
-from prefilltui.core.runfile import RunWriter, read_run
-from prefilltui.core.sweep import SweepConfig, SweepRunner, cap_for_context, make_lengths
+from prefilltui.measure.probe import ProbeClient
+from prefilltui.measure.runfile import RunWriter, read_run
+from prefilltui.measure.sweep import SweepConfig, SweepRunner, cap_for_context, make_lengths
 
 
 def usage_server(fake_server, n_ctx=None, extra=None):
@@ -148,7 +148,7 @@ def test_hooks_never_break_the_sweep(fake_server):
 def test_idle_gap_follows_each_probe(fake_server):
     """Duty-cycled pacing: after each probe the runner idles max(floor, TTFT) (duty
     0.5), in the "idle" state, before the next probe is sent."""
-    from prefilltui.core.pacing import Pacing
+    from prefilltui.model.pacing import Pacing
 
     srv = usage_server(fake_server)
     details = []
@@ -171,7 +171,7 @@ def test_idle_gap_follows_each_probe(fake_server):
 def test_burst_fires_while_paused_and_lasts_the_minimum(fake_server):
     """b while paused: the burst starts at once (no resume), runs back-to-back probes
     at the longest length for at least burst_min_s, then the runner is paused again."""
-    from prefilltui.core.pacing import Pacing
+    from prefilltui.model.pacing import Pacing
 
     srv = usage_server(fake_server)
     states = []
@@ -210,7 +210,7 @@ def test_burst_fires_while_paused_and_lasts_the_minimum(fake_server):
 
 
 def test_pacing_rules():
-    from prefilltui.core.pacing import (DEFAULT_DUTY, Pacing, auto_pacing, burst_min_s,
+    from prefilltui.model.pacing import (DEFAULT_DUTY, Pacing, auto_pacing, burst_min_s,
                                         idle_floor_s)
 
     assert idle_floor_s(0.1, 0.1) == 0.2 and idle_floor_s(0.1, 1.0) == 2.0
@@ -255,7 +255,7 @@ def test_session_pacing_defaults():
 
 
 def test_pacing_describe():
-    from prefilltui.core.pacing import Pacing, auto_pacing
+    from prefilltui.model.pacing import Pacing, auto_pacing
 
     assert auto_pacing(0.1, 0.1).describe() == "duty 50 %: idle ≥ TTFT, ≥ 0.2 s"
     assert auto_pacing(0.1, 0.1, pause_s=1.5).describe() == "idle 1.5 s after each probe"

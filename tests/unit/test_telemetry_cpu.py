@@ -10,9 +10,9 @@ from collections import namedtuple
 
 import pytest
 
-from prefilltui.core.telemetry.cpu import CpuSampler, RaplReader
-from prefilltui.core.telemetry import make_sampler
-from prefilltui.core.types import ProbeResult
+from prefilltui.measure.telemetry.cpu import CpuSampler, RaplReader
+from prefilltui.measure.telemetry import make_sampler
+from prefilltui.model.types import ProbeResult
 
 Times = namedtuple("Times", "user nice system idle iowait irq softirq steal guest guest_nice")
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import math
 
-from prefilltui.core.units import MISSING, duration, ms
+from prefilltui.model.units import MISSING, duration, ms
 
 
 def test_one_missing_value_spelling():

@@ -7,8 +7,8 @@ import math
 import numpy as np
 import pytest
 
-from prefilltui.core.types import ProbeResult
-from prefilltui.core.until_ci import SPREAD_EVERY, ConfidenceTarget
+from prefilltui.model.types import ProbeResult
+from prefilltui.model.until_ci import SPREAD_EVERY, ConfidenceTarget
 
 LENGTHS = [4, 16, 64, 256, 1024]
 

@@ -25,8 +25,8 @@ from textual.message import Message
 from textual.strip import Strip
 from textual.widgets import Sparkline, Static
 
-from prefilltui.core.telemetry import DeviceSnapshot, TelemetrySnapshot
-from prefilltui.core.units import MISSING
+from prefilltui.measure.telemetry import DeviceSnapshot, TelemetrySnapshot
+from prefilltui.model.units import MISSING
 
 BARS = "▁▂▃▄▅▆▇█"
 

@@ -29,8 +29,8 @@ from textual.reactive import Reactive
 from textual.scroll_view import ScrollView
 from textual.strip import Strip
 
-from prefilltui.core.types import ProbeResult
-from prefilltui.core.units import MISSING
+from prefilltui.model.types import ProbeResult
+from prefilltui.model.units import MISSING
 
 #: column headers and widths (cells); the status column takes the rest
 COLUMNS = (("time", 8), ("tokens", 6), ("TTFT ms", 8), ("util pk/avg", 11), ("J", 6),

@@ -9,8 +9,8 @@ from __future__ import annotations
 from rich.text import Text
 from textual.widgets import Static
 
-from prefilltui.core.intercept import physical_ci, pin_bound_s
-from prefilltui.core.units import MISSING
+from prefilltui.model.intercept import physical_ci, pin_bound_s
+from prefilltui.model.units import MISSING
 from prefilltui.tui.viewmodel import StatsView
 
 

@@ -21,7 +21,7 @@ from textual.geometry import Region
 from textual.strip import Strip
 from textual_plotext import PlotextPlot
 
-from prefilltui.core.types import ProbeResult
+from prefilltui.model.types import ProbeResult
 from prefilltui.tui.themes import VARIABLE_DEFAULTS, rgb
 
 #: Markers: one character each so the kinds differ without colour (NO_COLOR).

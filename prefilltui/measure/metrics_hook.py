@@ -16,12 +16,12 @@ from typing import Any
 
 import httpx
 
-from prefilltui.core.metrics import (
+from prefilltui.model.metrics import (
     FIELDS, NAMES, MetricNames, MetricsDelta, MetricsSample, apply_delta, delta, enable_hint,
     metrics_url, parse_metrics,
 )
-from prefilltui.core.server import display_url
-from prefilltui.core.types import ProbeResult
+from prefilltui.model.redact import display_url
+from prefilltui.model.types import ProbeResult
 
 
 #: Largest /metrics body scraped (bytes).  A busy vLLM exposition is a few hundred

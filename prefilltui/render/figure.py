@@ -17,9 +17,9 @@ import math
 import statistics
 from typing import Any, Iterable, Sequence
 
-from prefilltui.core.depth import depth_of, is_depth_probe
-from prefilltui.core.types import ProbeResult
-from prefilltui.core.units import MISSING, ms
+from prefilltui.model.depth import depth_of, is_depth_probe
+from prefilltui.model.types import ProbeResult
+from prefilltui.model.units import MISSING, ms
 
 #: Series colours (colour-blind-safe Okabe-Ito palette): depth 0, then deeper.
 COLORS = ("#0072B2", "#D55E00", "#009E73", "#CC79A7", "#E69F00", "#56B4E9", "#000000")

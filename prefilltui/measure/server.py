@@ -25,7 +25,8 @@ from typing import Any
 
 import httpx
 
-from prefilltui.core.types import ServerInfo
+from prefilltui.model.redact import display_url
+from prefilltui.model.types import ServerInfo
 
 
 class ServerUnreachable(Exception):
@@ -292,21 +293,3 @@ def url_problem(url: object) -> str | None:
     if port is not None and not 1 <= port <= 65535:
         return f"port {port} is out of range (1-65535)"
     return None
-
-
-def display_url(url: str | None) -> str | None:
-    """``url`` as it may be shown or written: a password in it (``user:pw@host``)
-    replaced by ``***``.  The probes still use the URL as given."""
-    import urllib.parse
-
-    if not url or "@" not in url:
-        return url
-    try:
-        parts = urllib.parse.urlsplit(url)
-    except ValueError:
-        return url
-    if parts.password is None:
-        return url
-    host = parts.netloc.rsplit("@", 1)[1]
-    user = parts.username or ""
-    return urllib.parse.urlunsplit(parts._replace(netloc=f"{user}:***@{host}"))

@@ -14,7 +14,7 @@ from typing import Any, Iterable, Sequence
 
 import numpy as np
 
-from prefilltui.core.types import ProbeResult
+from prefilltui.model.types import ProbeResult
 
 QUANTILES = (0.50, 0.90, 0.99)
 KEYS = ("p50_s", "p90_s", "p99_s")

@@ -18,13 +18,13 @@ from __future__ import annotations
 
 from typing import Any, Callable
 
-from prefilltui.core.telemetry.base import (
+from prefilltui.measure.telemetry.base import (
     HISTORY_S, RETAIN_S, DeviceSnapshot, DeviceState, NullSampler, Sampler,
     TelemetrySnapshot, describe_error,
 )
-from prefilltui.core.telemetry.cpu import CpuSampler, RaplReader
-from prefilltui.core.telemetry.nvml import GpuSampler, NvmlUnavailable, parse_gpu_selection
-from prefilltui.core.telemetry.samples import SampleRing, WindowStats, window_stats
+from prefilltui.measure.telemetry.cpu import CpuSampler, RaplReader
+from prefilltui.measure.telemetry.nvml import GpuSampler, NvmlUnavailable, parse_gpu_selection
+from prefilltui.measure.telemetry.samples import SampleRing, WindowStats, window_stats
 
 __all__ = ["DeviceSnapshot", "TelemetrySnapshot", "DeviceState", "Sampler", "NullSampler",
            "GpuSampler", "CpuSampler", "RaplReader", "NvmlUnavailable", "SampleRing",

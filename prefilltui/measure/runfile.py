@@ -18,7 +18,9 @@ import threading
 import time
 from pathlib import Path
 
-from prefilltui.core.types import ProbeResult
+from prefilltui.model.drift import run_fit
+from prefilltui.model.fit import LinearFit
+from prefilltui.model.types import FitMethod, ProbeResult
 
 #: The ``record`` value that marks a session line (not a probe) in a run file.
 SESSION_RECORD = "session"
@@ -290,3 +292,19 @@ def read_session(path: str | os.PathLike) -> dict:
     except OSError:
         return {}
     return merged
+
+
+def load_baseline(path: str, *, method: FitMethod = "robust") -> LinearFit:
+    """``drift.run_fit`` of a saved run file (the baseline of ``--baseline``).
+
+    Raises:
+        FileNotFoundError / OSError: the file cannot be read.
+        ValueError: fewer than 3 usable probes (or a single length) in the file.
+    """
+    results, _problems = read_run(path)
+    f = run_fit(results, method)
+    if f is None:
+        n = sum(1 for r in results if r.fit_eligible)
+        raise ValueError(f"baseline {path}: {n} usable probe(s), a fit needs 3 "
+                         "at 2+ lengths")
+    return f

@@ -31,8 +31,8 @@ from typing import Any, Callable
 
 import numpy as np
 
-from prefilltui.core.running_fit import analyze_points
-from prefilltui.core.types import ProbeResult
+from prefilltui.model.running_fit import analyze_points
+from prefilltui.model.types import ProbeResult
 
 SPREAD_EVERY = 4  # every 4th pick: the least-probed length
 

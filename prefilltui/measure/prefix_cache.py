@@ -14,8 +14,8 @@ import asyncio
 from dataclasses import asdict, dataclass, field
 from typing import Any, Callable, Literal
 
-from prefilltui.core.types import ProbeResult
-from prefilltui.core.units import duration
+from prefilltui.model.types import ProbeResult
+from prefilltui.model.units import duration
 
 #: What a cache check found.
 CacheVerdict = Literal["on", "off", "unclear", "failed"]
@@ -83,8 +83,8 @@ async def cache_check(client: Any, tokens: int = 512, *, tail_tokens: int = 32
     failures: returns verdict "failed" with the reason (``unreachable`` True when
     discovery failed).
     """
-    from prefilltui.core.prompts import build_prompt
-    from prefilltui.core.server import ServerUnreachable
+    from prefilltui.model.prompts import build_prompt
+    from prefilltui.measure.server import ServerUnreachable
 
     if client.info is None:
         try:

@@ -19,10 +19,10 @@ from typing import Any, Iterable, Sequence
 
 import numpy as np
 
-from prefilltui.core import fit as _fit
-from prefilltui.core.drift import drift, load_baseline, run_fit
-from prefilltui.core.types import FitMethod, ProbeResult, ServerInfo
-from prefilltui.core.units import MISSING, duration
+from prefilltui.model import fit as _fit
+from prefilltui.model.drift import drift, run_fit
+from prefilltui.model.types import FitMethod, ProbeResult, ServerInfo
+from prefilltui.model.units import MISSING, duration
 
 # --------------------------------------------------------------- breakdown
 
@@ -101,7 +101,7 @@ def _intercept_split(results, fit, med) -> dict[str, Any] | None:
     (overhead).  Every part is physically >= 0 and is never given below 0: a negative
     one is set to 0 and ``notes`` says so (the raw prefill intercept stays in
     ``prefill_raw_s``); an intercept that is not pinned (core.intercept) is not split."""
-    from prefilltui.core import intercept as _ic
+    from prefilltui.model import intercept as _ic
 
     pts = [r for r in results if r.fit_eligible]
     xs = [r.tokens for r in pts]
@@ -326,13 +326,16 @@ def detect_chunking(results: Sequence[ProbeResult] = (), *, server_info: ServerI
 def summarize_diagnosis(results: Sequence[ProbeResult], server_info: ServerInfo | None = None,
                         *, fit: Any = None, baseline: str | None = None,
                         baseline_fit: _fit.LinearFit | None = None,
+                        baseline_problem: str | None = None,
                         metrics_problem: str | None = None, method: FitMethod = "robust"
                         ) -> dict[str, Any]:
     """Everything diagnosis adds to a sweep summary (JSON-ready): ``breakdown`` (without
     the per-probe rows), ``chunking``, ``cache_warning``, ``drift`` (with ``baseline``,
     a run-file path) and ``notes`` (metrics not available, baseline unreadable).
     The live fit is ``fit`` when given, else ``drift.run_fit`` of ``results``; the
-    baseline's is ``baseline_fit`` when given (a session loaded it), else loaded."""
+    baseline's is ``baseline_fit`` (loaded by the session,
+    ``prefilltui.measure.runfile.load_baseline``), or ``baseline_problem`` says why
+    there is none."""
     b = breakdown(results, fit)
     b.pop("probes", None)
     notes = [metrics_problem] if metrics_problem else []
@@ -341,11 +344,10 @@ def summarize_diagnosis(results: Sequence[ProbeResult], server_info: ServerInfo 
                          "cache_warning": flag_cache_hits(results), "drift": None,
                          "baseline": baseline, "notes": notes}
     if baseline:
-        try:
-            base = baseline_fit or load_baseline(baseline, method=method)
-        except (OSError, ValueError) as e:
-            notes.append(f"baseline not used: {e}")
+        if baseline_fit is None:
+            notes.append(f"baseline not used: {baseline_problem or 'it was not loaded'}")
         else:
+            base = baseline_fit
             live = fit if fit is not None else run_fit(results, method)
             d["drift"] = drift(base, live)
             d["baseline_used"] = live is not None

@@ -8,7 +8,7 @@ The test is Welch's: a rise of the slope (or intercept) counts when it exceeds
 t(0.975, ν) · √(se₀² + se₁²), with each fit's own standard error and degrees of
 freedom and ν from the Welch-Satterthwaite equation (Welch 1947).  With 6 points per
 run (4 degrees of freedom each) ν = 8 and t = 2.306.  Imports no textual; the only
-I/O is ``load_baseline`` reading a run file.
+No I/O: ``prefilltui.measure.runfile.load_baseline`` reads a baseline run file.
 """
 
 from __future__ import annotations
@@ -16,10 +16,10 @@ from __future__ import annotations
 import math
 from typing import Iterable
 
-from prefilltui.core.fit import CONFIDENCE, LinearFit, t_ppf
-from prefilltui.core.running_fit import RunningFit
-from prefilltui.core.types import FitMethod, ProbeResult
-from prefilltui.core.units import duration
+from prefilltui.model.fit import CONFIDENCE, LinearFit, t_ppf
+from prefilltui.model.running_fit import RunningFit
+from prefilltui.model.types import FitMethod, ProbeResult
+from prefilltui.model.units import duration
 
 #: Changes smaller than these never warn, however tight the intervals (practical floor).
 MIN_THROUGHPUT_CHANGE = 0.05  # 5 %
@@ -34,24 +34,6 @@ def run_fit(results: Iterable[ProbeResult], method: FitMethod = "robust") -> Lin
         rf.add(r)
     snap = rf.snapshot("all", method)
     return snap.fit if snap is not None else None
-
-
-def load_baseline(path: str, *, method: FitMethod = "robust") -> LinearFit:
-    """``run_fit`` of a saved run file.
-
-    Raises:
-        FileNotFoundError / OSError: the file cannot be read.
-        ValueError: fewer than 3 usable probes (or a single length) in the file.
-    """
-    from prefilltui.core.runfile import read_run
-
-    results, _problems = read_run(path)
-    f = run_fit(results, method)
-    if f is None:
-        n = sum(1 for r in results if r.fit_eligible)
-        raise ValueError(f"baseline {path}: {n} usable probe(s), a fit needs 3 "
-                         "at 2+ lengths")
-    return f
 
 
 def welch_df(se0: float, df0: float, se1: float, df1: float) -> float:

@@ -13,14 +13,14 @@ from collections import Counter
 from dataclasses import dataclass
 from typing import Any, Iterable
 
-from prefilltui.core import defaults, intercept, percentiles, roofline
-from prefilltui.core.catalog import resolve_gpu, resolve_model
-from prefilltui.core.fit import LinearFit
-from prefilltui.core.running_fit import FitSnapshot, RunningFit
-from prefilltui.core.types import ProbeResult, ServerInfo
-from prefilltui.core import units
-from prefilltui.core.server import display_url
-from prefilltui.core.units import MISSING
+from prefilltui.model import defaults, intercept, percentiles, roofline
+from prefilltui.model.catalog import resolve_gpu, resolve_model
+from prefilltui.model.fit import LinearFit
+from prefilltui.model.running_fit import FitSnapshot, RunningFit
+from prefilltui.model.types import ProbeResult, ServerInfo
+from prefilltui.model import units
+from prefilltui.model.redact import display_url
+from prefilltui.model.units import MISSING
 
 SCHEMA = "prefilltui.analysis/1"
 FIT_KEYS = ("method", "intercept_s", "intercept_ci", "slope_s_per_token", "slope_ci",

@@ -23,11 +23,11 @@ from typing import Any
 
 import numpy as np
 
-from prefilltui.core.fit import (
+from prefilltui.model.fit import (
     LinearFit, detect_knee, fit_ols, fit_ols_moments, fit_quadratic, fit_robust,
 )
-from prefilltui.core import defaults
-from prefilltui.core.types import FitMethod, FitScope, ProbeResult
+from prefilltui.model import defaults
+from prefilltui.model.types import FitMethod, FitScope, ProbeResult
 
 QUAD_MIN_SHARE = 0.05  # quadratic used when c*n_max^2 is >= 5 % of TTFT at n_max
 

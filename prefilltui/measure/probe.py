@@ -4,7 +4,7 @@ A probe is one ``stream: true`` request with ``max_tokens: 1`` to
 ``/v1/completions`` (or ``/v1/chat/completions``).  Clock: ``time.perf_counter``
 from just before the request is handed to httpx to the moment the read that
 completes the first SSE event carrying a generated token returns (see
-``prefilltui.core.sse``).  If a new TCP/TLS connection had to be opened for the
+``prefilltui.measure.sse``).  If a new TCP/TLS connection had to be opened for the
 request, its set-up time is recorded as ``connect_s`` and taken out of TTFB/TTFT
 (the clock starts when the connection is ready).  ``probe()`` never raises for
 server or network failures: it returns ``ok=False`` with an ``error_kind``.
@@ -30,11 +30,11 @@ from typing import Any
 
 import httpx
 
-from prefilltui.core import defaults
-from prefilltui.core import server as _server
-from prefilltui.core.prompts import LengthModel, PromptBuilder, build_prompt
-from prefilltui.core.sse import SSEStreamDecoder, classify_chunk, error_message
-from prefilltui.core.types import ProbeResult, ServerInfo
+from prefilltui.model import defaults
+from prefilltui.measure import server as _server
+from prefilltui.model.prompts import LengthModel, PromptBuilder, build_prompt
+from prefilltui.measure.sse import SSEStreamDecoder, classify_chunk, error_message
+from prefilltui.model.types import ProbeResult, ServerInfo
 
 #: Cap on a streamed body (a one-token stream is a few KiB; 4 MiB means runaway).
 MAX_STREAM_BYTES = 4 * 1024 * 1024

@@ -24,8 +24,8 @@ import statistics
 from dataclasses import dataclass
 from typing import Any, Iterable
 
-from prefilltui.core.fit import LinearFit, fit_robust
-from prefilltui.core.types import ProbeResult
+from prefilltui.model.fit import LinearFit, fit_robust
+from prefilltui.model.types import ProbeResult
 
 PIN_FLOOR_S = 0.010  # see the module docstring
 PIN_REL = 0.25

@@ -5,7 +5,7 @@ Every value here is also the documented default of a command-line flag.
 
 from __future__ import annotations
 
-from prefilltui.core.types import FitMethod
+from prefilltui.model.types import FitMethod
 
 #: Shortest prompt of the default sweep (tokens), ``--min-tokens``.  TTFT(0), the
 #: fixed cost, is an extrapolation; prompts of a few tokens put points next to it, so

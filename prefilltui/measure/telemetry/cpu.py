@@ -20,9 +20,9 @@ from typing import Callable, Mapping
 
 import psutil
 
-from prefilltui.core.telemetry.base import DeviceState, Sampler
-from prefilltui.core.telemetry.samples import WindowStats, window_stats
-from prefilltui.core.types import TelemetryKind
+from prefilltui.measure.telemetry.base import DeviceState, Sampler
+from prefilltui.measure.telemetry.samples import WindowStats, window_stats
+from prefilltui.model.types import TelemetryKind
 
 RAPL_ROOT = "/sys/class/powercap"
 

@@ -31,9 +31,9 @@ from collections import deque
 from dataclasses import dataclass
 from typing import Callable, Iterator, Protocol, Sequence
 
-from prefilltui.core.pacing import Pacing
-from prefilltui.core.server import ServerUnreachable
-from prefilltui.core.types import ProbeResult, RunnerState, ServerInfo, session_facts
+from prefilltui.model.pacing import Pacing
+from prefilltui.measure.server import ServerUnreachable
+from prefilltui.model.types import ProbeResult, RunnerState, ServerInfo, session_facts
 
 #: How many results a continuous SweepRunner keeps in memory.
 RECENT_RESULTS = 1000
@@ -183,7 +183,7 @@ class SweepRunner:
         self.target = None
         if (config.until_ci_pct is not None or config.budget_probes is not None
                 or config.budget_s is not None):
-            from prefilltui.core.until_ci import ConfidenceTarget
+            from prefilltui.model.until_ci import ConfidenceTarget
 
             self.target = ConfidenceTarget(config.until_ci_pct, budget_probes=config.budget_probes,
                                            budget_s=config.budget_s)

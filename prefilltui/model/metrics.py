@@ -20,7 +20,7 @@ from dataclasses import dataclass, field
 
 from prometheus_client.parser import text_string_to_metric_families
 
-from prefilltui.core.types import ProbeResult
+from prefilltui.model.types import ProbeResult
 
 
 @dataclass(frozen=True)

@@ -21,10 +21,10 @@ import os
 import time
 from typing import Any, Callable, Mapping
 
-from prefilltui.core.telemetry.base import DeviceState, Sampler, describe_error
-from prefilltui.core.telemetry.nvml_samples import (DRIVER_UTIL_HZ, DriverSamples,
+from prefilltui.measure.telemetry.base import DeviceState, Sampler, describe_error
+from prefilltui.measure.telemetry.nvml_samples import (DRIVER_UTIL_HZ, DriverSamples,
                                                     _capability_error, _value_members)
-from prefilltui.core.types import TelemetryKind
+from prefilltui.model.types import TelemetryKind
 
 #: Metrics read every tick; the rest ("slow") are read about once a second.
 FAST = ("util", "power", "energy")

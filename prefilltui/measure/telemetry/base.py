@@ -23,8 +23,8 @@ from collections import deque
 from dataclasses import dataclass, field
 from typing import Any, Callable
 
-from prefilltui.core.telemetry.samples import SampleRing, WindowStats, window_stats
-from prefilltui.core.types import DeviceStatus, ProbeResult, TelemetryKind
+from prefilltui.measure.telemetry.samples import SampleRing, WindowStats, window_stats
+from prefilltui.model.types import DeviceStatus, ProbeResult, TelemetryKind
 
 __all__ = ["DeviceSnapshot", "TelemetrySnapshot", "DeviceState", "Sampler", "NullSampler",
            "describe_error", "HISTORY_S", "RETAIN_S", "METRICS"]
@@ -328,7 +328,7 @@ class Sampler:
     # -- attribution -------------------------------------------------------------
     def window(self, t0: float, t1: float) -> WindowStats | None:
         """Telemetry over [t0, t1] (perf_counter seconds); None when no device.
-        See ``prefilltui.core.telemetry.samples.window_stats`` for the rules."""
+        See ``prefilltui.measure.telemetry.samples.window_stats`` for the rules."""
         devs = [d for d in self.devices if not d.extra.get("display_only")]
         if not devs or t1 < t0:
             return None
