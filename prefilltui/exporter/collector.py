@@ -95,7 +95,7 @@ def families(snaps: Sequence[TargetSnapshot]) -> list[Metric]:
     parts = g("prefilltui_ttft_component_seconds", "Median TTFT component over the window: "
               "client/network overhead, server queue, server prefill", ("component",))
     verdict = StateSetMetricFamily("prefilltui_verdict", "Prefill verdict of the window fit "
-                                   "(healthy, below, wrong, ...; see README)", labels=LABELS)
+                                   "(healthy, below, wrong, ...; see docs/exporter.md)", labels=LABELS)
     for s in snaps:
         lv = [s.target, s.model]
         info.add_metric(lv, {"server_kind": s.server_kind or "unknown", "api": s.api})

@@ -32,7 +32,7 @@ from typing import Any, Literal
 from prefilltui.measure.server import url_problem
 
 #: One probe start every 15 s per target: 4 probes/min, invisible next to any real
-#: workload (see README "Watching a fleet" for the load in requests and tokens).
+#: workload (see docs/exporter.md for the load in requests and tokens).
 DEFAULT_INTERVAL_S = 15.0
 #: Log-spaced 64..2048 tokens: mean 674 prompt tokens per probe.
 DEFAULT_LENGTHS = (64, 128, 256, 512, 1024, 2048)

@@ -3,7 +3,7 @@
 A ``kill -9`` loses at most the probe in flight: each line is written with a single
 ``write`` and flushed to the OS before ``append`` returns (the page cache survives a
 killed process; ``close()`` also fsyncs for power loss).  Schema: the fields of
-``ProbeResult.to_json`` (documented in README, "Run file"), plus session lines
+``ProbeResult.to_json`` (documented in docs/runfile.md), plus session lines
 ``{"record": "session", ...}`` with facts about the whole run (the server's kind,
 model and shape, the GPU names telemetry saw), written before the next probe line
 whenever they become known, so ``report`` reads the run as the sweep saw it.

@@ -6,7 +6,7 @@
 Every figure is a ratio or a difference measured within one run on this machine
 (absolute times on a shared machine mean little across runs).  Each bench module
 exposes ``run(opts) -> list[Row]``; ``__main__`` runs them in order and prints one
-aligned table (metric, value, target, pass/fail).  See README, "Performance".
+aligned table (metric, value, target, pass/fail).  See docs/performance.md.
 """
 
 from __future__ import annotations
