@@ -72,12 +72,14 @@ class _OneLine(logging.Formatter):
         return ""
 
     def format(self, record: logging.LogRecord) -> str:
+        from prefilltui.model.sanitize import clean
+
         record.exc_text = ""
         line = super().format(record)
         if record.exc_info and record.exc_info[1] is not None:
             e = record.exc_info[1]
             line += f": {type(e).__name__}: {e}"
-        return line
+        return clean(line, multiline=True)  # log lines quote servers: escape controls
 
 
 class _CurrentStderr(logging.StreamHandler):

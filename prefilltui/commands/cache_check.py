@@ -15,7 +15,7 @@ from __future__ import annotations
 import asyncio
 import json
 
-from prefilltui.commands.common import (_positive_int, add_output_args, add_server_args, err,
+from prefilltui.commands.common import (_positive_int, add_output_args, add_server_args, err, say,
                                         server_url)
 from prefilltui.model import defaults
 from prefilltui.measure.prefix_cache import cache_check
@@ -64,9 +64,9 @@ def run(args) -> int:
     if args.format == "json" and d is not None:
         print(json.dumps(d))
     elif code == ExitCode.OK:
-        print(line)
+        say(line)
         for note in (d or {}).get("notes", []):
-            print(f"  note: {note}")
+            say(f"  note: {note}")
     if code != ExitCode.OK:
         err(line)
     return code

@@ -11,6 +11,7 @@ import math
 import sys
 
 from prefilltui.model import defaults
+from prefilltui.model.sanitize import clean
 from prefilltui.model.types import FIT_METHODS
 
 
@@ -82,11 +83,19 @@ def _sample_hz(text: str) -> float:
 
 def err(message: str) -> None:
     """Print ``prefilltui: <message>`` on stderr (the one-line error of every command;
-    further lines of ``message`` are indented under it with ``  | ``)."""
-    first, _, rest = message.partition("\n")
+    further lines of ``message`` are indented under it with ``  | ``).  Control
+    characters are escaped (``model.sanitize.clean``): messages quote servers."""
+    first, _, rest = clean(message, multiline=True).partition("\n")
     print(f"prefilltui: {first}", file=sys.stderr)
     for line in rest.splitlines():
         print(f"  | {line}", file=sys.stderr)
+
+
+def say(text: str, file=None) -> None:
+    """Print a block of text output (progress, summary, report) with every control
+    character but the newline escaped (``model.sanitize.clean``): the one sink of a
+    command's text output, so nothing a server sent is executed by the terminal."""
+    print(clean(text, multiline=True), file=sys.stdout if file is None else file, flush=True)
 
 
 def _positive_int(text: str) -> int:

@@ -82,7 +82,9 @@ def _window(text: str) -> int:
 
 
 def _err(msg: str) -> None:
-    print(f"prefilltui: {msg}", file=sys.stderr)
+    from prefilltui.model.sanitize import clean
+
+    print(f"prefilltui: {clean(msg, multiline=True)}", file=sys.stderr)
 
 
 def parse_listen(text: str) -> tuple[str, int]:

@@ -19,7 +19,8 @@ import sys
 from collections import Counter
 
 from prefilltui.commands.common import (add_analysis_args, add_hardware_args, add_output_args,
-                                        err)
+                                        err, say)
+from prefilltui.model.sanitize import clean
 from prefilltui.model.analysis import analyze, format_summary
 from prefilltui.model.depth import depth_table, format_depth, is_depth_probe
 from prefilltui.measure.runfile import read_run, read_session
@@ -54,7 +55,7 @@ def _load(path: str):
     except (OSError, UnicodeError) as e:
         return None, f"cannot read {path}: {getattr(e, 'strerror', None) or e}"
     for msg in problems[:5]:
-        print(f"prefilltui: {path}: {msg} (skipped)", file=sys.stderr)
+        err(f"{path}: {msg} (skipped)")
     if len(problems) > 5:
         print(f"prefilltui: {path}: {len(problems) - 5} more bad lines skipped", file=sys.stderr)
     if not results:
@@ -82,7 +83,7 @@ def run(args) -> int:
     d["depth"] = depth_table(results, d.get("model"))
     if getattr(args, "baseline", None):
         d["drift"] = _drift(args, results)
-    text = format_summary(d)
+    text = clean(format_summary(d), multiline=True)  # run files hold servers' raw text
     if d.get("drift"):
         text += f"\nDrift vs baseline: {d['drift']}"
     if d["depth"]:
@@ -93,7 +94,7 @@ def run(args) -> int:
     if args.format == "json":
         print(json.dumps(d, indent=2, allow_nan=False, default=str))
     else:
-        print(text)
+        say(text)
         if not args.no_plot:
             plot = render_plot(results, d)
             if plot:

@@ -18,9 +18,10 @@ from typing import Any
 
 from prefilltui.commands.common import (add_analysis_args, add_depth_arg, add_hardware_args,
                                         add_output_args, add_server_args, add_sweep_args,
-                                        add_telemetry_args, err, server_url)
+                                        add_telemetry_args, err, say, server_url)
 from prefilltui.model.analysis import analyze, format_summary
 from prefilltui.model.redact import display_url
+from prefilltui.model.sanitize import clean
 from prefilltui.model.depth import depth_table, format_depth
 from prefilltui.model.diagnose import format_diagnosis, summarize_diagnosis
 from prefilltui.model.fit import fit_ols, fit_robust
@@ -121,7 +122,7 @@ def _ms_cell(v: float | None, width: int = 9) -> str:
 
 def format_text(d: dict[str, Any]) -> str:
     s = d["server"]
-    out = [f"server  {s['kind']}  model {s['model']}  context {s['context_tokens'] or '?'} tokens",
+    out = [f"server  {s['kind']}  model {clean(s['model'])}  context {s['context_tokens'] or '?'} tokens",
            "",
            f"{'requested':>9} {'counted':>8} {'n':>4} {'TTFT p50':>9} {'p90':>9} {'p99':>9} "
            f"{'min':>9} {'server prefill':>15}   (ms)"]
@@ -256,7 +257,7 @@ def _run_depth_phase(args, session: Session, lengths: list[int], stream, seq0: i
             session.writer.append(r)
         except (OSError, ValueError) as e:
             err(f"cannot write the run file: {e}")
-        print(_depth_line(r), file=stream, flush=True)
+        say(_depth_line(r), stream)
 
     async def go() -> list[str]:
         async with session.new_client(seed_offset=1) as c:
@@ -300,7 +301,7 @@ def run(args) -> int:
         prog = runner.progress
         if until and prog is not None and not r.warmup:
             line += f"  [{prog.line()}]"
-        print(line, file=stream, flush=True)
+        say(line, stream)
 
     def on_plan(planned: list[int], notes: list[str]) -> None:
         """The header, once the server's context is known: the lengths that will run."""
@@ -313,18 +314,18 @@ def run(args) -> int:
                     how = f"= {args.warmup + len(planned) * args.repeats} probes"
                 budget = ", ".join(x for x in (f"{budget_probes} probes" if budget_probes else "",
                                                f"{budget_s:g} s" if budget_s else "") if x)
-                print(f"sweeping {display_url(args.url)}: lengths {','.join(map(str, planned))} x "
+                say(f"sweeping {display_url(args.url)}: lengths {','.join(map(str, planned))} x "
                       f"{args.repeats} + {args.warmup} warm-up ({how}"
                       + (f"; budget {budget}" if budget else "") + ")"
                       + (f"; then at depths {','.join(map(str, depths))} (cached prefix)"
-                         if depths else ""), file=stream, flush=True)
+                         if depths else ""), stream)
         for n in notes[holder["notes"]:]:
-            print(f"  note: {n}", file=stream, flush=True)
+            say(f"  note: {n}", stream)
         holder["notes"] = len(notes)
 
     def on_state(state: str, detail: str) -> None:
         if state in ("retrying",) or (state == "probing" and detail.startswith("context")):
-            print(f"  {detail}", file=stream, flush=True)
+            say(f"  {detail}", stream)
 
     runner = session.new_runner(on_result, on_state, on_plan=on_plan)
     depth_results: list[ProbeResult] = []
@@ -382,16 +383,9 @@ def run(args) -> int:
     if as_json:
         print(json.dumps(d, indent=2))
     else:
-        print("", file=stream)
-        print(format_text(d), file=stream)
-        if analysis_text:
-            print("", file=stream)
-            print(analysis_text, file=stream)
-        if depth_text:
-            print("", file=stream)
-            print("\n".join(depth_text), file=stream)
-        print("", file=stream)
-        print(format_diagnosis(d["diagnosis"]), file=stream)
+        blocks = [format_text(d), analysis_text or "", "\n".join(depth_text),
+                  format_diagnosis(d["diagnosis"])]
         if runner.state == "failed":
-            print(f"stopped early: {runner.state_detail}", file=stream)
+            blocks.append(f"stopped early: {runner.state_detail}")
+        say("\n" + "\n\n".join(b for b in blocks if b), stream)
     return ExitCode.OK

@@ -45,6 +45,7 @@ from prometheus_client.registry import Collector
 
 from prefilltui import __version__
 from prefilltui.exporter.target import TTFT_BUCKETS_S, VERDICTS, TargetSnapshot
+from prefilltui.model.sanitize import clean
 
 LABELS = ("target", "model")
 
@@ -97,7 +98,7 @@ def families(snaps: Sequence[TargetSnapshot]) -> list[Metric]:
     verdict = StateSetMetricFamily("prefilltui_verdict", "Prefill verdict of the window fit "
                                    "(healthy, below, wrong, ...; see docs/exporter.md)", labels=LABELS)
     for s in snaps:
-        lv = [s.target, s.model]
+        lv = [clean(s.target), clean(s.model)]  # a server's model id: controls escaped
         info.add_metric(lv, {"server_kind": s.server_kind or "unknown", "api": s.api})
         if s.up is not None:
             up.add_metric(lv, 1.0 if s.up else 0.0)

@@ -20,6 +20,7 @@ from prefilltui.model.running_fit import FitSnapshot, RunningFit
 from prefilltui.model.types import ProbeResult, ServerInfo
 from prefilltui.model import units
 from prefilltui.model.redact import display_url
+from prefilltui.model.sanitize import clean
 from prefilltui.model.units import MISSING
 
 SCHEMA = "prefilltui.analysis/1"
@@ -326,7 +327,8 @@ def format_summary(d: dict[str, Any], *, percentile_table: bool = True) -> str:
             if hw.get("uncertain") or str(hw.get("matched_by", "")).endswith("(?)"):
                 hw_txt += " (?)"
         m_txt = "model unknown" if not m else (
-            f"{m['name']} ({m['params'] / 1e9:.3g} B params" if m.get("params") else f"{m['name']} (params ?")
+            f"{clean(m['name'])} ({m['params'] / 1e9:.3g} B params" if m.get("params")
+            else f"{clean(m['name'])} (params ?")
         if m:
             m_txt += f", L={m['layers']}, d_attn={m['attn_width']})" + (" (?)" if m.get("uncertain") else "")
         out.append(f"Roofline (estimates): {m_txt} on {hw_txt}")

@@ -32,6 +32,7 @@ from textual.widgets import Footer, Static
 
 from prefilltui.model import defaults
 from prefilltui.model.pacing import Pacing
+from prefilltui.model.sanitize import clean
 from prefilltui.measure.telemetry import TelemetrySnapshot
 from prefilltui.model.types import FitMethod, ProbeResult, RunnerState, ServerInfo
 from prefilltui.model.units import MISSING
@@ -225,7 +226,14 @@ class PrefillApp(WorkerActions, App[int]):
         self.post_message(ProbeDone(result))
 
     def _runner_state(self, state: str, detail: str = "") -> None:
-        self.post_message(RunnerStateChanged(state, detail))
+        # a state's detail quotes servers (errors): control characters escaped here
+        self.post_message(RunnerStateChanged(state, clean(detail)))
+
+    def notify(self, message: str, **kw: Any) -> None:  # type: ignore[override]
+        """Textual's notify, with control characters escaped (``model.sanitize``) and
+        markup off unless asked for: notifications quote servers' words."""
+        kw.setdefault("markup", False)
+        super().notify(clean(message, multiline=True), **kw)
 
     def on_probe_done(self, message: ProbeDone) -> None:
         r = message.result

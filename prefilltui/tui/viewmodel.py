@@ -16,6 +16,7 @@ from prefilltui.model import defaults, intercept
 from prefilltui.model.percentiles import quantiles
 from prefilltui.model.analysis import assess
 from prefilltui.model.fit import LinearFit
+from prefilltui.model.sanitize import clean
 from prefilltui.model.running_fit import FitSnapshot
 from prefilltui.model.types import FitMethod, FitScope, ProbeResult, ServerInfo
 from prefilltui.model.units import MISSING
@@ -184,7 +185,7 @@ def build_stats(snap: FitSnapshot | LinearFit | None, *, which: FitScope, method
     if info is not None:
         v.server_kind = info.kind
         # llama.cpp reports the GGUF path as the model id: the panel shortens it
-        v.model = info.model or None
+        v.model = clean(info.model) if info.model else None
     v.device = device
     if last is not None:
         v.requested = last.requested_tokens
@@ -281,7 +282,9 @@ def status_line(state: str, detail: str, counters: Counters, rng: tuple[int, int
 
 
 def _escape(text: str) -> str:
-    return text.replace("[", r"\[")
+    """``text`` safe in markup: control characters escaped (``model.sanitize``), ``[``
+    escaped (a server's words never become markup)."""
+    return clean(text).replace("[", r"\[")
 
 
 #: Short words for roofline.verdict levels (the full sentence is shown below them).
