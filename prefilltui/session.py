@@ -64,21 +64,27 @@ def read_api_key(options: Any) -> str | None:
 
 def client_factory(options: Any, base_url: str) -> Callable[..., ProbeClient]:
     """A factory of probe clients for ``base_url`` with the options' API flavour, model,
-    API key, timeout, TLS verification and prompt seed (``seed_offset`` added to
-    ``--seed``, for a second client whose prompts must differ).
+    API key, timeout, TLS verification, proxy (``measure.proxy``) and prompt seed
+    (``seed_offset`` added to ``--seed``, for a second client whose prompts must differ).
 
     Raises:
-        SessionError: (USAGE) an API key that cannot be sent.
+        SessionError: (USAGE) an API key that cannot be sent, or an unusable proxy.
     """
-    api_key = read_api_key(options)
+    from prefilltui.measure.proxy import ProxyError, choose_proxy
 
+    api_key = read_api_key(options)
+    proxy = _opt(options, "proxy")
+    try:
+        choose_proxy(base_url, proxy)  # a bad --proxy or proxy variable: said up front
+    except ProxyError as exc:
+        raise SessionError(str(exc), ExitCode.USAGE) from None
     seed = _opt(options, "seed")
 
     def new_client(seed_offset: int = 0) -> ProbeClient:
         return ProbeClient(base_url, api=_opt(options, "api", "completions"),
                            model=_opt(options, "model"), api_key=api_key,
                            timeout=_opt(options, "timeout", defaults.TIMEOUT_S),
-                           verify=not _opt(options, "insecure", False),
+                           verify=not _opt(options, "insecure", False), proxy=proxy,
                            seed=None if seed is None else seed + seed_offset)
 
     return new_client

@@ -121,13 +121,18 @@ def _non_negative_int(text: str) -> int:
 def add_server_args(p: argparse.ArgumentParser) -> None:
     """How to talk to the server: API flavour, model, auth, TLS, timeouts."""
     g = p.add_argument_group("server")
-    g.add_argument("--api", choices=("completions", "chat"), default="completions",
-                   help="endpoint: /v1/completions (default) or /v1/chat/completions")
+    g.add_argument("--api", choices=("completions", "chat", "responses"), default="completions",
+                   help="endpoint: /v1/completions (default), /v1/chat/completions, or "
+                        "/v1/responses (the Responses API)")
     g.add_argument("--model", help="model id to request (default: the first of /v1/models)")
     g.add_argument("--api-key-env", default="OPENAI_API_KEY", metavar="NAME",
                    help="environment variable holding the API key (default OPENAI_API_KEY); "
                         "the key is never printed, logged or written")
     g.add_argument("--insecure", action="store_true", help="skip TLS certificate verification")
+    g.add_argument("--proxy", metavar="URL",
+                   help="send every request through this proxy (http, https, socks5), or "
+                        "'none' to go direct; default: HTTPS_PROXY / HTTP_PROXY / ALL_PROXY "
+                        "and NO_PROXY from the environment, loopback servers always direct")
     g.add_argument("--timeout", type=_positive_float, default=defaults.TIMEOUT_S, metavar="S",
                    help=f"per-probe time cap in seconds (default {defaults.TIMEOUT_S:g})")
 

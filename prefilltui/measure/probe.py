@@ -31,9 +31,14 @@ from typing import Any
 import httpx
 
 from prefilltui.model import defaults
+from prefilltui.measure import gateway
+from prefilltui.measure import probe_kinds as _kinds
 from prefilltui.measure import server as _server
+from prefilltui.measure.proxy import ProxyChoice, choose_proxy
 from prefilltui.model.prompts import LengthModel, PromptBuilder, build_prompt
-from prefilltui.measure.sse import SSEStreamDecoder, classify_chunk, error_message
+from prefilltui.measure.sse import (SSEStreamDecoder, classify_chunk, classify_response_event,
+                                    error_message)
+from prefilltui.model.redact import display_url
 from prefilltui.model.types import ProbeResult, ServerInfo
 
 #: Cap on a streamed body (a one-token stream is a few KiB; 4 MiB means runaway).
@@ -45,7 +50,20 @@ MAX_ERROR_BYTES = 64 * 1024
 #: ``stream_options``) drops it: the probe is resent once without it, and later
 #: probes of the session never send it.  A field the user set (``extra_body``) is
 #: never dropped.
-OPTIONAL_FIELDS = ("stream_options", "ignore_eos", "cache_prompt", "temperature")
+OPTIONAL_FIELDS = ("stream_options", "ignore_eos", "cache_prompt", "temperature", "store")
+#: The token cap's field, rejected by some servers: replaced by (field, value) and
+#: resent, as an optional field is dropped.  ``max_tokens`` -> ``max_completion_tokens``
+#: (OpenAI's newer models: "Unsupported parameter: 'max_tokens' ... Use
+#: 'max_completion_tokens' instead"); ``max_output_tokens: 1`` -> 16 (the least the
+#: OpenAI Responses API accepts).  A rejected replacement is dropped: the probe then
+#: sends no cap, and the client closes the stream at the second token.
+CAP_REPLACEMENTS = {"max_tokens": ("max_completion_tokens", 1),
+                    "max_output_tokens": ("max_output_tokens", 16)}
+CAP_FIELDS = ("max_tokens", "max_completion_tokens", "max_output_tokens")
+#: After the first token, the rest of a one-token answer (finish_reason, usage,
+#: [DONE]) comes at once; a server that sends nothing more is closed this long
+#: after the token, and the probe stands (its TTFT is measured).
+TOKEN_TAIL_S = 1.0
 #: After a probe's data is complete ([DONE], or the token and its finish_reason),
 #: keep reading at most this long: enough for the closing bytes a server sends at
 #: once (the usage chunk after the finish chunk, [DONE], the chunked terminator
@@ -168,10 +186,14 @@ class ProbeClient:
     def __init__(self, base_url: str, *, api: str = "completions", model: str | None = None,
                  api_key: str | None = None, timeout: float = defaults.TIMEOUT_S,
                  verify: bool = True,
-                 extra_body: dict | None = None, seed: int | None = None) -> None:
-        if api not in ("completions", "chat"):
-            raise ValueError(f"api must be 'completions' or 'chat', not {api!r}")
+                 extra_body: dict | None = None, seed: int | None = None,
+                 proxy: str | None = None) -> None:
+        if api not in API_PATHS:
+            raise ValueError(f"api must be one of {', '.join(API_PATHS)}, not {api!r}")
         self.root, self.v1 = _server.split_base_url(base_url)
+        #: the proxy requests go through (``measure.proxy``); ProxyError (a
+        #: ValueError) for an unusable --proxy or proxy variable
+        self.proxy: ProxyChoice = choose_proxy(self.root, proxy)
         self.api = api
         self.model = model
         self.timeout = float(timeout)
@@ -186,15 +208,24 @@ class ProbeClient:
         headers = {"Authorization": f"Bearer {api_key}"} if api_key else {}
         self._transport = ResendOnStaleConnection(
             verify=verify, limits=httpx.Limits(max_connections=4, max_keepalive_connections=4,
-                                               keepalive_expiry=300.0))
+                                               keepalive_expiry=300.0),
+            proxy=self.proxy.url)
+        # GETs (discovery, /metrics) follow redirects (httpx drops the API key on a
+        # cross-origin one); a probe's POST follows only 307/308 itself (_send).
         self._http = httpx.AsyncClient(
             headers=headers, transport=self._transport,
-            timeout=httpx.Timeout(self.timeout, connect=10.0), follow_redirects=False,
-            trust_env=False)
+            timeout=httpx.Timeout(self.timeout, connect=10.0), follow_redirects=True,
+            max_redirects=gateway.MAX_REDIRECTS, trust_env=False)
         self.builder = PromptBuilder(seed)
         self.lengths = LengthModel()
         self._dropped: set[str] = set()
         self._kept: set[str] = set()  # named in a 400 that was not about them
+        self._replaced: set[str] = set()  # cap fields replaced (CAP_REPLACEMENTS)
+        #: "streams" | "buffers" | "unknown" once a token-with-the-end probe asked
+        #: (``probe_kinds.check_streaming``); None before
+        self.streaming: str | None = None
+        #: whether the server answers /v1/responses (asked on a 404/405), None before
+        self.has_responses: bool | None = None
         #: Things about this session a reader must know, once each, in order:
         #: short label (status line) -> sentence (summary).  E.g. a field the
         #: server rejected, prompt lengths that are estimates.
@@ -234,6 +265,9 @@ class ProbeClient:
             raise _server.ServerUnreachable(self._scrub(str(e))) from None
         if self.model is None:
             self.model = info.model
+        if self.proxy.url is not None:
+            info.proxy = display_url(self.proxy.url)
+            self.notices.setdefault("via proxy", self.proxy.sentence())
         self.info = info
         return info
 
@@ -281,15 +315,22 @@ class ProbeClient:
         return await _server.count_tokens(self._http, self.info, text)
 
     # -- the probe
-    def _body(self, prompt: str) -> dict[str, Any]:
-        body: dict[str, Any] = {"max_tokens": 1, "stream": True,
-                                "stream_options": {"include_usage": True}, "temperature": 0}
+    def _body(self, prompt: str, cap: int = 1) -> dict[str, Any]:
+        body: dict[str, Any] = {"stream": True, "temperature": 0}
         if self.model:
             body["model"] = self.model
+        if self.api == "responses":
+            body.update(max_output_tokens=cap, input=prompt, store=False)
+        else:
+            body.update(max_tokens=cap, stream_options={"include_usage": True})
         if self.api == "chat":
             body["messages"] = [{"role": "user", "content": prompt}]
-        else:
+        elif self.api == "completions":
             body["prompt"] = prompt
+        for old in self._replaced:
+            new, value = CAP_REPLACEMENTS[old]
+            body.pop(old, None)
+            body[new] = max(value, cap)
         kind = self.info.kind if self.info else "openai"
         if kind == "llama.cpp":
             body["cache_prompt"] = False
@@ -307,7 +348,9 @@ class ProbeClient:
         if r.http_status not in (400, 422) or r.error_kind != "http":
             return None
         said = {_norm(w) for w in _IDENT.findall(f"{r.error_message}\n{self._last_error_body}")}
-        for k in OPTIONAL_FIELDS:
+        for k in OPTIONAL_FIELDS + CAP_FIELDS:
+            if k in self._replaced and CAP_REPLACEMENTS[k][0] == k:
+                continue  # already at its replacement value
             if k in body and k not in self._dropped | self._kept and k not in self.extra_body:
                 if said & {_norm(n) for n in _names(k, body[k])}:
                     return k
@@ -334,25 +377,27 @@ class ProbeClient:
         body = self._body(prompt)
         await self._attempt(r, body)
         while (field := self._rejected_field(r, body)) is not None:
-            self._dropped.add(field)
-            said = self._scrub(r.error_message) or ""
-            self.notices.setdefault(
-                f"sent without {field}",
-                f"the server rejected {field} ({said[:200]}); probes are sent without it")
+            label, replaced = self._reject(field, r)
             first = r
             r = ProbeResult(requested_tokens=first.requested_tokens, warmup=warmup, burst=burst,
                             api=self.api, model=self.model)
-            r.extra["rejected_field"] = {"field": field, "http_status": first.http_status,
-                                         "message": said[:300]}
+            rejected = {"field": field, "http_status": first.http_status,
+                        "message": (self._scrub(first.error_message) or "")[:300]}
+            if replaced:
+                rejected["replaced_by"] = replaced
+            r.extra["rejected_field"] = rejected
             body = self._body(prompt)
             await self._attempt(r, body)
             if r.http_status == first.http_status and r.error_message == first.error_message:
                 # the same answer without the field: it was quoted, not the cause
-                self._dropped.discard(field)
+                (self._replaced if replaced else self._dropped).discard(field)
                 self._kept.add(field)  # never retried for it again
-                self.notices.pop(f"sent without {field}", None)
+                self.notices.pop(label, None)
                 r.extra.pop("rejected_field", None)
                 break
+        if r.extra.get("token_with_end") and r.ok:
+            await _kinds.settle_buffered(self, r)
+        _kinds.note(self, r)
         _vet(r)
         if r.extra.get("ignored"):
             self.notices.setdefault(
@@ -366,9 +411,41 @@ class ProbeClient:
             r.extra["after_complete"] = [self._scrub(m) for m in r.extra["after_complete"]]
         return r
 
+    def _reject(self, field: str, r: ProbeResult) -> tuple[str, str | None]:
+        """Leave ``field`` out of later bodies (or replace it, CAP_REPLACEMENTS) and
+        say so once; returns (the notice's label, what replaced it or None)."""
+        said = (self._scrub(r.error_message) or "")[:200]
+        new = CAP_REPLACEMENTS.get(field)
+        if new is not None and field not in self._replaced and new[0] not in self._dropped:
+            self._replaced.add(field)
+            what = f"{new[0]}: {new[1]}" if new[0] != field else f"{field}: {new[1]}"
+            label = f"{what} for {field}" if new[0] != field else f"{field} {new[1]}"
+            self.notices.setdefault(label, f"the server rejected {field} ({said}); probes "
+                                           f"send {what} instead")
+            return label, what
+        self._dropped.add(field)
+        label = f"sent without {field}"
+        tail = (" (no token cap: the client closes each stream at the second token)"
+                if field in CAP_FIELDS else "")
+        self.notices.setdefault(label, f"the server rejected {field} ({said}); probes are "
+                                       f"sent without it{tail}")
+        return label, None
+
+    @property
+    def endpoint(self) -> str:
+        """The URL probes are POSTed to (``API_PATHS`` of the API flavour)."""
+        return self.v1 + API_PATHS[self.api]
+
+    @property
+    def token_cap(self) -> int | None:
+        """The output-token cap the probes send (1, or 16 on a Responses API that
+        needs it), or None when the server took none."""
+        body = self._body("", 1)
+        return next((body[k] for k in CAP_FIELDS if k in body), None)
+
     async def _attempt(self, r: ProbeResult, body: dict[str, Any]) -> None:
         """Send ``body`` once and fill ``r`` (never raises for server or network faults)."""
-        url = self.v1 + ("/chat/completions" if self.api == "chat" else "/completions")
+        url = self.endpoint
         self._last_error_body = ""
         try:
             # asyncio.timeout runs the stream in this task (wait_for would add a task
@@ -420,15 +497,41 @@ class ProbeClient:
             r.ok, r.error_kind, r.error_message = False, kind, (message or kind)[:1000]
         return r
 
+    async def _send(self, url: str, body: dict, r: ProbeResult,
+                    stamps: dict[str, float]) -> httpx.Response:
+        """POST ``body`` (streamed), following 307/308 redirects that keep the method
+        and body (at most ``gateway.MAX_REDIRECTS``; the API key only to the same
+        origin); ``extra["redirected"]`` says where to.  Other 3xx are answered
+        as they are (``_http_error`` explains them)."""
+        req = self._http.build_request(
+            "POST", url, json=body,
+            headers={"Accept": "text/event-stream", "Accept-Encoding": "identity"},
+            extensions={"trace": _tracer(stamps)})
+        origin = req.url
+        resp = await self._http.send(req, stream=True, follow_redirects=False)
+        hops = 0
+        while resp.status_code in gateway.KEEP_METHOD and hops < gateway.MAX_REDIRECTS:
+            target = gateway.redirect_target(req, resp)
+            if target is None:
+                break
+            await resp.aclose()
+            hops += 1
+            req = self._http.build_request("POST", target, json=body, headers=req.headers,
+                                           extensions={"trace": _tracer(stamps)})
+            if not gateway.same_origin(origin, target):
+                req.headers.pop("Authorization", None)
+            r.extra["redirected"] = {"status": resp.status_code, "to": display_url(str(target)),
+                                     "hops": hops,
+                                     "key_sent": "Authorization" in req.headers}
+            resp = await self._http.send(req, stream=True, follow_redirects=False)
+        return resp
+
     async def _stream(self, url: str, body: dict, r: ProbeResult) -> None:
         stamps: dict[str, float] = {}
-        req = self._http.build_request(
-            "POST", url, json=body, headers={"Accept": "text/event-stream"},
-            extensions={"trace": _tracer(stamps)})
         r.started_at = time.time()
         resent = self._transport.resent
         t0 = r.t_send = time.perf_counter()
-        resp = await self._http.send(req, stream=True)
+        resp = await self._send(url, body, r, stamps)
         if self._transport.resent != resent:
             r.extra["resent_on_stale_connection"] = True
         try:
@@ -442,43 +545,103 @@ class ProbeClient:
             if resp.status_code != 200:
                 await self._http_error(resp, r)
                 return
+            enc = resp.headers.get("content-encoding", "")
+            if enc and enc.lower() != "identity":
+                r.extra["content_encoding"] = enc  # decoded by httpx (gzip, deflate, br)
             ctype = resp.headers.get("content-type", "")
-            if "text/event-stream" not in ctype:
-                head = await _read_capped(resp, MAX_ERROR_BYTES)
-                self._classify_body_error(r, head, f"server did not stream (content-type {ctype!r})")
-                return
-            await self._read_events(resp, r, t0)
+            first = chunks = None
+            if "text/event-stream" not in ctype.lower():
+                chunks = resp.aiter_bytes().__aiter__()
+                try:
+                    head = await chunks.__anext__()
+                except StopAsyncIteration:
+                    head = b""
+                first = (time.perf_counter(), head)
+                if not gateway.looks_like_sse(head):
+                    await self._not_a_stream(resp, r, ctype, head, chunks)
+                    return
+                r.extra["content_type"] = ctype or "(none)"
+            await self._read_events(resp, r, t0, first, chunks)
         finally:
             await resp.aclose()
 
-    async def _read_events(self, resp: httpx.Response, r: ProbeResult, t0: float) -> None:
+    async def _not_a_stream(self, resp: httpx.Response, r: ProbeResult, ctype: str,
+                            head: bytes, chunks) -> None:
+        """A 200 answer that is no event stream: an HTML page (sign-in portal), one
+        JSON completion (the server ignored ``stream: true``: buffered, TTFT cannot
+        be known), a JSON error, or anything else (protocol)."""
+        buf = bytearray(head)
+        async for chunk in chunks:
+            buf += chunk
+            if len(buf) > MAX_ERROR_BYTES:
+                break
+        r.t_end = time.perf_counter()
+        text = bytes(buf[:MAX_ERROR_BYTES]).decode("utf-8", "replace")
+        self._last_error_body = text
+        if gateway.looks_like_html(ctype, text):
+            self._fail(r, "html_page", gateway.html_message(200, text))
+            return
+        try:
+            obj = json.loads(text)
+        except ValueError:
+            obj = None
+        if isinstance(obj, dict) and isinstance(obj.get("choices") or obj.get("output"), list):
+            r.extra["arrival_s"] = r.t_end - r.t_send if r.t_send is not None else None
+            self._fail(r, "buffered", f"the server did not stream (content-type {ctype!r}): one "
+                       "JSON body came at the end, so TTFT cannot be known; "
+                       + _kinds.BUFFER_ADVICE)
+            return
+        self._classify_body_error(r, text, f"server did not stream (content-type {ctype!r})")
+
+    async def _read_events(self, resp: httpx.Response, r: ProbeResult, t0: float,
+                           first: tuple[float, bytes] | None = None, rest=None) -> None:
         """Read the stream, stamping TTFT at the read that completes the first token
-        event.  The data is complete at ``[DONE]`` (t_end is stamped there) or once
-        the token and a ``finish_reason`` have come; the stream is then read for at
-        most POST_COMPLETION_GRACE_S more, and nothing after completion fails the
-        probe: it is noted in ``extra["stream_end"]``."""
+        event (``first``: a read already taken, with its time; ``rest``: the
+        byte iterator it came from).  The data is
+        complete at ``[DONE]`` (t_end is stamped there), once the token and a
+        ``finish_reason`` have come, at a second token (the server ignored the
+        cap: noted in ``extra["cap_ignored"]``, closed at once), or TOKEN_TAIL_S
+        after the token; the stream is then read for at most
+        POST_COMPLETION_GRACE_S more, and nothing after completion fails the
+        probe: it is noted in ``extra["stream_end"]``.  A token with no visible
+        text (only ``usage.completion_tokens``) is timed at the first event of the
+        answer (``extra["token_channel"] = "hidden"``); a token whose read also
+        brought the end is marked ``extra["token_with_end"]`` (``probe_kinds``
+        decides whether the path buffers)."""
         dec = SSEStreamDecoder()
-        size = 0
-        done = finished = False
+        classify = classify_response_event if self.api == "responses" else classify_chunk
+        size = reads = 0
+        done = finished = stop = False
         deadline: float | None = None  # set when the data is complete
+        tail_note: str | None = None  # why reading stops at ``deadline`` before the end
         t_done: float | None = None
         t_data = t0  # the read that brought the last event with data
-        chunks = resp.aiter_bytes().__aiter__()
+        token_read = done_read = last_data_read = 0
+        t_answer: float | None = None  # the first event of the answer (not role-only)
+        chunks = rest if rest is not None else resp.aiter_bytes().__aiter__()
         while True:
             try:
-                if deadline is None:
+                if first is not None:
+                    (now, chunk), first = first, None
+                elif deadline is None:
                     chunk = await chunks.__anext__()
+                    now = time.perf_counter()
                 else:
                     async with asyncio.timeout(max(0.0, deadline - time.perf_counter())):
                         chunk = await chunks.__anext__()
+                    now = time.perf_counter()
             except StopAsyncIteration:
+                if not done and token_read and token_read == last_data_read and \
+                        time.perf_counter() - t_data < _kinds.BUFFER_EOF_S:
+                    r.extra["token_with_end"] = True  # the body ended with the token's read
                 break
             except (TimeoutError, httpx.HTTPError) as e:
                 if deadline is None:
                     raise  # before the data is complete: the probe's own failure
-                r.extra["stream_end"] = _after_complete(e, done)
+                r.extra["stream_end"] = (tail_note if tail_note and isinstance(e, TimeoutError)
+                                         else _after_complete(e, done))
                 break
-            now = time.perf_counter()
+            reads += 1
             if r.ttfb_s is None and chunk:
                 r.ttfb_s = now - t0
             if done:
@@ -489,11 +652,11 @@ class ProbeClient:
                 return
             for ev in dec.feed(chunk):
                 if ev.data.strip() == "[DONE]":
-                    done, t_done = True, now
-                    deadline = now + POST_COMPLETION_GRACE_S
+                    done, t_done, done_read = True, now, reads
+                    deadline, tail_note = now + POST_COMPLETION_GRACE_S, None
                     break
-                t_data = now
-                late = deadline is not None  # after the token and its finish_reason
+                t_data, last_data_read = now, reads
+                late = deadline is not None and tail_note is None  # after the finish_reason
                 if ev.event == "error":
                     try:
                         msg = error_message(json.loads(ev.data))
@@ -513,7 +676,7 @@ class ProbeClient:
                     else:
                         self._fail(r, "protocol", msg)
                     continue
-                info = classify_chunk(obj)
+                info = classify(obj)
                 if info.error is not None and late:
                     _note_late(r, info.error)
                     continue
@@ -523,17 +686,39 @@ class ProbeClient:
                 if info.error is not None:
                     self._fail(r, "protocol", info.error)
                     continue
+                if info.has_token and r.ttft_s is not None and r.extra.get("token_channel") != "hidden":
+                    _kinds.second_token(r, now, self.token_cap)
+                    stop = True  # the data a probe needs is complete: close at once
+                    break
                 if info.has_token and r.ttft_s is None:
-                    r.ttft_s = now - t0
+                    r.ttft_s, token_read = now - t0, reads
+                    r.extra["token_channel"] = info.channel
+                    if deadline is None:
+                        deadline = now + TOKEN_TAIL_S
+                        tail_note = (f"nothing more within {TOKEN_TAIL_S:g} s of the token "
+                                     "(no finish_reason, no [DONE]); closed by the client")
+                if t_answer is None and (info.finish_reason or info.completion_tokens):
+                    t_answer = now
+                if r.ttft_s is None and info.completion_tokens:
+                    # a token the server counts but shows no text of (hidden reasoning,
+                    # a special token): timed at the first event of the answer
+                    r.ttft_s, token_read = (t_answer or now) - t0, reads
+                    r.extra["token_channel"] = "hidden"
+                if info.completion_tokens is not None:
+                    _kinds.count_tokens(r, info.completion_tokens, self.token_cap)
                 finished = finished or info.finish_reason is not None
                 _take_usage(r, info.usage, info.timings,
                             _ceiling(self.info.context_tokens if self.info else None))
-            if deadline is None and finished and r.ttft_s is not None:
-                deadline = now + POST_COMPLETION_GRACE_S
+            if stop:
+                break
+            if (tail_note is not None or deadline is None) and finished and r.ttft_s is not None:
+                deadline, tail_note = now + POST_COMPLETION_GRACE_S, None
+        if done_read and done_read == token_read:
+            r.extra["token_with_end"] = True  # the token and [DONE] in one read
         if t_done is not None:
             r.t_end = t_done
-        elif "stream_end" in r.extra:
-            r.t_end = t_data  # the grace ran out: the data ended with its last event
+        elif "stream_end" in r.extra or stop:
+            r.t_end = t_data  # the data ended with its last event
         else:
             r.t_end = time.perf_counter()
         r.total_s = r.t_end - t0
@@ -552,12 +737,29 @@ class ProbeClient:
         r.t_end = time.perf_counter()
         if r.t_send is not None:
             r.total_s = r.t_end - r.t_send
-        if resp.status_code in (429, 503):
+        status = resp.status_code
+        ctype = resp.headers.get("content-type", "")
+        target = gateway.redirect_target(resp.request, resp) if 300 <= status < 400 else None
+        if gateway.looks_like_html(ctype, text):
+            self._fail(r, "html_page", gateway.html_message(
+                status, text, str(target) if target is not None else None))
+            return
+        if 300 <= status < 400:
+            self._fail(r, "redirect", gateway.redirect_message(
+                status, target, int(r.extra.get("redirected", {}).get("hops", 0))))
+            return
+        if status in (429, 503):
             r.retry_after_s = parse_retry_after(resp.headers.get("retry-after"))
             kind = "rate_limited"
         else:
             kind = "http"
-        self._classify_body_error(r, text, f"HTTP {resp.status_code}", default_kind=kind)
+        self._classify_body_error(r, text, f"HTTP {status}", default_kind=kind)
+        red = r.extra.get("redirected")
+        if status in (401, 403) and red and not red.get("key_sent"):
+            r.error_message = (f"{r.error_message} (redirected to {red['to']}, another origin: "
+                               "the API key is not sent there; use that URL as the server URL)")
+        if status in (404, 405) and self.api != "responses":
+            await _kinds.responses_hint(self, r)
 
     def _classify_body_error(self, r: ProbeResult, text: str, fallback: str, *,
                              stream: bool = False, default_kind: str = "protocol") -> None:
@@ -592,6 +794,9 @@ class ProbeClient:
 
 
 _IDENT = re.compile(r"[A-Za-z_][A-Za-z0-9_-]*")
+#: The endpoint of each ``--api`` under ``/v1``.
+API_PATHS = {"completions": "/completions", "chat": "/chat/completions",
+             "responses": "/responses"}
 
 
 def _norm(name: str) -> str:

@@ -13,7 +13,8 @@ from typing import Any, Literal, get_args
 
 #: Why a probe failed (``ProbeResult.error_kind``).
 ErrorKind = Literal["connect", "timeout", "http", "rate_limited", "context_length",
-                    "stream_error", "no_token", "protocol"]
+                    "stream_error", "no_token", "protocol", "buffered", "html_page",
+                    "redirect"]
 #: Where ``ProbeResult.prompt_tokens`` came from: the response's ``usage``, llama.cpp
 #: ``timings``, or the server's tokenize endpoint (counted by the server); or
 #: "estimate": the server reports no count, the length is the client's prediction
@@ -45,6 +46,9 @@ ERROR_KINDS: tuple[ErrorKind, ...] = (
     "stream_error",  # an error object or `event: error` inside a 200 stream
     "no_token",  # the stream ended without any generated token
     "protocol",  # malformed SSE / JSON, or a body over the size cap
+    "buffered",  # the answer came all at once (a buffering gateway): TTFT unknown
+    "html_page",  # an HTML page (sign-in portal, web UI) instead of an API answer
+    "redirect",  # a redirect the POST cannot follow (301/302/303, a loop, no Location)
 )
 
 
@@ -184,6 +188,10 @@ class ServerInfo:
     tokenize_style: str | None = None  # "llama.cpp" | "openai" | "tgi" (core.server)
     metrics_url: str | None = None
     notes: list[str] = field(default_factory=list)
+    #: every model id /v1/models lists (raw server text; shown through model.sanitize)
+    models: list[str] = field(default_factory=list)
+    #: the proxy requests go through, as it may be shown (``measure.proxy``), or None
+    proxy: str | None = None
 
     def to_json(self) -> dict[str, Any]:
         return dataclasses.asdict(self)
