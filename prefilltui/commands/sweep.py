@@ -98,7 +98,8 @@ def summarize(results: list[ProbeResult], info, *, rate_limited: int = 0,
     d: dict[str, Any] = {
         "server": {"kind": info.kind if info else None, "model": info.model if info else None,
                    "context_tokens": info.context_tokens if info else None,
-                   "base_url": display_url(info.base_url) if info else None},
+                   "base_url": display_url(info.base_url) if info else None,
+                   "proxy": info.proxy if info else None},
         "probes": len(ok),
         "failed": len(failed),
         "warmup": sum(1 for r in results if r.warmup),
@@ -122,7 +123,8 @@ def _ms_cell(v: float | None, width: int = 9) -> str:
 
 def format_text(d: dict[str, Any]) -> str:
     s = d["server"]
-    out = [f"server  {s['kind']}  model {clean(s['model'])}  context {s['context_tokens'] or '?'} tokens",
+    out = [f"server  {s['kind']}  model {clean(s['model'])}  context {s['context_tokens'] or '?'} tokens"
+           + (f"  via proxy {s['proxy']}" if s.get("proxy") else ""),
            "",
            f"{'requested':>9} {'counted':>8} {'n':>4} {'TTFT p50':>9} {'p90':>9} {'p99':>9} "
            f"{'min':>9} {'server prefill':>15}   (ms)"]
@@ -350,7 +352,10 @@ def run(args) -> int:
         return ExitCode.UNREACHABLE
     if not results or not any(r.ok for r in results):
         kinds = Counter(r.error_kind for r in results)
-        err(f"every probe failed ({', '.join(f'{k} {v}' for k, v in kinds.items()) or 'none ran'})")
+        last = next((r for r in reversed(results) if r.error_message), None)
+        err(f"every probe failed ({', '.join(f'{k} {v}' for k, v in kinds.items()) or 'none ran'})"
+            + (f"\nlast: {last.error_kind}: {last.error_message}" if last else "")
+            + "".join(f"\nnote: {n}" for n in runner.notices.values()))
         return ExitCode.UNREACHABLE
     d = summarize(results, runner.server_info, rate_limited=runner.rate_limited,
                   run_file=str(session.run_path), notices=runner.notices)

@@ -265,6 +265,9 @@ class ProbeClient:
             raise _server.ServerUnreachable(self._scrub(str(e))) from None
         if self.model is None:
             self.model = info.model
+        for n in info.notes:
+            if "pass --model" in n:  # several models listed, or none that generates
+                self.notices.setdefault(f"model {info.model}", n)
         if self.proxy.url is not None:
             info.proxy = display_url(self.proxy.url)
             self.notices.setdefault("via proxy", self.proxy.sentence())
@@ -398,6 +401,7 @@ class ProbeClient:
         if r.extra.get("token_with_end") and r.ok:
             await _kinds.settle_buffered(self, r)
         _kinds.note(self, r)
+        _kinds.model_hint(self, r)
         _vet(r)
         if r.extra.get("ignored"):
             self.notices.setdefault(

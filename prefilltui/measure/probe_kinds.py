@@ -185,3 +185,15 @@ async def responses_hint(client: "ProbeClient", r: ProbeResult) -> None:
             "use --api responses",
             f"the server has no /v1{'/chat' if client.api == 'chat' else ''}/completions but "
             "answers /v1/responses: run with --api responses")
+
+
+def model_hint(client: "ProbeClient", r: ProbeResult) -> None:
+    """A 4xx on a server that lists several models: name them and ``--model`` (the
+    one probed may be an embedding or reranker model the listing did not reveal)."""
+    info = client.info
+    if (r.ok or r.error_kind != "http" or not r.http_status or not 400 <= r.http_status < 500
+            or info is None or len(info.models) < 2 or r.http_status in (401, 403)):
+        return
+    others = [m for m in info.models if m != client.model][:5]
+    r.error_message = (f"{r.error_message} (model {client.model}; the server also lists "
+                       f"{', '.join(others)}: pass --model NAME to probe another)")
