@@ -131,7 +131,7 @@ def choose_proxy(server_url: str, flag: str | None = None,
         return ProxyChoice(None, "loopback")
     no_proxy = env.get("no_proxy") or env.get("NO_PROXY") or ""
     try:
-        port = parts.port
+        port = parts.port or (443 if parts.scheme == "https" else 80)
     except ValueError:
         port = None
     if no_proxy and _bypassed(host, port, no_proxy):
