@@ -98,8 +98,7 @@ def summarize(results: list[ProbeResult], info, *, rate_limited: int = 0,
     d: dict[str, Any] = {
         "server": {"kind": info.kind if info else None, "model": info.model if info else None,
                    "context_tokens": info.context_tokens if info else None,
-                   "base_url": display_url(info.base_url) if info else None,
-                   "proxy": info.proxy if info else None},
+                   "base_url": display_url(info.base_url) if info else None},
         "probes": len(ok),
         "failed": len(failed),
         "warmup": sum(1 for r in results if r.warmup),
@@ -111,6 +110,8 @@ def summarize(results: list[ProbeResult], info, *, rate_limited: int = 0,
         "lengths": rows,
         "run_file": run_file,
     }
+    if info is not None and info.proxy:
+        d["server"]["proxy"] = info.proxy  # requests went through it (measure.proxy)
     if notices:
         d["notes"] = list(notices.values())
     label_fit(d, results)

@@ -640,10 +640,9 @@ class ProbeClient:
                     r.extra["token_with_end"] = True  # the body ended with the token's read
                 break
             except (TimeoutError, httpx.HTTPError) as e:
-                if deadline is None:
-                    raise  # before the data is complete: the probe's own failure
-                r.extra["stream_end"] = (tail_note if tail_note and isinstance(e, TimeoutError)
-                                         else _after_complete(e, done))
+                if deadline is None or (tail_note is not None and not isinstance(e, TimeoutError)):
+                    raise  # before the data is complete (a cut after the token, too)
+                r.extra["stream_end"] = tail_note or _after_complete(e, done)
                 break
             reads += 1
             if r.ttfb_s is None and chunk:

@@ -112,7 +112,9 @@ async def test_http_error_and_no_token_and_protocol(fake_server):
     assert r.error_kind == "protocol"
     srv.set("POST /v1/completions", Reply.json({"choices": [{"text": "x"}]}))
     r = await run_probe(srv)
-    assert r.error_kind == "protocol" and "did not stream" in r.error_message
+    # one JSON completion for stream: true: the whole answer at the end, TTFT unknown
+    assert r.error_kind == "buffered" and "did not stream" in r.error_message
+    assert r.ttft_s is None and r.extra["arrival_s"] > 0
     srv.set("POST /v1/completions", Reply.sse([(0, sse_text("x"))], truncate=True))
     r = await run_probe(srv)
     assert not r.ok and r.error_kind in ("protocol", "connect")
