@@ -30,15 +30,33 @@ from __future__ import annotations
 import asyncio
 import json
 import time
-from typing import TYPE_CHECKING
+from typing import Any, Protocol
 
 import httpx
 
 from prefilltui.measure.sse import SSEStreamDecoder, classify_chunk, classify_response_event
-from prefilltui.model.types import ProbeResult
+from prefilltui.model.types import ProbeResult, ServerInfo
 
-if TYPE_CHECKING:
-    from prefilltui.measure.probe import ProbeClient
+
+class ProbeClient(Protocol):
+    """What these helpers use of ``probe.ProbeClient`` (a protocol: no import cycle)."""
+
+    notices: dict[str, str]
+    streaming: str | None
+    has_responses: bool | None
+    timeout: float
+    api: str
+    v1: str
+    model: str | None
+    info: ServerInfo | None
+
+    @property
+    def endpoint(self) -> str: ...
+    @property
+    def http(self) -> httpx.AsyncClient: ...
+    def _body(self, prompt: str, cap: int = 1) -> dict[str, Any]: ...
+    async def _send(self, url: str, body: dict, r: ProbeResult,
+                    stamps: dict[str, float]) -> httpx.Response: ...
 
 #: A read that ends the body this soon after the token's read ends it "together"
 #: (an unbuffered server sends its finish chunk and terminator as separate writes).
@@ -79,7 +97,7 @@ _CHANNEL_WORDS = {
 }
 
 
-def note(client: "ProbeClient", r: ProbeResult) -> None:
+def note(client: ProbeClient, r: ProbeResult) -> None:
     """Say each kind this probe showed once in ``client.notices``."""
     n, x = client.notices, r.extra
     if "cap_ignored" in x:
@@ -113,7 +131,7 @@ def note(client: "ProbeClient", r: ProbeResult) -> None:
                      "TTFT cannot be known; " + BUFFER_ADVICE)
 
 
-async def settle_buffered(client: "ProbeClient", r: ProbeResult) -> None:
+async def settle_buffered(client: ProbeClient, r: ProbeResult) -> None:
     """Decide a probe whose token came with the end (see the module docstring)."""
     if client.streaming is None:
         client.streaming = await check_streaming(client)
@@ -131,7 +149,7 @@ async def settle_buffered(client: "ProbeClient", r: ProbeResult) -> None:
                        "buffers the stream, so TTFT cannot be known; " + BUFFER_ADVICE)
 
 
-async def check_streaming(client: "ProbeClient") -> str:
+async def check_streaming(client: ProbeClient) -> str:
     """"streams", "buffers" or "unknown": one request for CHECK_TOKENS tokens, read
     until they came (bounded by the client's timeout); never raises."""
     body = client._body(_CHECK_PROMPT, CHECK_TOKENS)
@@ -165,7 +183,7 @@ async def check_streaming(client: "ProbeClient") -> str:
     return "streams" if times[-1] - times[0] >= BUFFER_SPREAD_S else "buffers"
 
 
-async def responses_hint(client: "ProbeClient", r: ProbeResult) -> None:
+async def responses_hint(client: ProbeClient, r: ProbeResult) -> None:
     """On a 404/405 from the completions or chat endpoint: does the server answer
     ``/v1/responses`` (the Responses API) instead?  Asked once per client with an
     empty body (a server that has it answers 400/422); the answer is added to the
@@ -187,7 +205,7 @@ async def responses_hint(client: "ProbeClient", r: ProbeResult) -> None:
             "answers /v1/responses: run with --api responses")
 
 
-def model_hint(client: "ProbeClient", r: ProbeResult) -> None:
+def model_hint(client: ProbeClient, r: ProbeResult) -> None:
     """A 4xx on a server that lists several models: name them and ``--model`` (the
     one probed may be an embedding or reranker model the listing did not reveal)."""
     info = client.info
