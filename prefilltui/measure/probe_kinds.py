@@ -123,8 +123,8 @@ def note(client: ProbeClient, r: ProbeResult) -> None:
         how = ("TTFT is timed at the first event of the answer (finish_reason or usage)"
                if channel == "hidden" else "TTFT is timed at it")
         n.setdefault("token not text",
-                     f"the first generated token is {_CHANNEL_WORDS[channel]}, not visible text: "
-                     f"{how} (run file: extra.token_channel)")
+                     f"a probe's generated token was not visible text but "
+                     f"{_CHANNEL_WORDS[channel]}: {how} (run file: extra.token_channel)")
     if r.error_kind == "buffered":
         n.setdefault("buffered",
                      "the answer arrives all at once (a gateway or proxy buffers the stream): "
