@@ -9,10 +9,15 @@ request, its set-up time is recorded as ``connect_s`` and taken out of TTFB/TTFT
 (the clock starts when the connection is ready).  ``probe()`` never raises for
 server or network failures: it returns ``ok=False`` with an ``error_kind``.
 
-A probe's data is complete at ``data: [DONE]``, or once the token and its
-``finish_reason`` have come; what the server does after that (keep-alive comments,
-a close without the chunked terminator) is read for at most
-``POST_COMPLETION_GRACE_S``, never fails the probe, and is noted in ``extra``.
+A probe's data is complete at ``data: [DONE]``, once the token and its
+``finish_reason`` have come, at a second token (the server ignored ``max_tokens: 1``:
+closed at once), or ``TOKEN_TAIL_S`` after the token; what the server does after that
+(keep-alive comments, a close without the chunked terminator) is read for at most
+``POST_COMPLETION_GRACE_S``, never fails the probe, and is noted in ``extra``.  What
+gateways and proxies do (another content type, 307/308 redirects, compression,
+buffering, hidden tokens, HTML sign-in pages, the Responses API, proxies) is
+recognised here with ``gateway.py``, ``proxy.py`` and ``probe_kinds.py``
+(docs/measurement.md, "Gateways, proxies and unusual servers").
 
 Over 400 lines because one probe's timing, stream reading and failure classification
 interleave on the same read loop; SSE framing (``sse.py``), prompts (``prompts.py``)
@@ -690,6 +695,8 @@ class ProbeClient:
                     self._fail(r, "protocol", info.error)
                     continue
                 if info.has_token and r.ttft_s is not None and r.extra.get("token_channel") != "hidden":
+                    if (self.token_cap or 1) > 1:
+                        continue  # a cap over 1 (Responses API: 16): read on, within the tail
                     _kinds.second_token(r, now, self.token_cap)
                     stop = True  # the data a probe needs is complete: close at once
                     break
@@ -698,8 +705,8 @@ class ProbeClient:
                     r.extra["token_channel"] = info.channel
                     if deadline is None:
                         deadline = now + TOKEN_TAIL_S
-                        tail_note = (f"nothing more within {TOKEN_TAIL_S:g} s of the token "
-                                     "(no finish_reason, no [DONE]); closed by the client")
+                        tail_note = (f"no end of the answer within {TOKEN_TAIL_S:g} s of the "
+                                     "token (no finish_reason, no [DONE]); closed by the client")
                 if t_answer is None and (info.finish_reason or info.completion_tokens):
                     t_answer = now
                 if r.ttft_s is None and info.completion_tokens:

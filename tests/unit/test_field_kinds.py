@@ -240,7 +240,8 @@ async def test_api_responses_probes_with_output_text_delta_events(fake_server):
     r, c, _ = await probe(srv, api="responses")
     assert r.ok and 0.09 <= r.ttft_s <= 0.3, r.error_message
     assert r.extra["rejected_field"]["replaced_by"] == "max_output_tokens: 16"
-    assert "closed by the client at the second token" in r.extra["stream_end"]
+    assert r.prompt_tokens == 12 and r.prompt_tokens_source == "usage"  # response.completed
+    assert 0.29 <= r.total_s <= 0.6 and "stream_end" not in r.extra
     assert srv.requests[-1].json["input"] == "hello world" and c.token_cap == 16
 
 
