@@ -512,10 +512,9 @@ class ProbeClient:
         and body (at most ``gateway.MAX_REDIRECTS``; the API key only to the same
         origin); ``extra["redirected"]`` says where to.  Other 3xx are answered
         as they are (``_http_error`` explains them)."""
-        req = self._http.build_request(
-            "POST", url, json=body,
-            headers={"Accept": "text/event-stream", "Accept-Encoding": "identity"},
-            extensions={"trace": _tracer(stamps)})
+        accept = {"Accept": "text/event-stream", "Accept-Encoding": "identity"}
+        req = self._http.build_request("POST", url, json=body, headers=accept,
+                                       extensions={"trace": _tracer(stamps)})
         origin = req.url
         resp = await self._http.send(req, stream=True, follow_redirects=False)
         hops = 0
@@ -525,7 +524,7 @@ class ProbeClient:
                 break
             await resp.aclose()
             hops += 1
-            req = self._http.build_request("POST", target, json=body, headers=req.headers,
+            req = self._http.build_request("POST", target, json=body, headers=accept,
                                            extensions={"trace": _tracer(stamps)})
             if not gateway.same_origin(origin, target):
                 req.headers.pop("Authorization", None)

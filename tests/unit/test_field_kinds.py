@@ -71,6 +71,7 @@ async def test_cross_origin_redirect_does_not_carry_the_key(fake_server):
     r, _, _ = await probe(srv, api_key="sk-test-123456789")
     assert r.ok, r.error_message
     assert "authorization" not in other.requests[-1].headers
+    assert other.requests[-1].headers["host"] == other.base_url.split("//")[1]
     assert r.extra["redirected"]["key_sent"] is False
 
 
