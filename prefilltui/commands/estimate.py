@@ -11,9 +11,11 @@ from __future__ import annotations
 
 import json
 
-from prefilltui.commands.common import _positive_int, add_hardware_args, add_output_args, err
+from prefilltui.commands.common import (_positive_int, add_hardware_args, add_output_args, err,
+                                        roofline_spec)
 from prefilltui.model import roofline
-from prefilltui.model.catalog import known_names, resolve_gpu, resolve_model
+from prefilltui.model.catalog import known_names
+from prefilltui.model.spec import resolve_gpu, resolve_model
 from prefilltui.exit_codes import ExitCode
 
 
@@ -39,22 +41,22 @@ def _fail(msg: str) -> ExitCode:
 
 
 def run(args) -> int:
-    try:
-        model, mnotes = resolve_model(args, None)
-    except (OSError, ValueError) as e:
-        return _fail(f"cannot read --model-config: {e}")
+    spec = roofline_spec(args)
+    if spec.config_problem:
+        return _fail(f"cannot read --model-config: {spec.config_problem}")
+    model, mnotes = resolve_model(spec, None)
     if model is None or not model.params or not model.layers or not model.d_attn:
         what = f"unknown model {args.model!r}" if args.model else "no model given"
         return _fail(f"{what}; use --model NAME (one of {', '.join(known_names()['models'])}) or "
                      "--params, --layers and --hidden, or --model-config config.json")
-    hw, hnotes = resolve_gpu(args, None)
+    hw, hnotes = resolve_gpu(spec, None)
     if args.gpu and (hw is None or hw.key == "flags") and not args.peak_tflops:
         return _fail(f"unknown GPU {args.gpu!r}; use one of {', '.join(known_names()['gpus'])} "
                      "or give --peak-tflops and --bandwidth-tbs")
     est = roofline.estimate(model.params, model.layers, model.d_attn, args.tokens,
                             hidden=model.hidden, peak_flops=hw.peak_flops if hw else None,
                             bandwidth_bytes_s=hw.bandwidth_bytes_s if hw else None,
-                            efficiency=args.efficiency)
+                            efficiency=spec.efficiency)
     out = {**est, "model": model.to_json(), "hardware": hw.to_json() if hw else None,
            "notes": mnotes + hnotes}
     if args.format == "json":

@@ -19,14 +19,13 @@ import sys
 from collections import Counter
 
 from prefilltui.commands.common import (add_analysis_args, add_hardware_args, add_output_args,
-                                        err, say)
+                                        analysis_options, err, say)
 from prefilltui.model.sanitize import clean
 from prefilltui.model.analysis import analyze, format_summary
 from prefilltui.model.depth import depth_table, format_depth, is_depth_probe
 from prefilltui.measure.runfile import read_run, read_session
-from prefilltui.model import defaults
 from prefilltui.model.drift import drift, run_fit
-from prefilltui.model.types import server_info_from_session
+from prefilltui.model.types import FitMethod, server_info_from_session
 from prefilltui.exit_codes import ExitCode
 
 
@@ -64,6 +63,7 @@ def _load(path: str):
 
 
 def run(args) -> int:
+    options = analysis_options(args)
     results, problem = _load(args.run_file)
     if problem:
         err(problem)
@@ -77,12 +77,12 @@ def run(args) -> int:
     gpu_names = ([n for n in gpu_names if isinstance(n, str) and n]
                  if isinstance(gpu_names, list) else None) or None
     # probes after a deliberately cached prefix (--depth) have their own table
-    d = analyze([r for r in results if not is_depth_probe(r)], info, args,
+    d = analyze([r for r in results if not is_depth_probe(r)], info, options,
                 gpu_names=gpu_names)
     d["run_file"] = str(args.run_file)
     d["depth"] = depth_table(results, d.get("model"))
-    if getattr(args, "baseline", None):
-        d["drift"] = _drift(args, results)
+    if options.baseline:
+        d["drift"] = _drift(options.baseline, options.fit, results)
     text = clean(format_summary(d), multiline=True)  # run files hold servers' raw text
     if d.get("drift"):
         text += f"\nDrift vs baseline: {d['drift']}"
@@ -110,8 +110,8 @@ def _write_figures(args, results, d, text: str) -> int:
     be written, else ``ExitCode.OK``."""
     from prefilltui.render.figure import html_page, svg_figure
 
-    for path, make in ((getattr(args, "svg", None), lambda: svg_figure(results, d)),
-                       (getattr(args, "html", None), lambda: html_page(
+    for path, make in ((args.svg, lambda: svg_figure(results, d)),
+                       (args.html, lambda: html_page(
                            results, d, text, title=f"prefilltui report: {args.run_file}"))):
         if not path:
             continue
@@ -125,14 +125,13 @@ def _write_figures(args, results, d, text: str) -> int:
     return ExitCode.OK
 
 
-def _drift(args, results) -> str | None:
+def _drift(baseline: str, method: FitMethod, results) -> str | None:
     """``drift.drift`` of the baseline run's fit and this run's (``drift.run_fit``, as
     sweep and the TUI compute them), or None (no baseline fit, no worsening)."""
-    base, problem = _load(args.baseline)
+    base, problem = _load(baseline)
     if problem:
         print(f"prefilltui: baseline not used: {problem}", file=sys.stderr)
         return None
-    method = args.fit or defaults.FIT_METHOD
     return drift(run_fit(base, method), run_fit(results, method))
 
 

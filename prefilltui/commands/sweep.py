@@ -18,7 +18,8 @@ from typing import Any
 
 from prefilltui.commands.common import (add_analysis_args, add_depth_arg, add_hardware_args,
                                         add_output_args, add_server_args, add_sweep_args,
-                                        add_telemetry_args, err, say, server_url)
+                                        add_telemetry_args, err, say, server_url,
+                                        session_options)
 from prefilltui.model.analysis import analyze, format_summary
 from prefilltui.model.redact import display_url
 from prefilltui.model.sanitize import clean
@@ -28,6 +29,7 @@ from prefilltui.model.fit import fit_ols, fit_robust
 from prefilltui.model.percentiles import quantiles
 from prefilltui.model.types import ProbeResult
 from prefilltui.exit_codes import ExitCode
+from prefilltui.options import AnalysisOptions, SessionOptions, SweepDesign
 from prefilltui.session import Session, SessionError, build_session
 
 
@@ -179,13 +181,13 @@ def _until_line(u: dict[str, Any]) -> str:
     return (f"{tgt}not reached: {why} after {u['probes']} probes ({u['elapsed_s']:.0f} s): {now}")
 
 
-def _attach_analysis(d: dict[str, Any], results, info, args,
+def _attach_analysis(d: dict[str, Any], results, info, options: AnalysisOptions,
                      gpu_names: list[str] | None = None) -> str | None:
     """Add the analysis summary (roofline, CIs, verdict): ``d["analysis"]`` and its fit
     as ``d["fit"]``; returns its text form, or None when the analysis failed (then
     ``d["fit"]`` is the plain fit of ``compute_fit`` and a note says why)."""
     try:
-        a = analyze(results, info, args, gpu_names=gpu_names)
+        a = analyze(results, info, options, gpu_names=gpu_names)
         text = format_summary(a, percentile_table=False)  # the table above has them per length
     except Exception as e:  # the summary must not lose a finished sweep
         d.setdefault("notes", []).append(f"analysis failed: {type(e).__name__}: {e}")
@@ -241,8 +243,8 @@ def _depth_line(r: ProbeResult) -> str:
             f"{where}, {ok})  TTFT {r.ttft_s * 1e3:.1f} ms")
 
 
-def _run_depth_phase(args, session: Session, lengths: list[int], stream, seq0: int
-                     ) -> tuple[list[ProbeResult], list[str]]:
+def _run_depth_phase(design: SweepDesign, session: Session, lengths: list[int], stream,
+                     seq0: int) -> tuple[list[ProbeResult], list[str]]:
     """The ``--depth`` probes after the sweep (see ``prefilltui.measure.depth``), with a
     client of the session (prompt seed + 1) and its run file."""
     import asyncio
@@ -269,35 +271,37 @@ def _run_depth_phase(args, session: Session, lengths: list[int], stream, seq0: i
             except ServerUnreachable as e:
                 return [f"depth probes not run: {e}"]
             await c.warm()
-            return await run_depths(c, args.depth, lengths, repeats=args.repeats,
-                                    cap=cap_for_context(info.context_tokens), seed=args.seed,
+            return await run_depths(c, list(design.depths), lengths, repeats=design.repeats,
+                                    cap=cap_for_context(info.context_tokens), seed=design.seed,
                                     on_result=on_result)
 
     return out, asyncio.run(go())
 
 
-def run_sweep(args, base_url: str) -> int:
-    """Run the headless sweep against ``base_url`` (used by ``prefilltui demo --headless``)."""
-    args.url = base_url
-    return run(args)
-
-
 def run(args) -> int:
     """Entry point of ``prefilltui sweep``; returns the exit code (see the module doc)."""
+    return run_sweep(session_options(args, depths=args.depth), args.url,
+                     as_json=args.format == "json")
+
+
+def run_sweep(options: SessionOptions, base_url: str, *, as_json: bool = False) -> int:
+    """Run the headless sweep against ``base_url`` and print its summary (text, or one
+    JSON object with ``as_json``); returns the exit code.  ``prefilltui demo --headless``
+    runs it against its own server."""
     try:
-        session = build_session(args, args.url)
+        session = build_session(options, base_url)
     except SessionError as e:
         err(str(e))
         return e.code
-    as_json = args.format == "json"
+    design = options.design
     stream = sys.stderr if as_json else sys.stdout
-    budget_probes, budget_s = getattr(args, "budget", None) or (None, None)
-    until = getattr(args, "until_ci", None)
-    depths = [x for x in (getattr(args, "depth", None) or []) if x > 0]
+    budget_probes, budget_s = design.budget_probes, design.budget_s
+    until = design.until_ci_pct
+    depths = [x for x in design.depths if x > 0]
     holder: dict[str, Any] = {"planned": False, "notes": 0}
 
     def on_result(r: ProbeResult) -> None:
-        total = None if until else args.warmup + len(runner.lengths) * args.repeats
+        total = None if until else design.warmup + len(runner.lengths) * design.repeats
         if total is not None and budget_probes:
             total = min(total, budget_probes)
         line = _progress_line(r, total, runner.finished + 1)
@@ -314,11 +318,11 @@ def run(args) -> int:
                 if until:
                     how = f"until throughput +-{until:g} %"
                 else:
-                    how = f"= {args.warmup + len(planned) * args.repeats} probes"
+                    how = f"= {design.warmup + len(planned) * design.repeats} probes"
                 budget = ", ".join(x for x in (f"{budget_probes} probes" if budget_probes else "",
                                                f"{budget_s:g} s" if budget_s else "") if x)
-                say(f"sweeping {display_url(args.url)}: lengths {','.join(map(str, planned))} x "
-                      f"{args.repeats} + {args.warmup} warm-up ({how}"
+                say(f"sweeping {display_url(base_url)}: lengths {','.join(map(str, planned))} x "
+                      f"{design.repeats} + {design.warmup} warm-up ({how}"
                       + (f"; budget {budget}" if budget else "") + ")"
                       + (f"; then at depths {','.join(map(str, depths))} (cached prefix)"
                          if depths else ""), stream)
@@ -339,7 +343,7 @@ def run(args) -> int:
             runner.join(0.2)
         if depths and runner.state == "done":
             depth_results, depth_notes = _run_depth_phase(
-                args, session, runner.lengths, stream,
+                design, session, runner.lengths, stream,
                 max((r.seq for r in runner.results), default=0))
     except KeyboardInterrupt:
         runner.stop(10)
@@ -369,7 +373,7 @@ def run(args) -> int:
         if snap.kind == "gpu":
             gpu_names = [dev.name for dev in snap.devices if dev.name]
         d["telemetry"] = {"kind": snap.kind, "reason": snap.reason}
-    analysis_text = _attach_analysis(d, results, runner.server_info, args, gpu_names)
+    analysis_text = _attach_analysis(d, results, runner.server_info, options.analysis, gpu_names)
     depth_text: list[str] = []
     if depths:
         d["depth"] = depth_table(list(results) + depth_results,
@@ -380,10 +384,11 @@ def run(args) -> int:
             d.setdefault("notes", []).extend(depth_notes or ["depth probes: none completed"])
         depth_text = format_depth(d["depth"])
     d["diagnosis"] = summarize_diagnosis(results, runner.server_info,
-                                         baseline=args.baseline, baseline_fit=session.baseline,
+                                         baseline=options.analysis.baseline,
+                                         baseline_fit=session.baseline,
                                          baseline_problem=session.baseline_problem,
                                          metrics_problem=session.metrics.problem,
-                                         method=args.fit)
+                                         method=options.analysis.fit)
     if runner.state == "failed":
         d["stopped_early"] = runner.state_detail
     if as_json:

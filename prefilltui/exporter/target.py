@@ -1,7 +1,7 @@
 """One target of the exporter: a paced, continuous sweep and its health, as snapshots.
 
 ``TargetProber(cfg, run_dir=...)`` owns a ``SweepRunner`` (continuous, one probe in
-flight, probe starts at least ``cfg.interval`` seconds apart plus up to 20 % jitter,
+flight, probe starts at least ``cfg.interval_s`` seconds apart plus up to 20 % jitter,
 lengths reshuffled every round) in its own thread, a size-rotated run file, and the
 state the ``/metrics`` page shows.  After every probe (in the runner's thread) it
 refits the sliding window -- the last ``cfg.window`` successful probes -- and
@@ -15,7 +15,6 @@ histogram row per probed length, a few counters, and the runner's last
 
 from __future__ import annotations
 
-import argparse
 import logging
 import math
 import time
@@ -25,18 +24,19 @@ from pathlib import Path
 from typing import Any
 
 from prefilltui.model.types import ERROR_KINDS, ProbeResult, ServerInfo
-from prefilltui.exporter.config import JITTER, TargetConfig
+from prefilltui.exporter.config import (JITTER, RUN_FILE_KEEP, RUN_FILE_MAX_BYTES,
+                                        TargetConfig)
+from prefilltui.options import (RunFileOptions, SessionOptions, SweepDesign,
+                                TelemetryOptions)
 
 log = logging.getLogger(__name__)
 
 #: TTFT histogram bucket bounds in seconds, a 1-2-5 series from the fastest fixed cost
-#: a loopback server shows (~5 ms) to the default probe timeout (60 s).
+#: a loopback server shows (~5 ms) to a minute; slower probes (up to the probe time
+#: cap, ``defaults.TIMEOUT_S``) land in +Inf.
 TTFT_BUCKETS_S = (0.005, 0.01, 0.02, 0.05, 0.1, 0.2, 0.5, 1.0, 2.0, 5.0, 10.0, 20.0, 60.0)
 #: Results the runner keeps in memory (the window holds its own).
 KEEP_RESULTS = 8
-#: Run file rotation defaults: 16 MiB (~25k probes, ~4 days at the default rate), 3 old files.
-RUN_FILE_MAX_BYTES = 16 * 2**20
-RUN_FILE_KEEP = 3
 
 Bound = tuple[float | None, float | None]
 
@@ -106,15 +106,6 @@ VERDICTS = ("healthy", "below", "short-prompts", "wrong", "impossible", "unknown
             "unknown-model", "no-slope", "insufficient", "failed")
 
 
-def analysis_args(cfg: TargetConfig) -> argparse.Namespace:
-    """The roofline/analysis settings of ``cfg`` in the shape ``analysis.analyze`` reads."""
-    return argparse.Namespace(
-        fit="robust", window=cfg.window, efficiency=cfg.efficiency, model=cfg.model,
-        model_config=cfg.model_config, params=cfg.params, layers=cfg.layers, hidden=cfg.hidden,
-        attn_width=cfg.attn_width, gpu=cfg.gpu, peak_tflops=cfg.peak_tflops,
-        bandwidth_tbs=cfg.bandwidth_tbs, dtype=cfg.dtype)
-
-
 def _bound(ci) -> Bound:
     if not ci:
         return (None, None)
@@ -135,7 +126,7 @@ def window_health(window: list[ProbeResult], info: ServerInfo | None, cfg: Targe
     rf = RunningFit(window=max(3, len(window)))
     for r in window:
         rf.add(r)
-    a = analyze(window, info, analysis_args(cfg), running_fit=rf)
+    a = analyze(window, info, cfg.analysis, running_fit=rf)
     f = a.get("fit") or {}
     fit = None
     if f.get("n"):
@@ -189,19 +180,19 @@ class TargetProber:
         self.snapshot = self._make_snapshot("connecting", "")
 
     # -- wiring
-    def session_options(self) -> argparse.Namespace:
+    def session_options(self) -> SessionOptions:
         """The options ``session.build_session`` builds this target's probing from: the
-        probe client (URL, key variable, TLS, timeout), the ``/metrics`` hook, a
-        size-rotated run file, and the pacing.  No local telemetry: the exporter rarely
-        runs on the target's machine."""
+        probe client (the target's ``ProbeOptions``), a size-rotated run file, and the
+        pacing: the interval is the rate ceiling, with no duty-cycle idle (the TUI's
+        pacing).  No local telemetry: the exporter rarely runs on the target's machine."""
         cfg = self.cfg
-        return argparse.Namespace(
-            api=cfg.api, model=cfg.model, api_key_env=cfg.api_key_env, timeout=cfg.timeout,
-            insecure=cfg.insecure, seed=self.seed, lengths=list(cfg.lengths), warmup=1,
-            no_telemetry=True, out=str(self.run_dir / f"{cfg.slug}.jsonl"),
-            run_max_bytes=self.run_max_bytes, run_keep=self.run_keep,
-            pause=0.0,  # no duty-cycle idle (the TUI's pacing): the interval is the pacing
-            interval_s=cfg.interval, jitter=JITTER, keep_results=KEEP_RESULTS)
+        design = SweepDesign(lengths=cfg.lengths, pause_s=0.0, seed=self.seed,
+                             interval_s=cfg.interval_s, jitter=JITTER, keep_results=KEEP_RESULTS)
+        run_file = RunFileOptions(path=str(self.run_dir / f"{cfg.slug}.jsonl"),
+                                  max_bytes=self.run_max_bytes, keep=self.run_keep)
+        return SessionOptions(probe=cfg.probe, design=design,
+                              telemetry=TelemetryOptions(enabled=False), run_file=run_file,
+                              analysis=cfg.analysis)
 
     def start(self) -> "TargetProber":
         """Build the session and start probing.
@@ -301,9 +292,10 @@ class TargetProber:
         fit, verdict, parts = self._health
         hook = self.metrics_hook
         return TargetSnapshot(
-            target=self.cfg.label, model=self.cfg.model or (info.model if info else None) or "",
-            server_kind=info.kind if info else "", api=self.cfg.api,
-            interval_s=self.cfg.interval, state=state, detail=detail, up=self._last["up"],
+            target=self.cfg.label,
+            model=self.cfg.probe.model or (info.model if info else None) or "",
+            server_kind=info.kind if info else "", api=self.cfg.probe.api,
+            interval_s=self.cfg.interval_s, state=state, detail=detail, up=self._last["up"],
             last_probe_ts=self._last["probe"], last_success_ts=self._last["success"],
             probes=tuple(sorted(self._counts.items())), histograms=tuple(hists),
             fit=fit, verdict=verdict, parts_s=parts,

@@ -1,6 +1,6 @@
 """The run summary: fits, roofline comparison and verdict, as JSON-ready dict and text.
 
-``analyze(results, server_info, args)`` is shared by ``sweep`` (end of run),
+``analyze(results, server_info, options)`` is shared by ``sweep`` (end of run),
 ``report`` (a saved run file) and the TUI's export; ``assess`` (slope choice, MFU,
 verdict) is the one place a fit is judged, also for the TUI's stats panel.  Data in seconds; the text
 from ``format_summary`` shows ms.  Every roofline figure is an estimate (catalog /
@@ -13,8 +13,8 @@ from collections import Counter
 from dataclasses import dataclass
 from typing import Any, Iterable
 
-from prefilltui.model import defaults, intercept, percentiles, roofline
-from prefilltui.model.catalog import resolve_gpu, resolve_model
+from prefilltui.model import intercept, percentiles, roofline
+from prefilltui.model.spec import AnalysisOptions, resolve_gpu, resolve_model
 from prefilltui.model.fit import LinearFit
 from prefilltui.model.running_fit import FitSnapshot, RunningFit
 from prefilltui.model.types import ProbeResult, ServerInfo
@@ -51,18 +51,18 @@ def _probe_counts(results: list[ProbeResult]) -> dict[str, Any]:
 
 
 def analyze(results: Iterable[ProbeResult], server_info: ServerInfo | None = None,
-            args: Any = None, *, gpu_names: list[str] | None = None,
+            options: AnalysisOptions | None = None, *, gpu_names: list[str] | None = None,
             running_fit: RunningFit | None = None) -> dict[str, Any]:
-    """Summarise a run.  ``args`` may be an argparse Namespace from any command (missing
-    attributes take their defaults: --fit robust, --window 50, --efficiency 0.5) or None.
-    ``gpu_names`` = NVML device names from telemetry; ``running_fit`` = a live RunningFit
-    to reuse (the TUI) instead of refitting.  Never raises for bad data; an unreadable
-    --model-config becomes a note.  Returns a JSON-ready dict (see format_summary)."""
+    """Summarise a run.  ``options``: the fit shown, the window and the roofline inputs
+    (None: every default).  ``gpu_names`` = NVML device names from telemetry;
+    ``running_fit`` = a live RunningFit to reuse (the TUI) instead of refitting.  Never
+    raises for bad data; an unreadable --model-config becomes a note.  Returns a
+    JSON-ready dict (see format_summary)."""
     results = list(results)
-    g = lambda k, d=None: getattr(args, k, d) if args is not None else d  # noqa: E731
-    method = g("fit") or defaults.FIT_METHOD
-    window = int(g("window") or defaults.WINDOW)
-    efficiency = float(g("efficiency") or defaults.EFFICIENCY)
+    options = options or AnalysisOptions()
+    method, window = options.fit, options.window
+    spec = options.roofline
+    efficiency = spec.efficiency
     rf = running_fit
     if rf is None:
         rf = RunningFit(window=max(window, 3))
@@ -71,11 +71,11 @@ def analyze(results: Iterable[ProbeResult], server_info: ServerInfo | None = Non
     snap = rf.snapshot("all", method)
     win = rf.snapshot("window", method)
     notes: list[str] = []
-    try:
-        model, mnotes = resolve_model(args, server_info)
-    except (OSError, ValueError) as e:
-        model, mnotes = None, [f"--model-config not used: {e}"]
-    hw, hnotes = resolve_gpu(args, gpu_names)
+    if spec.config_problem:
+        model, mnotes = None, [f"--model-config not used: {spec.config_problem}"]
+    else:
+        model, mnotes = resolve_model(spec, server_info)
+    hw, hnotes = resolve_gpu(spec, gpu_names)
     notes += mnotes + hnotes
     fit = snap.fit if snap else None
     fixed = intercept.fixed_cost(fit, intercept.server_fixed_cost(results))

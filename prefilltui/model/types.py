@@ -24,6 +24,8 @@ PromptTokensSource = Literal["usage", "timings", "tokenize", "estimate"]
 #: the gap after a probe, "burst" back-to-back probes at the longest length (core.pacing).
 RunnerState = Literal["connecting", "probing", "idle", "burst", "retrying", "paused",
                       "stopped", "done", "failed"]
+#: The datatypes whose dense peak the GPU catalog holds (``--dtype``).
+Dtype = Literal["bf16", "fp16", "fp8"]
 #: Which estimator a fit shown to the user comes from (``--fit``).
 FitMethod = Literal["robust", "ols"]
 #: Which probes a fit covers: every eligible probe, or the sliding window.

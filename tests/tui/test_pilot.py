@@ -6,7 +6,8 @@ import asyncio
 import json
 import threading
 
-from tests.tui.fakes import NOW, FakeRunner, FakeSampler, fixed_results, gpu_snapshot, make_result
+from tests.tui.fakes import (FAKE_RANGE, NOW, FakeRunner, FakeSampler, fixed_results,
+                             gpu_snapshot, make_result)
 
 from prefilltui.tui.app import PrefillApp, build_app
 from prefilltui.tui.help import HelpScreen
@@ -23,6 +24,7 @@ def _app(preload=(), interval=None, **kw) -> tuple[PrefillApp, dict]:
         return holder["runner"]
 
     kw.setdefault("clock", lambda: NOW)
+    kw.setdefault("sweep_range", FAKE_RANGE)
     return build_app(factory, kw.pop("sampler", FakeSampler()), **kw), holder
 
 

@@ -74,7 +74,7 @@ def test_dashboard_is_valid_json_with_a_target_variable():
 
 def test_example_targets_and_systemd_command_line_parse():
     targets = load_toml(str(DEPLOY / "targets.example.toml"))
-    assert len(targets) == 2 and targets[0].gpu == "H100 SXM"
+    assert len(targets) == 2 and targets[0].roofline.gpu == "H100 SXM"
     unit = (DEPLOY / "prefilltui-exporter.service").read_text().replace("\\\n", " ")
     line = re.search(r"^ExecStart=(.*)$", unit, re.M).group(1)
     argv = shlex.split(line)

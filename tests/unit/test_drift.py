@@ -10,6 +10,7 @@ import random
 import pytest
 
 from prefilltui.cli import build_parser, main
+from prefilltui.commands.common import session_options
 from prefilltui.model import drift as DR
 from prefilltui.model.diagnose import summarize_diagnosis
 from prefilltui.model.fit import fit_ols, t_ppf
@@ -84,7 +85,7 @@ def test_report_sweep_and_tui_give_one_verdict(tmp_path, capsys, slower):
     args = build_parser().parse_args(["sweep", "http://127.0.0.1:9", "--no-telemetry",
                                       "--out", str(tmp_path / "s.jsonl"),
                                       "--baseline", str(base_path)])
-    session = build_session(args, args.url)
+    session = build_session(session_options(args), args.url)
     session.close()
     from_sweep = summarize_diagnosis(live, baseline=str(base_path),
                                      baseline_fit=session.baseline)["drift"]

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import argparse
 import json
 
 import numpy as np
@@ -10,6 +9,7 @@ import pytest
 
 from prefilltui.model.analysis import analyze, format_summary
 from prefilltui.model.running_fit import RunningFit
+from prefilltui.model.spec import AnalysisOptions, RooflineSpec, read_model_config
 from prefilltui.model.types import ProbeResult, ServerInfo
 
 LENGTHS = [128, 256, 512, 1024, 2048, 4096, 8192]
@@ -46,9 +46,9 @@ def test_all_failed():
 
 
 def test_gpu_run_with_mfu_and_verdict():
-    args = argparse.Namespace(gpu="h100-sxm", model="llama-3-8b", fit="robust", window=20,
-                              efficiency=0.5, dtype="bf16")
-    d = analyze(run(b=1 / 40000), ServerInfo(model="x"), args)
+    opts = AnalysisOptions(fit="robust", window=20, roofline=RooflineSpec(
+        gpu="h100-sxm", model="llama-3-8b", efficiency=0.5, dtype="bf16"))
+    d = analyze(run(b=1 / 40000), ServerInfo(model="x"), opts)
     json.dumps(d, allow_nan=False)
     p = d["probes"]
     assert (p["total"], p["failed"], p["warmup"], p["cache_hit"], p["fit_eligible"]) == (43, 1, 1, 1, 40)
@@ -75,7 +75,7 @@ def test_cpu_run_says_peak_unknown():
     assert "--peak-tflops" in d["verdict"]["text"]
     assert d["roofline"]["achieved_flops"] == pytest.approx(2 * 134515008 * 3000, rel=0.05)
     assert d["roofline"]["mfu"] is None
-    d2 = analyze(run(b=1 / 3000), si, argparse.Namespace(peak_tflops=2.0))
+    d2 = analyze(run(b=1 / 3000), si, AnalysisOptions(roofline=RooflineSpec(peak_tflops=2.0)))
     assert d2["roofline"]["mfu"] == pytest.approx(2 * 134515008 * 3000 / 2e12, rel=0.05)
 
 
@@ -102,8 +102,9 @@ def test_reuses_a_running_fit_and_bad_model_config():
     rf = RunningFit(window=10)
     for r in rs:
         rf.add(r)
-    d = analyze(rs, None, argparse.Namespace(model_config="/nonexistent/config.json"), running_fit=rf)
+    spec = read_model_config(RooflineSpec(model_config="/nonexistent/config.json"))
+    d = analyze(rs, None, AnalysisOptions(roofline=spec), running_fit=rf)
     assert d["fit"]["n"] is not None
     assert any("model-config" in n for n in d["notes"])
-    d = analyze(rs, None, argparse.Namespace(fit="ols"))
+    d = analyze(rs, None, AnalysisOptions(fit="ols"))
     assert d["fit"]["method"] == "ols"
