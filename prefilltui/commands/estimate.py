@@ -16,6 +16,7 @@ from prefilltui.commands.common import (_positive_int, add_hardware_args, add_ou
 from prefilltui.model import roofline
 from prefilltui.model.catalog import known_names
 from prefilltui.model.spec import resolve_gpu, resolve_model
+from prefilltui.render.tables import format_estimate
 from prefilltui.exit_codes import ExitCode
 
 
@@ -57,45 +58,10 @@ def run(args) -> int:
                             hidden=model.hidden, peak_flops=hw.peak_flops if hw else None,
                             bandwidth_bytes_s=hw.bandwidth_bytes_s if hw else None,
                             efficiency=spec.efficiency)
-    out = {**est, "model": model.to_json(), "hardware": hw.to_json() if hw else None,
-           "notes": mnotes + hnotes}
+    notes = mnotes + hnotes
     if args.format == "json":
-        print(json.dumps(out, indent=2))
+        print(json.dumps({**est.to_json(), "model": model.to_json(),
+                          "hardware": hw.to_json() if hw else None, "notes": notes}, indent=2))
     else:
-        print(format_estimate(out))
+        print(format_estimate(est, model, hw, notes))
     return ExitCode.OK
-
-
-def format_estimate(e: dict) -> str:
-    """Text for an ``estimate`` dict (ms on screen; every figure marked as an estimate)."""
-    m, hw = e["model"], e["hardware"]
-    q = lambda unc: " (?)" if unc else ""  # noqa: E731
-    lines = [f"Prefill estimate (estimates, not measurements) — {m['name']}{q(m['uncertain'])}: "
-             f"P = {m['params'] / 1e9:.3g}e9, L = {m['layers']}, d_attn = {m['attn_width']}"]
-    if hw and hw.get("peak_tflops"):
-        lines.append(f"  hardware: {hw['name']} {hw['dtype']} dense peak {hw['peak_tflops']:g} TFLOP/s"
-                     + (f", {hw['bandwidth_tbs']:g} TB/s" if hw.get("bandwidth_tbs") else "")
-                     + q(hw["uncertain"] or str(hw.get("matched_by")).endswith("(?)")))
-    lines += [
-        f"  prompt:    {e['tokens']:,} tokens",
-        f"  FLOPs:     {e['flops'] / 1e12:.3g} TFLOP ({e['linear_flops'] / 1e12:.3g} linear 2·P·n + "
-        f"{e['attention_flops'] / 1e12:.3g} attention 2·L·d_attn·n²)",
-        f"  attention: adds {e['attention_share']:.1%} to the linear FLOPs; equal to them near "
-        f"{e['attention_equal_tokens']:,.0f} tokens",
-    ]
-    ai = f"  arithmetic intensity: {e['arithmetic_intensity']:,.0f} FLOP/byte (d = {e['arithmetic_intensity_d']})"
-    if e["ridge_point"]:
-        ai += f" vs ridge point {e['ridge_point']:,.0f}: {e['bound']}-bound"
-    lines.append(ai)
-    if e["time_at_peak_s"]:
-        lines += [
-            f"  time:      {e['time_at_peak_s'] * 1e3:.1f} ms at peak, "
-            f"{e['time_at_efficiency_s'] * 1e3:.1f} ms at {e['efficiency']:.0%} of peak "
-            f"(linear FLOPs alone: {e['linear_time_at_peak_s'] * 1e3:.1f} / "
-            f"{e['linear_time_at_efficiency_s'] * 1e3:.1f} ms)",
-            f"  prefill:   {e['tokens_per_s']:,.0f} prompt tokens/s at {e['efficiency']:.0%} of peak",
-        ]
-    else:
-        lines.append("  time:      needs a peak: give --gpu NAME or --peak-tflops T")
-    lines += [f"  note: {n}" for n in e.get("notes", [])]
-    return "\n".join(lines)

@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import argparse
 import csv
-import json
 import sys
 from pathlib import Path
 from typing import Any, Callable
@@ -26,10 +25,13 @@ from prefilltui.commands.common import (
 )
 from prefilltui.model import defaults
 from prefilltui.model.analysis import analyze
+from prefilltui.model.redact import display_url
+from prefilltui.model.summary import LiveFacts
 from prefilltui.measure.prefix_cache import run_cache_check
 from prefilltui.measure.runfile import read_run
 from prefilltui.exit_codes import ExitCode
 from prefilltui.options import AnalysisOptions, DisplayOptions, SessionOptions
+from prefilltui.render.text import summary_json
 from prefilltui.session import Session, SessionError, build_session
 
 
@@ -74,9 +76,10 @@ def run(args: argparse.Namespace) -> int:
 def make_exporter(run_path: Path | None, info_fn: Callable[[], Any],
                   options: AnalysisOptions | None = None,
                   notices_fn: Callable[[], dict[str, str]] = dict):
-    """exporter(results, fit_snapshot) -> [csv path, json path] beside the run file.
-    ``notices_fn``: the session's notices (``SweepRunner.notices``), added to the
-    summary's notes.
+    """exporter(results, fit_snapshot) -> [csv path, json path] beside the run file: the
+    probes as CSV and the run's summary (the ``RunSummary`` JSON ``report`` prints).
+    ``notices_fn``: the session's notices (``SweepRunner.notices``), the summary's
+    ``live.notes``.
 
     Reads every probe back from the run file (the source of truth); falls back to the
     in-memory results when the file cannot be read.  Raises OSError on write failure.
@@ -99,12 +102,13 @@ def make_exporter(run_path: Path | None, info_fn: Callable[[], Any],
             w = csv.DictWriter(f, fieldnames=fields, extrasaction="ignore")
             w.writeheader()
             w.writerows(rows)
-        summary = analyze(results, info_fn(), options)
-        summary.setdefault("run_file", str(run_path) if run_path else None)
-        summary["notes"] = list(summary.get("notes") or []) + list(notices_fn().values())
+        info = info_fn()
+        live = LiveFacts(base_url=display_url(info.base_url) if info else None,
+                         notes=tuple(notices_fn().values()))
+        summary = analyze(results, info, options,
+                          run_file=str(run_path) if run_path else None, live=live)
         with open(json_path, "w", encoding="utf-8") as f:
-            json.dump(summary, f, indent=2, default=str)
-            f.write("\n")
+            f.write(summary_json(summary) + "\n")
         return [csv_path, json_path]
 
     return export

@@ -4,8 +4,9 @@
 flight, probe starts at least ``cfg.interval_s`` seconds apart plus up to 20 % jitter,
 lengths reshuffled every round) in its own thread, a size-rotated run file, and the
 state the ``/metrics`` page shows.  After every probe (in the runner's thread) it
-refits the sliding window -- the last ``cfg.window`` successful probes -- and
-publishes a new frozen ``TargetSnapshot``; a scrape only reads the newest snapshot,
+summarises the sliding window -- the last ``cfg.window`` successful probes -- with the
+same ``analysis.analyze`` as ``sweep`` and ``report`` (a ``RunSummary``) and publishes a
+new frozen ``TargetSnapshot``; a scrape only reads the newest snapshot,
 so a slow or dead target never delays a scrape or another target.
 
 Memory is bounded whatever the uptime: the window (``cfg.window`` results), one
@@ -16,13 +17,14 @@ histogram row per probed length, a few counters, and the runner's last
 from __future__ import annotations
 
 import logging
-import math
 import time
 from collections import deque
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from prefilltui.model.fit import LinearFit
+from prefilltui.model.summary import VERDICTS, RunSummary
 from prefilltui.model.types import ERROR_KINDS, ProbeResult, ServerInfo
 from prefilltui.exporter.config import (JITTER, RUN_FILE_KEEP, RUN_FILE_MAX_BYTES,
                                         TargetConfig)
@@ -38,9 +40,6 @@ TTFT_BUCKETS_S = (0.005, 0.01, 0.02, 0.05, 0.1, 0.2, 0.5, 1.0, 2.0, 5.0, 10.0, 2
 #: Results the runner keeps in memory (the window holds its own).
 KEEP_RESULTS = 8
 
-Bound = tuple[float | None, float | None]
-
-
 @dataclass(frozen=True, slots=True)
 class LengthHistogram:
     """TTFT histogram of one requested prompt length: cumulative bucket counts (one per
@@ -53,29 +52,16 @@ class LengthHistogram:
 
 
 @dataclass(frozen=True, slots=True)
-class Fit:
-    """The window fit TTFT = a + b*n (seconds, tokens) with 95 % bounds; MFU when the
-    peak and the parameter count are known.  An upper bound of None = unbounded."""
-
-    n: int
-    intercept_s: float
-    intercept_ci: Bound
-    slope_s_per_token: float
-    throughput_tok_s: float | None
-    throughput_ci: Bound
-    mfu: float | None = None
-    mfu_ci: Bound = (None, None)
-
-
-@dataclass(frozen=True, slots=True)
 class TargetSnapshot:
     """Everything ``/metrics`` shows for one target, read in one go.
 
     ``up``: None before the first probe or discovery attempt; False while the server is
     unreachable or the last probe failed.  ``probes``: ((outcome, error_kind), count)
     pairs with every kind present (zeros included, so rates work from the start).
-    ``parts_s``: median overhead / queue / prefill seconds over the window, where the
-    server publishes them.  ``verdict``: analysis verdict level, or None before a fit.
+    ``summary``: the window's ``RunSummary`` (None before the first successful probe);
+    ``fit``, ``verdict`` (level, None before a fit) and ``parts_s`` (median overhead /
+    queue / prefill seconds over the window, where the server publishes them) are its
+    parts the ``/metrics`` page shows.
     """
 
     target: str
@@ -93,57 +79,45 @@ class TargetSnapshot:
     cached_tokens: int = 0
     prompt_tokens: int = 0
     histograms: tuple[LengthHistogram, ...] = ()
-    fit: Fit | None = None
-    verdict: str | None = None
-    parts_s: tuple[tuple[str, float], ...] = ()
+    summary: RunSummary | None = None
     metrics_problem: str | None = None
     run_file: str | None = None
-    extra: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def fit(self) -> LinearFit | None:
+        return self.summary.fit if self.summary is not None else None
+
+    @property
+    def verdict(self) -> str | None:
+        return self.summary.verdict.level if self.summary is not None else None
+
+    @property
+    def parts_s(self) -> tuple[tuple[str, float], ...]:
+        b = self.summary.diagnosis.breakdown if self.summary and self.summary.diagnosis else None
+        med = b.median if b is not None else None
+        if med is None:
+            return ()
+        return tuple((name, float(v)) for name, v in (
+            ("overhead", med.overhead_s), ("queue", med.queue_s), ("prefill", med.prefill_s))
+            if v is not None)
 
 
-#: Every verdict level ``analysis.analyze`` can return (the state set's states).
-VERDICTS = ("healthy", "below", "short-prompts", "wrong", "impossible", "unknown-peak",
-            "unknown-model", "no-slope", "insufficient", "failed")
-
-
-def _bound(ci) -> Bound:
-    if not ci:
-        return (None, None)
-    lo, hi = ci[0], ci[1] if len(ci) > 1 else None
-    f = lambda v: float(v) if v is not None and math.isfinite(v) else None  # noqa: E731
-    return (f(lo), f(hi))
+__all__ = ["VERDICTS", "TTFT_BUCKETS_S", "LengthHistogram", "TargetSnapshot", "TargetProber",
+           "window_health"]
 
 
 def window_health(window: list[ProbeResult], info: ServerInfo | None, cfg: TargetConfig
-                  ) -> tuple[Fit | None, str | None, tuple[tuple[str, float], ...]]:
-    """(fit, verdict level, median TTFT parts) of the window's results: the same
-    analysis ``sweep`` prints (``analysis.analyze``, robust fit) and the same breakdown
-    as ``diagnose`` (``diagnose.breakdown``).  Never raises for bad data."""
+                  ) -> RunSummary:
+    """The window's summary: the same analysis ``sweep`` prints (``analysis.analyze``,
+    robust fit, the target's roofline inputs) and its TTFT breakdown (``diagnosis``).
+    Never raises for bad data."""
     from prefilltui.model.analysis import analyze
-    from prefilltui.model.diagnose import breakdown
     from prefilltui.model.running_fit import RunningFit
 
     rf = RunningFit(window=max(3, len(window)))
     for r in window:
         rf.add(r)
-    a = analyze(window, info, cfg.analysis, running_fit=rf)
-    f = a.get("fit") or {}
-    fit = None
-    if f.get("n"):
-        roof = a.get("roofline") or {}
-        fit = Fit(n=int(f["n"]), intercept_s=float(f["intercept_s"]),
-                  intercept_ci=_bound(f.get("intercept_ci")),
-                  slope_s_per_token=float(f["slope_s_per_token"]),
-                  throughput_tok_s=f.get("prefill_tokens_per_s"),
-                  throughput_ci=_bound(f.get("prefill_tokens_per_s_ci")),
-                  mfu=roof.get("mfu"), mfu_ci=_bound(roof.get("mfu_ci")))
-    verdict = (a.get("verdict") or {}).get("level")
-    snap = rf.snapshot("all")
-    b = breakdown(window, snap.fit if snap else None, last=len(window) or 1)
-    med = b.get("median") or {}
-    parts = tuple((k.removesuffix("_s"), float(med[k])) for k in ("overhead_s", "queue_s", "prefill_s")
-                  if med.get(k) is not None)
-    return fit, verdict, parts
+    return analyze(window, info, cfg.analysis, running_fit=rf)
 
 
 class TargetProber:
@@ -174,7 +148,7 @@ class TargetProber:
         self._counts.update({("failed", k): 0 for k in ERROR_KINDS})
         self._hist: dict[int, list[float]] = {}  # tokens -> [per-bucket counts..., +Inf, sum]
         self._totals = {"cache_hit_probes": 0, "cached_tokens": 0, "prompt_tokens": 0}
-        self._health: tuple[Fit | None, str | None, tuple] = (None, None, ())
+        self._health: RunSummary | None = None
         self._last: dict[str, Any] = {"up": None, "probe": None, "success": None}
         self.metrics_hook = None
         self.snapshot = self._make_snapshot("connecting", "")
@@ -289,7 +263,6 @@ class TargetProber:
                 acc += int(c)
                 cum.append(acc)
             hists.append(LengthHistogram(tokens, tuple(cum), row[-1], acc))
-        fit, verdict, parts = self._health
         hook = self.metrics_hook
         return TargetSnapshot(
             target=self.cfg.label,
@@ -298,7 +271,7 @@ class TargetProber:
             interval_s=self.cfg.interval_s, state=state, detail=detail, up=self._last["up"],
             last_probe_ts=self._last["probe"], last_success_ts=self._last["success"],
             probes=tuple(sorted(self._counts.items())), histograms=tuple(hists),
-            fit=fit, verdict=verdict, parts_s=parts,
+            summary=self._health,
             metrics_problem=hook.problem if hook is not None else None,
             run_file=str(self.writer.path) if self.writer is not None else None,
             **self._totals)

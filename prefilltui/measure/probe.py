@@ -44,7 +44,7 @@ from prefilltui.model.prompts import LengthModel, PromptBuilder, build_prompt
 from prefilltui.measure.sse import (SSEStreamDecoder, classify_chunk, classify_response_event,
                                     error_message)
 from prefilltui.model.redact import display_url
-from prefilltui.model.types import ProbeResult, ServerInfo
+from prefilltui.model.types import JsonObject, ProbeResult, ServerInfo
 
 #: Cap on a streamed body (a one-token stream is a few KiB; 4 MiB means runaway).
 MAX_STREAM_BYTES = 4 * 1024 * 1024
@@ -323,8 +323,8 @@ class ProbeClient:
         return await _server.count_tokens(self._http, self.info, text)
 
     # -- the probe
-    def _body(self, prompt: str, cap: int = 1) -> dict[str, Any]:
-        body: dict[str, Any] = {"stream": True, "temperature": 0}
+    def _body(self, prompt: str, cap: int = 1) -> JsonObject:
+        body: JsonObject = {"stream": True, "temperature": 0}
         if self.model:
             body["model"] = self.model
         if self.api == "responses":
@@ -349,7 +349,7 @@ class ProbeClient:
             body.pop(k, None)
         return body
 
-    def _rejected_field(self, r: ProbeResult, body: dict[str, Any]) -> str | None:
+    def _rejected_field(self, r: ProbeResult, body: JsonObject) -> str | None:
         """The optional field a 400/422 answer names (itself or any of its sub-keys,
         in any wording: "Unknown field: stream_options", "extraneous key
         [include_usage] is not permitted", "streamOptions.includeUsage"), or None."""
@@ -452,7 +452,7 @@ class ProbeClient:
         body = self._body("", 1)
         return next((body[k] for k in CAP_FIELDS if k in body), None)
 
-    async def _attempt(self, r: ProbeResult, body: dict[str, Any]) -> None:
+    async def _attempt(self, r: ProbeResult, body: JsonObject) -> None:
         """Send ``body`` once and fill ``r`` (never raises for server or network faults)."""
         url = self.endpoint
         self._last_error_body = ""

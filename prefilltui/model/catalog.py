@@ -22,6 +22,8 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
+from prefilltui.model.types import JsonObject
+
 GPU_SOURCE = "stas00/ml-engineering accelerator table; NVML name from vLLM config names / nvidia-smi -L"
 MODEL_SOURCE = "the model's config.json (HF hub)"
 
@@ -67,7 +69,7 @@ class Hardware:
         peak = self.fp8_tflops if dtype == "fp8" else self.bf16_tflops
         return replace(self, dtype=dtype, peak_tflops=peak)
 
-    def to_json(self) -> dict[str, Any]:
+    def to_json(self) -> JsonObject:
         return {
             "key": self.key, "name": self.name, "dtype": self.dtype,
             "peak_tflops": self.peak_tflops, "bandwidth_tbs": self.bandwidth_tbs,
@@ -211,7 +213,7 @@ class ModelShape:
             return self.heads * self.head_dim
         return self.hidden
 
-    def to_json(self) -> dict[str, Any]:
+    def to_json(self) -> JsonObject:
         return {
             "key": self.key, "name": self.name, "params": self.params, "layers": self.layers,
             "hidden": self.hidden, "heads": self.heads, "kv_heads": self.kv_heads,

@@ -9,7 +9,12 @@ from __future__ import annotations
 
 import dataclasses
 from dataclasses import dataclass, field
-from typing import Any, Literal, get_args
+from typing import Any, Literal, Union, get_args
+
+#: A JSON value as ``json.dumps`` takes it: what every ``to_json()`` returns.
+Json = Union[None, bool, int, float, str, list["Json"], dict[str, "Json"]]
+#: A JSON object (a run-file line, a summary, an HTTP body).
+JsonObject = dict[str, Json]
 
 #: Why a probe failed (``ProbeResult.error_kind``).
 ErrorKind = Literal["connect", "timeout", "http", "rate_limited", "context_length",
@@ -140,7 +145,7 @@ class ProbeResult:
             return self.prompt_tokens
         return self.requested_tokens or None
 
-    def to_json(self) -> dict[str, Any]:
+    def to_json(self) -> JsonObject:
         """A JSON-ready dict (the run file's line schema)."""
         d = dataclasses.asdict(self)
         if not d["extra"]:
@@ -148,7 +153,7 @@ class ProbeResult:
         return d
 
     @classmethod
-    def from_json(cls, d: dict[str, Any]) -> "ProbeResult":
+    def from_json(cls, d: JsonObject) -> "ProbeResult":
         """Build from a run-file line.  Unknown keys go into ``extra``.
 
         Raises:
@@ -195,7 +200,7 @@ class ServerInfo:
     #: the proxy requests go through, as it may be shown (``measure.proxy``), or None
     proxy: str | None = None
 
-    def to_json(self) -> dict[str, Any]:
+    def to_json(self) -> JsonObject:
         return dataclasses.asdict(self)
 
 
@@ -204,7 +209,7 @@ SESSION_SERVER_FIELDS = ("kind", "model", "context_tokens", "params", "hidden", 
                          "n_batch", "n_ubatch")
 
 
-def session_facts(info: ServerInfo) -> dict[str, Any]:
+def session_facts(info: ServerInfo) -> JsonObject:
     """The part of ``info`` a run file keeps in its session line."""
     return {k: getattr(info, k) for k in SESSION_SERVER_FIELDS}
 
@@ -212,7 +217,7 @@ def session_facts(info: ServerInfo) -> dict[str, Any]:
 def server_info_from_session(facts: Any, *, model: str | None = None) -> ServerInfo:
     """A ServerInfo from a session line's ``server`` object (bad values dropped), with
     ``model`` as the fallback model name."""
-    kw: dict[str, Any] = {}
+    kw: JsonObject = {}
     if isinstance(facts, dict):
         for k in SESSION_SERVER_FIELDS:
             v = facts.get(k)

@@ -215,20 +215,20 @@ def _fixed_cost(v: StatsView, fit: Any, counters: Counters) -> None:
         v.fixed_pinned = fc.pinned
     if counters.server_timed:
         server = intercept.server_fixed_cost(list(counters.server_timed))
-        if server is not None and server["pinned"]:
-            v.server_fixed_s = server["fixed_cost_s"]
+        if server is not None and server.pinned:
+            v.server_fixed_s = server.fixed_cost_s
 
 
 def _percentiles(v: StatsView, counters: Counters, last: ProbeResult | None) -> None:
     if not counters.ttft:
         return
     q = quantiles(list(counters.ttft))
-    v.pct_all = (q["n"], q["p50_s"], q["p90_s"], q["p99_s"])
+    v.pct_all = (q.n, q.p50_s, q.p90_s, q.p99_s)
     if last is not None:
         vals = counters.ttft_by_length.get(int(last.requested_tokens))
         if vals:
             q = quantiles(list(vals))
-            v.pct_len = (int(last.requested_tokens), q["n"], q["p50_s"], q["p90_s"], q["p99_s"])
+            v.pct_len = (int(last.requested_tokens), q.n, q.p50_s, q.p90_s, q.p99_s)
 
 
 def drop_repeat(note: str, phrase: str | None) -> str:

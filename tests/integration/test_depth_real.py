@@ -38,5 +38,5 @@ def test_depth_prefix_is_reused_and_verified(llama_server):
         assert abs(r.cached_tokens - prefix.prompt_tokens) <= D.tolerance(prefix.prompt_tokens)
         assert abs(r.extra["depth_new_tokens"] - r.requested_tokens) <= 4, r
     t = D.depth_table(got)
-    assert [row["depth"] for row in t["rows"]] == [0, 512]
-    assert [row["verified"] for row in t["rows"]] == [6, 6] and t["rows"][1]["fit"] is not None
+    assert [row.depth for row in t.rows] == [0, 512]
+    assert [row.verified for row in t.rows] == [6, 6] and t.rows[1].fit is not None

@@ -18,7 +18,7 @@ import httpx
 import pytest
 
 from prefilltui.demo.server import LlamaServer
-from prefilltui.model.diagnose import breakdown
+from prefilltui.model.breakdown import breakdown
 from prefilltui.model.metrics import delta
 from prefilltui.measure.metrics_hook import MetricsHook, MetricsReader
 from prefilltui.measure.prefix_cache import cache_check
@@ -71,7 +71,7 @@ async def test_breakdown_sums_to_client_ttft(llama_server):
                       for r, _ in rows))
     assert over < 0.030
     b = breakdown([r for r, _ in rows])
-    assert b["available"] and b["max_sum_error_s"] < 1e-9
+    assert b.available and b.max_sum_error_s < 1e-9
 
 
 async def test_cache_check_on_real_server(llama_server):
@@ -129,7 +129,7 @@ async def test_loaded_server_shows_queueing(llama_server_binary, demo_gguf):
     print("\nidle:   " + " | ".join(fmt(r) for r in idle))
     print("loaded: " + " | ".join(fmt(r) for r in loaded))
     b = breakdown(loaded)
-    print(b["cause"])
+    print(b.cause)
     for r in loaded:
         assert r.server_running >= 1
         assert r.extra["queue_source"] == "estimated"
@@ -137,4 +137,4 @@ async def test_loaded_server_shows_queueing(llama_server_binary, demo_gguf):
         assert r.queue_s > 0.2
     idle_prefill = statistics.median(r.server_prefill_s for r in idle)
     assert statistics.median(r.server_prefill_s for r in loaded) < 2.5 * idle_prefill
-    assert "mostly queueing" in b["cause"]
+    assert "mostly queueing" in b.cause

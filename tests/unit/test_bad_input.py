@@ -16,7 +16,8 @@ from prefilltui.cli import main
 from prefilltui.commands.common import _efficiency, _non_negative_float, _positive_float, _sample_hz
 from prefilltui.measure import server as srv
 from prefilltui.model.catalog import model_from_config
-from prefilltui.model.diagnose import format_diagnosis, summarize_diagnosis
+from prefilltui.model.diagnose import summarize_diagnosis
+from prefilltui.render.tables import format_diagnosis
 from prefilltui.measure.probe import ProbeClient, parse_retry_after
 from prefilltui.measure.runfile import RunWriter, read_run
 from prefilltui.model.types import ProbeResult

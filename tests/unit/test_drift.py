@@ -79,7 +79,7 @@ def test_report_sweep_and_tui_give_one_verdict(tmp_path, capsys, slower):
     # report --baseline
     assert main(["report", str(live_path), "--baseline", str(base_path), "--format", "json",
                  "--no-plot"]) == 0
-    from_report = json.loads(capsys.readouterr().out)["drift"]
+    from_report = json.loads(capsys.readouterr().out)["diagnosis"]["drift"]
 
     # sweep --baseline: the session loads the baseline, the diagnosis compares
     args = build_parser().parse_args(["sweep", "http://127.0.0.1:9", "--no-telemetry",
@@ -88,7 +88,7 @@ def test_report_sweep_and_tui_give_one_verdict(tmp_path, capsys, slower):
     session = build_session(session_options(args), args.url)
     session.close()
     from_sweep = summarize_diagnosis(live, baseline=str(base_path),
-                                     baseline_fit=session.baseline)["drift"]
+                                     baseline_fit=session.baseline).drift
 
     # the TUI: the app's RunningFit snapshot against the session's baseline
     rf = RunningFit()

@@ -91,8 +91,8 @@ def test_exporter_reads_a_model_config_once_per_target(tmp_path):
     cfg.unlink()  # never read again
     window = [ProbeResult(seq=i, ok=True, requested_tokens=n, prompt_tokens=n,
                           ttft_s=0.01 + n / 3000) for i, n in enumerate([64, 256, 1024] * 3)]
-    fit, verdict, _parts = window_health(window, None, t)
-    assert fit is not None and fit.mfu is not None and verdict != "unknown-model"
+    s = window_health(window, None, t)
+    assert s.fit is not None and s.roofline.mfu is not None and s.verdict.level != "unknown-model"
 
 
 def test_toml_keys_build_the_same_records():

@@ -45,7 +45,7 @@ def sweep(srv_url, tmp_path, capsys, *extra, fmt="json"):
 def fitted(d) -> int:
     """Probes that entered the fit (a robust fit may still reject an outlier)."""
     assert d["fit"] and d["fit"]["n"] >= 3
-    return d["analysis"]["probes"]["fit_eligible"]
+    return d["probes"]["fit_eligible"]
 
 
 async def one_probe(srv, n=50, **kw):
@@ -132,7 +132,7 @@ def test_sweep_of_such_servers_has_4_of_4_and_a_fit(fake_server, tmp_path, capsy
     srv = fake_server({"GET /v1/models": models_reply("m"), "POST /tokenize": word_tokenize,
                        "POST /v1/completions": ENDINGS[name][0]})
     d, _, _ = sweep(srv.base_url, tmp_path, capsys)
-    assert d["probes"] == 4 and d["failed"] == 0 and fitted(d) == 4
+    assert d["probes"]["ok"] == 4 and d["probes"]["failed"] == 0 and fitted(d) == 4
 
 
 # ------------------------------------------------------------- rejected optional fields
@@ -154,8 +154,8 @@ def test_gateway_rejecting_a_sub_key_gives_4_of_4_and_says_so_once(fake_server, 
     srv = fake_server({"GET /v1/models": models_reply("m"), "POST /tokenize": word_tokenize,
                        "POST /v1/completions": gateway})
     d, _, out = sweep(srv.base_url, tmp_path, capsys)
-    assert d["probes"] == 4 and d["failed"] == 0 and fitted(d) == 4
-    notes = [n for n in d["notes"] if "stream_options" in n]
+    assert d["probes"]["ok"] == 4 and d["probes"]["failed"] == 0 and fitted(d) == 4
+    notes = [n for n in d["live"]["notes"] if "stream_options" in n]
     assert len(notes) == 1 and "ValidationException" in notes[0]
     posts = [q.json for q in srv.requests if q.path == "/v1/completions"]
     assert ["stream_options" in b for b in posts] == [True, False, False, False, False]
@@ -312,9 +312,9 @@ def test_no_count_at_all_still_fits_labelled_estimated(fake_server, tmp_path, ca
                           (0.003, sse_done())])
     srv = fake_server({"GET /v1/models": models_reply("m"), "POST /v1/completions": complete})
     d, _, out = sweep(srv.base_url, tmp_path, capsys)
-    assert d["probes"] == 4 and d["failed"] == 0
+    assert d["probes"]["ok"] == 4 and d["probes"]["failed"] == 0
     assert fitted(d) == 4 and d["fit"]["lengths"] == "estimated"
-    assert sum("estimates" in n for n in d["notes"]) == 1
+    assert sum("estimates" in n for n in d["live"]["notes"] + d["notes"]) == 1
     back, _ = read_run(out)
     assert [r.prompt_tokens_source for r in back] == ["estimate"] * 4
     assert sorted(r.prompt_tokens for r in back) == [50, 100, 200, 400]
