@@ -60,7 +60,7 @@ def _progress_line(r: ProbeResult, total: int | None, index: int | None = None) 
     if r.ok:
         sp = f"  server {r.server_prefill_s * 1e3:.1f} ms" if r.server_prefill_s is not None else ""
         if r.queue_s is not None:
-            est = " (est.)" if r.extra.get("queue_source") in ("idle", "estimated") else ""
+            est = " (est.)" if r.queue_source in ("idle", "estimated") else ""
             sp += f"  queue {r.queue_s * 1e3:.1f} ms{est}"
         if r.server_running is not None or r.server_waiting is not None:
             sp += f"  [{r.server_running or 0:g} running, {r.server_waiting or 0:g} waiting]"
@@ -79,14 +79,17 @@ def _progress_line(r: ProbeResult, total: int | None, index: int | None = None) 
 
 
 def _depth_line(r: ProbeResult) -> str:
-    d = r.extra.get("depth")
+    """One depth-phase probe's line (``r.depth`` is set by ``measure.depth``)."""
+    info = r.depth
+    d = info.depth if info is not None else 0
     head = f"[depth {d:,}]"
     if not r.ok:
         return f"{head} FAILED {r.error_kind}: {r.error_message}"
-    if r.extra.get("depth_role") == "prefix":
+    if info is not None and info.role == "prefix":
         return f"{head} prefix sent ({r.prompt_tokens} counted)  TTFT {r.ttft_s * 1e3:.1f} ms"
-    new = r.extra.get("depth_new_tokens")
-    ok = "verified" if r.extra.get("depth_verified") else f"NOT VERIFIED: {r.extra.get('depth_flag')}"
+    new = info.new_tokens if info is not None else None
+    ok = "verified" if info is not None and info.verified else \
+        f"NOT VERIFIED: {info.flag if info is not None else None}"
     where = "cold" if not d else \
         f"after {r.cached_tokens if r.cached_tokens is not None else '?'} cached"
     return (f"{head} {r.requested_tokens:>6} new tok ({new if new is not None else '?'} counted "

@@ -14,6 +14,7 @@ from dataclasses import dataclass
 from typing import Iterable, Sequence
 
 from prefilltui.model import fit as _fit
+from prefilltui.model.probe_notes import QueueSource
 from prefilltui.model.types import JsonObject, ProbeResult
 from prefilltui.model.units import duration
 
@@ -41,7 +42,7 @@ class ProbeParts:
     queue_s: float | None
     prefill_s: float | None
     server_ttft_s: float | None
-    queue_source: str | None
+    queue_source: QueueSource | None
     running: float | None
     waiting: float | None
     cached_tokens: int | None
@@ -51,7 +52,7 @@ class ProbeParts:
 
 def probe_parts(r: ProbeResult) -> ProbeParts:
     """The TTFT split of one probe (see ``ProbeParts``)."""
-    server_ttft = r.extra.get("server_ttft_s")
+    server_ttft = r.server_ttft_s
     prefill = r.server_prefill_s
     queue = r.queue_s
     overhead = r.overhead_s
@@ -62,7 +63,7 @@ def probe_parts(r: ProbeResult) -> ProbeParts:
         err = r.ttft_s - (overhead + (queue or 0.0) + prefill)
     return ProbeParts(seq=r.seq, tokens=r.tokens, ttft_s=r.ttft_s, overhead_s=overhead,
                       queue_s=queue, prefill_s=prefill, server_ttft_s=server_ttft,
-                      queue_source=r.extra.get("queue_source"), running=r.server_running,
+                      queue_source=r.queue_source, running=r.server_running,
                       waiting=r.server_waiting, cached_tokens=r.cached_tokens, sum_error_s=err,
                       complete=all(p is not None for p in (overhead, queue, prefill)))
 

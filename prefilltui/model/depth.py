@@ -36,14 +36,13 @@ def tolerance(prefix_tokens: int) -> int:
 
 def depth_of(r: ProbeResult) -> int:
     """The context depth a probe was sent at (0 for an ordinary probe)."""
-    d = r.extra.get("depth")
-    return d if isinstance(d, int) and not isinstance(d, bool) and d > 0 else 0
+    return r.depth.depth if r.depth is not None and r.depth.depth > 0 else 0
 
 
 def is_depth_probe(r: ProbeResult) -> bool:
     """True for a probe (or prefix) of the depth phase, depth 0 included: these have
     their own table and stay out of the ordinary sweep's summary."""
-    return "depth_role" in r.extra
+    return r.depth is not None
 
 
 def verify(r: ProbeResult, prefix_tokens: int | None) -> str | None:
@@ -80,6 +79,12 @@ def expected_slope(xs: Sequence[float], depth: int, params: float, layers: int,
     return 2.0 * params + 4.0 * layers * d_attn * depth + 2.0 * layers * d_attn * cov / var
 
 
+def _verified(r: ProbeResult) -> bool:
+    """A depth probe's cache proof held (an ordinary probe standing in for depth 0
+    counts as verified)."""
+    return r.depth is None or r.depth.verified is not False
+
+
 def _points(results: Iterable[ProbeResult]) -> dict[int, list[tuple[int, float, ProbeResult]]]:
     """(new tokens, TTFT s, result) per depth, from the depth phase's probes; depth 0
     falls back to the ordinary sweep's fit-eligible probes when the phase has none."""
@@ -88,12 +93,10 @@ def _points(results: Iterable[ProbeResult]) -> dict[int, list[tuple[int, float, 
     for r in results:
         if r.warmup:
             continue
-        if r.extra.get("depth_role") == "probe":
-            new = r.extra.get("depth_new_tokens")
+        if r.depth is not None and r.depth.role == "probe":
             by.setdefault(depth_of(r), []).append(
-                (int(new) if isinstance(new, int) else 0,
-                 r.ttft_s if r.ttft_s is not None else math.nan, r))
-        elif "depth_role" not in r.extra and r.fit_eligible and r.tokens:
+                (r.depth.new_tokens or 0, r.ttft_s if r.ttft_s is not None else math.nan, r))
+        elif r.depth is None and r.fit_eligible and r.tokens:
             plain.append((int(r.tokens), r.ttft_s, r))
     if by and 0 not in by and plain:
         by[0] = plain
@@ -171,7 +174,7 @@ def depth_table(results: Iterable[ProbeResult], model: ModelShape | None = None
     xs_of: dict[int, list[float]] = {}
     for d in sorted(by):
         pts = by[d]
-        ok = lambda p: p[2].extra.get("depth_verified", True) and math.isfinite(p[1])  # noqa: E731
+        ok = lambda p: _verified(p[2]) and math.isfinite(p[1])  # noqa: E731
         good = [p for p in pts if ok(p)]
         bad = [p for p in pts if not ok(p)]
         xs = [float(p[0]) for p in good]
@@ -179,15 +182,15 @@ def depth_table(results: Iterable[ProbeResult], model: ModelShape | None = None
         f = None
         if len(good) >= 3 and len(set(xs)) >= 2:
             f = fitmod.fit_robust(xs, ys) or fitmod.fit_ols(xs, ys)
-        pref = [p[2].extra.get("depth_prefix_tokens") for p in pts]
-        pref = [v for v in pref if isinstance(v, int)]
+        pref = [p[2].depth.prefix_tokens for p in pts if p[2].depth is not None]
+        pref = [v for v in pref if v is not None]
         cached = [p[2].cached_tokens for p in good if d > 0 and p[2].cached_tokens is not None]
         mean_new = statistics.fmean(xs) if xs else None
         rows.append(DepthRow(
             depth=d, prefix_tokens=int(statistics.median(pref)) if pref else None,
             cached_tokens=int(statistics.median(cached)) if cached else None,
             probes=len(pts), verified=len(good), flagged=len(bad),
-            flags=tuple(sorted({str(p[2].extra.get("depth_flag")) for p in bad})),
+            flags=tuple(sorted({str(p[2].depth.flag if p[2].depth else None) for p in bad})),
             fit=f, mean_new_tokens=mean_new,
             per_token_flops=(2.0 * P + 4.0 * L * da * (d + mean_new / 2)
                              if P and L and da and mean_new is not None else None)))

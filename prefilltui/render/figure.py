@@ -81,7 +81,7 @@ def _series(results: Sequence[ProbeResult], d: RunSummary) -> list[Series]:
     if not depth:
         out.append(Series("probes in the fit" + fit_label, COLORS[0], pts, f, "main"))
     else:
-        phase = [r for r in results if r.extra.get("depth_role") == "probe"]
+        phase = [r for r in results if r.depth is not None and r.depth.role == "probe"]
         phase0 = any(depth_of(r) == 0 for r in phase)
         if phase0 and pts:
             out.append(Series("sweep probes" + fit_label.replace("fit", "their fit"),
@@ -91,8 +91,8 @@ def _series(results: Sequence[ProbeResult], d: RunSummary) -> list[Series]:
             if dd == 0 and not phase0:
                 dp = pts
             else:
-                dp = [(float(r.extra.get("depth_new_tokens") or 0), r.ttft_s * 1e3) for r in phase
-                      if depth_of(r) == dd and r.extra.get("depth_verified") and r.ttft_s is not None]
+                dp = [(float(r.depth.new_tokens or 0), r.ttft_s * 1e3) for r in phase
+                      if depth_of(r) == dd and r.depth.verified and r.ttft_s is not None]
             lab = "depth 0 (cold prompt)" if dd == 0 else f"depth {dd:,} (cached prefix)"
             if row.fit is not None and finite(row.fit.prefill_tokens_per_s):
                 lab += f" · {row.fit.prefill_tokens_per_s:,.0f} tok/s"
@@ -101,9 +101,9 @@ def _series(results: Sequence[ProbeResult], d: RunSummary) -> list[Series]:
             out.append(Series(lab, COLORS[i % len(COLORS)], dp, row.fit, "depth"))
     left = [(float(r.tokens), r.ttft_s * 1e3) for r in sweep
             if r.ok and not r.fit_eligible and r.ttft_s is not None and r.tokens]
-    left += [(float(r.extra.get("depth_new_tokens") or r.requested_tokens), r.ttft_s * 1e3)
-             for r in results if r.extra.get("depth_role") == "probe" and r.ok
-             and not r.extra.get("depth_verified") and r.ttft_s is not None]
+    left += [(float(r.depth.new_tokens or r.requested_tokens), r.ttft_s * 1e3)
+             for r in results if r.depth is not None and r.depth.role == "probe" and r.ok
+             and not r.depth.verified and r.ttft_s is not None]
     if left:
         out.append(Series("left out (warm-up, cache hit, not verified)", MUTED, left, None,
                           "excluded"))

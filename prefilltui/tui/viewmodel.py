@@ -54,7 +54,7 @@ class StatsView:
     overhead_s: float | None = None
     queue_s: float | None = None
     prefill_s: float | None = None
-    queue_estimated: bool = False  # queue_s inferred (extra["queue_source"] idle/estimated)
+    queue_estimated: bool = False  # queue_s inferred (queue_source idle/estimated)
     probes: int = 0
     failed: int = 0
     #: the fixed cost: pinned (core.intercept) or not; None = judge from intercept_ci
@@ -196,8 +196,7 @@ def build_stats(snap: FitSnapshot | LinearFit | None, *, which: FitScope, method
         v.overhead_s = last.overhead_s
         v.queue_s = last.queue_s
         v.prefill_s = last.server_prefill_s
-        source = last.extra.get("queue_source")
-        v.queue_estimated = source in ("idle", "estimated")
+        v.queue_estimated = last.queue_source in ("idle", "estimated")
     if roof is not None:
         v.achieved_tflops = roof.achieved_tflops
         v.mfu = roof.mfu

@@ -55,7 +55,7 @@ async def test_breakdown_sums_to_client_ttft(llama_server):
         print(f"\n{r.tokens} tok: ttft {r.ttft_s:.4f} prompt_ms {r.server_prefill_s:.4f} "
               f"metrics delta {prompt_s} overhead {r.overhead_s * 1000:.1f} ms")
     for r, prompt_s in rows:
-        assert r.queue_s == 0.0 and r.extra["queue_source"] == "idle"
+        assert r.queue_s == 0.0 and r.queue_source == "idle"
         assert r.server_running == 0 and r.server_waiting == 0
         total = r.overhead_s + r.queue_s + r.server_prefill_s
         assert abs(total - r.ttft_s) < 1e-9
@@ -132,7 +132,7 @@ async def test_loaded_server_shows_queueing(llama_server_binary, demo_gguf):
     print(b.cause)
     for r in loaded:
         assert r.server_running >= 1
-        assert r.extra["queue_source"] == "estimated"
+        assert r.queue_source == "estimated"
         assert r.queue_s > r.server_prefill_s  # the wait, not the prefill, dominates
         assert r.queue_s > 0.2
     idle_prefill = statistics.median(r.server_prefill_s for r in idle)

@@ -62,18 +62,18 @@ async def test_depth_probes_reuse_the_prefix_and_slope_rises(fake_server):
     srv = fake_server({**llama_routes(), "POST /v1/completions": h})
     got, notes = await _run(srv, [0, 300], [20, 60, 120])
     assert notes == []
-    prefixes = [r for r in got if r.extra.get("depth_role") == "prefix"]
+    prefixes = [r for r in got if r.depth and r.depth.role == "prefix"]
     assert len(prefixes) == 1 and prefixes[0].warmup and not prefixes[0].fit_eligible
-    probes = [r for r in got if r.extra.get("depth_role") == "probe"]
-    deep = [r for r in probes if r.extra["depth"] == 300]
-    assert len(probes) == 12 and all(r.extra["depth_verified"] for r in probes)
+    probes = [r for r in got if r.depth and r.depth.role == "probe"]
+    deep = [r for r in probes if r.depth.depth == 300]
+    assert len(probes) == 12 and all(r.depth.verified for r in probes)
     assert len(deep) == 6 and all(r.cached_tokens == prefixes[0].prompt_tokens for r in deep)
-    assert all(r.extra["depth_new_tokens"] == r.prompt_tokens - r.cached_tokens for r in probes)
+    assert all(r.depth.new_tokens == r.prompt_tokens - r.cached_tokens for r in probes)
     # prefix caching asked for exactly on the depth requests; depth 0 interleaved
     flags = [b.get("cache_prompt") for b in h.bodies]
     assert flags[0] is True and flags.count(True) == 7 and flags.count(False) == 6
     assert flags[1:7] != [False] * 6 and flags[1:7] != [True] * 6
-    cold = [r for r in probes if r.extra["depth"] == 0]
+    cold = [r for r in probes if r.depth.depth == 0]
     assert len(cold) == 6 and all(r.cached_tokens == 0 for r in cold)
     shape = ModelShape(key="m", name="m", params=1e6, layers=2, hidden=100)
     t = D.depth_table(got, shape)
@@ -93,9 +93,9 @@ async def test_unreused_prefix_is_flagged_and_left_out(fake_server):
     srv = fake_server({**llama_routes(), "POST /v1/completions": AttentionLlama(honour=False)})
     got, notes = await _run(srv, [200], [20, 60, 120], repeats=1)
     assert any("not verified" in n for n in notes)
-    probes = [r for r in got if r.extra.get("depth_role") == "probe" and r.extra["depth"]]
-    assert probes and not any(r.extra["depth_verified"] for r in probes)
-    assert "0 cached tokens, prefix has" in probes[0].extra["depth_flag"]
+    probes = [r for r in got if r.depth and r.depth.role == "probe" and r.depth.depth]
+    assert probes and not any(r.depth.verified for r in probes)
+    assert "0 cached tokens, prefix has" in probes[0].depth.flag
     row = D.depth_table(got).rows[1]
     assert row.fit is None and row.flagged == 3 and row.verified == 0
     assert "left out" in "\n".join(format_depth(D.depth_table(got)))

@@ -56,7 +56,7 @@ def test_breakdown_without_server_timings_says_so():
 
 
 def test_breakdown_from_server_ttft_and_queue():
-    r = _r(1, 512, 0.530, queue=0.004, overhead=0.018, extra={"server_ttft_s": 0.512})
+    r = _r(1, 512, 0.530, queue=0.004, overhead=0.018, server_ttft_s=0.512)
     p = B.probe_parts(r)
     assert p.prefill_s == pytest.approx(0.508)
     assert p.sum_error_s == pytest.approx(0.0, abs=1e-12)

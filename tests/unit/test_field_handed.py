@@ -55,7 +55,7 @@ async def test_cap_ignored_probe_is_ok_ttft_010_closed_at_second_token(fake_serv
         wall = time.perf_counter() - t
     assert r.ok and r.error_kind is None, r.error_message
     assert 0.09 <= r.ttft_s <= 0.3  # TTFT 0.10 s (was: thrown away as a timeout after 5 s)
-    assert "ignored max_tokens 1" in r.extra["cap_ignored"]
+    assert "ignored max_tokens 1" in r.notes.cap_ignored
     assert r.total_s < 0.45  # closed at the second token (0.20 s)
     assert wall < 1.5
     assert "max_tokens ignored" in c.notices
@@ -73,7 +73,7 @@ def test_cap_ignored_sweep_says_it_once_and_every_probe_line_has_it(fake_server,
     said = [n for n in d["live"]["notes"] if "streams past max_tokens 1" in n]
     assert len(said) == 1
     probes = [r for r in read_run(out)[0] if not r.warmup]
-    assert len(probes) == 4 and all("cap_ignored" in r.extra for r in probes)
+    assert len(probes) == 4 and all(r.notes.cap_ignored is not None for r in probes)
     assert all(0.09 <= r.ttft_s <= 0.4 for r in probes)
 
 

@@ -112,7 +112,7 @@ async def test_what_follows_complete_data_never_fails_the_probe(fake_server, nam
     assert r.prompt_tokens == 50 and r.prompt_tokens_source == "usage"
     assert r.total_s <= 0.35  # the data ended at 0.11-0.12 s
     assert wall < 2.0  # not the 8 s timeout, not the 30 s of comments
-    assert note in r.extra["stream_end"]
+    assert note in r.notes.stream_end
 
 
 async def test_an_error_after_the_finish_reason_is_a_note_not_a_failure(fake_server):
@@ -124,7 +124,7 @@ async def test_an_error_after_the_finish_reason_is_a_note_not_a_failure(fake_ser
                            (0.13, sse_done())])})
     r, _ = await one_probe(srv, api_key=REAL_KEY)
     assert r.ok and 0.09 <= r.ttft_s <= 0.3 and r.prompt_tokens == 50
-    assert r.extra["after_complete"] == ["late failure ***"]
+    assert r.notes.after_complete == ["late failure ***"]
 
 
 @pytest.mark.parametrize("name", list(ENDINGS))
@@ -160,7 +160,7 @@ def test_gateway_rejecting_a_sub_key_gives_4_of_4_and_says_so_once(fake_server, 
     posts = [q.json for q in srv.requests if q.path == "/v1/completions"]
     assert ["stream_options" in b for b in posts] == [True, False, False, False, False]
     back, _ = read_run(out)
-    assert back[0].extra["rejected_field"]["field"] == "stream_options"
+    assert back[0].notes.rejected_field.field == "stream_options"
     text, _, _ = sweep(srv.base_url, tmp_path, capsys, fmt="text")
     assert text.count("rejected stream_options") == 1
 
@@ -186,8 +186,8 @@ async def test_any_wording_naming_a_field_or_sub_key_drops_it(fake_server, field
         await c.discover()
         r1, r2 = await c.probe(16), await c.probe(16)
         notices = dict(c.notices)
-    assert r1.ok and r1.extra["rejected_field"]["field"] == field
-    assert r2.ok and "rejected_field" not in r2.extra
+    assert r1.ok and r1.notes.rejected_field.field == field
+    assert r2.ok and r2.notes.rejected_field is None
     assert f"sent without {field}" in notices
 
 
@@ -209,7 +209,7 @@ async def test_a_400_that_only_quotes_the_field_is_not_taken_for_a_rejection(fak
         r = await c.probe(16, prompt="x y")
         r2 = await c.probe(16, prompt="x y")
         assert not c.notices
-    assert r.error_kind == "http" and "rejected_field" not in r.extra
+    assert r.error_kind == "http" and r.notes.rejected_field is None
     posts = [q.json for q in srv.requests if q.method == "POST"]
     # one retry without it; the same answer, so the field stays, and is not retried again
     assert ["stream_options" in b for b in posts] == [True, False, True]
