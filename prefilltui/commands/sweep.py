@@ -14,7 +14,6 @@ from __future__ import annotations
 import sys
 from collections import Counter
 from dataclasses import replace
-from typing import Any
 
 from prefilltui.commands.common import (add_analysis_args, add_depth_arg, add_hardware_args,
                                         add_output_args, add_server_args, add_sweep_args,
@@ -28,6 +27,7 @@ from prefilltui.exit_codes import ExitCode
 from prefilltui.options import SessionOptions, SweepDesign
 from prefilltui.render.tables import format_depth, format_diagnosis
 from prefilltui.render.text import format_summary, format_sweep, summary_json
+from prefilltui.measure.sweep import SweepRunner
 from prefilltui.session import Session, SessionError, build_session
 
 
@@ -151,7 +151,8 @@ def run_sweep(options: SessionOptions, base_url: str, *, as_json: bool = False) 
     budget_probes, budget_s = design.budget_probes, design.budget_s
     until = design.until_ci_pct
     depths = [x for x in design.depths if x > 0]
-    holder: dict[str, Any] = {"planned": False, "notes": 0}
+    planned_said = False  # the header is printed once
+    notes_said = 0  # the plan's notes already printed
 
     def on_result(r: ProbeResult) -> None:
         total = None if until else design.warmup + len(runner.lengths) * design.repeats
@@ -165,8 +166,9 @@ def run_sweep(options: SessionOptions, base_url: str, *, as_json: bool = False) 
 
     def on_plan(planned: list[int], notes: list[str]) -> None:
         """The header, once the server's context is known: the lengths that will run."""
-        if not holder["planned"]:
-            holder["planned"] = True
+        nonlocal planned_said, notes_said
+        if not planned_said:
+            planned_said = True
             if not as_json:
                 if until:
                     how = f"until throughput +-{until:g} %"
@@ -179,9 +181,9 @@ def run_sweep(options: SessionOptions, base_url: str, *, as_json: bool = False) 
                       + (f"; budget {budget}" if budget else "") + ")"
                       + (f"; then at depths {','.join(map(str, depths))} (cached prefix)"
                          if depths else ""), stream)
-        for n in notes[holder["notes"]:]:
+        for n in notes[notes_said:]:
             say(f"  note: {n}", stream)
-        holder["notes"] = len(notes)
+        notes_said = len(notes)
 
     def on_state(state: str, detail: str) -> None:
         if state in ("retrying",) or (state == "probing" and detail.startswith("context")):
@@ -252,7 +254,7 @@ def run_sweep(options: SessionOptions, base_url: str, *, as_json: bool = False) 
 
 
 def _summarize(options: SessionOptions, session: Session, results: list[ProbeResult],
-               depth_results: list[ProbeResult], runner: Any, live: LiveFacts,
+               depth_results: list[ProbeResult], runner: SweepRunner, live: LiveFacts,
                gpu_names: list[str] | None) -> tuple[RunSummary, bool]:
     """The run's summary and whether the analysis ran: when it fails (a bug), the
     finished sweep is not lost: ``analysis.plain_summary`` (counts, table, plain fit)

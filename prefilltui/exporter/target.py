@@ -21,7 +21,6 @@ import time
 from collections import deque
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
 
 from prefilltui.model.fit import LinearFit
 from prefilltui.model.summary import VERDICTS, RunSummary
@@ -149,7 +148,9 @@ class TargetProber:
         self._hist: dict[int, list[float]] = {}  # tokens -> [per-bucket counts..., +Inf, sum]
         self._totals = {"cache_hit_probes": 0, "cached_tokens": 0, "prompt_tokens": 0}
         self._health: RunSummary | None = None
-        self._last: dict[str, Any] = {"up": None, "probe": None, "success": None}
+        self._up: bool | None = None  # the last probe or discovery answered
+        self._last_probe_ts: float | None = None
+        self._last_success_ts: float | None = None
         self.metrics_hook = None
         self.snapshot = self._make_snapshot("connecting", "")
 
@@ -199,8 +200,8 @@ class TargetProber:
     # -- runner callbacks (runner thread)
     def _set_up(self, up: bool, why: str) -> None:
         """Record up/down; a change is logged once (one line on stderr / the journal)."""
-        was = self._last["up"]
-        self._last["up"] = up
+        was = self._up
+        self._up = up
         if was is not None and was != up:
             if up:
                 log.warning("target %s answers again", self.cfg.label)
@@ -218,10 +219,10 @@ class TargetProber:
     def _on_result(self, r: ProbeResult) -> None:
         self._info = self.runner.server_info if self.runner is not None else self._info
         now = r.started_at or time.time()
-        self._last["probe"] = now
+        self._last_probe_ts = now
         self._set_up(bool(r.ok), f"{r.error_kind}: {r.error_message}")
         if r.ok:
-            self._last["success"] = now
+            self._last_success_ts = now
             self._counts[("ok", "")] += 1
         else:
             key = ("failed", r.error_kind or "protocol")
@@ -268,8 +269,8 @@ class TargetProber:
             target=self.cfg.label,
             model=self.cfg.probe.model or (info.model if info else None) or "",
             server_kind=info.kind if info else "", api=self.cfg.probe.api,
-            interval_s=self.cfg.interval_s, state=state, detail=detail, up=self._last["up"],
-            last_probe_ts=self._last["probe"], last_success_ts=self._last["success"],
+            interval_s=self.cfg.interval_s, state=state, detail=detail, up=self._up,
+            last_probe_ts=self._last_probe_ts, last_success_ts=self._last_success_ts,
             probes=tuple(sorted(self._counts.items())), histograms=tuple(hists),
             summary=self._health,
             metrics_problem=hook.problem if hook is not None else None,

@@ -174,23 +174,25 @@ def _intercept_split(results: Sequence[ProbeResult], fit: _fit.LinearFit | None,
     a_p = server.prefill_intercept_s if server else None
     raw = server.prefill_intercept_raw_s if server else None
     notes: list[str] = []
-    split = dict(intercept_s=fit.intercept_s, pinned=fixed.pinned, prefill_s=a_p,
-                 prefill_raw_s=raw, queue_s=med.queue_s, overhead_s=None)
     if not fixed.pinned:
         notes.append(fixed.note)
-        return InterceptSplit(**split, notes=tuple(notes))
+        return InterceptSplit(fit.intercept_s, fixed.pinned, a_p, raw, med.queue_s, None,
+                              tuple(notes))
     if raw is not None and raw < 0:
         notes.append(f"server prefill at n=0 shown as 0 (its fit gives {raw * 1e3:.1f} ms)")
+    intercept_s = fit.intercept_s
     if fixed.clamped:
-        split["intercept_s"] = 0.0
+        intercept_s = 0.0
         notes.append(fixed.note)
+    overhead = None
     if a_p is not None:
-        over = split["intercept_s"] - a_p - (med.queue_s or 0.0)
+        over = intercept_s - a_p - (med.queue_s or 0.0)
         if over < 0:
             notes.append(f"overhead at n=0 shown as 0 (intercept - prefill - queue = "
                          f"{over * 1e3:.1f} ms: within the intercept's uncertainty)")
-        split["overhead_s"] = max(over, 0.0)
-    return InterceptSplit(**split, notes=tuple(notes))
+        overhead = max(over, 0.0)
+    return InterceptSplit(intercept_s, fixed.pinned, a_p, raw, med.queue_s, overhead,
+                          tuple(notes))
 
 
 def cause_line(rows: Sequence[ProbeParts]) -> str:
