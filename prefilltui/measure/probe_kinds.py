@@ -31,12 +31,12 @@ from __future__ import annotations
 import asyncio
 import json
 import time
-from typing import Any, Protocol
+from typing import Protocol
 
 import httpx
 
 from prefilltui.measure.sse import SSEStreamDecoder, classify_chunk, classify_response_event
-from prefilltui.model.types import ProbeResult, ServerInfo
+from prefilltui.model.types import JsonObject, ProbeResult, ServerInfo
 
 
 class ProbeClient(Protocol):
@@ -55,7 +55,7 @@ class ProbeClient(Protocol):
     def endpoint(self) -> str: ...
     @property
     def http(self) -> httpx.AsyncClient: ...
-    def _body(self, prompt: str, cap: int = 1) -> dict[str, Any]: ...
+    def _body(self, prompt: str, cap: int = 1) -> JsonObject: ...
     async def _send(self, url: str, body: dict, r: ProbeResult,
                     stamps: dict[str, float]) -> httpx.Response: ...
 
