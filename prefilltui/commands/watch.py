@@ -124,7 +124,6 @@ def make_watch_app(options: SessionOptions, display: DisplayOptions, base_url: s
     """
     from prefilltui.tui.app import build_app
     from prefilltui.tui.themes import load_themes, resolve_theme_arg, user_theme_dir
-    from prefilltui.tui.viewmodel import roofline_analysis, with_baseline
 
     session = build_session(options, base_url, continuous=True)
     lengths = session.lengths
@@ -132,22 +131,19 @@ def make_watch_app(options: SessionOptions, display: DisplayOptions, base_url: s
     themes = load_themes(user_dir=user_theme_dir())
     theme, problem = resolve_theme_arg(display.theme, themes)
     problems = [problem] if problem else []
-    analysis = roofline_analysis(options.analysis.roofline)
-    if session.baseline is not None:
-        analysis = with_baseline(analysis, session.baseline)
     if session.baseline_problem:
         problems.append(session.baseline_problem)
     cache_tokens = min(defaults.CACHE_CHECK_TOKENS, max(lengths))
     app = build_app(
-        session.new_runner, session.sampler, analysis=analysis, theme=theme, themes=themes,
-        window=options.analysis.window, fit_method=options.analysis.fit,
+        session.new_runner, session.sampler, analysis=options.analysis,
+        baseline=session.baseline, theme=theme, themes=themes,
         sweep_range=(min(lengths), max(lengths)), run_path=session.run_path,
         exporter=make_exporter(session.run_path, info_fn, options.analysis,
                                lambda: session.runner.notices if session.runner else {}),
         cache_checker=lambda: run_cache_check(session.new_client, cache_tokens).line,
         # the same ProbeOptions the session's client was built from: one route
         probe_timeout_s=options.probe.timeout_s, problems=problems, on_ready=on_ready,
-        pacing=session.config.effective_pacing)
+        pacing=session.config.effective_pacing, label=display_url(base_url) or base_url)
     return app, session
 
 
@@ -174,8 +170,8 @@ def run_tui(options: SessionOptions, display: DisplayOptions, base_url: str, *,
     finally:
         sys.setswitchinterval(switch)
         session.close()
-    c = app.counters
-    print(f"prefilltui: {c.probes} probe(s), {c.failed} failed, saved to {session.run_path}",
+    c = app.live
+    print(f"prefilltui: {c.total} probe(s), {c.failed} failed, saved to {session.run_path}",
           file=sys.stderr)
     if app.state == "failed" and app.state_detail:
         err(app.state_detail)

@@ -26,7 +26,7 @@ from prefilltui.model.summary import (LiveFacts, ProbeCounts, QuadraticFit, Roof
 from prefilltui.model.types import ProbeResult, ServerInfo
 
 
-def _probe_counts(results: list[ProbeResult]) -> ProbeCounts:
+def probe_counts(results: list[ProbeResult]) -> ProbeCounts:
     errs = Counter(r.error_kind or "unknown" for r in results if not r.ok)
     toks = [r.tokens for r in results if r.fit_eligible]
     return ProbeCounts(
@@ -82,8 +82,8 @@ def analyze(results: Iterable[ProbeResult], server_info: ServerInfo | None = Non
     if fit is not None and fit.knee_tokens:
         notes.append(f"the intercept is the line's above the knee at {fit.knee_tokens:,} tokens, "
                      "not TTFT(0)")
-    probes = _probe_counts(plain)
-    roof = _roofline(snap, model, hw, spec.efficiency)
+    probes = probe_counts(plain)
+    roof = roofline_summary(snap, model, hw, spec.efficiency)
     return RunSummary(
         server=ServerFacts.of(server_info) if server_info is not None else None,
         probes=probes, fit=fit, ols=snap.ols if snap else None,
@@ -92,8 +92,8 @@ def analyze(results: Iterable[ProbeResult], server_info: ServerInfo | None = Non
                    if snap and snap.quadratic is not None else None),
         fixed_cost=fixed, percentiles=percentiles.ttft_percentiles(plain),
         overhead_median_s=percentiles.median_overhead_s(plain),
-        window=_window(win, snap, window), model=model, hardware=hw, roofline=roof,
-        verdict=_verdict(snap, model, hw, roof, probes), notes=tuple(notes),
+        window=window_summary(win, snap, window), model=model, hardware=hw, roofline=roof,
+        verdict=judge(snap, model, hw, roof, probes), notes=tuple(notes),
         fit_lengths_estimated=bool(probes.estimated_lengths and fit is not None),
         depth=depth_table(results, model),
         diagnosis=summarize_diagnosis(plain, server_info, baseline=options.baseline,
@@ -103,7 +103,9 @@ def analyze(results: Iterable[ProbeResult], server_info: ServerInfo | None = Non
         run_file=run_file, live=live)
 
 
-def _window(win: FitSnapshot | None, snap: FitSnapshot | None, size: int) -> WindowSummary:
+def window_summary(win: FitSnapshot | None, snap: FitSnapshot | None, size: int) -> WindowSummary:
+    """The window part of a summary: the window fit and its throughput change against
+    the all-time fit (None when the window holds every probe)."""
     a = snap.fit.prefill_tokens_per_s if snap and snap.fit else None
     b = win.fit.prefill_tokens_per_s if win and win.fit else None
     change = None
@@ -113,8 +115,10 @@ def _window(win: FitSnapshot | None, snap: FitSnapshot | None, size: int) -> Win
                          fit=win.fit if win else None, throughput_change=change)
 
 
-def _roofline(snap: FitSnapshot | None, model: ModelShape | None, hw: Hardware | None,
-              efficiency: float) -> RooflineSummary | None:
+def roofline_summary(snap: FitSnapshot | None, model: ModelShape | None, hw: Hardware | None,
+                     efficiency: float) -> RooflineSummary | None:
+    """The fit held against the roofline (``RooflineSummary``); None without the
+    model's parameter count.  Shared by ``analyze`` and ``live.LiveSummary``."""
     if model is None or not model.params:
         return None
     P, L, d_attn = model.params, model.layers, model.d_attn
@@ -153,8 +157,10 @@ def _roofline(snap: FitSnapshot | None, model: ModelShape | None, hw: Hardware |
         c_expected_s_per_token2=c_exp, c_ratio=c_ratio, mfu_with_attention_at_max=mfu_att)
 
 
-def _verdict(snap: FitSnapshot | None, model: ModelShape | None, hw: Hardware | None,
-             roof: RooflineSummary | None, probes: ProbeCounts) -> Verdict:
+def judge(snap: FitSnapshot | None, model: ModelShape | None, hw: Hardware | None,
+          roof: RooflineSummary | None, probes: ProbeCounts) -> Verdict:
+    """The run's verdict (``Verdict``): ``assess``'s level where the fit can be judged,
+    else why not (every probe failed, too few probes, no slope, model unknown)."""
     if snap is None or snap.fit is None:
         n = probes.fit_eligible
         if probes.total and not probes.ok:
@@ -229,7 +235,7 @@ def plain_summary(results: Iterable[ProbeResult], server_info: ServerInfo | None
     if len(pts) >= 3 and len({x for x, _ in pts}) >= 2:
         xs, ys = [p[0] for p in pts], [p[1] for p in pts]
         fit = fit_robust(xs, ys) or fit_ols(xs, ys)
-    probes = _probe_counts(plain)
+    probes = probe_counts(plain)
     return RunSummary(
         server=ServerFacts.of(server_info) if server_info is not None else None,
         probes=probes, fit=fit, ols=None, robust=None, knee_tokens=None, quadratic=None,

@@ -15,23 +15,26 @@ from prefilltui.model.types import ProbeResult
 
 
 class ProbeDone(Message):
-    """One probe finished (ok or failed); posted from the runner's thread."""
+    """One probe finished (ok or failed); posted from the runner's thread.  ``feed``:
+    the index of the target's feed in the app."""
 
-    def __init__(self, result: ProbeResult) -> None:
+    def __init__(self, result: ProbeResult, feed: int = 0) -> None:
         super().__init__()
         self.result = result
+        self.feed = feed
 
 
 class RunnerStateChanged(Message):
     """The runner's connection state changed: one of "connecting", "probing", "idle",
     "burst", "retrying", "paused", "stopped", "done", "failed", with a detail line.
     A finished burst ("burst", "done: 3 × 1,024 tokens, 2.1 s") is an event the app
-    announces, so it is never merged away."""
+    announces, so it is never merged away.  ``feed``: the index of the target's feed."""
 
-    def __init__(self, state: str, detail: str = "") -> None:
+    def __init__(self, state: str, detail: str = "", feed: int = 0) -> None:
         super().__init__()
         self.state = state
         self.detail = detail
+        self.feed = feed
 
     @property
     def burst_done(self) -> bool:
@@ -40,7 +43,8 @@ class RunnerStateChanged(Message):
     def can_replace(self, message: Message) -> bool:
         # Only the newest state matters: merge a burst of state changes.  (Textual
         # drops this, the older message, for ``message``, the next one in the queue.)
-        return isinstance(message, RunnerStateChanged) and not self.burst_done
+        return (isinstance(message, RunnerStateChanged) and message.feed == self.feed
+                and not self.burst_done)
 
 
 class ExportDone(Message):

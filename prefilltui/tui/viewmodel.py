@@ -1,26 +1,23 @@
-"""Plain functions that turn core objects into what the widgets show.
+"""Plain functions that turn the run summary into what the widgets show.
 
-No textual import, no I/O: the app calls these on its throttled tick and hands the
-results to the widgets.  The roofline part is an ``Analysis`` object: the watch command
-builds one from its ``RooflineSpec`` (``roofline_analysis``); tests pass fixed ones.
+No textual import, no I/O: the dashboard calls these on its throttled tick and hands
+the results to the widgets.  The stats panel is a view of the run's ``RunSummary``
+(kept up to date probe by probe by ``model.live.LiveSummary``, the same record
+``analyze`` gives ``sweep`` and ``report``), plus the last probe's own figures; the
+plot's roofline lines come from the summary's model shape and hardware.
 """
 
 from __future__ import annotations
 
 import re
-from collections import deque
 from dataclasses import dataclass, field
-from typing import Any, Callable
+from typing import Callable
 
-from prefilltui.model import intercept
-from prefilltui.model.percentiles import quantiles
-from prefilltui.model.analysis import assess
 from prefilltui.model.fit import LinearFit
 from prefilltui.model.sanitize import clean
-from prefilltui.model.running_fit import FitSnapshot
-from prefilltui.model.spec import RooflineSpec
+from prefilltui.model.summary import ProbeCounts, RunSummary
 from prefilltui.model.until_ci import Progress
-from prefilltui.model.types import FitMethod, FitScope, ProbeResult, ServerInfo
+from prefilltui.model.types import FitMethod, FitScope, ProbeResult
 from prefilltui.model.units import MISSING
 
 
@@ -67,105 +64,66 @@ class StatsView:
     warnings: list[str] = field(default_factory=list)
 
 
-@dataclass
-class RooflineView:
-    """What the roofline comparison adds to the stats and the plot.
+def roofline_lines(summary: RunSummary | None) -> list[tuple[str, Callable[[float], float]]]:
+    """The plot's expectation lines from the summary's model shape and hardware:
+    (label, tokens -> expected TTFT in s) at the peak and at ``efficiency`` of it,
+    FLOPs(n) = 2·P·n + 2·L·d_attn·n² (formulas: shared/reference/hardware-and-models.md);
+    none without the parameter count, the layers, the attention width and a peak.
+    Estimates, as the legend says."""
+    from prefilltui.model import roofline
 
-    lines: (label, tokens -> expected TTFT in seconds) drawn on the plot.
-    """
-
-    achieved_tflops: float | None = None
-    mfu: float | None = None
-    estimate: bool = False
-    verdict: str | None = None
-    lines: list[tuple[str, Callable[[float], float]]] = field(default_factory=list)
-    notes: list[str] = field(default_factory=list)
-    warnings: list[str] = field(default_factory=list)  # shown in bold near the top
-
-
-#: signature of an analysis: (fit snapshot or None, server info or None,
-#: telemetry device names) -> RooflineView.  Must be cheap (called <= 4x/s).
-Analysis = Callable[["FitSnapshot | LinearFit | None", "ServerInfo | None", list[str]],
-                    RooflineView]
-
-
-def no_analysis(_fit: FitSnapshot | LinearFit | None, _info: ServerInfo | None,
-                _names: list[str]) -> RooflineView:
-    return RooflineView()
+    if summary is None or summary.model is None or summary.roofline is None:
+        return []
+    m, peak = summary.model, summary.roofline.peak_flops
+    P, L, d = m.params, m.layers, m.d_attn
+    if not (P and L and d and peak):
+        return []
+    eff = summary.roofline.efficiency
+    return [
+        ("peak", lambda n, P=P, L=L, d=d, pk=peak: roofline.prefill_flops(n, P, L, d) / pk),
+        (f"{eff:.0%}", lambda n, P=P, L=L, d=d, pk=peak:
+            roofline.prefill_flops(n, P, L, d) / (pk * eff)),
+    ]
 
 
-def linear_of(snap: FitSnapshot | LinearFit | None) -> LinearFit | None:
-    """The LinearFit to show from a FitSnapshot (or a LinearFit, or None)."""
-    if snap is None or isinstance(snap, LinearFit):
-        return snap
-    return snap.fit
+def drift_warning(baseline: LinearFit | None, fit: LinearFit | None) -> str | None:
+    """``model.drift.drift``'s warning of the live fit against ``--baseline``'s, as the
+    panel shows it ("⚠ ..."), or None."""
+    from prefilltui.model.drift import drift
+
+    text = drift(baseline, fit)
+    return f"⚠ {text}" if text else None
 
 
-def as_snapshot(snap: FitSnapshot | LinearFit | None) -> FitSnapshot | None:
-    """A FitSnapshot for ``core.analysis.assess`` (a bare LinearFit: no quadratic)."""
-    if snap is None or isinstance(snap, FitSnapshot):
-        return snap
-    return FitSnapshot(which="all", method=snap.method, fit=snap, ols=None, robust=None,
-                       quadratic=None, quadratic_applies=False, knee_tokens=snap.knee_tokens,
-                       n_points=snap.n, sampled=snap.sampled)
+def build_stats(summary: RunSummary | None, *, which: FitScope, method: FitMethod,
+                last: ProbeResult | None, device: str | None,
+                last_cached_tokens: int | None = None,
+                warnings: tuple[str, ...] = ()) -> StatsView:
+    """The StatsView: a view of the run summary (``model.live.LiveSummary``'s, the same
+    ``RunSummary`` ``analyze`` gives) plus the last probe's own figures (tokens, overhead,
+    queue, prefill), the telemetry device and extra ``warnings`` (the drift)."""
+    v = StatsView(method=method, which=which, device=device, warnings=list(warnings))
+    if summary is not None:
+        _from_summary(v, summary, last)
+    if last is not None:
+        v.requested = last.requested_tokens
+        v.counted = last.prompt_tokens
+        v.counted_estimated = last.prompt_tokens_source == "estimate"
+        v.overhead_s = last.overhead_s
+        v.queue_s = last.queue_s
+        v.prefill_s = last.server_prefill_s
+        v.queue_estimated = last.queue_source in ("idle", "estimated")
+    v.last_cached_tokens = last_cached_tokens
+    return v
 
 
-#: TTFT percentiles on screen are over the last this many fit-eligible probes (and
-#: this many per length): bounded work per refresh however long the run.
-RECENT_TTFT = 5000
-#: the server-side fixed cost on screen is fitted over the last this many probes
-#: that carry a server prefill time.
-RECENT_SERVER_TIMED = 500
-
-
-def _recent() -> deque:
-    return deque(maxlen=RECENT_TTFT)
-
-
-@dataclass
-class Counters:
-    """Running counts the app keeps from ProbeDone messages, and bounded buffers of
-    recent fit-eligible probes for the percentiles and the server-side fixed cost."""
-
-    probes: int = 0
-    ok: int = 0
-    failed: int = 0
-    cached: int = 0
-    last_cached_tokens: int | None = None
-    errors: dict[str, int] = field(default_factory=dict)
-    ttft: deque = field(default_factory=_recent)
-    ttft_by_length: dict[int, deque] = field(default_factory=dict)
-    server_timed: deque = field(default_factory=lambda: deque(maxlen=RECENT_SERVER_TIMED))
-
-    def add(self, r: ProbeResult) -> None:
-        if r.fit_eligible:
-            self.ttft.append(r.ttft_s)
-            self.ttft_by_length.setdefault(int(r.requested_tokens), _recent()).append(r.ttft_s)
-            if r.server_prefill_s is not None:
-                self.server_timed.append(r)
-        self.probes += 1
-        if r.ok:
-            self.ok += 1
-        else:
-            self.failed += 1
-            kind = r.error_kind or "failed"
-            self.errors[kind] = self.errors.get(kind, 0) + 1
-        if r.cache_hit:
-            self.cached += 1
-            self.last_cached_tokens = r.cached_tokens
-
-
-def build_stats(snap: FitSnapshot | LinearFit | None, *, which: FitScope, method: FitMethod,
-                info: ServerInfo | None, last: ProbeResult | None, counters: Counters,
-                device: str | None, roof: RooflineView | None) -> StatsView:
-    """Assemble the StatsView from the fit snapshot, server info and last probe."""
-    fit = linear_of(snap)
-    snap = as_snapshot(snap)
-    v = StatsView(method=snap.method if snap else method, which=which,
-                  probes=counters.probes, failed=counters.failed,
-                  cached_probes=counters.cached, last_cached_tokens=counters.last_cached_tokens)
-    v.n = int(snap.n_points if snap else 0)
+def _from_summary(v: StatsView, s: RunSummary, last: ProbeResult | None) -> None:
+    c = s.probes
+    v.probes, v.failed, v.cached_probes = c.total, c.failed, c.cache_hits
+    fit = s.fit
     if fit is not None:
+        v.method = fit.method
+        v.n = fit.n
         v.intercept_s = fit.intercept_s
         v.intercept_ci = tuple(fit.intercept_ci) if fit.intercept_ci else None
         v.slope_s = fit.slope_s_per_token
@@ -175,59 +133,41 @@ def build_stats(snap: FitSnapshot | LinearFit | None, *, which: FitScope, method
         if ci and ci[0] is not None and ci[1] is not None:
             v.prefill_tokens_per_s_ci = (ci[0], ci[1])
         v.r2 = fit.r2
-        v.n = fit.n
-    _fixed_cost(v, fit, counters)
-    _percentiles(v, counters, last)
-    if snap is not None and snap.knee_tokens:
-        v.notes.append(f"knee at {snap.knee_tokens} tok (fit above)")
-    if snap is not None and snap.quadratic_applies and snap.quadratic is not None:
-        c = snap.quadratic.c_s_per_token2
-        if c:
-            v.quadratic_note = f"quadratic: c={c * 1e9:.3g} ns/tok²"
-    if info is not None:
-        v.server_kind = info.kind
-        # llama.cpp reports the GGUF path as the model id: the panel shortens it
-        v.model = clean(info.model) if info.model else None
-    v.device = device
-    if last is not None:
-        v.requested = last.requested_tokens
-        v.counted = last.prompt_tokens
-        v.counted_estimated = last.prompt_tokens_source == "estimate"
-        v.overhead_s = last.overhead_s
-        v.queue_s = last.queue_s
-        v.prefill_s = last.server_prefill_s
-        v.queue_estimated = last.queue_source in ("idle", "estimated")
-    if roof is not None:
-        v.achieved_tflops = roof.achieved_tflops
-        v.mfu = roof.mfu
-        v.estimate = roof.estimate
-        v.verdict = roof.verdict
-        v.notes.extend(n for n in (drop_repeat(x, roof.verdict) for x in roof.notes) if n)
-        v.warnings.extend(roof.warnings)
-    return v
-
-
-def _fixed_cost(v: StatsView, fit: Any, counters: Counters) -> None:
-    """Pinned or not (core.intercept), and the server-side fixed cost."""
-    fc = intercept.fixed_cost(fit) if fit is not None and hasattr(fit, "intercept_ci") else None
-    if fc is not None:
-        v.fixed_pinned = fc.pinned
-    if counters.server_timed:
-        server = intercept.server_fixed_cost(list(counters.server_timed))
+    if s.fixed_cost is not None:
+        v.fixed_pinned = s.fixed_cost.pinned
+        server = s.fixed_cost.server
         if server is not None and server.pinned:
             v.server_fixed_s = server.fixed_cost_s
-
-
-def _percentiles(v: StatsView, counters: Counters, last: ProbeResult | None) -> None:
-    if not counters.ttft:
-        return
-    q = quantiles(list(counters.ttft))
-    v.pct_all = (q.n, q.p50_s, q.p90_s, q.p99_s)
-    if last is not None:
-        vals = counters.ttft_by_length.get(int(last.requested_tokens))
-        if vals:
-            q = quantiles(list(vals))
-            v.pct_len = (int(last.requested_tokens), q.n, q.p50_s, q.p90_s, q.p99_s)
+    q = s.percentiles.overall
+    if q.n:
+        v.pct_all = (q.n, q.p50_s, q.p90_s, q.p99_s)
+        want = int(last.requested_tokens) if last is not None else None
+        row = next((r for r in s.percentiles.by_length if r.requested_tokens == want), None)
+        if row is not None and row.ttft.n:
+            t = row.ttft
+            v.pct_len = (row.requested_tokens, t.n, t.p50_s, t.p90_s, t.p99_s)
+    if s.knee_tokens:
+        v.notes.append(f"knee at {s.knee_tokens} tok (fit above)")
+    if s.quadratic is not None and s.quadratic.applies and s.quadratic.fit.c_s_per_token2:
+        v.quadratic_note = f"quadratic: c={s.quadratic.fit.c_s_per_token2 * 1e9:.3g} ns/tok²"
+    if s.server is not None:
+        v.server_kind = s.server.kind
+        # llama.cpp reports the GGUF path as the model id: the panel shortens it
+        v.model = clean(s.server.model) if s.server.model else None
+    roof, level = s.roofline, s.verdict.level
+    if roof is not None and fit is not None:
+        v.achieved_tflops = roof.achieved_flops / 1e12 if roof.achieved_flops else None
+        v.mfu = roof.mfu
+        v.estimate = roof.estimate
+    if level in VERDICT_WORDS:
+        v.verdict = VERDICT_WORDS[level]
+        note = drop_repeat(s.verdict.text, v.verdict)
+        if note:
+            v.notes.append(note)
+    elif level == "unknown-model":
+        v.notes.append("FLOP/s and MFU need --params (or --model-config)")
+    elif level == "no-slope":
+        v.notes.append(s.verdict.text)
 
 
 def drop_repeat(note: str, phrase: str | None) -> str:
@@ -246,10 +186,11 @@ def drop_repeat(note: str, phrase: str | None) -> str:
     return text + "." if text and not text.endswith(".") else text
 
 
-def status_line(state: str, detail: str, counters: Counters, rng: tuple[int, int],
+def status_line(state: str, detail: str, counts: ProbeCounts, rng: tuple[int, int],
                 which: str, paused: bool, notices: tuple[str, ...] = (), *,
                 progress: Progress | None = None, cap_note: str | None = None) -> str:
-    """The always-visible connection/progress line (markup).  ``notices``: the
+    """The always-visible connection/progress line (markup).  ``counts``: the run's
+    probe counts (``RunSummary.probes``).  ``notices``: the
     session's short labels (``SweepRunner.notices``, e.g. "lengths estimated",
     "sent without stream_options"), shown last, in the warning colour.  ``progress``:
     the runner's ``until_ci.Progress`` (the throughput interval against its target);
@@ -269,9 +210,9 @@ def status_line(state: str, detail: str, counters: Counters, rng: tuple[int, int
         if shown == "burst" and detail.startswith("done: "):
             detail = detail[6:]
         text += f" {_escape(detail)}"
-    parts = [text, f"{counters.ok} ok"]
-    if counters.failed:
-        parts.append(f"[$error]{counters.failed} failed[/]")
+    parts = [text, f"{counts.ok} ok"]
+    if counts.failed:
+        parts.append(f"[$error]{counts.failed} failed[/]")
     parts.append(f"{rng[0]}–{rng[1]} tok" + (" [$warning](context cap)[/]" if cap_note else ""))
     if progress is not None and progress.target_pct is not None and shown != "done":
         hw = progress.half_width_pct
@@ -294,79 +235,3 @@ VERDICT_WORDS = {
     "impossible": "impossible: check inputs", "unknown-peak": "MFU needs --peak-tflops",
     "short-prompts": "prompts too short to judge",
 }
-
-
-def roofline_analysis(spec: RooflineSpec) -> Analysis:
-    """An Analysis built from the roofline inputs (model.spec, model.roofline, and
-    ``model.analysis.assess`` for the slope choice, MFU and verdict, as in ``analyze``).
-
-    Model shape: flags > --model-config > server metadata > catalog; hardware: --gpu >
-    the telemetry's first NVML name; resolved once per (server, device names) and
-    cached.  Lines: expected prefill time FLOPs(n)/peak and FLOPs(n)/(peak*efficiency)
-    (formulas: shared/reference/hardware-and-models.md).
-    """
-    from prefilltui.model import roofline
-    from prefilltui.model.spec import resolve_gpu, resolve_model
-
-    efficiency = spec.efficiency
-    cache: dict[Any, Any] = {}
-
-    def resolve(info: ServerInfo | None, names: list[str]):
-        key = (id(info), info.model if info else None, info.params if info else None,
-               tuple(n for n in names if n))
-        if key not in cache:
-            if spec.config_problem:
-                model, notes = None, [f"model shape: {spec.config_problem}"]
-            else:
-                model, notes = resolve_model(spec, info)
-            gpu_names = [n for n in names if n and not n.upper().startswith("CPU")]
-            hw, n2 = resolve_gpu(spec, gpu_names)
-            cache.clear()
-            cache[key] = (model, hw, notes + n2)
-        return cache[key]
-
-    def analysis(snap: FitSnapshot | LinearFit | None, info: ServerInfo | None,
-                 names: list[str]) -> RooflineView:
-        model, hw, notes = resolve(info, names)
-        view = RooflineView(estimate=True)
-        peak = hw.peak_flops if hw is not None else None
-        if model is None or not model.params:
-            if snap is not None and linear_of(snap) is not None:
-                view.notes.append("FLOP/s and MFU need --params (or --model-config)")
-            return view
-        P, L, d = model.params, model.layers, model.d_attn
-        if peak and L and d:
-            view.lines = [
-                ("peak", lambda n, P=P, L=L, d=d, pk=peak: roofline.prefill_flops(n, P, L, d) / pk),
-                (f"{efficiency:.0%}", lambda n, P=P, L=L, d=d, pk=peak:
-                    roofline.prefill_flops(n, P, L, d) / (pk * efficiency)),
-            ]
-        fit = linear_of(snap)
-        if fit is None or not fit.slope_s_per_token or fit.slope_s_per_token <= 0:
-            return view
-        a = assess(as_snapshot(snap), model, hw)
-        if a is None:
-            return view
-        view.achieved_tflops = a.achieved_flops / 1e12 if a.achieved_flops else None
-        view.mfu = a.mfu
-        view.verdict = VERDICT_WORDS.get(a.level, a.level)
-        view.notes.append(a.text)
-        return view
-
-    return analysis
-
-
-def with_baseline(analysis: Analysis, baseline_fit: LinearFit | None) -> Analysis:
-    """Wrap an Analysis so a worse live fit than ``baseline_fit`` (a LinearFit from
-    ``--baseline RUN.jsonl``) adds core.drift.drift's warning."""
-    from prefilltui.model.drift import drift
-
-    def wrapped(snap: FitSnapshot | LinearFit | None, info: ServerInfo | None,
-                names: list[str]) -> RooflineView:
-        view = analysis(snap, info, names)
-        warning = drift(baseline_fit, linear_of(snap))
-        if warning:
-            view.warnings.append(f"⚠ {warning}")
-        return view
-
-    return wrapped

@@ -1,6 +1,6 @@
 """Export, save-screen and cache-check actions: thread workers that only post messages.
 
-Mixed into PrefillApp (kept apart so app.py stays small).  Each worker runs with
+Mixed into the dashboard screen (``dashboard.DashboardScreen``).  Each worker runs with
 ``exit_on_error=False``; errors become notifications, never tracebacks.
 """
 
@@ -21,7 +21,7 @@ PAUSE_MARGIN_S = 10.0
 
 
 class WorkerActions:
-    """``e`` export, ``s`` save the screen as SVG and ``c`` cache check for PrefillApp."""
+    """``e`` export, ``s`` save the screen as SVG and ``c`` cache check for the dashboard."""
 
     def screen_svg_path(self) -> Path:
         """Where ``s`` saves: beside the run file (``<run>-screen-HHMMSS.svg``), else
@@ -35,7 +35,7 @@ class WorkerActions:
         """Save the current screen (what is drawn now, help or not) as an SVG file."""
         path = self.screen_svg_path()
         try:
-            saved = self.save_screenshot(path.name, str(path.parent))
+            saved = self.app.save_screenshot(path.name, str(path.parent))
         except Exception as exc:  # disk full, unwritable directory
             self.notify(f"cannot save the screen: {type(exc).__name__}: {exc}", severity="error")
             return

@@ -56,7 +56,7 @@ async def _watch_breakdown(args, url):
     try:
         async with app.run_test(size=(120, 40)) as pilot:
             for _ in range(200):
-                if app.counters.ok >= 3:
+                if app.live.ok >= 3:
                     break
                 await asyncio.sleep(0.05)
             await pilot.pause(0.5)  # one display tick
@@ -72,7 +72,7 @@ async def test_watch_scrapes_metrics_with_the_api_key(fake_server, tmp_path, mon
     srv = fake_server(v.routes())
     app, session, view = await _watch_breakdown(_watch_args(srv.base_url, tmp_path),
                                                 srv.base_url)
-    assert app.counters.ok >= 3
+    assert app.live.ok >= 3
     assert session.metrics.problem is None and v.refused == 0
     assert view.queue_s == pytest.approx(QUEUE_S, abs=1e-9)
     assert view.prefill_s is not None and view.overhead_s is not None
@@ -97,7 +97,7 @@ async def test_insecure_reaches_the_metrics_scraper(fake_server, tmp_path, monke
     assert srv.base_url.startswith("https://")
     app, session, view = await _watch_breakdown(
         _watch_args(srv.base_url, tmp_path, "--insecure"), srv.base_url)
-    assert app.counters.ok >= 3
+    assert app.live.ok >= 3
     assert session.metrics.problem is None and v.refused == 0
     assert view.queue_s == pytest.approx(QUEUE_S, abs=1e-9)
 

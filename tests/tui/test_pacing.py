@@ -44,11 +44,11 @@ def _status(app) -> str:
 async def test_paused_b_starts_a_burst_at_once_that_lasts_the_minimum():
     app, h = _real_app()
     async with app.run_test(size=(80, 24)) as pilot:
-        await _until(pilot, lambda: app.counters.probes >= 2)
+        await _until(pilot, lambda: app.live.total >= 2)
         await pilot.press("space")
         await _until(pilot, lambda: h["runner"].state == "paused")
         await asyncio.sleep(0.2)
-        before = app.counters.probes
+        before = app.live.total
         t_press = time.perf_counter()
         await pilot.press("b")
         # at once, while still paused: the runner bursts, it does not wait for resume
@@ -65,13 +65,13 @@ async def test_paused_b_starts_a_burst_at_once_that_lasts_the_minimum():
         await _until(pilot, lambda: h["runner"].state == "paused")
         assert text in _status(app) and "paused" in _status(app)
         await asyncio.sleep(0.3)
-        assert app.counters.probes == before + n  # paused again: nothing else ran
+        assert app.live.total == before + n  # paused again: nothing else ran
 
 
 async def test_idle_gap_follows_each_probe_by_default():
     app, h = _real_app(Pacing(duty=0.5, idle_floor_s=0.3))
     async with app.run_test(size=(80, 24)) as pilot:
-        await _until(pilot, lambda: app.counters.probes >= 4)
+        await _until(pilot, lambda: app.live.total >= 4)
         res = list(app.results)
         for a, b in zip(res, res[1:]):
             assert b.t_send - a.t_end >= 0.3 - 0.005

@@ -37,7 +37,7 @@ async def test_keys_change_state():
     async with app.run_test(size=(80, 24)) as pilot:
         await pilot.pause()
         runner = h["runner"]
-        assert app.counters.probes == len(fixed_results())
+        assert app.live.total == len(fixed_results())
         await pilot.press("space")
         assert app.paused and ("pause",) in runner.calls
         await pilot.pause()
@@ -102,12 +102,12 @@ async def test_runner_thread_callbacks_become_messages():
         t.join()
         for _ in range(20):
             await pilot.pause(0.05)
-            if app.counters.probes == len(results):
+            if app.live.total == len(results):
                 break
         done = [m for m in seen if isinstance(m, ProbeDone)]
         assert [m.result.seq for m in done] == [r.seq for r in results]
         assert any(isinstance(m, RunnerStateChanged) and m.state == "retrying" for m in seen)
-        assert app.counters.failed == 1 and app.counters.cached == 1
+        assert app.live.failed == 1 and app.live.cache_hits == 1
         app.flush()
         # failed probe is not plotted; warm-up and cache hit are not in the fit
         plot = app.query_one("#plot", TTFTPlot)
@@ -133,7 +133,7 @@ async def test_state_line_says_rejected_fields_and_estimated_lengths():
         h["runner"].emit(make_result(1, 100))
         for _ in range(20):
             await pilot.pause(0.05)
-            if app.counters.probes:
+            if app.live.total:
                 break
         app.flush()
         status = _status(app)
@@ -146,9 +146,9 @@ async def test_pause_stops_probes():
     async with app.run_test(size=(80, 24)) as pilot:
         for _ in range(50):
             await pilot.pause(0.05)
-            if app.counters.probes >= 3:
+            if app.live.total >= 3:
                 break
-        assert app.counters.probes >= 3
+        assert app.live.total >= 3
         await pilot.press("space")
         await pilot.pause(0.1)
         before = h["runner"].emitted
@@ -172,7 +172,7 @@ async def test_replot_is_throttled():
         for i in range(300):
             h["runner"].emit(make_result(i + 1, 32 + 13 * i))
         await pilot.pause(0.6)
-        assert app.counters.probes == 300
+        assert app.live.total == 300
         # 300 probes in well under a second: a handful of redraws, not 300
         assert plot.replots - start <= 6
 

@@ -10,25 +10,12 @@ from tests.tui.fakes import (FAKE_RANGE, NOW, FakeRunner, FakeSampler, demo_resu
                              fixed_results, gpu_snapshot)
 
 from prefilltui.tui.app import build_app
-from prefilltui.tui.viewmodel import RooflineView
-
-
-def _roofline(_snap, _info, _names):
-    """Fixed roofline: a 135M-parameter model on a 2 TFLOP/s device."""
-    P, peak = 135e6, 2e12
-    lines = [("peak", lambda n: 2 * P * n / peak), ("50%", lambda n: 2 * P * n / (peak * 0.5))]
-    return RooflineView(achieved_tflops=6.04, mfu=None, estimate=True,
-                        verdict="MFU needs --peak-tflops", lines=[],
-                        notes=["Peak unknown (CPU): 22,376 prompt tok/s (estimate)."]) \
-        if _names and _names[0].startswith("CPU") else \
-        RooflineView(achieved_tflops=0.62, mfu=0.31, estimate=True, verdict="below expectations",
-                     lines=lines)
 
 
 def _app(sampler=None, **kw):
     kw.setdefault("sweep_range", FAKE_RANGE)
     return build_app(lambda r, s: FakeRunner(r, s, preload=fixed_results()),
-                     sampler or FakeSampler(), clock=lambda: NOW, analysis=_roofline, **kw)
+                     sampler or FakeSampler(), clock=lambda: NOW, **kw)
 
 
 async def _settle(pilot):
@@ -73,7 +60,7 @@ def _demo_app():
     """Duty-cycled probes with idle between, then a burst fired from pause: each
     probe's window tinted on the history under its spike."""
     app = build_app(lambda r, s: _PausedAfterBurst(r, s), FakeSampler(demo_snapshot()),
-                    clock=lambda: NOW, analysis=_roofline, sweep_range=(16, 1024))
+                    clock=lambda: NOW, sweep_range=(16, 1024))
     return app
 
 

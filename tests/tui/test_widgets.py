@@ -4,7 +4,10 @@ from __future__ import annotations
 
 from tests.tui.fakes import fixed_results, make_result
 
-from prefilltui.tui.viewmodel import Counters, RooflineView, build_stats, status_line
+from prefilltui.model.live import LiveSummary
+from prefilltui.model.summary import ProbeCounts
+from prefilltui.model.types import ServerInfo
+from prefilltui.tui.viewmodel import build_stats, status_line
 from prefilltui.tui.widgets.gauges import bucket_history, window_mask
 from prefilltui.tui.widgets.probe_log import probe_message, probe_status
 from prefilltui.tui.viewmodel import StatsView
@@ -27,17 +30,11 @@ def test_window_mask_marks_probe_columns():
 def test_stats_text_without_and_with_fit():
     v = StatsView()
     assert "needs ≥3 probes" in stats_text(v).plain
-    from prefilltui.model.running_fit import RunningFit
-
-    fit = RunningFit()
+    live = LiveSummary()
     for r in fixed_results():
-        fit.add(r)
-    c = Counters()
-    for r in fixed_results():
-        c.add(r)
+        live.add(r)
     ok = [r for r in fixed_results() if r.ok][-1]
-    v = build_stats(fit.snapshot(), which="all", method="robust", info=None, last=ok,
-                    counters=c, device="CPU", roof=None)
+    v = build_stats(live.summary(None), which="all", method="robust", last=ok, device="CPU")
     text = stats_text(v).plain
     assert "intercept 20.3 ms" in text.replace("  ", " ")
     assert "µs/tok" in text and "tok/s" in text and "R²" in text
@@ -79,8 +76,8 @@ def test_stats_units_noise_queue_and_model():
     last.queue_source = "idle"
     info = ServerInfo(base_url="http://x", kind="llama.cpp",
                       model="/home/u/.cache/prefilltui/models/SmolLM2-135M-Instruct.Q4_1.gguf")
-    v = build_stats(None, which="all", method="robust", info=info, last=last,
-                    counters=Counters(), device="CPU", roof=None)
+    v = build_stats(LiveSummary().summary(info), which="all", method="robust", last=last,
+                    device="CPU")
     text = stats_text(v).plain
     assert "queue     0.0 ms (est.)" in text
     assert "\nSmolLM2-135M-Instruct.Q4_1\n" in text
@@ -88,21 +85,22 @@ def test_stats_units_noise_queue_and_model():
 
 
 def test_verdict_not_repeated_in_notes():
-    roof = RooflineView(achieved_tflops=0.00604, verdict="MFU needs --peak-tflops", notes=[
-        "Peak unknown (CPU or unlisted GPU): 22 prompt tok/s (estimate). MFU needs "
-        "--peak-tflops (and --gpu / --params if not detected).",
-        "GPU 'X' is not in the catalog; MFU needs --peak-tflops"])
-    v = build_stats(None, which="all", method="robust", info=None, last=None,
-                    counters=Counters(), device=None, roof=roof)
+    """A CPU target: the summary's verdict "unknown-peak" is the word, its sentence a
+    note without the repeated words."""
+    live = LiveSummary()
+    for r in fixed_results():
+        live.add(r)
+    info = ServerInfo(base_url="http://x", kind="llama.cpp", model="SmolLM2-135M-Instruct")
+    s = live.summary(info, gpu_names=("CPU (2 cores)",))
+    assert s.verdict.level == "unknown-peak"
+    v = build_stats(s, which="all", method="robust", last=None, device=None)
     text = stats_text(v).plain
     assert text.count("--peak-tflops") == 1
-    assert "0.00604 TFLOP/s" in text and "GFLOP" not in text
+    assert f"{s.roofline.achieved_flops / 1e12:.3g} TFLOP/s" in text and "GFLOP" not in text
 
 
 def test_status_line_words():
-    c = Counters()
-    c.add(make_result(1, 100))
-    c.add(make_result(2, 100, ok=False))
+    c = ProbeCounts(total=2, ok=1, failed=1)
     s = status_line("retrying", "connect refused; retrying in 2 s", c, (32, 4096), "all", False)
     assert "retrying" in s and "connect refused" in s and "1 failed" in s
     assert "paused" in status_line("probing", "", c, (32, 4096), "window", True)
@@ -114,7 +112,7 @@ def test_status_line_words():
 def test_status_line_until_ci_and_context_cap():
     from prefilltui.model.until_ci import Progress
 
-    c = Counters()
+    c = ProbeCounts()
     prog = Progress(target_pct=2.0, half_width_pct=3.14, probes=40, fit_points=39,
                     elapsed_s=12.0, done=False, reason=None)
     s = status_line("probing", "1024 tokens", c, (4, 4007), "all", False, progress=prog,
@@ -128,19 +126,15 @@ def test_status_line_until_ci_and_context_cap():
 def test_stats_percentiles_and_server_fixed_cost():
     """The panel shows p50/p90/p99 overall and at the last probe's length, with the
     counts, and the server-side fixed cost under the intercept."""
-    from prefilltui.model.running_fit import RunningFit
-
-    c, fit = Counters(), RunningFit()
+    live = LiveSummary()
     rs = []
     for i, n in enumerate([4, 16, 64, 256, 1024] * 4):
         r = make_result(i + 1, n)
         r.server_prefill_s = 0.002 + n * 1e-4
         r.ttft_s = r.server_prefill_s + 0.008 + 0.0005 * (i % 3)
         rs.append(r)
-        c.add(r)
-        fit.add(r)
-    v = build_stats(fit.snapshot(), which="all", method="robust", info=None, last=rs[-1],
-                    counters=c, device=None, roof=None)
+        live.add(r)
+    v = build_stats(live.summary(None), which="all", method="robust", last=rs[-1], device=None)
     assert v.pct_all[0] == 20 and v.pct_len[:2] == (1024, 4)
     assert v.server_fixed_s is not None and abs(v.server_fixed_s - 0.0105) < 0.002
     text = stats_text(v).plain
@@ -168,17 +162,15 @@ def test_baseline_drift_warning_in_stats():
     from tests.tui.fakes import make_result as mk
 
     from prefilltui.model.fit import fit_robust
-    from prefilltui.model.running_fit import RunningFit
-    from prefilltui.tui.viewmodel import RooflineView, with_baseline
+    from prefilltui.tui.viewmodel import drift_warning
 
     xs = [32, 64, 128, 256, 512, 1024, 2048, 4096]
     base = fit_robust(xs, [0.02 + 20e-6 * n + (1e-4 if i % 2 else -1e-4) for i, n in enumerate(xs)])
-    live = RunningFit()
+    live = LiveSummary()
     for i, n in enumerate(xs * 2):
         live.add(mk(i + 1, n, b=45e-6, noise=(1e-4 if i % 2 else -1e-4)))
-    analysis = with_baseline(lambda *_: RooflineView(), base)
-    roof = analysis(live.snapshot(), None, [])
-    v = build_stats(live.snapshot(), which="all", method="robust", info=None, last=None,
-                    counters=Counters(), device=None, roof=roof)
+    s = live.summary(None)
+    v = build_stats(s, which="all", method="robust", last=None, device=None,
+                    warnings=(drift_warning(base, s.fit),))
     text = stats_text(v).plain
     assert "⚠" in text and "baseline" in text

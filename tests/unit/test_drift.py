@@ -18,7 +18,7 @@ from prefilltui.measure.runfile import RunWriter, read_run
 from prefilltui.model.running_fit import RunningFit
 from prefilltui.model.types import ProbeResult
 from prefilltui.session import build_session
-from prefilltui.tui.viewmodel import no_analysis, with_baseline
+from prefilltui.tui.viewmodel import drift_warning
 
 X6 = [100, 200, 400, 800, 1600, 3200]
 E6 = [0.012, -0.009, -0.006, 0.009, 0.003, -0.009]  # the same residuals in both runs
@@ -94,8 +94,8 @@ def test_report_sweep_and_tui_give_one_verdict(tmp_path, capsys, slower):
     rf = RunningFit()
     for r in live:
         rf.add(r)
-    view = with_baseline(no_analysis, session.baseline)(rf.snapshot("all", "robust"), None, [])
-    from_tui = view.warnings[0].removeprefix("⚠ ") if view.warnings else None
+    warning = drift_warning(session.baseline, rf.snapshot("all", "robust").fit)
+    from_tui = warning.removeprefix("⚠ ") if warning else None
 
     assert from_report == from_sweep == from_tui
     if slower == 1.0:

@@ -152,13 +152,14 @@ def test_escape_codes_are_escaped_in_tui_logs_and_exporter_labels(capsys):
     from prefilltui.exporter.collector import HealthCollector
     from prefilltui.exporter.target import TargetSnapshot
     from prefilltui.model.types import ProbeResult
-    from prefilltui.tui.viewmodel import Counters, status_line
+    from prefilltui.model.summary import ProbeCounts
+    from prefilltui.tui.viewmodel import status_line
     from prefilltui.tui.widgets.probe_log import probe_message
 
     r = ProbeResult(requested_tokens=50, error_kind="http", http_status=400,
                     error_message=BAD_400["error"]["message"])
     for text in (probe_message(r),
-                 status_line("failed", r.error_message, Counters(), (4, 400), "all", False,
+                 status_line("failed", r.error_message, ProbeCounts(), (4, 400), "all", False,
                              (f"model {MODEL}",))):
         assert "\x1b" not in text and "\x07" not in text
         assert "\\x1b" in text and "pwned" in text  # shown as visible text

@@ -1,0 +1,462 @@
+"""The dashboard of one target: TTFT plot, stats, gauges and probe log.
+
+``DashboardScreen(feed)`` shows one ``TargetFeed``: the app's only screen for
+``prefilltui URL``, and the drill-in of the fleet overview (Esc returns).  Data flows
+one way: the runner's thread -> ProbeDone/RunnerStateChanged messages to the app ->
+the feed (always) and this screen's buffers (while it is up) -> (throttled tick) ->
+widgets.  Threads never touch widgets.  Opened on a feed that already has probes (a
+drill-in), it replays them into the plot and the log first.
+
+Cost on screen (budget: <= 5 % of a core at 1 probe/s with 10 Hz sampling): a probe
+only touches buffers; one timer at ``replot_hz`` applies everything that changed (log
+rows, summary, stats, plot, status) and, in the same pass, the gauges at ``gauge_hz``,
+so a probe costs one screen update, not one per widget.  The stats are a view of the
+feed's ``LiveSummary`` (O(sample) per redraw whatever the run length, never
+``analyze`` over every probe).  Widgets redraw only when their text or drawn columns
+change, and none of the steady updates needs a screen layout.
+"""
+
+from __future__ import annotations
+
+import time
+from typing import Any, Callable
+
+from textual.app import ComposeResult
+from textual.binding import Binding
+from textual.containers import Horizontal, VerticalScroll
+from textual.css.query import NoMatches
+from textual.screen import Screen
+from textual.widgets import Footer, Static
+
+from prefilltui.model.sanitize import clean
+from prefilltui.model.types import ProbeResult
+from prefilltui.model.units import MISSING
+from prefilltui.tui.feed import TargetFeed
+from prefilltui.tui.help import HelpScreen
+from prefilltui.tui.viewmodel import build_stats, drift_warning, roofline_lines, status_line
+from prefilltui.tui.widgets.gauges import GaugePanel
+from prefilltui.tui.widgets.probe_log import ProbeLog, probe_message
+from prefilltui.tui.widgets.stats import StatsPanel, stats_title
+from prefilltui.tui.widgets.ttft_plot import TTFTPlot
+from prefilltui.tui.workers import WorkerActions
+
+_RANGE = Binding.Group("Range", compact=True)
+
+
+class DashboardScreen(WorkerActions, Screen[None]):
+    """One target's live dashboard (see the module docstring).
+
+    feed: the target; clock: perf_counter-compatible "now" for the gauges; replot_hz /
+    gauge_hz: redraw rates; back: whether Esc returns to an overview (the fleet).
+    """
+
+    BINDINGS = [
+        Binding("space", "toggle_pause", "Pause", key_display="␣"),  # fits 80 columns
+        Binding("r", "reset_fit", "Reset"),
+        Binding("w", "toggle_window", "Window"),
+        Binding("b", "burst", "Burst"),
+        # one footer entry "+-Range" for the pair, so c Cache / t Theme fit at 80 columns
+        Binding("plus,equals_sign", "widen", "Wider", key_display="+", group=_RANGE),
+        Binding("minus", "narrow", "Narrower", key_display="-", group=_RANGE),
+        Binding("e", "export", "Export"),
+        Binding("s", "save_svg", "Save SVG", show=False),  # in the help; the footer is full
+        Binding("c", "cache_check", "Cache"),
+        Binding("t", "app.next_theme", "Theme"),
+        Binding("question_mark", "help", "Help", key_display="?"),
+        Binding("q", "app.quit_app", "Quit"),
+        Binding("escape", "back", "Back", key_display="esc"),  # the fleet's drill-in only
+    ]
+
+    def __init__(self, feed: TargetFeed, *, clock: Callable[[], float] = time.perf_counter,
+                 replot_hz: float = 4.0, gauge_hz: float = 2.0, back: bool = False) -> None:
+        super().__init__()
+        self.feed = feed
+        self.clock = clock
+        self.replot_hz = replot_hz
+        self.gauge_hz = gauge_hz
+        self.back = back
+        #: the request window of the probe under the focused log's cursor
+        self.highlight: tuple[float, float] | None = None
+        self.last_fit: Any = None
+        self.replayed = False  # the feed's earlier probes are in the widgets
+        self._dirty = True
+        #: probes received since the last tick, shown in the log on the next tick
+        self._pending_rows: list[ProbeResult] = []
+        self._gauge_next = 0.0  # time.monotonic() of the next gauge update
+        self._border_texts: dict[str, str] = {}  # border titles as last set
+        self._status_text = ""
+        self._burst_pending = False  # b pressed, its probe not back yet
+        self._notes_shown = 0  # runner notes already notified
+
+    # ----------------------------------------------------------------- plumbing
+    @property
+    def runner(self):
+        return self.feed.runner
+
+    @property
+    def paused(self) -> bool:
+        return self.feed.paused
+
+    @property
+    def which(self) -> str:
+        return self.feed.which
+
+    @property
+    def sweep_range(self) -> tuple[int, int]:
+        return self.feed.sweep_range
+
+    @property
+    def run_path(self):
+        return self.feed.config.run_path
+
+    @property
+    def exporter(self):
+        return self.feed.config.exporter
+
+    @property
+    def cache_checker(self):
+        return self.feed.config.cache_checker
+
+    @property
+    def probe_timeout_s(self) -> float:
+        return self.feed.config.probe_timeout_s
+
+    @property
+    def results(self):
+        return self.feed.results
+
+    def notify(self, message: str, **kw: Any) -> None:  # type: ignore[override]
+        """The app's notify (control characters escaped, markup off)."""
+        self.app.notify(message, **kw)
+
+    # ----------------------------------------------------------------- layout
+    def compose(self) -> ComposeResult:
+        yield Static("", id="status")
+        with Horizontal(id="top"):
+            yield TTFTPlot(id="plot")
+            with VerticalScroll(id="stats-box"):
+                yield StatsPanel(id="stats")
+        yield GaugePanel(id="gauges")
+        yield ProbeLog(id="log")
+        yield Footer(compact=True)
+
+    def on_mount(self) -> None:
+        plot = self.query_one("#plot", TTFTPlot)
+        plot.border_title = ("TTFT vs prompt tokens" if not self.back
+                             else f"{clean(self.feed.config.label)} · TTFT vs prompt tokens")
+        self.query_one("#stats-box").border_title = "fit"
+        self.query_one("#log", ProbeLog).border_title = "probes"
+        plot.set_range_hint(self.feed.sweep_range[1])
+        self._replay()
+        self._update_status()
+        # one timer: data at replot_hz, gauges at gauge_hz in the same pass (fewer frames)
+        self.set_interval(1.0 / max(self.replot_hz, self.gauge_hz), self._tick)
+        self._gauge_tick()
+        self._tick()
+
+    def _replay(self) -> None:
+        """The feed's earlier probes into the plot and the log (a drill-in)."""
+        plot = self.query_one("#plot", TTFTPlot)
+        results = list(self.feed.results)
+        for r in results[-4 * 2000:]:
+            plot.add_result(r)
+        if results:
+            self.query_one("#log", ProbeLog).add_results(results[-200:])
+        self._notes_shown = len(self.feed.runner.notes) if self.feed.runner else 0
+        self.replayed = True
+        self._dirty = True
+
+    # ------------------------------------------------- data from the app
+    def probe_arrived(self, r: ProbeResult) -> None:
+        """A probe of this screen's feed (already added to the feed): buffers only; the
+        log row and every redraw wait for the next tick."""
+        self._dirty = True
+        self._pending_rows.append(r)
+        try:
+            self.query_one("#plot", TTFTPlot).add_result(r)
+        except NoMatches:  # a probe that lands while the screen is closing
+            pass
+
+    def state_changed(self, old: str, burst_done: bool) -> None:
+        """The feed's runner state changed (the feed holds the new one)."""
+        feed = self.feed
+        try:
+            self._effective_range()
+        except NoMatches:  # a state change that lands while the screen is closing
+            pass
+        if feed.state == "failed" and old != "failed":
+            self.notify(feed.state_detail or "probing failed", severity="error", timeout=10)
+        if feed.state == "done" and old != "done" and feed.state_detail:
+            self.notify(feed.state_detail, title="done", timeout=15)
+        if burst_done:
+            self._burst_pending = False
+            self.notify(f"burst: {feed.state_detail[6:]}", timeout=8)
+        elif feed.state == "burst":
+            self._burst_pending = False  # running: +/- no longer changes what it probes
+        self._notify_runner_notes()
+        self._update_status()
+
+    def _notify_runner_notes(self) -> None:
+        """Each new note of the runner (lengths capped at the context, ...) once."""
+        notes = list(self.runner.notes) if self.runner is not None else []
+        for note in notes[self._notes_shown:]:
+            self.notify(note, severity="warning", timeout=12)
+        self._notes_shown = max(self._notes_shown, len(notes))
+
+    # ------------------------------------------------------------ throttled ticks
+    def flush(self) -> None:
+        """Redraw now whatever changed (tests call this instead of waiting a tick)."""
+        self._dirty = True
+        self._tick()
+        self._gauge_tick()
+
+    def _tick(self) -> None:
+        """The one timer: new data (at most ``replot_hz`` times a second) and the gauges
+        (``gauge_hz``, and whenever new data is shown so a probe's window is tinted in
+        the same frame as its point).  All of it lands in one screen update."""
+        now = time.monotonic()
+        shown = self._show_data()
+        # half a tick of slack: timer jitter must not turn 2 Hz into every third tick
+        slack = 0.5 / max(self.replot_hz, self.gauge_hz)
+        if self.feed.config.sampler is not None and (shown or now >= self._gauge_next - slack):
+            self._gauge_next = now + 1.0 / self.gauge_hz
+            self._gauge_tick()
+
+    def _show_data(self) -> bool:
+        """Summary, stats, log rows, replot, when something changed; returns whether it
+        drew."""
+        if not self._dirty or not self.query("#plot"):
+            return False
+        self._dirty = False
+        if self._pending_rows:
+            rows, self._pending_rows = self._pending_rows, []
+            try:
+                self.query_one("#log", ProbeLog).add_results(rows)
+            except Exception as exc:  # never a traceback from a timer
+                self.notify(f"probe log update failed: {exc}", severity="error", timeout=6)
+        try:
+            feed = self.feed
+            summary = feed.summary()
+            self.last_fit = feed.live.fit.snapshot(feed.which, feed.config.analysis.fit)
+            lin = summary.fit
+            plot = self.query_one("#plot", TTFTPlot)
+            if lin is not None:
+                plot.set_fit(lin.intercept_s * 1e3, lin.slope_s_per_token * 1e3)
+            else:
+                plot.set_fit(None, None)
+            plot.set_reference_lines([(lab, (lambda n, f=fn: f(n) * 1e3))
+                                      for lab, fn in roofline_lines(summary)])
+            plot.replot()
+            # compare with what was set (the getter returns parsed content, which never
+            # equals the markup: setting it anyway repaints the whole plot each tick)
+            legend = plot.legend_markup()
+            if legend != self._border_texts.get("legend"):
+                self._border_texts["legend"] = legend
+                plot.border_subtitle = legend
+            drift = drift_warning(feed.config.baseline, lin)
+            stats = build_stats(summary, which=feed.which, method=feed.config.analysis.fit,
+                                last=feed.last_ok, device=feed.device_label,
+                                last_cached_tokens=feed.live.last_cached_tokens,
+                                warnings=(drift,) if drift else ())
+            self.query_one("#stats", StatsPanel).show(stats)
+            title = stats_title(stats)
+            if title != self._border_texts.get("stats"):
+                self._border_texts["stats"] = title
+                self.query_one("#stats-box").border_title = title
+            self._update_status()
+        except Exception as exc:  # a bad fit must not end the app
+            self.notify(f"display update failed: {exc}", severity="error", timeout=6)
+        return True
+
+    def _gauge_tick(self) -> None:
+        """Gauges from the sampler's latest snapshot (cheap; no I/O here)."""
+        try:
+            if self.query("#gauges"):
+                self._show_gauges()
+        except Exception as exc:  # never a traceback from a timer
+            self.notify(f"gauge update failed: {exc}", severity="warning", timeout=4)
+
+    def _show_gauges(self) -> None:
+        panel = self.query_one("#gauges", GaugePanel)
+        sampler = self.feed.config.sampler
+        if sampler is None:
+            panel.show(None, self.clock())
+            return
+        try:
+            snap = sampler.snapshot()
+        except Exception as exc:
+            panel.show(None, self.clock())
+            self.notify(f"telemetry failed: {exc}", severity="warning")
+            return
+        before = self.feed.device_names
+        self.feed.telemetry()
+        if self.feed.device_names != before:
+            self._dirty = True
+        now = snap.t or self.clock()
+        panel.show(snap, now, tuple(self.feed.windows), self.highlight)
+
+    def _update_status(self) -> None:
+        if not self.query("#status"):
+            return
+        feed, runner = self.feed, self.runner
+        text = status_line(feed.state, feed.state_detail, feed.live.counts, feed.sweep_range,
+                           feed.which, feed.paused,
+                           tuple(runner.notices) if runner is not None else (),
+                           progress=runner.progress if runner is not None else None,
+                           cap_note=runner.cap_note if runner is not None else None)
+        if self.back:
+            text = f"[b]{_escape(feed.config.label)}[/]  {text}"
+        if text != self._status_text:  # unchanged text: no redraw, no terminal bytes
+            self._status_text = text
+            # one line high whatever it says (CSS height: 1): no screen layout needed
+            self.query_one("#status", Static).update(text, layout=False)
+
+    def on_screen_resume(self) -> None:
+        self._border_texts.clear()  # a theme changed while away: set the legend again
+        self._dirty = True
+
+    def theme_changed(self) -> None:
+        self._dirty = True
+        self._border_texts.clear()  # set the legend again under the new theme
+        self._gauge_tick()
+
+    # ------------------------------------------------------------------- actions
+    def check_action(self, action: str, parameters: tuple[object, ...]) -> bool | None:
+        """Esc (back to the overview) exists only in the fleet's drill-in."""
+        return self.back if action == "back" else True
+
+    def action_back(self) -> None:
+        if self.back:
+            self.dismiss()
+
+    def action_toggle_pause(self) -> None:
+        if self.runner is None:
+            return
+        if self.feed.paused:
+            self.runner.resume()
+            self.feed.paused = False
+        else:
+            self.runner.pause()
+            self.feed.paused = True
+        self._update_status()
+
+    def action_reset_fit(self) -> None:
+        self.feed.reset_fit()
+        self.query_one("#plot", TTFTPlot).clear_points()
+        self._dirty = True
+        self.notify("fit reset (the run file keeps every probe)", timeout=3)
+
+    def action_toggle_window(self) -> None:
+        self.feed.which = "window" if self.feed.which == "all" else "all"
+        self._dirty = True
+        self._update_status()
+
+    def action_burst(self) -> None:
+        """Start a burst now (also while paused): back-to-back probes at the longest
+        length for at least ``pacing.burst_min_s``; a probe in flight finishes first."""
+        if self.runner is not None:
+            self.runner.burst()
+            self._burst_pending = True
+            self._notify_burst()
+
+    def _notify_burst(self) -> None:
+        """Says what the burst will probe: the longest length as it is now (said again
+        when + / - changes it before the burst starts)."""
+        pacing = self.feed.config.pacing
+        least = (f" for ≥ {pacing.burst_min_s:.1f} s"
+                 if pacing is not None and pacing.burst_min_s > 0 else "")
+        self.notify(f"burst: {self.feed.sweep_range[1]:,} tokens back to back{least}",
+                    timeout=3)
+
+    def _effective_range(self) -> None:
+        """Take the range the runner really plans (``runner.lengths``: after server
+        discovery and the context cap), read when a runner message arrives."""
+        lengths = self.runner.lengths if self.runner is not None else None
+        try:
+            lo, hi = (min(lengths), max(lengths)) if lengths else self.feed.sweep_range
+        except (TypeError, ValueError):
+            return
+        if (lo, hi) != self.feed.sweep_range:
+            self.feed.sweep_range = (int(lo), int(hi))
+            self.query_one("#plot", TTFTPlot).set_range_hint(hi)
+
+    def _set_range(self, lo: int, hi: int) -> None:
+        feed = self.feed
+        if feed.context_cap is None:
+            ctx = feed.info.context_tokens if feed.info is not None else None
+            if ctx:
+                from prefilltui.measure.sweep import cap_for_context
+
+                feed.context_cap = cap_for_context(ctx)
+        if feed.context_cap:
+            hi = min(hi, feed.context_cap)
+        hi = max(hi, lo)
+        if (lo, hi) == feed.sweep_range:
+            self.notify(f"range stays {lo}–{hi} tokens", timeout=3)
+            return
+        feed.sweep_range = (lo, hi)
+        if self.runner is not None:
+            self.runner.set_range(lo, hi)
+        self.query_one("#plot", TTFTPlot).set_range_hint(hi)
+        self._dirty = True
+        self._update_status()
+        if self._burst_pending:
+            self._notify_burst()
+
+    def action_widen(self) -> None:
+        lo, hi = self.feed.sweep_range
+        self._set_range(lo, hi * 2)
+
+    def action_narrow(self) -> None:
+        lo, hi = self.feed.sweep_range
+        self._set_range(lo, max(hi // 2, lo * 2))
+
+    def action_help(self) -> None:
+        if not isinstance(self.app.screen, HelpScreen):
+            self.app.push_screen(HelpScreen(self._telemetry_details()))
+
+    def _telemetry_details(self) -> list[str]:
+        """Pacing, then the full telemetry reasons (the gauges show short ones), for the
+        help screen."""
+        pace = []
+        pacing = self.feed.config.pacing
+        if pacing is not None:
+            burst = (f"; burst ≥ {pacing.burst_min_s:.1f} s" if pacing.burst_min_s > 0 else "")
+            pace = [f"pacing: {pacing.describe()}{burst}"]
+        if self.feed.config.gpu_source:
+            pace.append(f"GPU readings: {self.feed.config.gpu_source}")
+        return pace + self._sampler_details()
+
+    def _sampler_details(self) -> list[str]:
+        sampler = self.feed.config.sampler
+        if sampler is None:
+            return []
+        try:
+            snap = sampler.snapshot()
+        except Exception as exc:
+            return [f"telemetry failed: {exc}"]
+        lines = [f"telemetry: {snap.reason}"] if snap.reason else []
+        for dev in snap.devices:
+            for metric, why in dev.na.items():
+                lines.append(f"{dev.label} {metric} {MISSING}: {why}")
+        return lines
+
+    def on_gauge_panel_info(self, message: GaugePanel.Info) -> None:
+        self.notify(message.text, title="telemetry", timeout=6)
+
+    def on_probe_log_highlighted(self, message: ProbeLog.Highlighted) -> None:
+        r = message.result
+        window = ((r.t_send, r.t_end) if r is not None and r.t_send is not None
+                  and r.t_end is not None else None)
+        if window != self.highlight:
+            self.highlight = window
+            self._gauge_tick()
+
+    def on_probe_log_selected(self, message: ProbeLog.Selected) -> None:
+        r = message.result
+        self.notify(probe_message(r), severity="information" if r.ok else "warning",
+                    timeout=8)
+
+
+def _escape(text: str) -> str:
+    return clean(text).replace("[", r"\[")

@@ -1,0 +1,231 @@
+"""One watched target's live data, kept whether or not its dashboard is on screen.
+
+``FeedConfig`` is how a target is watched (built once by the command: its runner
+factory, telemetry source, analysis options, pacing, run file ...); ``TargetFeed``
+holds what its probes have told so far: the ``LiveSummary`` (counts, the running fit,
+bounded percentile buffers), the recent results, the runner's state.  The app feeds
+it from the runner's messages (one thread: the app's); the dashboard screen and the
+fleet overview read it.  No widget here.
+"""
+
+from __future__ import annotations
+
+import time
+from collections import deque
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Callable, Protocol
+
+from prefilltui.measure.telemetry import TelemetrySnapshot
+from prefilltui.model import defaults
+from prefilltui.model.fit import LinearFit
+from prefilltui.model.live import LiveSummary
+from prefilltui.model.pacing import Pacing
+from prefilltui.model.spec import AnalysisOptions
+from prefilltui.model.summary import LiveFacts, RunSummary
+from prefilltui.model.types import FitScope, ProbeResult, RunnerState, ServerInfo
+from prefilltui.model.until_ci import Progress
+
+
+class TelemetrySource(Protocol):
+    """Where telemetry is read: a started ``measure.telemetry.Sampler`` (local NVML,
+    the CPU, a remote GPU page, or nothing), or a test's sampler of real snapshots."""
+
+    def snapshot(self) -> TelemetrySnapshot: ...
+
+
+class Runner(Protocol):
+    """What the app drives and reads: ``measure.sweep.SweepRunner`` (or a test's fake)."""
+
+    state: RunnerState
+    state_detail: str
+    notes: list[str]  # each said once (lengths capped at the context, ...)
+    cap_note: str | None  # short, for the status line
+
+    @property
+    def server_info(self) -> ServerInfo | None: ...
+    @property
+    def notices(self) -> dict[str, str]: ...
+    @property
+    def lengths(self) -> list[int]: ...
+    @property
+    def progress(self) -> Progress | None: ...
+
+    def start(self) -> None: ...
+    def stop(self, timeout: float | None = ...) -> None: ...
+    def pause(self) -> None: ...
+    def resume(self) -> None: ...
+    def burst(self) -> None: ...
+    def set_range(self, lo: int, hi: int) -> None: ...
+
+
+#: runner_factory(on_result, on_state) -> the Runner (SweepRunner) the app drives.
+RunnerFactory = Callable[[Callable[[ProbeResult], None], Callable[[str, str], None]], Runner]
+#: exporter(results, fit snapshot) -> files written (``commands.watch.make_exporter``).
+Exporter = Callable[[list[ProbeResult], Any], list[Path]]
+
+#: Throughput points kept per target for the overview's sparkline.
+SPARK_POINTS = 48
+
+
+@dataclass(frozen=True)
+class FeedConfig:
+    """How one target is watched (built once by the command, or by a test).
+
+    label: the name shown (a TOML ``name``, else the URL without credentials);
+    runner_factory: see ``RunnerFactory``; sampler / gpu_source: where its telemetry
+    comes from and that in words ("local NVML", "dcgm-exporter at URL", "no GPU
+    source: ..."); analysis: the fit shown, window and roofline inputs; baseline: the
+    ``--baseline`` run's fit (the drift warning); sweep_range: the (shortest, longest)
+    prompt; context_cap: the longest prompt the server takes, when known; run_path,
+    exporter, cache_checker: the dashboard's ``e`` and ``c``; probe_timeout_s: the
+    per-probe cap (the cache check waits for a probe in flight that long); pacing:
+    how the runner spaces probes (the help says it); problems: said once at start;
+    start_delay_s: when the runner starts after the app (the fleet's stagger);
+    max_results: recent results kept in memory (every probe is in the run file).
+    """
+
+    label: str
+    runner_factory: RunnerFactory
+    sampler: TelemetrySource | None = None
+    gpu_source: str | None = None
+    analysis: AnalysisOptions = AnalysisOptions()
+    baseline: LinearFit | None = None
+    sweep_range: tuple[int, int] = (defaults.MIN_TOKENS, defaults.MAX_TOKENS)
+    context_cap: int | None = None
+    run_path: Path | None = None
+    exporter: Exporter | None = None
+    cache_checker: Callable[[], str] | None = None
+    probe_timeout_s: float = defaults.TIMEOUT_S
+    pacing: Pacing | None = None
+    problems: tuple[str, ...] = ()
+    start_delay_s: float = 0.0
+    max_results: int = 100_000
+
+
+@dataclass
+class _Spark:
+    """(unix time, prompt tokens/s) of the all-time fit, one point per summary that
+    saw new probes (so a burst of probes between two redraws costs one fit)."""
+
+    points: deque = field(default_factory=lambda: deque(maxlen=SPARK_POINTS))
+    seen: int = -1  # LiveSummary.version of the last point
+
+
+class TargetFeed:
+    """One target's live data (see the module docstring).  ``index`` is its place in
+    the app's list of feeds (messages carry it)."""
+
+    def __init__(self, config: FeedConfig, index: int = 0, *,
+                 clock: Callable[[], float] = time.time) -> None:
+        self.config = config
+        self.index = index
+        self.clock = clock
+        self.runner: Runner | None = None
+        self.live = LiveSummary(config.analysis)
+        self.results: deque[ProbeResult] = deque(maxlen=config.max_results)
+        self.windows: deque[tuple[float, float]] = deque(maxlen=256)
+        self.last_result: ProbeResult | None = None
+        self.last_ok: ProbeResult | None = None
+        self.last_probe_at: float | None = None  # unix time the last probe ended
+        self.state: str = "waiting" if config.start_delay_s > 0 else "connecting"
+        self.state_detail = ""
+        self.paused = False
+        self.which: FitScope = "all"
+        self.sweep_range = tuple(config.sweep_range)
+        self.context_cap = config.context_cap
+        self.device_names: tuple[str, ...] = ()
+        self.device_label: str | None = None
+        self.version = 0  # bumps on every probe and state change: a cache key for rows
+        self.spark = _Spark()
+        self.start_error: str | None = None
+
+    # -- runner
+    def start(self, on_result: Callable[[ProbeResult], None],
+              on_state: Callable[[str, str], None]) -> None:
+        """Build and start the runner; a failure (an empty sweep, ...) becomes the
+        "failed" state with the reason, never an exception."""
+        try:
+            self.runner = self.config.runner_factory(on_result, on_state)
+            self.runner.start()
+        except Exception as exc:  # noqa: BLE001 - said on screen, the app goes on
+            self.start_error = f"cannot start probing: {exc}"
+            self.set_state("failed", self.start_error)
+
+    def stop(self, timeout: float = 2.0) -> None:
+        if self.runner is not None:
+            try:
+                self.runner.stop(timeout=timeout)
+            except Exception:  # noqa: BLE001 - never a traceback at exit
+                pass
+
+    @property
+    def info(self) -> ServerInfo | None:
+        return self.runner.server_info if self.runner is not None else None
+
+    # -- data in (the app's thread)
+    def add(self, r: ProbeResult) -> None:
+        """One probe: counts, fit, recent results, the request window, the sparkline."""
+        self.results.append(r)
+        self.live.add(r)
+        self.last_result = r
+        self.last_probe_at = self.clock()
+        if r.ok:
+            self.last_ok = r
+        if r.t_send is not None and r.t_end is not None:
+            self.windows.append((r.t_send, r.t_end))
+        self.version += 1
+
+    def set_state(self, state: str, detail: str = "") -> None:
+        if (state, detail) != (self.state, self.state_detail):
+            self.state, self.state_detail = state, detail
+            self.version += 1
+
+    def reset_fit(self) -> None:
+        self.live.reset_fit()
+        self.spark.points.clear()
+        self.version += 1
+
+    # -- telemetry
+    def telemetry(self) -> TelemetrySnapshot | None:
+        """The sampler's latest snapshot (None without a sampler or when it fails);
+        keeps ``device_names`` / ``device_label`` up to date (the roofline reads the
+        GPU name)."""
+        if self.config.sampler is None:
+            return None
+        try:
+            snap = self.config.sampler.snapshot()
+        except Exception:  # noqa: BLE001 - the dashboard says so; the fleet shows N/A
+            return None
+        names = tuple(d.name for d in snap.devices)
+        if names != self.device_names:
+            self.device_names = names
+            devices = snap.devices
+            if devices:
+                first = devices[0].name or devices[0].label
+                label = "CPU" if snap.kind == "cpu" else first
+                self.device_label = label + (f" ×{len(devices)}" if len(devices) > 1 else "")
+            self.version += 1
+        return snap
+
+    # -- views
+    def summary(self, *, live: LiveFacts | None = None) -> RunSummary:
+        """The run summary now (``LiveSummary.summary``: cached until the next probe);
+        records the all-time throughput for the sparkline when it saw new probes."""
+        s = self.live.summary(self.info, gpu_names=self.device_names, which=self.which,
+                              method=self.config.analysis.fit, live=live)
+        if self.spark.seen != self.live.version:
+            self.spark.seen = self.live.version
+            fit = s.fit if self.which == "all" else self._all_time_fit()
+            tps = fit.prefill_tokens_per_s if fit is not None else None
+            if tps:
+                self.spark.points.append((self.last_probe_at or self.clock(), tps))
+        return s
+
+    def _all_time_fit(self) -> LinearFit | None:
+        snap = self.live.fit.snapshot("all", self.config.analysis.fit)
+        return snap.fit if snap is not None else None
+
+    @property
+    def notices(self) -> dict[str, str]:
+        return dict(self.runner.notices) if self.runner is not None else {}
