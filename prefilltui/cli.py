@@ -4,7 +4,8 @@
 every other use goes through a subcommand.  Each subcommand lives in
 ``prefilltui/commands/<name>.py`` and exposes ``register(subparsers)``.
 Exit codes: ``exit_codes.ExitCode`` (0 ok, 2 usage error, 3 server unreachable / every
-probe failed, 1 any other failure, always with a one-line reason, never a traceback).
+probe failed, 4 ``status`` found an unhealthy target, 1 any other failure, always with a
+one-line reason, never a traceback).
 """
 
 from __future__ import annotations
@@ -27,6 +28,7 @@ COMMANDS = (
     ("report", "prefilltui.commands.report"),
     ("cache-check", "prefilltui.commands.cache_check"),
     ("exporter", "prefilltui.commands.exporter"),
+    ("status", "prefilltui.commands.status"),
 )
 
 
@@ -39,6 +41,7 @@ def build_parser() -> argparse.ArgumentParser:
             "OpenAI-compatible server, fit TTFT = a + b*n over prompt length n, and hold "
             "the prefill throughput 1/b against the hardware's roofline.\n\n"
             "  prefilltui URL            live TUI against a server (same as 'prefilltui watch URL')\n"
+            "  prefilltui URL URL ...    fleet overview, one row per server (or --config FILE)\n"
             "  prefilltui demo           live TUI against a local llama.cpp + SmolLM2 server\n"
             "  prefilltui COMMAND -h     help for one command"
         ),
@@ -53,8 +56,11 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def _normalise_argv(argv: list[str]) -> list[str]:
-    """``prefilltui URL ...`` -> ``prefilltui watch URL ...``."""
+    """``prefilltui URL ...`` -> ``prefilltui watch URL ...``; ``prefilltui --config F``
+    (the fleet overview of a target file) -> ``prefilltui watch --config F``."""
     names = {name for name, _ in COMMANDS}
+    if argv and (argv[0] == "--config" or argv[0].startswith("--config=")):
+        return ["watch"] + argv
     for i, a in enumerate(argv):
         if a.startswith("-"):
             if a in ("-h", "--help", "--version"):

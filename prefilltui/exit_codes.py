@@ -12,4 +12,5 @@ class ExitCode(IntEnum):
     FAILURE = 1  # anything else: unreadable/unwritable file, setup failed, a bug
     USAGE = 2  # bad arguments or environment (also argparse's own code)
     UNREACHABLE = 3  # the server was never reached, or every probe failed
+    UNHEALTHY = 4  # `status`: a target is unhealthy by the exporter's alert rules
     INTERRUPTED = 130  # Ctrl-C (128 + SIGINT, the shell convention)

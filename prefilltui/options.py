@@ -17,6 +17,7 @@ and is also the documented default of its flag.
                        inputs: defined in the model, which reads them, and re-exported
                        here so this module names every option.
 - ``DisplayOptions``   what only the TUI reads.
+- ``FleetOptions``     how the fleet overview spaces its targets' probes, and its columns.
 - ``SessionOptions``   what ``session.build_session`` needs: the records above together.
 
 Seconds in data (``timeout_s``, ``pause_s``), tokens for lengths.
@@ -31,7 +32,7 @@ from prefilltui.model import defaults
 from prefilltui.model.spec import AnalysisOptions, RooflineSpec, read_model_config
 
 __all__ = ["ApiKind", "ProbeOptions", "SweepDesign", "TelemetryOptions", "RunFileOptions",
-           "DisplayOptions", "SessionOptions", "AnalysisOptions", "RooflineSpec",
+           "DisplayOptions", "FleetOptions", "SessionOptions", "AnalysisOptions", "RooflineSpec",
            "read_model_config", "API_KEY_ENV"]
 
 #: Which endpoint a probe uses: /v1/completions, /v1/chat/completions or /v1/responses.
@@ -99,13 +100,17 @@ class SweepDesign:
 @dataclass(frozen=True, slots=True)
 class TelemetryOptions:
     """What the sampler watches: ``enabled`` (``--no-telemetry`` turns it off), ``gpus``
-    (NVML indices "0,1"; None: every visible GPU), ``sample_hz``, and ``processes``
-    ((label, pid) pairs shown beside the CPU gauge, e.g. the demo's llama-server)."""
+    (NVML indices "0,1"; None: every visible GPU), ``sample_hz``, ``processes``
+    ((label, pid) pairs shown beside the CPU gauge, e.g. the demo's llama-server), and
+    ``gpu_metrics_url`` (``--gpu-metrics-url``: the server's GPUs from its
+    dcgm-exporter or nvitop exporter page; without it a server on another host has
+    no GPU source, ``measure.telemetry.remote``)."""
 
     enabled: bool = True
     gpus: str | None = None
     sample_hz: float = defaults.SAMPLE_HZ
     processes: tuple[tuple[str, int], ...] = ()
+    gpu_metrics_url: str | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -123,6 +128,24 @@ class DisplayOptions:
     """What only the TUI reads: ``theme`` (a theme name or a theme TOML file)."""
 
     theme: str | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class FleetOptions:
+    """How the fleet overview watches several targets (``prefilltui URL URL ...``).
+
+    interval_s: each target's shortest gap between probe starts (``--interval``; a TOML
+    target's ``interval`` wins); fleet_rate: the most probe starts per second across
+    the fleet (``--fleet-rate``: each gap is stretched to targets / rate); ref_tokens:
+    the TTFT column's prompt length; itl_goal_s: the advisor's ITL goal; run_dir: the
+    directory of the per-target run files (None: a new one in the user data dir).
+    """
+
+    interval_s: float = defaults.FLEET_INTERVAL_S
+    fleet_rate: float = defaults.FLEET_RATE
+    ref_tokens: int = defaults.REF_TOKENS
+    itl_goal_s: float = defaults.ITL_GOAL_S
+    run_dir: str | None = None
 
 
 @dataclass(frozen=True, slots=True)

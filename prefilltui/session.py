@@ -27,7 +27,7 @@ from prefilltui.measure.sweep import ProbeHook, SweepConfig, SweepRunner, make_l
 from prefilltui.measure.telemetry import Sampler
 from prefilltui.model.types import ProbeResult
 from prefilltui.exit_codes import ExitCode
-from prefilltui.options import ProbeOptions, SessionOptions, SweepDesign
+from prefilltui.options import ProbeOptions, SessionOptions, SweepDesign, TelemetryOptions
 
 
 class SessionError(Exception):
@@ -123,6 +123,28 @@ def session_pacing(design: SweepDesign, sampler: Sampler | None, continuous: boo
         raise SessionError(f"pacing: {exc}", ExitCode.USAGE) from None
 
 
+def session_sampler(tel: TelemetryOptions, base_url: str) -> tuple[Sampler, str]:
+    """The started telemetry sampler of a session against ``base_url`` and its source
+    in words: the server's GPU page (``--gpu-metrics-url``), else this machine's
+    NVML / CPU only when the server runs on this machine, else a sampler that says "no
+    GPU source" (``measure.telemetry.remote.choose_gpu_source``): never this machine's
+    GPU under another machine's name.
+
+    Raises:
+        ValueError: a bad ``--gpus``.
+    """
+    from prefilltui.measure.telemetry import make_sampler
+    from prefilltui.measure.telemetry.remote import RemoteGpuSampler, choose_gpu_source
+
+    select = tuple(x.strip() for x in tel.gpus.split(",")) if tel.gpus else None
+    src = choose_gpu_source(
+        base_url, tel.gpu_metrics_url,
+        local=lambda: make_sampler(tel.gpus, hz=tel.sample_hz,
+                                   processes=dict(tel.processes) or None),
+        remote=lambda url: RemoteGpuSampler(url, select=select))
+    return src.sampler.start(), src.words
+
+
 @dataclass
 class Session:
     """Everything one measuring session uses, built once by ``build_session``.
@@ -132,6 +154,7 @@ class Session:
     sampler (which waits for a sample at or after the probe's end).
     ``baseline`` is the fit of ``--baseline RUN.jsonl`` (``runfile.load_baseline``),
     or None with the reason in ``baseline_problem`` when it could not be used.
+    ``gpu_source``: where the GPU readings come from, in words (``session_sampler``).
     """
 
     base_url: str
@@ -146,6 +169,7 @@ class Session:
     baseline_problem: str | None = None
     runner: SweepRunner | None = None
     hooks: list[ProbeHook] = field(default_factory=list)
+    gpu_source: str | None = None
 
     @property
     def run_path(self) -> Path:
@@ -205,13 +229,10 @@ def build_session(options: SessionOptions, base_url: str, *, continuous: bool = 
     except OSError as exc:
         raise SessionError(f"cannot write the run file {run_path}: {exc.strerror or exc}"
                            ) from None
-    sampler = None
+    sampler, gpu_source = None, None
     if tel.enabled:
-        from prefilltui.measure.telemetry import make_sampler
-
         try:
-            sampler = make_sampler(tel.gpus, hz=tel.sample_hz,
-                                   processes=dict(tel.processes) or None).start()
+            sampler, gpu_source = session_sampler(tel, base_url)
         except ValueError as exc:  # a bad --gpus value
             writer.close()
             raise SessionError(str(exc), ExitCode.USAGE) from None
@@ -223,7 +244,8 @@ def build_session(options: SessionOptions, base_url: str, *, continuous: bool = 
     metrics = MetricsHook()  # reader made from the probe client: same pool, auth, TLS
     session = Session(base_url=base_url, options=options, new_client=new_client,
                       lengths=lengths, config=config, writer=writer, sampler=sampler,
-                      metrics=metrics, hooks=[metrics] + ([sampler] if sampler else []))
+                      metrics=metrics, hooks=[metrics] + ([sampler] if sampler else []),
+                      gpu_source=gpu_source)
     path = options.analysis.baseline
     if path:
         try:

@@ -270,6 +270,11 @@ def add_telemetry_args(p: argparse.ArgumentParser) -> None:
     g.add_argument("--sample-hz", type=_sample_hz, default=defaults.SAMPLE_HZ, metavar="HZ",
                    help=f"GPU/CPU sampling rate (default {defaults.SAMPLE_HZ:g})")
     g.add_argument("--no-telemetry", action="store_true", help="do not sample GPU/CPU")
+    g.add_argument("--gpu-metrics-url", metavar="URL",
+                   help="read the server's GPUs from this dcgm-exporter or nvitop exporter "
+                        "page (e.g. http://HOST:9400/metrics); without it only a server on "
+                        "this machine shows GPU gauges (this machine's NVML), another shows "
+                        "'no GPU source'")
 
 
 def add_analysis_args(p: argparse.ArgumentParser) -> None:
@@ -329,7 +334,7 @@ def analysis_options(args: argparse.Namespace) -> AnalysisOptions:
 def telemetry_options(args: argparse.Namespace) -> TelemetryOptions:
     """``add_telemetry_args``'s flags."""
     return TelemetryOptions(enabled=not args.no_telemetry, gpus=args.gpus,
-                            sample_hz=args.sample_hz)
+                            sample_hz=args.sample_hz, gpu_metrics_url=args.gpu_metrics_url)
 
 
 def session_options(args: argparse.Namespace, *, depths: list[int] | None = None

@@ -1,4 +1,6 @@
-"""`prefilltui watch URL` (also `prefilltui URL`): the live TUI against a server.
+"""`prefilltui watch URL` (also `prefilltui URL`): the live TUI against a server;
+with several URLs or ``--config targets.toml``, the fleet overview
+(``commands/fleet.py``).
 
 ``run_tui(options, display, base_url, *, on_ready=None) -> int`` is shared with
 `prefilltui demo`: ``options`` (``SessionOptions``) and ``display``
@@ -14,24 +16,20 @@ completes, so quitting never loses data.
 from __future__ import annotations
 
 import argparse
-import csv
 import sys
-from pathlib import Path
 from typing import Any, Callable
 
 from prefilltui.commands.common import (
     add_analysis_args, add_hardware_args, add_server_args, add_sweep_args,
     add_telemetry_args, err, server_url, session_options,
 )
+from prefilltui.commands.exports import cache_finding, make_exporter
+from prefilltui.commands.fleet import add_fleet_args, run_fleet
 from prefilltui.model import defaults
-from prefilltui.model.analysis import analyze
 from prefilltui.model.redact import display_url
-from prefilltui.model.summary import LiveFacts
 from prefilltui.measure.prefix_cache import run_cache_check
-from prefilltui.measure.runfile import read_run
 from prefilltui.exit_codes import ExitCode
-from prefilltui.options import AnalysisOptions, DisplayOptions, SessionOptions
-from prefilltui.render.text import summary_json
+from prefilltui.options import DisplayOptions, SessionOptions
 from prefilltui.session import Session, SessionError, build_session
 
 
@@ -51,67 +49,36 @@ def display_options(args: argparse.Namespace) -> DisplayOptions:
 
 def register(sub) -> None:
     p = sub.add_parser(
-        "watch", help="live TUI against a server (same as 'prefilltui URL')",
+        "watch", help="live TUI against a server (same as 'prefilltui URL'); several: a fleet",
         description="Open the live TUI: continuous one-token probes across the sweep, the "
                     "TTFT scatter with the running fit, roofline lines, GPU/CPU gauges and "
                     "the probe log.  Keys: space pause, r reset fit, w window fit, b burst, "
                     "+/- sweep range, e export, s save screen (SVG), c cache check, t theme, ? help, "
-                    "q quit.")
-    p.add_argument("url", type=server_url,
-                   help="server base URL, e.g. http://127.0.0.1:8000 (with or without /v1)")
+                    "q quit.  With several URLs or --config FILE: the fleet overview, one row "
+                    "per target, the worst first (enter opens a target's dashboard, esc "
+                    "returns; s sorts).")
+    p.add_argument("urls", nargs="*", metavar="URL", type=server_url,
+                   help="server base URL, e.g. http://127.0.0.1:8000 (with or without /v1); "
+                        "several for the fleet overview")
     add_server_args(p)
     add_sweep_args(p)
     add_hardware_args(p)
     add_telemetry_args(p)
     add_analysis_args(p)
     add_tui_args(p)
+    add_fleet_args(p)
     p.set_defaults(func=run)
 
 
 def run(args: argparse.Namespace) -> int:
-    """Entry point of ``prefilltui watch``."""
-    return run_tui(session_options(args), display_options(args), args.url)
-
-
-def make_exporter(run_path: Path | None, info_fn: Callable[[], Any],
-                  options: AnalysisOptions | None = None,
-                  notices_fn: Callable[[], dict[str, str]] = dict):
-    """exporter(results, fit_snapshot) -> [csv path, json path] beside the run file: the
-    probes as CSV and the run's summary (the ``RunSummary`` JSON ``report`` prints).
-    ``notices_fn``: the session's notices (``SweepRunner.notices``), the summary's
-    ``live.notes``.
-
-    Reads every probe back from the run file (the source of truth); falls back to the
-    in-memory results when the file cannot be read.  Raises OSError on write failure.
-    """
-
-    def export(results: list, fit: Any) -> list[Path]:
-        base = run_path or Path.cwd() / "prefilltui-run.jsonl"
-        if run_path is not None:
-            try:
-                results = read_run(run_path)[0] or results
-            except (OSError, ValueError):
-                pass
-        csv_path = base.with_suffix(".csv")
-        json_path = base.with_suffix(".summary.json")
-        rows = [r.to_json() for r in results]
-        for row in rows:
-            row.pop("extra", None)
-        fields = list(rows[0].keys()) if rows else ["seq"]
-        with open(csv_path, "w", newline="", encoding="utf-8") as f:
-            w = csv.DictWriter(f, fieldnames=fields, extrasaction="ignore")
-            w.writeheader()
-            w.writerows(rows)
-        info = info_fn()
-        live = LiveFacts(base_url=display_url(info.base_url) if info else None,
-                         notes=tuple(notices_fn().values()))
-        summary = analyze(results, info, options,
-                          run_file=str(run_path) if run_path else None, live=live)
-        with open(json_path, "w", encoding="utf-8") as f:
-            f.write(summary_json(summary) + "\n")
-        return [csv_path, json_path]
-
-    return export
+    """Entry point of ``prefilltui watch``: one URL, today's dashboard; several, or
+    ``--config``, the fleet overview."""
+    if len(args.urls) == 1 and not args.config:
+        return run_tui(session_options(args), display_options(args), args.urls[0])
+    if not args.urls and not args.config:
+        err("no target: give a server URL (several for the fleet overview) or --config FILE")
+        return ExitCode.USAGE
+    return run_fleet(args, display_options(args))
 
 
 def make_watch_app(options: SessionOptions, display: DisplayOptions, base_url: str, *,
@@ -140,10 +107,13 @@ def make_watch_app(options: SessionOptions, display: DisplayOptions, base_url: s
         sweep_range=(min(lengths), max(lengths)), run_path=session.run_path,
         exporter=make_exporter(session.run_path, info_fn, options.analysis,
                                lambda: session.runner.notices if session.runner else {}),
-        cache_checker=lambda: run_cache_check(session.new_client, cache_tokens).line,
+        cache_checker=lambda: cache_finding(run_cache_check(session.new_client, cache_tokens)),
         # the same ProbeOptions the session's client was built from: one route
         probe_timeout_s=options.probe.timeout_s, problems=problems, on_ready=on_ready,
-        pacing=session.config.effective_pacing, label=display_url(base_url) or base_url)
+        pacing=session.config.effective_pacing, label=display_url(base_url) or base_url,
+        gpu_source=session.gpu_source, metrics=lambda: session.metrics.last_sample,
+        baseline_tok_s=(session.baseline.prefill_tokens_per_s
+                        if session.baseline is not None else None))
     return app, session
 
 

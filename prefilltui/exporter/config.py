@@ -16,6 +16,8 @@ TOML layout (every key optional except ``url``; ``[defaults]`` applies to every
     model = "meta-llama/Llama-3.1-8B-Instruct"
     api_key_env = "GPU01_API_KEY"
     gpu = "H100 SXM"         # or peak_tflops = 989; MFU needs a peak and the params
+    gpu_metrics_url = "http://gpu-01:9400/metrics"   # its dcgm-exporter / nvitop page
+    gpus = "0"               # which GPUs of that page (default: all); the fleet view only
 
 API keys come only from the environment (``api_key_env`` names the variable); a key
 written in the file is refused, so it never sits in a config file or a process list.
@@ -54,6 +56,10 @@ class TargetConfig:
     types, and the same defaults, as every other command's), the lengths in prompt
     tokens, the shortest gap between probe starts (``interval_s``) and the window.
 
+    ``gpu_metrics_url`` / ``gpus``: where the fleet overview reads this server's GPUs
+    (a dcgm-exporter or nvitop exporter page, and which of its GPUs); the exporter
+    itself does not read them.
+
     Build one from file or command-line keys with ``target()``; ``check()`` validates
     it.  The per-probe time cap is ``probe.timeout_s``, ``defaults.TIMEOUT_S`` unless set:
     one cap for every tool, so a probe the sweep would wait for is not a failure here.
@@ -66,6 +72,8 @@ class TargetConfig:
     lengths: tuple[int, ...] = DEFAULT_LENGTHS
     interval_s: float = DEFAULT_INTERVAL_S
     window: int = DEFAULT_WINDOW
+    gpu_metrics_url: str | None = None
+    gpus: str | None = None
 
     @property
     def label(self) -> str:
@@ -90,6 +98,7 @@ class TargetConfig:
 #: and the name the roofline looks up, as on the command line.
 KEYS: dict[str, tuple[tuple[str, str], ...]] = {
     "url": (("", "url"),), "name": (("", "name"),), "lengths": (("", "lengths"),),
+    "gpu_metrics_url": (("", "gpu_metrics_url"),), "gpus": (("", "gpus"),),
     "interval": (("", "interval_s"),), "window": (("", "window"),),
     "api": (("probe", "api"),), "model": (("probe", "model"), ("roofline", "model")),
     "api_key_env": (("probe", "api_key_env"),), "timeout": (("probe", "timeout_s"),),
@@ -152,6 +161,13 @@ def check(cfg: TargetConfig) -> TargetConfig:
         raise ValueError(f"{where}: interval must be >= {MIN_INTERVAL_S} s")
     if not isinstance(cfg.window, int) or isinstance(cfg.window, bool) or cfg.window < 3:
         raise ValueError(f"{where}: window must be an integer >= 3 probes")
+    if cfg.gpu_metrics_url is not None:
+        page = cfg.gpu_metrics_url
+        if not isinstance(page, str) or not re.match(r"https?://[^/\s]+", page):
+            raise ValueError(f"{where}: gpu_metrics_url must be an http(s) URL, not {page!r}")
+    if cfg.gpus is not None and (not isinstance(cfg.gpus, str)
+                                 or not re.fullmatch(r"[\w-]+(,[\w-]+)*", cfg.gpus)):
+        raise ValueError(f"{where}: gpus must be GPU indices or UUIDs such as \"0,1\"")
     if not re.fullmatch(r"[A-Za-z_][A-Za-z0-9_]*", cfg.probe.api_key_env or ""):
         raise ValueError(f"{where}: api_key_env must be an environment variable name")
     roof = cfg.roofline

@@ -36,3 +36,16 @@ REPEATS = 1
 WARMUP = 1
 #: The datatype whose catalog peak the roofline uses, ``--dtype``.
 DTYPE: Dtype = "bf16"
+#: The fleet overview: each target's shortest gap between probe starts (s),
+#: ``--interval``: one probe every 4 s gives a fit in ~30 s and a 40-probe window in
+#: under 3 minutes.
+FLEET_INTERVAL_S = 4.0
+#: ... and the most probe starts per second across the whole fleet, ``--fleet-rate``:
+#: with many targets each one's gap is stretched to targets / rate, so the monitor's own
+#: load stays bounded (8 targets at 2/s: every 4 s each; 100 targets: every 50 s each).
+FLEET_RATE = 2.0
+#: The prompt length of the overview's TTFT column (tokens), ``--ref-tokens``.
+REF_TOKENS = 1024
+#: The advisor's ITL goal (s), ``--itl-goal``: 50 ms between tokens is 20 tokens/s,
+#: about reading speed.
+ITL_GOAL_S = 0.050

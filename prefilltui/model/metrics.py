@@ -137,6 +137,9 @@ class MetricsSample:
     engines / models add up); gauges and counters are summed the same way.
     ``t`` is ``time.perf_counter()`` when the scrape finished.
     ``missing`` names the roles this server did not publish.
+    ``longest_prompt_le``: the smallest bucket bound of the server's prompt-length
+    histogram that holds every prompt it counted (an upper bound of the longest prompt
+    it served, tokens; ``longest_prompt_bound``), None where it publishes none.
     """
 
     kind: str
@@ -145,6 +148,7 @@ class MetricsSample:
     values: dict[str, float] = field(default_factory=dict)
     missing: tuple[str, ...] = ()
     n_series: int = 0
+    longest_prompt_le: float | None = None
 
     def get(self, role: str) -> float | None:
         """A gauge/counter value by role ("running", "prompt_seconds", ...), or None."""
@@ -209,7 +213,40 @@ def parse_metrics(text: str, kind: str, *, t: float | None = None) -> MetricsSam
             missing.append(role)
     return MetricsSample(kind=kind, t=time.perf_counter() if t is None else t, hist=hist,
                          values=values, missing=tuple(missing),
-                         n_series=sum(len(v) for v in series.values()))
+                         n_series=sum(len(v) for v in series.values()),
+                         longest_prompt_le=longest_prompt_bound(series))
+
+
+#: Prompt-length histograms (tokens per request) by server: vLLM's
+#: ``vllm:request_prompt_tokens`` (vllm/v1/metrics/loggers.py).
+PROMPT_LENGTH_HISTOGRAMS = ("vllm:request_prompt_tokens",)
+
+
+def longest_prompt_bound(series: dict[str, list[tuple[dict[str, str], float]]]) -> float | None:
+    """The smallest finite ``le`` of a prompt-length histogram whose cumulative count
+    equals its total (label sets summed): every prompt the server counted had at most
+    that many tokens.  None without the histogram, without requests, or when some
+    prompt is only in +Inf."""
+    for name in PROMPT_LENGTH_HISTOGRAMS:
+        rows = series.get(name + "_bucket")
+        if not rows:
+            continue
+        by_le: dict[float, float] = {}
+        for lab, v in rows:
+            try:
+                le = float(lab.get("le", "nan"))
+            except ValueError:
+                continue
+            if math.isfinite(v) and not math.isnan(le):
+                by_le[le] = by_le.get(le, 0.0) + v
+        total = by_le.get(math.inf)
+        if not total:
+            return None
+        for le in sorted(k for k in by_le if math.isfinite(k)):
+            if by_le[le] >= total:
+                return le
+        return None
+    return None
 
 
 @dataclass(frozen=True)

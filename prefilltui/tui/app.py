@@ -27,6 +27,8 @@ from textual.screen import Screen
 from prefilltui.exit_codes import ExitCode
 from prefilltui.model import defaults
 from prefilltui.model.fit import LinearFit
+from prefilltui.model.fleet import FleetLoad
+from prefilltui.model.metrics import MetricsSample
 from prefilltui.model.pacing import Pacing
 from prefilltui.model.running_fit import RunningFit
 from prefilltui.model.sanitize import clean
@@ -48,7 +50,9 @@ class PrefillApp(App[int]):
     feeds: the targets; themes / theme: the theme set and the one to start with;
     clock: perf_counter-compatible "now" for the gauges; replot_hz / gauge_hz: redraw
     rates; problems: said once at start; on_ready(app): called once the runners are
-    started; load_note: the fleet's own probing load in words (the overview shows it).
+    started; load: the fleet's own probing load (``model.fleet.FleetLoad``, the overview
+    states it);
+    ref_tokens: the prompt length of the overview's TTFT column.
     """
 
     CSS_PATH = "app.tcss"
@@ -67,7 +71,7 @@ class PrefillApp(App[int]):
                  theme: str | None = None, clock: Callable[[], float] = time.perf_counter,
                  replot_hz: float = 4.0, gauge_hz: float = 2.0, problems: list[str] = (),
                  on_ready: Callable[["PrefillApp"], None] | None = None,
-                 load_note: str = "") -> None:
+                 load: FleetLoad | None = None, ref_tokens: int = 1024) -> None:
         if not feeds:
             raise ValueError("the app needs at least one target")
         self.feeds = list(feeds)
@@ -78,7 +82,9 @@ class PrefillApp(App[int]):
         self.gauge_hz = gauge_hz
         self.problems = list(problems)
         self.on_ready = on_ready
-        self.load_note = load_note
+        self.load = load
+        self.ref_tokens = ref_tokens
+        self.said: set[str] = set()  # info notifications already shown (once per app)
         super().__init__()
 
     # ------------------------------------------------------------- one target
@@ -163,7 +169,8 @@ class PrefillApp(App[int]):
         if self.fleet:
             from prefilltui.tui.fleet_screen import FleetScreen
 
-            return FleetScreen(self.feeds, clock=self.clock, load_note=self.load_note)
+            return FleetScreen(self.feeds, clock=self.clock, load=self.load,
+                               ref_tokens=self.ref_tokens)
         return DashboardScreen(self.feed, clock=self.clock, replot_hz=self.replot_hz,
                                gauge_hz=self.gauge_hz)
 
@@ -278,7 +285,9 @@ def build_app(runner_factory: RunnerFactory, sampler: TelemetrySource | None = N
               exporter: Exporter | None = None, cache_checker: Callable[[], str] | None = None,
               probe_timeout_s: float = defaults.TIMEOUT_S, pacing: Pacing | None = None,
               problems: list[str] = (), max_results: int = 100_000, label: str = "",
-              gpu_source: str | None = None, **kw: Any) -> PrefillApp:
+              gpu_source: str | None = None,
+              metrics: Callable[[], MetricsSample | None] | None = None,
+              baseline_tok_s: float | None = None, **kw: Any) -> PrefillApp:
     """The one-target app (today's dashboard): the factory for the CLI and the tests.
 
     runner_factory(on_result, on_state) -> runner with start/stop/pause/resume/burst/
@@ -300,7 +309,9 @@ def build_app(runner_factory: RunnerFactory, sampler: TelemetrySource | None = N
                         sweep_range=tuple(sweep_range), context_cap=context_cap,
                         run_path=run_path, exporter=exporter, cache_checker=cache_checker,
                         probe_timeout_s=probe_timeout_s, pacing=pacing,
-                        problems=tuple(problems), max_results=max_results)
+                        problems=tuple(problems), max_results=max_results, url=label,
+                        metrics=metrics, baseline_tok_s=baseline_tok_s,
+                        baseline_source="--baseline run" if baseline_tok_s else None)
     return PrefillApp([TargetFeed(config, 0)], themes=themes, theme=theme, **kw)
 
 

@@ -51,6 +51,7 @@ class DashboardScreen(WorkerActions, Screen[None]):
     """
 
     BINDINGS = [
+        Binding("escape", "back", "Back", key_display="esc"),  # the fleet's drill-in only
         Binding("space", "toggle_pause", "Pause", key_display="␣"),  # fits 80 columns
         Binding("r", "reset_fit", "Reset"),
         Binding("w", "toggle_window", "Window"),
@@ -64,7 +65,6 @@ class DashboardScreen(WorkerActions, Screen[None]):
         Binding("t", "app.next_theme", "Theme"),
         Binding("question_mark", "help", "Help", key_display="?"),
         Binding("q", "app.quit_app", "Quit"),
-        Binding("escape", "back", "Back", key_display="esc"),  # the fleet's drill-in only
     ]
 
     def __init__(self, feed: TargetFeed, *, clock: Callable[[], float] = time.perf_counter,
@@ -311,6 +311,9 @@ class DashboardScreen(WorkerActions, Screen[None]):
             # one line high whatever it says (CSS height: 1): no screen layout needed
             self.query_one("#status", Static).update(text, layout=False)
 
+    def cache_found(self, finding) -> None:
+        self.feed.cache = finding
+
     def on_screen_resume(self) -> None:
         self._border_texts.clear()  # a theme changed while away: set the legend again
         self._dirty = True
@@ -442,7 +445,10 @@ class DashboardScreen(WorkerActions, Screen[None]):
         return lines
 
     def on_gauge_panel_info(self, message: GaugePanel.Info) -> None:
-        self.notify(message.text, title="telemetry", timeout=6)
+        said = self.app.said  # once per app: a drill-in again says nothing new
+        if message.text not in said:
+            said.add(message.text)
+            self.notify(message.text, title="telemetry", timeout=6)
 
     def on_probe_log_highlighted(self, message: ProbeLog.Highlighted) -> None:
         r = message.result

@@ -18,8 +18,12 @@ from typing import Any, Callable, Protocol
 
 from prefilltui.measure.telemetry import TelemetrySnapshot
 from prefilltui.model import defaults
+from prefilltui.model.advisor import (ITL_GOAL_S, Advice, AdvisorInputs, CacheFinding,
+                                     StallReading, advise)
 from prefilltui.model.fit import LinearFit
+from prefilltui.model.fleet import RecentProbes
 from prefilltui.model.live import LiveSummary
+from prefilltui.model.metrics import MetricsSample
 from prefilltui.model.pacing import Pacing
 from prefilltui.model.spec import AnalysisOptions
 from prefilltui.model.summary import LiveFacts, RunSummary
@@ -44,6 +48,17 @@ class Runner(Protocol):
 
     @property
     def server_info(self) -> ServerInfo | None: ...
+    def advice(self, summary: RunSummary) -> tuple[Advice, ...]:
+        """What the advisor makes of this target's measurements (``model.advisor``)."""
+        info = self.info
+        sample = self.config.metrics() if self.config.metrics is not None else None
+        return advise(AdvisorInputs(
+            summary=summary, kind=info.kind if info else None,
+            context_tokens=info.context_tokens if info else None,
+            longest_prompt_tokens=sample.longest_prompt_le if sample is not None else None,
+            longest_prompt_source="the server's prompt-length histogram",
+            cache=self.cache, stall=self.stall, itl_goal_s=self.config.itl_goal_s))
+
     @property
     def notices(self) -> dict[str, str]: ...
     @property
@@ -61,7 +76,7 @@ class Runner(Protocol):
 
 #: runner_factory(on_result, on_state) -> the Runner (SweepRunner) the app drives.
 RunnerFactory = Callable[[Callable[[ProbeResult], None], Callable[[str, str], None]], Runner]
-#: exporter(results, fit snapshot) -> files written (``commands.watch.make_exporter``).
+#: exporter(results, fit snapshot) -> files written (``commands.exports.make_exporter``).
 Exporter = Callable[[list[ProbeResult], Any], list[Path]]
 
 #: Throughput points kept per target for the overview's sparkline.
@@ -82,7 +97,11 @@ class FeedConfig:
     per-probe cap (the cache check waits for a probe in flight that long); pacing:
     how the runner spaces probes (the help says it); problems: said once at start;
     start_delay_s: when the runner starts after the app (the fleet's stagger);
-    max_results: recent results kept in memory (every probe is in the run file).
+    max_results: recent results kept in memory (every probe is in the run file);
+    url: the server URL as shown (credentials as ***); baseline_tok_s /
+    baseline_source: an explicit throughput baseline for the health rules (the
+    ``--baseline`` run's fit); metrics: the latest ``/metrics`` sample of the session
+    (the advisor's context and prompt-length facts); itl_goal_s: the advisor's ITL goal.
     """
 
     label: str
@@ -95,12 +114,17 @@ class FeedConfig:
     context_cap: int | None = None
     run_path: Path | None = None
     exporter: Exporter | None = None
-    cache_checker: Callable[[], str] | None = None
+    cache_checker: Callable[[], CacheFinding] | None = None
     probe_timeout_s: float = defaults.TIMEOUT_S
     pacing: Pacing | None = None
     problems: tuple[str, ...] = ()
     start_delay_s: float = 0.0
     max_results: int = 100_000
+    url: str = ""
+    baseline_tok_s: float | None = None
+    baseline_source: str | None = None
+    metrics: Callable[[], MetricsSample | None] | None = None
+    itl_goal_s: float = ITL_GOAL_S
 
 
 @dataclass
@@ -139,6 +163,11 @@ class TargetFeed:
         self.version = 0  # bumps on every probe and state change: a cache key for rows
         self.spark = _Spark()
         self.start_error: str | None = None
+        self.recent = RecentProbes()
+        #: the last cache check's finding (the dashboard's ``c``), for the advisor
+        self.cache: CacheFinding | None = None
+        #: decode stall under background load, for the advisor (the load work fills it)
+        self.stall: StallReading | None = None
 
     # -- runner
     def start(self, on_result: Callable[[ProbeResult], None],
@@ -170,6 +199,7 @@ class TargetFeed:
         self.live.add(r)
         self.last_result = r
         self.last_probe_at = self.clock()
+        self.recent.add(r, self.last_probe_at)
         if r.ok:
             self.last_ok = r
         if r.t_send is not None and r.t_end is not None:
@@ -209,14 +239,17 @@ class TargetFeed:
         return snap
 
     # -- views
-    def summary(self, *, live: LiveFacts | None = None) -> RunSummary:
-        """The run summary now (``LiveSummary.summary``: cached until the next probe);
-        records the all-time throughput for the sparkline when it saw new probes."""
-        s = self.live.summary(self.info, gpu_names=self.device_names, which=self.which,
+    def summary(self, *, which: FitScope | None = None,
+                live: LiveFacts | None = None) -> RunSummary:
+        """The run summary now (``LiveSummary.summary``, cached until the next probe) over
+        ``which`` (default: the dashboard's choice); records the all-time throughput for
+        the sparkline when it saw new probes."""
+        scope = which or self.which
+        s = self.live.summary(self.info, gpu_names=self.device_names, which=scope,
                               method=self.config.analysis.fit, live=live)
         if self.spark.seen != self.live.version:
             self.spark.seen = self.live.version
-            fit = s.fit if self.which == "all" else self._all_time_fit()
+            fit = s.fit if scope == "all" else self._all_time_fit()
             tps = fit.prefill_tokens_per_s if fit is not None else None
             if tps:
                 self.spark.points.append((self.last_probe_at or self.clock(), tps))
@@ -225,6 +258,17 @@ class TargetFeed:
     def _all_time_fit(self) -> LinearFit | None:
         snap = self.live.fit.snapshot("all", self.config.analysis.fit)
         return snap.fit if snap is not None else None
+
+    def advice(self, summary: RunSummary) -> tuple[Advice, ...]:
+        """What the advisor makes of this target's measurements (``model.advisor``)."""
+        info = self.info
+        sample = self.config.metrics() if self.config.metrics is not None else None
+        return advise(AdvisorInputs(
+            summary=summary, kind=info.kind if info else None,
+            context_tokens=info.context_tokens if info else None,
+            longest_prompt_tokens=sample.longest_prompt_le if sample is not None else None,
+            longest_prompt_source="the server's prompt-length histogram",
+            cache=self.cache, stall=self.stall, itl_goal_s=self.config.itl_goal_s))
 
     @property
     def notices(self) -> dict[str, str]:

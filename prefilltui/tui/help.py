@@ -35,6 +35,29 @@ HELP_TEXT = """\
  probes the longest length back to back long enough for the sensor to
  register it.  N/A: the device does not report it (why: below)."""
 
+FLEET_HELP_TEXT = """\
+[b]prefilltui[/b] — fleet overview: one row per target, the worst first
+[b]Keys[/b]
+ ↑ ↓ PgUp PgDn  move          enter  open the target's dashboard (esc back)
+ s / S  next sort column / reverse  (a click on a column title sorts by it)
+ w      window / all-time fit   t  next theme   ?  this help   q  quit
+[b]Columns[/b]
+ status   ● ok · ▲ warn / ✖ down: the exporter's alert rules on what this
+          monitor measured (thresholds of deploy/prefilltui-alerts.yml)
+ prefill  prompt tokens/s of the fit, ± half its 95 % interval
+ fixed    the fit's fixed cost (wide: its interval is too wide to pin it)
+ MFU      model FLOPs utilization (estimate; needs the GPU and the params)
+ verdict  why TTFT is what it is (roofline verdict where nothing else)
+ TTFT@1k  the fit's TTFT at the reference prompt length (--ref-tokens)
+ probes   probes / failed     age  since the last probe ended
+ trend    prefill throughput over the session      queue  median queue
+ cache    prefix-cache hits among the probes (0 ✓: the server counted
+          every miss; 0 ?: it reports no cached-token count)
+ GPU      from the target's GPU page, this machine's NVML for a local
+          target, else "no GPU source" (never this machine's GPU)
+[b]Load[/b]  each target probes one at a time, its probe starts spaced by the
+ interval; the targets start staggered over one interval (top line)."""
+
 CLOSE_HINT = "escape, q or ? closes this help · Ctrl-C quits"
 
 
@@ -60,14 +83,15 @@ class HelpScreen(ModalScreen[None]):
     }
     """
 
-    def __init__(self, details: list[str] = ()) -> None:
+    def __init__(self, details: list[str] = (), text: str = HELP_TEXT) -> None:
         super().__init__()
         self.details = list(details)
+        self.text = text
 
     def compose(self) -> ComposeResult:
         with Vertical():
             with VerticalScroll():
-                yield Static(HELP_TEXT, id="help-text")
+                yield Static(self.text, id="help-text")
                 if self.details:
                     yield Static("\n".join(self.details), id="help-details", markup=False)
             yield Static(CLOSE_HINT, id="help-close", markup=False)

@@ -83,8 +83,8 @@ class WorkerActions:
                    and self.runner.state not in ("paused", "stopped", "failed", "done")
                    and time.monotonic() < deadline):
                 time.sleep(0.05)
-            text = self.cache_checker()
-            self.post_message(CacheCheckDone(str(text)))
+            finding = self.cache_checker()  # a model.advisor.CacheFinding
+            self.post_message(CacheCheckDone(finding.line, detail=finding))
         except Exception as exc:
             self.post_message(CacheCheckDone(f"cache check failed: {exc}", ok=False))
         finally:
@@ -92,8 +92,13 @@ class WorkerActions:
                 self.runner.resume()
 
     def on_cache_check_done(self, message: CacheCheckDone) -> None:
+        if message.detail is not None:
+            self.cache_found(message.detail)  # the advisor reads it (prefix caching off)
         self.notify(message.text, severity="information" if message.ok else "error",
                     timeout=10)
+
+    def cache_found(self, finding) -> None:
+        """Keep a cache check's finding (the dashboard stores it on its feed)."""
 
     def on_worker_state_changed(self, event: Worker.StateChanged) -> None:
         if event.state == WorkerState.ERROR:

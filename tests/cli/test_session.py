@@ -135,7 +135,7 @@ def test_cache_check_command_and_tui_key_share_one_check(fake_server, tmp_path, 
     from_command = json.loads(capsys.readouterr().out)
     app, session = make_watch_app(*_watch_args(srv.base_url, tmp_path), srv.base_url)
     try:
-        line = app.cache_checker()  # what the c key runs in its worker thread
+        line = app.cache_checker().line  # what the c key runs in its worker thread
     finally:
         session.close()
     # 512 requested, capped at the 200-token context minus the 64-token margin: 136

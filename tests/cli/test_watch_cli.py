@@ -11,8 +11,19 @@ def test_url_form_and_theme_flag():
 
     args = p.parse_args(_normalise_argv(["http://127.0.0.1:9", "--theme", "light",
                                          "--max-tokens", "512"]))
-    assert args.command == "watch" and args.url == "http://127.0.0.1:9"
+    assert args.command == "watch" and args.urls == ["http://127.0.0.1:9"]
     assert args.theme == "light" and args.max_tokens == 512
+    # several URLs, or a target file: the fleet overview (same command)
+    args = p.parse_args(_normalise_argv(["http://a:1", "http://b:2", "--fleet-rate", "1"]))
+    assert args.command == "watch" and args.urls == ["http://a:1", "http://b:2"]
+    assert args.fleet_rate == 1.0
+    args = p.parse_args(_normalise_argv(["--config", "targets.toml"]))
+    assert args.command == "watch" and args.config == "targets.toml" and args.urls == []
+
+
+def test_no_target_is_usage_error(capsys):
+    assert main(["watch"]) == 2
+    assert "no target" in capsys.readouterr().err
 
 
 def test_unwritable_run_file_is_one_line(tmp_path, capsys):

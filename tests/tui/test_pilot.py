@@ -192,7 +192,7 @@ async def test_row_selection_shows_message():
 
 
 async def test_export_writes_csv_and_summary(tmp_path):
-    from prefilltui.commands.watch import make_exporter
+    from prefilltui.commands.exports import make_exporter
     from prefilltui.measure.runfile import RunWriter
 
     run = tmp_path / "run.jsonl"
@@ -258,9 +258,12 @@ async def test_cpu_gauge_na_reason_and_unavailable():
 async def test_cache_check_runs_in_worker_and_resumes():
     calls = []
 
+    from prefilltui.model.advisor import CacheFinding
+
     def checker():
         calls.append("check")
-        return "prefix cache: no reuse seen (2 identical prompts, cached_tokens 0)"
+        return CacheFinding("off", "prefix cache: no reuse seen (2 identical prompts, "
+                            "cached_tokens 0)")
 
     app, h = _app(cache_checker=checker)
     notes = []
@@ -273,6 +276,7 @@ async def test_cache_check_runs_in_worker_and_resumes():
     assert calls == ["check"]
     assert ("pause",) in h["runner"].calls and ("resume",) in h["runner"].calls
     assert any("prefix cache" in n for n in notes)
+    assert app.feed.cache is not None and app.feed.cache.verdict == "off"  # for the advisor
 
 
 async def test_quit_code_3_when_never_reached():

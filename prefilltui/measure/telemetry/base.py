@@ -64,7 +64,8 @@ class DeviceSnapshot:
     power_scope: what the power covers: "board", "whole GPU" (a MIG slice shows its
     parent GPU's power), "CPU package" (RAPL, all packages summed).
     energy_j: joules since the sampler opened (energy counter where supported, else
-    None).  history: ``(t_perf, util_pct|None, power_w|None)`` for the last ~60 s.
+    None).  tensor_active_pct: share of time the tensor pipes were active (dcgm-exporter's
+    DCGM_FI_PROF_PIPE_TENSOR_ACTIVE, remote pages only; None elsewhere).  history: ``(t_perf, util_pct|None, power_w|None)`` for the last ~60 s.
     """
 
     label: str
@@ -84,6 +85,7 @@ class DeviceSnapshot:
     mem_used_bytes: int | None = None
     mem_total_bytes: int | None = None
     temperature_c: float | None = None
+    tensor_active_pct: float | None = None
     mig: bool = False
     na: dict[str, str] = field(default_factory=dict)
     history: tuple[tuple[float, float | None, float | None], ...] = ()
@@ -318,7 +320,8 @@ class Sampler:
             energy_j=energy, sm_clock_mhz=last.get("sm_clock_mhz"),
             mem_used_bytes=last.get("mem_used_bytes"),
             mem_total_bytes=last.get("mem_total_bytes"),
-            temperature_c=last.get("temperature_c"), mig=d.mig, na=na,
+            temperature_c=last.get("temperature_c"),
+            tensor_active_pct=last.get("tensor_active_pct"), mig=d.mig, na=na,
             history=tuple(d.hist))
 
     def ring_bytes(self) -> int:

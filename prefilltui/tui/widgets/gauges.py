@@ -244,6 +244,8 @@ class DeviceGauge(Horizontal):
             util_text = f"{label} util {MISSING}" + (f" ({short_reason(why)})" if why else "")
         else:
             util_text = f"{label} util {util:3.0f} %"
+            if dev.tensor_active_pct is not None:  # dcgm-exporter's tensor pipe activity
+                util_text += f" · tensor {dev.tensor_active_pct:.0f} %"
         if power is None:
             why = na.get("power")
             power_text = f"power {MISSING}" + (f" ({short_reason(why)})" if why else "")
@@ -318,7 +320,9 @@ class GaugePanel(Vertical):
             status.remove_class("-hidden")
         elif not snap.available or not devices:
             reason = snap.reason or "no devices"
-            self._set_status(status, f"telemetry unavailable: {reason}")
+            # "no GPU source: ..." (a remote target without a GPU page) says it all
+            self._set_status(status, reason if reason.startswith("no GPU source")
+                             else f"telemetry unavailable: {reason}")
             status.remove_class("-hidden")
         else:
             reason = snap.reason
