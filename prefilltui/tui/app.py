@@ -34,7 +34,7 @@ from prefilltui.model.running_fit import RunningFit
 from prefilltui.model.sanitize import clean
 from prefilltui.model.spec import AnalysisOptions
 from prefilltui.model.types import FitMethod
-from prefilltui.tui.dashboard import DashboardScreen
+from prefilltui.tui.dashboard import DashboardScreen, DrillInScreen
 from prefilltui.tui.feed import (Exporter, FeedConfig, RunnerFactory, TargetFeed,
                                  TelemetrySource)
 from prefilltui.tui.messages import ProbeDone, RunnerStateChanged
@@ -176,9 +176,8 @@ class PrefillApp(App[int]):
 
     def open_dashboard(self, index: int) -> None:
         """The drill-in: the dashboard of feed ``index`` over the overview."""
-        self.push_screen(DashboardScreen(self.feeds[index], clock=self.clock,
-                                         replot_hz=self.replot_hz, gauge_hz=self.gauge_hz,
-                                         back=True))
+        self.push_screen(DrillInScreen(self.feeds[index], clock=self.clock,
+                                       replot_hz=self.replot_hz, gauge_hz=self.gauge_hz))
 
     def get_theme_variable_defaults(self) -> dict[str, str]:
         return {**super().get_theme_variable_defaults(), **VARIABLE_DEFAULTS}

@@ -51,7 +51,6 @@ class DashboardScreen(WorkerActions, Screen[None]):
     """
 
     BINDINGS = [
-        Binding("escape", "back", "Back", key_display="esc"),  # the fleet's drill-in only
         Binding("space", "toggle_pause", "Pause", key_display="␣"),  # fits 80 columns
         Binding("r", "reset_fit", "Reset"),
         Binding("w", "toggle_window", "Window"),
@@ -62,7 +61,7 @@ class DashboardScreen(WorkerActions, Screen[None]):
         Binding("e", "export", "Export"),
         Binding("s", "save_svg", "Save SVG", show=False),  # in the help; the footer is full
         Binding("c", "cache_check", "Cache"),
-        Binding("t", "app.next_theme", "Theme"),
+        Binding("t", "next_theme", "Theme"),
         Binding("question_mark", "help", "Help", key_display="?"),
         Binding("q", "app.quit_app", "Quit"),
     ]
@@ -328,6 +327,9 @@ class DashboardScreen(WorkerActions, Screen[None]):
         """Esc (back to the overview) exists only in the fleet's drill-in."""
         return self.back if action == "back" else True
 
+    def action_next_theme(self) -> None:
+        self.app.action_next_theme()
+
     def action_back(self) -> None:
         if self.back:
             self.dismiss()
@@ -462,6 +464,20 @@ class DashboardScreen(WorkerActions, Screen[None]):
         r = message.result
         self.notify(probe_message(r), severity="information" if r.ok else "warning",
                     timeout=8)
+
+
+class DrillInScreen(DashboardScreen):
+    """The dashboard opened from the fleet overview: Esc returns to it; e and t work but
+    leave the footer to "esc Back", so it still fits 80 columns."""
+
+    BINDINGS = [
+        Binding("e", "export", "Export", show=False),
+        Binding("t", "next_theme", "Theme", show=False),
+        Binding("escape", "back", "Back", key_display="esc"),
+    ]
+
+    def __init__(self, feed: TargetFeed, **kw: Any) -> None:
+        super().__init__(feed, back=True, **kw)
 
 
 def _escape(text: str) -> str:

@@ -162,20 +162,19 @@ class FleetScreen(Screen[None]):
         kind = " · ".join(x for x in (row.kind, _model(row.model)) if x)
         if kind:
             head.append(kind)
-        head.append(f"GPU: {cfg.gpu_source or MISSING}")
-        lines = ["  ".join(head)]
-        if feed.state in ("retrying", "failed", "connecting", "waiting") and feed.state_detail:
+        lines = ["  ".join(head), f"GPU: {clean(cfg.gpu_source or MISSING)}"]
+        if feed.state in ("retrying", "failed", "connecting") and feed.state_detail:
             lines.append(f"{feed.state}: {clean(feed.state_detail)}")
         elif feed.state == "waiting":
             lines.append("waiting for its staggered start")
         for f in row.health.findings:
             mark = {"critical": "✖", "warning": "▲", "info": "·"}[f.severity]
             lines.append(f"{mark} {f.rule}: {clean(f.text)}")
+        for advice in feed.advice(feed.summary(which=self.scope)):
+            lines.append(f"advice: {clean(advice.text)}")
         if row.tok_s is not None:
             lines.append(f"prefill {si(row.tok_s)} tok/s · TTFT@{row.ref_tokens} "
                          f"{short_time(row.ttft_ref_s)} · verdict: {clean(row.verdict_text)}")
-        for advice in feed.advice(feed.summary(which=self.scope)):
-            lines.append(f"advice: {clean(advice.text)}")
         return "\n".join(lines)
 
     # -- actions and messages

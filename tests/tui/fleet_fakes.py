@@ -51,7 +51,7 @@ def info(kind: str, model: str) -> ServerInfo:
     return ServerInfo(base_url="http://x", kind=kind, model=model, context_tokens=8192)
 
 
-#: (name, runner kind, preload, server info, sampler)
+#: (name, runner kind, preload, server info, sampler, GPU source words)
 def _targets():
     h200 = FakeSampler(gpu_snapshot(1))
     cpu = FakeSampler()
@@ -60,29 +60,45 @@ def _targets():
         "dcgm-exporter or nvitop exporter page")))
     llama = info("llama.cpp", "SmolLM2-135M-Instruct")
     vllm = info("vllm", "HuggingFaceTB/SmolLM2-135M-Instruct")
+    page = "GPU page http://{}:9400/metrics"
     return [
-        ("gpu-01", FakeRunner, probes(0.020, 45e-6), vllm, h200),
-        ("gpu-02", FakeRunner, probes(0.021, 46e-6, queue=0.004), vllm, h200),
-        ("gpu-03-slow", FakeRunner, probes(0.030, 140e-6), vllm, h200),
-        ("gpu-04-flaky", FakeRunner, probes(0.020, 47e-6, fail_every=3), vllm, h200),
-        ("gpu-05-cache", FakeRunner, probes(0.020, 45e-6, cached=900), vllm, h200),
-        ("cpu-demo", FakeRunner, probes(0.10, 6e-3), llama, cpu),
-        ("gpu-07", FakeRunner, probes(0.6, 45e-6), vllm, none),
-        ("gpu-08-down", DownRunner, [], None, none),
+        ("gpu-01", FakeRunner, probes(0.020, 45e-6), vllm, h200, page),
+        ("gpu-02", FakeRunner, probes(0.021, 46e-6, queue=0.004), vllm, h200, page),
+        ("gpu-03-slow", FakeRunner, probes(0.030, 140e-6), vllm, h200, page),
+        ("gpu-04-flaky", FakeRunner, probes(0.020, 47e-6, fail_every=3), vllm, h200, page),
+        ("gpu-05-cache", FakeRunner, probes(0.020, 45e-6, cached=900), vllm, h200, page),
+        ("cpu-demo", FakeRunner, probes(0.10, 6e-3), llama, cpu, "this machine's CPU"),
+        ("gpu-07", FakeRunner, probes(0.6, 45e-6), vllm, none, "no GPU source"),
+        ("gpu-08-down", DownRunner, [], None, none, "no GPU source"),
     ]
 
 
 def fleet_configs() -> list[FeedConfig]:
     out = []
-    for name, cls, preload, inf, sampler in _targets():
+    for name, cls, preload, inf, sampler, words in _targets():
         def factory(on_result, on_state, cls=cls, preload=preload, inf=inf):
             return cls(on_result, on_state, preload=preload, info=inf)
 
         out.append(FeedConfig(label=name, url=f"http://{name}:8000", runner_factory=factory,
-                              sampler=sampler, gpu_source=("no GPU source" if sampler is
-                                                           _targets and False else None),
+                              sampler=sampler, gpu_source=words.format(name),
                               analysis=AnalysisOptions(window=12, roofline=RooflineSpec()),
                               sweep_range=(min(LENGTHS), max(LENGTHS))))
+    return out
+
+
+def many_configs(n: int) -> list[FeedConfig]:
+    """``n`` healthy-looking targets (the 100-target tests)."""
+    llama = info("llama.cpp", "SmolLM2-135M-Instruct")
+    sampler = FakeSampler()
+    out = []
+    for i in range(n):
+        pre = probes(0.02 + 0.001 * (i % 7), 45e-6 * (1 + 0.05 * (i % 5)), n=12)
+
+        def factory(on_result, on_state, pre=pre):
+            return FakeRunner(on_result, on_state, preload=pre, info=llama)
+
+        out.append(FeedConfig(label=f"t{i:03d}", runner_factory=factory, sampler=sampler,
+                              gpu_source="this machine's CPU"))
     return out
 
 
