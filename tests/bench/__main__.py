@@ -1,7 +1,8 @@
 """``python -m tests.bench``: every benchmark, one table (see tests/bench/__init__.py).
 
 Order: client overhead, fit accuracy, telemetry sampler, TUI vs headless (+ app CPU and
-terminal bytes), server agreement (llama-server), RSS growth, soak.  A benchmark that
+terminal bytes), server agreement (llama-server), RSS growth, the fleet overview's CPU and
+RSS with 8 and 100 targets, soak.  A benchmark that
 raises becomes one FAIL row with the error; the others still run.  Exit code: 0 when
 no row failed, 1 otherwise, 2 on bad arguments.
 """
@@ -26,6 +27,7 @@ BENCHES = [
     ("tui", "tests.bench.bench_tui", "2 TUI vs headless"),
     ("agreement", "tests.bench.bench_server_agreement", "4 server agreement"),
     ("rss", "tests.bench.bench_footprint", "5 footprint"),
+    ("fleet", "tests.bench.bench_fleet", "5 footprint"),
     ("soak", "tests.bench.bench_soak", "6 soak"),
 ]
 SECTION_ORDER = ["1 client overhead", "2 TUI vs headless", "3 fit accuracy",
