@@ -14,6 +14,7 @@ is on screen; a target's summary is recomputed only when it has new probes (the
 
 from __future__ import annotations
 
+import itertools
 import time
 from typing import Callable
 
@@ -119,7 +120,7 @@ class FleetScreen(Screen[None]):
             detail=feed.state_detail, last_probe_at=feed.last_probe_at,
             spark=[v for _, v in feed.spark.points], baseline_tok_s=cfg.baseline_tok_s,
             baseline_source=cfg.baseline_source, ref_tokens=self.ref_tokens,
-            results=list(feed.results)[-20:], gpu=gpu_cell(snap))
+            results=_last(feed.results, 20), gpu=gpu_cell(snap))
 
     # -- text
     def _update_status(self) -> None:
@@ -217,6 +218,11 @@ class FleetScreen(Screen[None]):
 
     def flush(self) -> None:
         self.refresh_rows()
+
+
+def _last(results, n: int) -> tuple:
+    """The last ``n`` of a deque without copying it whole."""
+    return tuple(itertools.islice(reversed(results), n))[::-1]
 
 
 def gpu_cell(snap) -> str | None:

@@ -19,7 +19,7 @@ from rich.segment import Segment
 from rich.style import Style
 from textual.binding import Binding
 from textual.events import Click
-from textual.geometry import Size
+from textual.geometry import Region, Size
 from textual.message import Message
 from textual.reactive import Reactive
 from textual.scroll_view import ScrollView
@@ -94,11 +94,14 @@ class FleetTable(ScrollView, can_focus=True):
         self.reverse = False
         self._cols: list[tuple[Column, int]] = []
         self._width = 0
+        self._drawn_order: tuple[str, bool] = ("worst", False)
 
     # -- data in
     def set_rows(self, rows: list[FleetRow]) -> None:
         """The rows in display order; the cursor stays on its target (on the first row
-        until the user moves it)."""
+        until the user moves it).  Only the lines whose row changed are redrawn (a
+        fleet's steady state changes a few rows a second, not the whole table)."""
+        old, old_cursor = self.rows, self.cursor_row
         self.rows = rows
         if not self.moved:  # until the user moves it, the cursor is on the worst target
             self.selected = rows[0].index if rows else None
@@ -109,8 +112,21 @@ class FleetTable(ScrollView, can_focus=True):
         self.cursor_row = max(0, min(self.cursor_row, len(rows) - 1))
         if rows and self.selected is None:
             self.selected = rows[self.cursor_row].index
-        self.virtual_size = Size(self._width, len(rows) + 1)
-        self.refresh()
+        size = Size(self._width, len(rows) + 1)
+        if size != self.virtual_size or len(old) != len(rows):
+            self.virtual_size = size
+            self.refresh()
+            return
+        top = round(self.scroll_y)
+        height = self.scrollable_content_region.height
+        width = self.scrollable_content_region.width
+        order = (self.sort_key, self.reverse)
+        if order != self._drawn_order:  # the header's sort mark
+            self._drawn_order = order
+            self.refresh(Region(0, 0, width, 1))
+        for i in range(top, min(len(rows), top + max(0, height - 1))):
+            if rows[i] != old[i] or i in (self.cursor_row, old_cursor):
+                self.refresh(Region(0, i - top + 1, width, 1))
 
     def current(self) -> FleetRow | None:
         return self.rows[self.cursor_row] if 0 <= self.cursor_row < len(self.rows) else None
