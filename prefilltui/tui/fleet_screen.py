@@ -73,6 +73,9 @@ class FleetScreen(Screen[None]):
         self._status_text = ""
         self._detail_text = ""
         self.rebuilds = 0  # how many times the rows were rebuilt (tests, bench)
+        #: feed index -> (feed version, whole second of "now", scope, row): a row is
+        #: rebuilt when its target changed or the second (its age) turned
+        self._cache: dict[int, tuple[int, int, str, FleetRow]] = {}
 
     def compose(self) -> ComposeResult:
         yield Static("", id="fleet-status")
@@ -103,13 +106,22 @@ class FleetScreen(Screen[None]):
         self._dirty = False
         self._next_full = time.monotonic() + 1.0  # ages tick once a second
         self.rebuilds += 1
-        rows = [self._row(f) for f in self.feeds]
+        rows = [self._cached_row(f) for f in self.feeds]
         self.rows = sort_rows(rows, self.sort_key, self.reverse)
         table = self.query_one(FleetTable)
         table.sort_key, table.reverse = self.sort_key, self.reverse
         table.set_rows(self.rows)
         self._update_status()
         self._update_detail()
+
+    def _cached_row(self, feed: TargetFeed) -> FleetRow:
+        key = (feed.version, int(feed.clock()), self.scope)
+        got = self._cache.get(feed.index)
+        if got is not None and got[:3] == key:
+            return got[3]
+        row = self._row(feed)
+        self._cache[feed.index] = (*key, row)
+        return row
 
     def _row(self, feed: TargetFeed) -> FleetRow:
         cfg = feed.config

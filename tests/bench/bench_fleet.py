@@ -86,7 +86,9 @@ def run(opts) -> list[Row]:
     with tempfile.TemporaryDirectory(prefix="prefilltui-bench-fleet-") as tmp, \
             FastServerProcess(a=0.005, b=20e-6) as s1, FastServerProcess(a=0.005, b=20e-6) as s2:
         for n in sizes:
-            warm = 15.0 if n <= 10 else 30.0
+            # every target started (staggered over one interval: 4 s for 8 targets, 50 s
+            # for 100 at 2 probe starts/s) and past its warm-up
+            warm = 20.0 if n <= 10 else 75.0
             d = measure(n, [s1.base_url, s2.base_url], tmp, warm, measure_s)
             rows += [
                 Row(SECTION, f"CPU, fleet overview, {n} targets ({d['probes_per_s']:.2f} probes/s)",
