@@ -27,9 +27,11 @@ and discovery (``server.py``) are apart.
 from __future__ import annotations
 
 import asyncio
+import functools
 import json
 import math
 import re
+import ssl
 import time
 from typing import Any
 
@@ -87,6 +89,15 @@ _CTX_PATTERNS = re.compile(
     r"context_length_exceeded|longer than the maximum",
     re.I,
 )
+
+
+@functools.lru_cache(maxsize=2)
+def tls_context(verify: bool) -> ssl.SSLContext:
+    """One TLS context per ``verify`` setting for every probe client: each context loads
+    the CA bundle (~0.8 MiB), so a fleet of 100 targets held 84 MiB of identical copies
+    (tests/bench/bench_fleet.py).  Built as httpx builds its own (``SSL_CERT_FILE`` /
+    ``SSL_CERT_DIR`` honoured); a context is safe to share between connections."""
+    return httpx.create_ssl_context(verify=verify, trust_env=True)
 
 
 class ResendOnStaleConnection(httpx.AsyncHTTPTransport):
@@ -213,7 +224,8 @@ class ProbeClient:
         self._key = api_key
         headers = {"Authorization": f"Bearer {api_key}"} if api_key else {}
         self._transport = ResendOnStaleConnection(
-            verify=verify, limits=httpx.Limits(max_connections=4, max_keepalive_connections=4,
+            verify=tls_context(bool(verify)),
+            limits=httpx.Limits(max_connections=4, max_keepalive_connections=4,
                                                keepalive_expiry=300.0),
             proxy=self.proxy.url)
         # GETs (discovery, /metrics) follow redirects (httpx drops the API key on a

@@ -137,3 +137,15 @@ def test_choose_source_never_shows_this_machine_under_another_name():
     assert page.sampler == ("remote", "http://10.0.0.7:9400/metrics") and calls == []
     here = choose_gpu_source("http://127.0.0.1:8000", None, local=local, remote=remote)
     assert here.words == "this machine's NVML" and calls == ["local"]
+
+
+def test_probe_clients_share_one_tls_context():
+    """A fleet of 100 targets held 100 copies of the CA bundle (84 MiB): one context
+    per verify setting now."""
+    from prefilltui.measure.probe import ProbeClient, tls_context
+
+    a, b = ProbeClient("http://127.0.0.1:1"), ProbeClient("https://example.invalid")
+    assert a._transport._pool._ssl_context is b._transport._pool._ssl_context is tls_context(True)
+    c = ProbeClient("https://example.invalid", verify=False)
+    assert c._transport._pool._ssl_context is tls_context(False) is not tls_context(True)
+    assert tls_context(False).verify_mode.name == "CERT_NONE"
