@@ -189,12 +189,28 @@ def check_call_path() -> None:
         assert hasattr(mod, name), f"docs/architecture.md: {module}.{name} does not exist"
 
 
+def check_fleet_toml() -> None:
+    """docs/fleet.md's target file loads with the exporter's loader, GPU pages and all."""
+    import tempfile
+
+    from prefilltui.exporter.config import load_toml
+
+    body = _block_starting("fleet.md", "# fleet.toml")
+    with tempfile.NamedTemporaryFile("w", suffix=".toml", delete=False) as f:
+        f.write(body)
+    targets = load_toml(f.name)
+    Path(f.name).unlink()
+    assert [t.name for t in targets] == ["gpu-01", "gpu-02"]
+    assert targets[0].gpu_metrics_url and targets[0].gpus == "0" and targets[1].interval_s == 4
+
+
 REFERENCE_CHECKS = {
     "server     --api completions|chat|responses": check_option_summary,
     "--threads N           CPU threads [-t] (default: all cores)": check_demo_options,
     "prefilltui/": check_code_layout,
     "cli.py                     argv -> the subcommand": check_layers,
     "prefilltui sweep URL --timeout 30": check_call_path,
+    "# fleet.toml (the exporter's target file)": check_fleet_toml,
 }
 
 
