@@ -2,9 +2,11 @@
 
     prefilltui estimate --model llama-3-8b --gpu h100-sxm --tokens 2000 [--efficiency 0.5]
 
-FLOPs(n) = 2*P*n + 2*L*d_attn*n^2; time = FLOPs / (efficiency * peak); arithmetic
-intensity n*d/(d+2n) against the ridge point peak/bandwidth (formulas and figures:
-prefilltui/model/roofline.py, catalog.py).  Every number printed is an estimate.
+The quick figure FLOPs(n) = 2*P*n + 2*L*d_attn*n^2 (the seed's back-of-envelope);
+time = FLOPs / (efficiency * peak); arithmetic intensity n*d/(d+2n) against the ridge
+point peak/bandwidth.  Beside it, labelled, the term-by-term matmul count MFU uses
+(prefilltui/model/flops.py) and the ratio quick / exact.  Formulas and figures:
+prefilltui/model/roofline.py, flops.py, catalog.py.  Every number printed is an estimate.
 """
 
 from __future__ import annotations
@@ -55,7 +57,13 @@ def run(args) -> int:
                             hidden=model.hidden, peak_flops=hw.peak_flops if hw else None,
                             bandwidth_bytes_s=hw.bandwidth_bytes_s if hw else None,
                             efficiency=args.efficiency)
-    out = {**est, "model": model.to_json(), "hardware": hw.to_json() if hw else None,
+    exact = None
+    try:
+        exact = roofline.exact_estimate(model, args.tokens, peak_flops=hw.peak_flops if hw else None,
+                                        efficiency=args.efficiency, quick_flops=est["flops"])
+    except ValueError as e:  # a shape too incomplete to count: the quick figure stands alone
+        mnotes.append(f"no term-by-term count: {e}")
+    out = {**est, "exact": exact, "model": model.to_json(), "hardware": hw.to_json() if hw else None,
            "notes": mnotes + hnotes}
     if args.format == "json":
         print(json.dumps(out, indent=2))
@@ -68,7 +76,7 @@ def format_estimate(e: dict) -> str:
     """Text for an ``estimate`` dict (ms on screen; every figure marked as an estimate)."""
     m, hw = e["model"], e["hardware"]
     q = lambda unc: " (?)" if unc else ""  # noqa: E731
-    lines = [f"Prefill estimate (estimates, not measurements) — {m['name']}{q(m['uncertain'])}: "
+    lines = [f"Prefill estimate, quick 2·P figure (estimates, not measurements) — {m['name']}{q(m['uncertain'])}: "
              f"P = {m['params'] / 1e9:.3g}e9, L = {m['layers']}, d_attn = {m['attn_width']}"]
     if hw and hw.get("peak_tflops"):
         lines.append(f"  hardware: {hw['name']} {hw['dtype']} dense peak {hw['peak_tflops']:g} TFLOP/s"
@@ -76,8 +84,8 @@ def format_estimate(e: dict) -> str:
                      + q(hw["uncertain"] or str(hw.get("matched_by")).endswith("(?)")))
     lines += [
         f"  prompt:    {e['tokens']:,} tokens",
-        f"  FLOPs:     {e['flops'] / 1e12:.3g} TFLOP ({e['linear_flops'] / 1e12:.3g} linear 2·P·n + "
-        f"{e['attention_flops'] / 1e12:.3g} attention 2·L·d_attn·n²)",
+        f"  FLOPs:     {e['flops'] / 1e12:.3g} TFLOP quick 2·P estimate ({e['linear_flops'] / 1e12:.3g} "
+        f"linear 2·P·n + {e['attention_flops'] / 1e12:.3g} attention 2·L·d_attn·n²)",
         f"  attention: adds {e['attention_share']:.1%} to the linear FLOPs; equal to them near "
         f"{e['attention_equal_tokens']:,.0f} tokens",
     ]
@@ -95,5 +103,30 @@ def format_estimate(e: dict) -> str:
         ]
     else:
         lines.append("  time:      needs a peak: give --gpu NAME or --peak-tflops T")
+    lines += _exact_lines(e.get("exact"))
     lines += [f"  note: {n}" for n in e.get("notes", [])]
     return "\n".join(lines)
+
+
+def _tf(v: float) -> str:
+    return f"{v / 1e12:.3g}"
+
+
+def _exact_lines(x: dict | None) -> list[str]:
+    """The term-by-term matmul count beside the quick figure (what MFU uses)."""
+    if not x:
+        return []
+    t = x["terms"]
+    basis = {"shape": "", "params": " (linear part from P less embeddings: shape incomplete)",
+             "quick": " (linear part 2·P: vocabulary unknown)"}[x["basis"]]
+    linear = (f"projections {_tf(t['projections'])} + MLP {_tf(t['mlp'])}" if x["basis"] == "shape"
+              else f"linear {_tf(t['linear'])}")
+    out = [f"Matmul FLOPs, counted term by term (what MFU uses; estimate){basis}:",
+           f"  matmul:    {_tf(x['flops'])} TFLOP = {linear} + attention {_tf(t['attention'])} "
+           f"({x['attention_convention']}) + LM head {_tf(t['lm_head'])} (once); embeddings 0",
+           f"  ratio:     quick 2·P estimate / matmul count = {x['quick_over_exact']:.3f}"]
+    if x["time_at_peak_s"]:
+        out.append(f"  time:      {x['time_at_peak_s'] * 1e3:.1f} ms at peak, "
+                   f"{x['time_at_efficiency_s'] * 1e3:.1f} ms at {x['efficiency']:.0%} of peak; "
+                   f"{x['tokens_per_s']:,.0f} prompt tokens/s")
+    return out

@@ -4,7 +4,7 @@
 ``report`` (a saved run file) and the TUI's export; ``assess`` (slope choice, MFU,
 verdict) is the one place a fit is judged, also for the TUI's stats panel.  Data in seconds; the text
 from ``format_summary`` shows ms.  Every roofline figure is an estimate (catalog /
-datasheet values, 2*P FLOPs per token) and is labelled so.
+datasheet values, the term-by-term matmul FLOPs of ``model.flops``) and is labelled so.
 """
 
 from __future__ import annotations
@@ -14,6 +14,7 @@ from dataclasses import dataclass
 from typing import Any, Iterable
 
 from prefilltui.model import defaults, intercept, percentiles, roofline
+from prefilltui.model import flops as flopcount
 from prefilltui.model.catalog import resolve_gpu, resolve_model
 from prefilltui.model.fit import LinearFit
 from prefilltui.model.running_fit import FitSnapshot, RunningFit
@@ -27,8 +28,9 @@ SCHEMA = "prefilltui.analysis/1"
 FIT_KEYS = ("method", "intercept_s", "intercept_ci", "slope_s_per_token", "slope_ci",
             "prefill_tokens_per_s", "prefill_tokens_per_s_ci", "r2", "n", "n_offered",
             "outliers", "sampled", "x_min", "x_max", "resid_std_s", "rel_scale", "knee_tokens")
-ESTIMATE_NOTE = ("Roofline figures are estimates: datasheet peaks, 2*P FLOPs per prompt token "
-                 "plus 2*L*d_attn*n^2 for attention.")
+ESTIMATE_NOTE = ("Roofline figures are estimates: datasheet peaks and matmul FLOPs counted term "
+                 "by term from the model's shape (projections, MLP, causal attention, the LM "
+                 "head once per request; embeddings are lookups).")
 
 
 def _fit_json(fit: LinearFit | None) -> dict[str, Any]:
@@ -127,38 +129,55 @@ def _window_json(win: FitSnapshot | None, snap: FitSnapshot | None, size: int) -
 def _roofline(snap, model, hw, efficiency) -> dict[str, Any] | None:
     if model is None or not model.params:
         return None
-    P, L, d_attn = model.params, model.layers, model.d_attn
+    L, d_attn = model.layers, model.d_attn
     peak = hw.peak_flops if hw else None
-    bw = hw.bandwidth_bytes_s if hw else None
     r: dict[str, Any] = {"estimate": True, "peak_flops": peak, "ridge_point": hw.ridge_point if hw else None,
-                         "efficiency": efficiency}
+                         "efficiency": efficiency, "mfu_label": roofline.MFU_LABEL,
+                         "attention_convention": flopcount.MFU_ATTENTION}
     fit = snap.fit if snap else None
     if fit is None:
         return r
     n_top = fit.x_max
     if L and d_attn:
-        r["expected_at_max"] = roofline.estimate(P, L, d_attn, max(int(n_top), 1), hidden=model.hidden,
-                                                 peak_flops=peak, bandwidth_bytes_s=bw,
-                                                 efficiency=efficiency)
+        r["expected_at_max"] = roofline.exact_estimate(model, max(int(n_top), 1), peak_flops=peak,
+                                                       efficiency=efficiency)
         r["measured_ttft_at_max_s"] = fit.predict(n_top)
     b, r["slope_source"], source = pick_slope(snap)
     quad = snap.quadratic if snap.quadratic_applies else None
-    ach = roofline.achieved_flops(b, P)
+    f_tok, r["flop_basis"] = slope_flops(model, source, quad is not None)
+    r["flops_per_token"] = f_tok
+    ach = roofline.achieved_flops(b, f_tok)
     r["achieved_flops"] = ach
-    r["mfu"] = roofline.mfu(b, P, peak)
+    r["mfu"] = roofline.mfu(b, f_tok, peak)
     lo, hi = source.slope_ci
     r["mfu_ci"] = None
     if peak and lo > 0:
-        r["mfu_ci"] = [roofline.mfu(hi, P, peak), roofline.mfu(lo, P, peak)]
+        r["mfu_ci"] = [roofline.mfu(hi, f_tok, peak), roofline.mfu(lo, f_tok, peak)]
     elif peak and hi > 0:
-        r["mfu_ci"] = [roofline.mfu(hi, P, peak), None]
+        r["mfu_ci"] = [roofline.mfu(hi, f_tok, peak), None]
     if quad is not None and ach and L and d_attn:
-        c_exp = 2.0 * L * d_attn / ach
+        c_exp = flopcount.quadratic_coefficient(model) / ach
         r["c_expected_s_per_token2"] = c_exp
         r["c_ratio"] = quad.c_s_per_token2 / c_exp
         r["mfu_with_attention_at_max"] = roofline.mfu_with_attention(
-            (quad.intercept_s, quad.slope_s_per_token, quad.c_s_per_token2), n_top, P, L, d_attn, peak)
+            (quad.intercept_s, quad.slope_s_per_token, quad.c_s_per_token2), n_top, model, peak)
     return r
+
+
+def slope_flops(model: Any, fit: LinearFit, quadratic: bool) -> tuple[float, str]:
+    """(F', basis): the matmul FLOPs one more prompt token costs, paired with the slope
+    ``pick_slope`` returns -- the count's linear coefficient for a quadratic fit's
+    linear term, else its secant over the fitted range [x_min, x_max] (the line's
+    slope averages attention's n² cost over that range).  Without layers or
+    attention width only the linear part is counted (basis "params"/"quick")."""
+    if model.layers and model.d_attn:
+        if quadratic:
+            f = flopcount.linear_coefficient(model)
+        else:
+            f = flopcount.marginal_flops(model, fit.x_min, fit.x_max)
+        return f, flopcount.linear_flops_per_token(model)[2]
+    proj, mlp, basis = flopcount.linear_flops_per_token(model)
+    return proj + mlp, basis
 
 
 def _verdict(snap, model, hw, roof, probes) -> dict[str, str]:
@@ -192,8 +211,9 @@ def pick_slope(snap: FitSnapshot) -> tuple[float, str, LinearFit]:
 
 @dataclass(frozen=True, slots=True)
 class Assessment:
-    """A fit held against the roofline: achieved FLOP/s (2·P per prompt token times
-    1/slope), MFU (achieved / peak; None without a peak) and the verdict
+    """A fit held against the roofline: achieved FLOP/s (the matmul FLOPs one more
+    prompt token costs, ``slope_flops``, over the slope), MFU (achieved / peak; None
+    without a peak; on screen "MFU (matmul FLOPs)") and the verdict
     (``roofline.verdict`` level and sentence).  Estimates: catalog/datasheet inputs."""
 
     slope_s_per_token: float
@@ -212,10 +232,11 @@ def assess(snap: FitSnapshot | None, model: Any, hw: Any) -> Assessment | None:
     fit = snap.fit
     if fit.prefill_tokens_per_s is None:
         return None
-    b, source, _ = pick_slope(snap)
+    b, source, src_fit = pick_slope(snap)
     peak = hw.peak_flops if hw else None
-    ach = roofline.achieved_flops(b, model.params)
-    mfu = roofline.mfu(b, model.params, peak)
+    f_tok, _basis = slope_flops(model, src_fit, bool(snap.quadratic_applies and snap.quadratic))
+    ach = roofline.achieved_flops(b, f_tok)
+    mfu = roofline.mfu(b, f_tok, peak)
     level, text = roofline.verdict(
         mfu, achieved=ach, tokens_per_s=fit.prefill_tokens_per_s, max_tokens=fit.x_max,
         ridge=hw.ridge_point if hw else None, hidden=model.hidden)
@@ -335,13 +356,13 @@ def format_summary(d: dict[str, Any], *, percentile_table: bool = True) -> str:
     if roof and roof.get("achieved_flops"):
         line = f"  achieved {roof['achieved_flops'] / 1e12:.3g} TFLOP/s (from the {roof['slope_source']} slope)"
         if roof.get("mfu") is not None:
-            line += f" = MFU {roof['mfu']:.1%}"
+            line += f" = {roofline.MFU_LABEL} {roof['mfu']:.1%}"
             if roof.get("mfu_ci"):
                 line += " " + _ci(roof["mfu_ci"], lambda v: f"{v:.1%}")
         out.append(line)
         e = roof.get("expected_at_max")
         if e and e.get("time_at_peak_s"):
-            out.append(f"  at {e['tokens']:,} tokens: {e['flops'] / 1e12:.3g} TFLOP, expected "
+            out.append(f"  at {e['tokens']:,} tokens: {e['flops'] / 1e12:.3g} TFLOP (matmul), expected "
                        f"{units.ms(e['time_at_peak_s'])} at peak, {units.ms(e['time_at_efficiency_s'])} at "
                        f"{e['efficiency']:.0%}; fitted TTFT {units.ms(roof['measured_ttft_at_max_s'])}")
     out += percentiles.format_lines(d.get("percentiles"), by_length=percentile_table)

@@ -11,6 +11,8 @@ import math
 import statistics
 from typing import Any, Iterable, Sequence
 
+from prefilltui.model import flops
+from prefilltui.model.catalog import shape_from_json
 from prefilltui.model.types import ProbeResult
 from prefilltui.model.units import MISSING
 
@@ -59,18 +61,18 @@ def lengths_for_depth(lengths: Iterable[int], depth: int, cap: int | None) -> li
     return sorted({n for n in lengths if cap is None or depth + n <= cap})
 
 
-def expected_slope(xs: Sequence[float], depth: int, params: float, layers: int,
-                   d_attn: int) -> float | None:
-    """Least-squares slope (FLOPs per new token) of the formula's FLOPs
-    2*P*n + 4*L*d_attn*(D*n + n^2/2) over the new-token counts ``xs``; None with
-    fewer than 2 distinct counts.  An estimate."""
+def expected_slope(xs: Sequence[float], depth: int, model: flops.Shape) -> float | None:
+    """Least-squares slope (FLOPs per new token) of the request's matmul FLOPs
+    F(n; D) = f0 + f1(D)·n + f2·n² (``flops.polynomial``, causal attention) over the
+    new-token counts ``xs``; None with fewer than 2 distinct counts.  An estimate."""
     if len(set(xs)) < 2:
         return None
     mx = statistics.fmean(xs)
     var = statistics.fmean([(x - mx) ** 2 for x in xs])
     mx2 = statistics.fmean([x * x for x in xs])
     cov = statistics.fmean([(x - mx) * (x * x - mx2) for x in xs])
-    return 2.0 * params + 4.0 * layers * d_attn * depth + 2.0 * layers * d_attn * cov / var
+    _f0, f1, f2 = flops.polynomial(model, depth)
+    return f1 + f2 * cov / var
 
 
 def _points(results: Iterable[ProbeResult]) -> dict[int, list[tuple[int, float, ProbeResult]]]:
@@ -101,7 +103,8 @@ def depth_table(results: Iterable[ProbeResult], model: dict[str, Any] | None = N
     formula's expected ratio.  Rows: depth, prefix_tokens, cached_tokens (median of the
     verified probes), probes, verified, flagged, fit (LinearFit JSON over new tokens,
     None with too few points), ratio (slope / depth-0 slope), expected_ratio (formula,
-    estimate), per_token_flops (formula 2P + 4 L d_attn (D + mean n / 2), estimate).
+    estimate), per_token_flops (matmul FLOPs per new token at the mean new-token count:
+    linear + 4·L·d_attn·(D + (n+1)/2), ``model.flops``, causal; estimate).
     """
     from prefilltui.model import fit as fitmod
 
@@ -109,9 +112,9 @@ def depth_table(results: Iterable[ProbeResult], model: dict[str, Any] | None = N
     by = _points(results)
     if not any(d > 0 for d in by):
         return None
-    P = L = da = None
-    if model:
-        P, L, da = model.get("params"), model.get("layers"), model.get("attn_width")
+    shape = shape_from_json(model) if model else None
+    if shape is not None and not (shape.params and shape.layers and shape.d_attn):
+        shape = None
     rows: list[dict[str, Any]] = []
     for d in sorted(by):
         pts = by[d]
@@ -137,25 +140,27 @@ def depth_table(results: Iterable[ProbeResult], model: dict[str, Any] | None = N
             "ratio": None, "expected_ratio": None, "per_token_flops": None,
             "_xs": xs,
         }
-        if P and L and da and xs:
-            row["per_token_flops"] = 2.0 * P + 4.0 * L * da * (d + row["mean_new_tokens"] / 2)
+        if shape is not None and xs:
+            c = flops.count(shape, row["mean_new_tokens"], d)
+            row["per_token_flops"] = (c.total - c.lm_head) / row["mean_new_tokens"]
         rows.append(row)
     base = rows[0] if rows[0]["depth"] == 0 else None
-    e0 = expected_slope(base["_xs"], 0, P, L, da) if base is not None and P and L and da else None
+    e0 = expected_slope(base["_xs"], 0, shape) if base is not None and shape is not None else None
     for row in rows:
         xs = row.pop("_xs")
         if base is None:
             continue
         if base["slope_s_per_token"] and row["slope_s_per_token"] is not None:
             row["ratio"] = row["slope_s_per_token"] / base["slope_s_per_token"]
-        e = expected_slope(xs, row["depth"], P, L, da) if e0 else None
+        e = expected_slope(xs, row["depth"], shape) if e0 else None
         if e0 and e:
             row["expected_ratio"] = e / e0
     notes = []
     if base is None:
         notes.append("no depth-0 probes: ratios need the ordinary sweep")
     return {"rows": rows, "estimate": True, "notes": notes,
-            "formula": "per new token at depth D: 2*P + 4*L*d_attn*(D + n/2) FLOPs (estimate)"}
+            "formula": "per new token at depth D: linear matmuls + 4*L*d_attn*(D + (n+1)/2) FLOPs "
+                       "(causal attention; estimate)"}
 
 
 def format_depth(t: dict[str, Any] | None) -> list[str]:
@@ -183,8 +188,8 @@ def format_depth(t: dict[str, Any] | None) -> list[str]:
                    f"{_x(r['ratio']):>6} {_x(r['expected_ratio']):>8}")
     out.append("  prefix, cached: server-counted tokens; probes: verified/sent; ratio: slope / "
                "depth-0 slope;")
-    out.append("  formula: the same ratio from 2P + 4·L·d_attn·(D + n/2) FLOPs per new token "
-               "(estimate)")
+    out.append("  formula: the same ratio from the matmul FLOPs per new token, linear + "
+               "4·L·d_attn·(D + (n+1)/2) (estimate)")
     for r in t["rows"]:
         if r["flagged"]:
             out.append(f"  depth {r['depth']:,}: {r['flagged']} probe(s) left out: "

@@ -301,10 +301,10 @@ def roofline_analysis(args: Any) -> Analysis:
 
     Model shape: flags > --model-config > server metadata > catalog; hardware: --gpu >
     the telemetry's first NVML name; resolved once per (server, device names) and
-    cached.  Lines: expected prefill time FLOPs(n)/peak and FLOPs(n)/(peak*efficiency)
-    (formulas: shared/reference/hardware-and-models.md).
+    cached.  Lines: expected prefill time FLOPs(n)/peak and FLOPs(n)/(peak*efficiency),
+    FLOPs(n) the matmul count of ``model.flops`` (causal attention, LM head once).
     """
-    from prefilltui.model import roofline
+    from prefilltui.model import flops as flopcount
     from prefilltui.model.catalog import resolve_gpu, resolve_model
 
     efficiency = float(getattr(args, "efficiency", None) or defaults.EFFICIENCY)
@@ -335,12 +335,12 @@ def roofline_analysis(args: Any) -> Analysis:
             if snap is not None and linear_of(snap) is not None:
                 view.notes.append("FLOP/s and MFU need --params (or --model-config)")
             return view
-        P, L, d = model.params, model.layers, model.d_attn
-        if peak and L and d:
+        if peak and model.layers and model.d_attn:
+            f0, f1, f2 = flopcount.polynomial(model)  # matmul FLOPs of one request
             view.lines = [
-                ("peak", lambda n, P=P, L=L, d=d, pk=peak: roofline.prefill_flops(n, P, L, d) / pk),
-                (f"{efficiency:.0%}", lambda n, P=P, L=L, d=d, pk=peak:
-                    roofline.prefill_flops(n, P, L, d) / (pk * efficiency)),
+                ("peak", lambda n, k=(f0, f1, f2), pk=peak: _flops(n, k) / pk),
+                (f"{efficiency:.0%}", lambda n, k=(f0, f1, f2), pk=peak:
+                    _flops(n, k) / (pk * efficiency)),
             ]
         fit = linear_of(snap)
         if fit is None or not fit.slope_s_per_token or fit.slope_s_per_token <= 0:
@@ -355,6 +355,11 @@ def roofline_analysis(args: Any) -> Analysis:
         return view
 
     return analysis
+
+
+def _flops(n: Any, k: tuple[float, float, float]) -> Any:
+    """f0 + f1 n + f2 n² for a scalar or ndarray n (``flops.polynomial``)."""
+    return k[0] + k[1] * n + k[2] * n * n
 
 
 def with_baseline(analysis: Analysis, baseline_fit: LinearFit | None) -> Analysis:
