@@ -158,9 +158,11 @@ class Counters:
             self.last_cached_tokens = r.cached_tokens
 
     def server_fixed_cost(self) -> dict[str, Any] | None:
-        """``intercept.server_fixed_cost`` of ``server_timed``, recomputed only when a
-        probe was added since the last call."""
-        if self._server_fixed[0] != self.server_timed_added:
+        """``intercept.server_fixed_cost`` of ``server_timed``, recomputed once the
+        server-timed probes have grown by 5 % (every probe up to 20 of them): a slow
+        quantity, and its robust fit on every redraw was ~3 % of the app's CPU."""
+        last = self._server_fixed[0]
+        if last < 0 or self.server_timed_added - last >= max(1, last // 20):
             self._server_fixed = (self.server_timed_added,
                                   intercept.server_fixed_cost(list(self.server_timed)))
         return self._server_fixed[1]
