@@ -535,15 +535,21 @@ class ProbeClient:
             r.ok, r.error_kind, r.error_message = False, kind, (message or kind)[:1000]
         return r
 
+    def _next_request_id(self) -> str:
+        """``prefilltui-<client session>-<n>``: the X-Request-Id of the next request."""
+        self._requests += 1
+        return f"prefilltui-{self._session_id}-{self._requests}"
+
     async def _send(self, url: str, body: dict, r: ProbeResult, stamps: dict[str, float],
-                    rid: str, resends: list[dict[str, str]]) -> httpx.Response:
+                    rid: str | None = None, resends: list[dict[str, str]] | None = None
+                    ) -> httpx.Response:
         """POST ``body`` (streamed), following 307/308 redirects that keep the method
         and body (at most ``gateway.MAX_REDIRECTS``; the API key only to the same
         origin); ``extra["redirected"]`` says where to.  Other 3xx are answered
         as they are (``_http_error`` explains them)."""
         accept = {"Accept": "text/event-stream", "Accept-Encoding": "identity",
-                  REQUEST_ID_HEADER: rid}
-        ext = {"trace": _tracer(stamps), RESENDS: resends}
+                  REQUEST_ID_HEADER: rid or self._next_request_id()}
+        ext = {"trace": _tracer(stamps), RESENDS: [] if resends is None else resends}
         req = self._http.build_request("POST", url, json=body, headers=accept, extensions=ext)
         origin = req.url
         resp = await self._http.send(req, stream=True, follow_redirects=False)
@@ -567,9 +573,7 @@ class ProbeClient:
     async def _stream(self, url: str, body: dict, r: ProbeResult) -> None:
         stamps: dict[str, float] = {}
         resends: list[dict[str, str]] = []
-        self._requests += 1
-        rid = f"prefilltui-{self._session_id}-{self._requests}"
-        r.extra["request_id"] = rid
+        rid = r.extra["request_id"] = self._next_request_id()
         r.started_at = time.time()
         t0 = r.t_send = time.perf_counter()
         try:
