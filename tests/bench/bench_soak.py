@@ -172,8 +172,9 @@ def match_requests(requests: list, server_log: list[tuple[str, str]]) -> dict:
     ``extra.request_id`` and ``extra.resends``) with the server's log lines
     (outcome, X-Request-Id), request by request.  A request the server never saw
     (refused connection) has no line; one resent after a response-less close has a
-    line for each send that reached the server; the last line's outcome must be what
-    the probe recorded (``EXPECTED_KIND``), the earlier ones a close without a
+    line for each send that reached the server (a resend that failed after the
+    server crashed on the first send reached none); the last line's outcome must be
+    what the probe recorded (``EXPECTED_KIND``), the earlier ones a close without a
     response.  Returns {"matched", "refused", "resends", "issues"}."""
     by_id: dict[str, list[str]] = {}
     for outcome, rid in server_log:
@@ -195,6 +196,11 @@ def match_requests(requests: list, server_log: list[tuple[str, str]]) -> dict:
             refused += 1
         lines = by_id.get(rid, [])
         kind = "ok" if r.ok else r.error_kind
+        failed_resends = sum(1 for x in sends if x.get("resend_error"))
+        if lines and lines[-1] == "restart" and 0 < reached - len(lines) <= failed_resends:
+            # the server died on that send: the resends after it met no server (its
+            # listening socket outlives it, so they fail unread, not refused)
+            reached = len(lines)
         if len(lines) != reached:
             issues.append(f"{rid} ({kind}, {len(sends)} resent): server logged {len(lines)}, "
                           f"expected {reached}")
