@@ -35,6 +35,7 @@ Process metrics (``process_*``, ``python_*``) come from prometheus-client's coll
 
 from __future__ import annotations
 
+import math
 import platform
 from typing import Iterable, Iterator, Sequence
 
@@ -119,14 +120,17 @@ def families(snaps: Sequence[TargetSnapshot]) -> list[Metric]:
             ttft.add_metric(lv + [str(h.tokens)], buckets, h.sum_s)
         f = s.fit
         if f is not None:
+            roof = s.summary.roofline if s.summary is not None else None
+            m_lo, m_hi = (roof.mfu_ci or (None, None)) if roof is not None else (None, None)
             npts.add_metric(lv, f.n)
             a.add_metric(lv, f.intercept_s)
             b.add_metric(lv, f.slope_s_per_token)
             for fam, v in ((a_lo, f.intercept_ci[0]), (a_hi, f.intercept_ci[1]),
-                           (tp, f.throughput_tok_s), (tp_lo, f.throughput_ci[0]),
-                           (tp_hi, f.throughput_ci[1]), (mfu, f.mfu), (mfu_lo, f.mfu_ci[0]),
-                           (mfu_hi, f.mfu_ci[1])):
-                if v is not None:
+                           (tp, f.prefill_tokens_per_s), (tp_lo, f.prefill_tokens_per_s_ci[0]),
+                           (tp_hi, f.prefill_tokens_per_s_ci[1]),
+                           (mfu, roof.mfu if roof is not None else None), (mfu_lo, m_lo),
+                           (mfu_hi, m_hi)):
+                if v is not None and math.isfinite(v):
                     fam.add_metric(lv, float(v))
         if s.verdict is not None:
             verdict.add_metric(lv, {v: v == s.verdict for v in VERDICTS})

@@ -18,11 +18,13 @@ All figures are estimates; callers must label them so.
 
 from __future__ import annotations
 
-from typing import Any
+from dataclasses import asdict, dataclass
+from typing import Any, Literal
 
 import numpy as np
 
 from prefilltui.model import flops as flopcount
+from prefilltui.model.types import JsonObject
 
 #: MFU thresholds for the verdict.  Tuned engines reach ~40-55 % of dense peak on
 #: prompts >= 2k tokens and plain matmuls ~80 % ("MAMF", reference file), so >= 40 %
@@ -71,17 +73,49 @@ def ridge_point(peak_flops: float, bandwidth_bytes_s: float) -> float:
     return peak_flops / bandwidth_bytes_s
 
 
+@dataclass(frozen=True, slots=True)
+class PrefillEstimate:
+    """A back-of-envelope prefill estimate for one prompt of ``tokens`` tokens (every
+    value an estimate).  FLOPs: ``flops`` = ``linear_flops`` (2*P*n) +
+    ``attention_flops`` (2*L*d_attn*n^2); ``attention_share`` = attention / linear,
+    ``attention_fraction`` = attention / total, ``attention_equal_tokens`` where they
+    are equal.  ``arithmetic_intensity`` (FLOP/byte, d = ``arithmetic_intensity_d``)
+    against ``ridge_point``: ``bound`` "compute" | "memory" (None without a ridge).
+    Times in seconds at the peak and at ``efficiency`` of it, ``tokens_per_s`` at the
+    efficiency; None when the peak is unknown."""
+
+    tokens: int
+    flops: float
+    linear_flops: float
+    attention_flops: float
+    attention_share: float
+    attention_fraction: float
+    attention_equal_tokens: float
+    arithmetic_intensity: float
+    arithmetic_intensity_d: int
+    ridge_point: float | None
+    bound: Literal["compute", "memory"] | None
+    peak_flops: float | None
+    efficiency: float
+    time_at_peak_s: float | None
+    time_at_efficiency_s: float | None
+    tokens_per_s: float | None
+    linear_time_at_peak_s: float | None
+    linear_time_at_efficiency_s: float | None
+    estimate: bool = True
+
+    def to_json(self) -> JsonObject:
+        return asdict(self)
+
+
 def estimate(params: float, layers: int, d_attn: int, tokens: int, *, hidden: int | None = None,
              peak_flops: float | None = None, bandwidth_bytes_s: float | None = None,
-             efficiency: float = 0.5) -> dict[str, Any]:
-    """Back-of-envelope prefill estimate for one prompt (all values estimates).
+             efficiency: float = 0.5) -> PrefillEstimate:
+    """Back-of-envelope prefill estimate for one prompt (``PrefillEstimate``; all values
+    estimates).  Times/ridge are None when the peak/bandwidth is unknown.
 
-    Keys: flops, linear_flops, attention_flops, attention_share (attention / linear),
-    attention_fraction (attention / total), attention_equal_tokens,
-    arithmetic_intensity (d = ``hidden``, or d_attn), ridge_point, bound ("compute" |
-    "memory" | None), time_at_peak_s, time_at_efficiency_s, tokens_per_s (at the
-    efficiency), efficiency.  Times/ridge are None when the peak/bandwidth is unknown.
-    Raises ValueError for non-positive inputs.
+    Raises:
+        ValueError: for non-positive inputs or an efficiency outside (0, 1.5].
     """
     if min(params, layers, d_attn, tokens) <= 0 or not 0 < efficiency <= 1.5:
         raise ValueError("params, layers, d_attn and tokens must be > 0, efficiency in (0, 1.5]")
@@ -93,37 +127,65 @@ def estimate(params: float, layers: int, d_attn: int, tokens: int, *, hidden: in
     ridge = ridge_point(peak_flops, bandwidth_bytes_s) if peak_flops and bandwidth_bytes_s else None
     t_peak = flops / peak_flops if peak_flops else None
     t_eff = flops / (peak_flops * efficiency) if peak_flops else None
-    return {
-        "tokens": int(tokens), "flops": flops, "linear_flops": lin, "attention_flops": att,
-        "attention_share": att / lin, "attention_fraction": att / flops,
-        "attention_equal_tokens": attention_equal_tokens(params, layers, d_attn),
-        "arithmetic_intensity": ai, "arithmetic_intensity_d": d, "ridge_point": ridge,
-        "bound": None if ridge is None else ("compute" if ai >= ridge else "memory"),
-        "peak_flops": peak_flops, "efficiency": efficiency,
-        "time_at_peak_s": t_peak, "time_at_efficiency_s": t_eff,
-        "tokens_per_s": tokens / t_eff if t_eff else None,
-        "linear_time_at_peak_s": lin / peak_flops if peak_flops else None,
-        "linear_time_at_efficiency_s": lin / (peak_flops * efficiency) if peak_flops else None,
-        "estimate": True,
-    }
+    return PrefillEstimate(
+        tokens=int(tokens), flops=flops, linear_flops=lin, attention_flops=att,
+        attention_share=att / lin, attention_fraction=att / flops,
+        attention_equal_tokens=attention_equal_tokens(params, layers, d_attn),
+        arithmetic_intensity=ai, arithmetic_intensity_d=d, ridge_point=ridge,
+        bound=None if ridge is None else ("compute" if ai >= ridge else "memory"),
+        peak_flops=peak_flops, efficiency=efficiency,
+        time_at_peak_s=t_peak, time_at_efficiency_s=t_eff,
+        tokens_per_s=tokens / t_eff if t_eff else None,
+        linear_time_at_peak_s=lin / peak_flops if peak_flops else None,
+        linear_time_at_efficiency_s=lin / (peak_flops * efficiency) if peak_flops else None)
+
+
+@dataclass(frozen=True, slots=True)
+class MatmulEstimate:
+    """The term-by-term matmul FLOPs of one prompt of ``tokens`` tokens and its
+    expected prefill time (every value an estimate).  ``terms``: the count by term
+    (``flops.FlopCount``); ``basis`` and ``attention_convention`` as there.  Times in
+    seconds at the peak and at ``efficiency`` of it, ``tokens_per_s`` at the
+    efficiency (None without a peak); ``quick_over_exact``: the quick 2·P figure over
+    this count, when it was given."""
+
+    tokens: int
+    flops: float
+    terms: flopcount.FlopCount
+    basis: flopcount.Basis
+    attention_convention: flopcount.Attention
+    efficiency: float
+    time_at_peak_s: float | None
+    time_at_efficiency_s: float | None
+    tokens_per_s: float | None
+    quick_over_exact: float | None = None
+    estimate: bool = True
+
+    def to_json(self) -> JsonObject:
+        return {"tokens": self.tokens, "flops": self.flops, "terms": self.terms.to_json(),
+                "basis": self.basis, "attention_convention": self.attention_convention,
+                "efficiency": self.efficiency, "time_at_peak_s": self.time_at_peak_s,
+                "time_at_efficiency_s": self.time_at_efficiency_s,
+                "tokens_per_s": self.tokens_per_s, "quick_over_exact": self.quick_over_exact,
+                "estimate": self.estimate}
 
 
 def exact_estimate(model: flopcount.Shape, tokens: int, *, peak_flops: float | None = None,
-                   efficiency: float = 0.5, quick_flops: float | None = None) -> dict[str, Any]:
-    """The term-by-term (matmul) FLOPs of one prompt of ``tokens`` and its expected
-    time (estimates).  Keys: tokens, flops, terms (``FlopCount.to_json``), basis,
-    attention_convention, time_at_peak_s, time_at_efficiency_s, tokens_per_s,
-    efficiency, quick_over_exact (``quick_flops`` / flops, when given).  Raises
-    ValueError as ``flops.count``."""
+                   efficiency: float = 0.5, quick_flops: float | None = None) -> MatmulEstimate:
+    """The matmul count of one prompt and its expected time (``MatmulEstimate``).
+
+    Raises:
+        ValueError: as ``flops.count`` (a shape without layers / attention width / params).
+    """
     c = flopcount.count(model, tokens)
     t_peak = c.total / peak_flops if peak_flops else None
     t_eff = c.total / (peak_flops * efficiency) if peak_flops else None
-    return {"tokens": int(tokens), "flops": c.total, "terms": c.to_json(), "basis": c.basis,
-            "attention_convention": c.attention_convention, "efficiency": efficiency,
-            "time_at_peak_s": t_peak, "time_at_efficiency_s": t_eff,
-            "tokens_per_s": tokens / t_eff if t_eff else None,
-            "quick_over_exact": quick_flops / c.total if quick_flops and c.total else None,
-            "estimate": True}
+    return MatmulEstimate(
+        tokens=int(tokens), flops=c.total, terms=c, basis=c.basis,
+        attention_convention=c.attention_convention, efficiency=efficiency,
+        time_at_peak_s=t_peak, time_at_efficiency_s=t_eff,
+        tokens_per_s=tokens / t_eff if t_eff else None,
+        quick_over_exact=quick_flops / c.total if quick_flops and c.total else None)
 
 
 def achieved_flops(slope_s_per_token: float, flops_per_token: float) -> float | None:

@@ -169,7 +169,7 @@ def _refused(message: str | None) -> bool:
 
 def match_requests(requests: list, server_log: list[tuple[str, str]]) -> dict:
     """Match the run file's requests (calibration lines and probes, each with its
-    ``extra.request_id`` and ``extra.resends``) with the server's log lines
+    ``notes.request_id`` and ``notes.resends``) with the server's log lines
     (outcome, X-Request-Id), request by request.  A request the server never saw
     (refused connection) has no line; one resent after a response-less close has a
     line for each send that reached the server (a resend that failed after the
@@ -183,20 +183,20 @@ def match_requests(requests: list, server_log: list[tuple[str, str]]) -> dict:
     matched = refused = resends = 0
     seen: set[str] = set()
     for r in requests:
-        rid = r.extra.get("request_id")
+        rid = r.notes.request_id
         if not rid:
             issues.append(f"probe {r.seq}: no request id")
             continue
         seen.add(rid)
-        sends = r.extra.get("resends") or []
+        sends = r.notes.resends
         resends += len(sends)
-        reached = 1 + sum(1 for x in sends if not _refused(x.get("resend_error")))
+        reached = 1 + sum(1 for x in sends if not _refused(x.resend_error))
         if not sends and r.error_kind == "connect" and _refused(r.error_message):
             reached = 0  # refused: the request never reached the server
             refused += 1
         lines = by_id.get(rid, [])
         kind = "ok" if r.ok else r.error_kind
-        failed_resends = sum(1 for x in sends if x.get("resend_error"))
+        failed_resends = sum(1 for x in sends if x.resend_error)
         if lines and lines[-1] == "restart" and 0 < reached - len(lines) <= failed_resends:
             # the server died on that send: the resends after it met no server (its
             # listening socket outlives it, so they fail unread, not refused)

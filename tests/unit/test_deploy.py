@@ -15,7 +15,10 @@ import pytest
 
 from prefilltui.exporter.collector import families
 from prefilltui.exporter.config import load_toml
-from prefilltui.exporter.target import Fit, LengthHistogram, TargetSnapshot
+from prefilltui.exporter.target import LengthHistogram, TargetSnapshot
+from prefilltui.model.analysis import analyze
+from prefilltui.model.types import ProbeResult, ServerInfo
+from prefilltui.options import AnalysisOptions, RooflineSpec
 
 DEPLOY = Path(__file__).resolve().parents[2] / "deploy"
 PROMTOOL = shutil.which("promtool")
@@ -43,13 +46,20 @@ def test_promtool_rule_unit_tests_fire_and_stay_quiet():
 
 
 def _served_names() -> set[str]:
+    """Every series name the exporter serves for a target with a full window summary
+    (a fit with bounds, MFU with bounds, a verdict and the TTFT parts)."""
+    window = [ProbeResult(seq=i, ok=True, requested_tokens=n, prompt_tokens=n,
+                          ttft_s=(0.02 + 1e-4 * n) * (1 + 0.01 * (-1) ** i),
+                          server_prefill_s=0.004 + 1e-4 * n, queue_s=0.001, overhead_s=0.015)
+              for i, n in enumerate([64, 256, 1024, 2048] * 3)]
+    summary = analyze(window, ServerInfo(kind="vllm", model="m"), AnalysisOptions(
+        roofline=RooflineSpec(params=8e9, peak_tflops=989)))
+    assert summary.roofline.mfu_ci is not None and summary.fit is not None
     snap = TargetSnapshot(
         target="t", model="m", server_kind="vllm", api="completions", interval_s=15.0,
         up=True, last_probe_ts=1.0, last_success_ts=1.0, probes=((("ok", ""), 1),),
-        histograms=(LengthHistogram(64, (1,) * 14, 0.1, 1),),
-        fit=Fit(n=5, intercept_s=0.02, intercept_ci=(0.01, 0.03), slope_s_per_token=1e-4,
-                throughput_tok_s=1e4, throughput_ci=(9e3, 1.1e4), mfu=0.4, mfu_ci=(0.3, 0.5)),
-        verdict="healthy", parts_s=(("overhead", 0.01),))
+        histograms=(LengthHistogram(64, (1,) * 14, 0.1, 1),), summary=summary)
+    assert snap.verdict is not None and snap.parts_s
     names = set()
     for fam in families([snap]):
         names |= {s.name for s in fam.samples}
@@ -74,7 +84,7 @@ def test_dashboard_is_valid_json_with_a_target_variable():
 
 def test_example_targets_and_systemd_command_line_parse():
     targets = load_toml(str(DEPLOY / "targets.example.toml"))
-    assert len(targets) == 2 and targets[0].gpu == "H100 SXM"
+    assert len(targets) == 2 and targets[0].roofline.gpu == "H100 SXM"
     unit = (DEPLOY / "prefilltui-exporter.service").read_text().replace("\\\n", " ")
     line = re.search(r"^ExecStart=(.*)$", unit, re.M).group(1)
     argv = shlex.split(line)

@@ -3,6 +3,7 @@
 
 import pytest
 
+from prefilltui.model.types import ProbeResult
 from tests.fakeserver import Reply, llama_routes, models_reply, sse_data, sse_delta, sse_done, sse_text
 from prefilltui.measure.probe import ProbeClient
 
@@ -37,7 +38,7 @@ async def test_split_reads_stamp_on_completing_read(fake_server):
     assert r.ttfb_s < 0.2
     # " world" is a second token for max_tokens 1: the cap was ignored, the stream is
     # closed at that read (issue 22), not read on to [DONE] at 0.70
-    assert "ignored max_tokens 1" in r.extra["cap_ignored"]
+    assert "ignored max_tokens 1" in r.notes.cap_ignored
     assert 0.29 <= r.total_s < 0.6
 
 
@@ -89,7 +90,7 @@ async def test_context_length(fake_server, status, body):
     r = await run_probe(srv)
     assert r.error_kind == "context_length" and r.http_status == status
     if status == 400:
-        assert "4390 > 4096" in r.error_message and r.extra["n_ctx"] == 4096
+        assert "4390 > 4096" in r.error_message and r.notes.n_ctx == 4096
 
 
 async def test_rate_limited_retry_after(fake_server):
@@ -114,7 +115,7 @@ async def test_http_error_and_no_token_and_protocol(fake_server):
     r = await run_probe(srv)
     # one JSON completion for stream: true: the whole answer at the end, TTFT unknown
     assert r.error_kind == "buffered" and "did not stream" in r.error_message
-    assert r.ttft_s is None and r.extra["arrival_s"] > 0
+    assert r.ttft_s is None and r.arrival_s > 0
     srv.set("POST /v1/completions", Reply.sse([(0, sse_text("x"))], truncate=True))
     r = await run_probe(srv)
     assert not r.ok and r.error_kind in ("protocol", "connect")
@@ -186,8 +187,8 @@ async def test_rejected_optional_field_is_dropped(fake_server):
         r1 = await c.probe(8, prompt="x")
         r2 = await c.probe(8, prompt="x")
     # resent at once without the field; later probes never send it
-    assert r1.ok and r1.extra["rejected_field"]["field"] == "stream_options"
-    assert r2.ok and "rejected_field" not in r2.extra
+    assert r1.ok and r1.notes.rejected_field.field == "stream_options"
+    assert r2.ok and r2.notes.rejected_field is None
     sent = [q.json for q in srv.requests if q.method == "POST"]
     assert ["stream_options" in b for b in sent] == [True, False, False]
 
@@ -222,15 +223,18 @@ async def test_stale_keepalive_connection_is_resent_once_not_failed(fake_server)
         Reply(drop=True), Reply.sse([(0.05, sse_text("Hi")), (0.06, sse_done())])]})
     r = await run_probe(srv)
     assert r.ok, r.error_message
-    assert r.extra.get("resent_on_stale_connection") is True
+    assert r.notes.resent_on_stale_connection is True
     posts = [q for q in srv.requests if q.method == "POST"]
     assert len(posts) == 2
     # one request id for both sends, the resend recorded with its reason
-    rid = r.extra["request_id"]
+    rid = r.notes.request_id
     assert [q.headers["x-request-id"] for q in posts] == [rid, rid]
-    assert len(r.extra["resends"]) == 1 and "stale connection" in r.extra["resends"][0]["reason"]
-    assert "resend_error" not in r.extra["resends"][0]
-    assert r.connect_s is not None and r.extra.get("connect_excluded")
+    assert len(r.notes.resends) == 1 and "stale connection" in r.notes.resends[0].reason
+    assert r.notes.resends[0].resend_error is None
+    assert r.connect_s is not None and r.notes.connect_excluded
+    # the run file keeps them under extra, and reads them back
+    back = ProbeResult.from_json(r.to_json())
+    assert back.notes.request_id == rid and back.notes.resends == r.notes.resends
     assert 0.04 <= r.ttft_s < 0.5
 
 
@@ -241,7 +245,7 @@ async def test_a_resend_that_fails_is_still_recorded(fake_server):
     r = await run_probe(srv)
     assert not r.ok and r.error_kind == "protocol"
     assert sum(q.method == "POST" for q in srv.requests) == 2
-    assert len(r.extra["resends"]) == 1 and r.extra["resends"][0]["resend_error"]
+    assert len(r.notes.resends) == 1 and r.notes.resends[0].resend_error
 
 
 async def test_each_probe_has_its_own_request_id(fake_server):
@@ -250,5 +254,5 @@ async def test_each_probe_has_its_own_request_id(fake_server):
     async with ProbeClient(srv.base_url, timeout=5) as c:
         a, b = await c.probe(8, prompt="x"), await c.probe(8, prompt="x")
     ids = [q.headers["x-request-id"] for q in srv.requests if q.method == "POST"]
-    assert ids == [a.extra["request_id"], b.extra["request_id"]] and ids[0] != ids[1]
-    assert ids[0].startswith("prefilltui-") and "resends" not in a.extra
+    assert ids == [a.notes.request_id, b.notes.request_id] and ids[0] != ids[1]
+    assert ids[0].startswith("prefilltui-") and not a.notes.resends
