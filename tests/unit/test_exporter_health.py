@@ -12,12 +12,18 @@ import pytest
 from tests.fakeserver import Reply, models_reply, sse_data, sse_done, sse_text
 from prefilltui.cli import main
 from prefilltui.exporter.collector import families
-from prefilltui.exporter.config import TargetConfig, check, load_toml
+from prefilltui.exporter.config import check, load_toml, target
 from prefilltui.exporter.health import (Expected, explicit_baseline, hang_threshold,
-                                        length_medians, ttft_buckets, window_health)
-from prefilltui.exporter.target import Fit, TargetProber, TargetSnapshot
+                                        length_medians, roofline_expected, ttft_buckets)
+from prefilltui.exporter.target import TargetProber, TargetSnapshot, window_health
 from prefilltui.measure.runfile import RunWriter
+from prefilltui.model.analysis import analyze
 from prefilltui.model.types import ProbeResult
+
+
+def _cfg(url: str = "http://a", **keys):
+    """A checked TargetConfig from TOML-style keys."""
+    return check(target(url, **keys))
 
 
 def _results(b: float = 1e-4, lengths=(64, 256, 1024, 2048), reps: int = 3) -> list[ProbeResult]:
@@ -54,10 +60,10 @@ def test_toml_baseline_and_freshness_keys(tmp_path):
                  '[[target]]\nurl = "http://b"\nexpected_throughput = "roofline"\n\n'
                  '[[target]]\nurl = "http://c"\nbaseline_run = "runs/healthy.jsonl"\n')
     a, b, c = load_toml(str(f))
-    assert (a.expected_throughput, a.stale_after_s, a.hang_after) == (18000.0, 90.0, 20.0)
-    assert b.expected_throughput == "roofline" and b.stale_after_s == 4 * b.interval
+    assert (a.expected_throughput, a.stale_window_s, a.hang_after_s) == (18000.0, 90.0, 20.0)
+    assert b.expected_throughput == "roofline" and b.stale_window_s == 4 * b.interval_s
     assert c.baseline_run == str(tmp_path / "runs" / "healthy.jsonl")  # next to the TOML file
-    assert a.timeout == 120.0  # the real default, as the histogram's last bucket
+    assert a.probe.timeout_s == 120.0  # the real default, as the histogram's last bucket
 
 
 @pytest.mark.parametrize("body,words", [
@@ -83,16 +89,14 @@ def test_baseline_run_gives_the_expected_throughput(tmp_path):
     for r in _results(b=1e-4):
         w.append(r)
     w.close()
-    cfg = check(TargetConfig(url="http://a", name="gpu-a", baseline_run=str(run)))
-    e = explicit_baseline(cfg)
+    e = explicit_baseline(_cfg(name="gpu-a", baseline_run=str(run)))
     assert e is not None and e.source == "baseline_run" and abs(e.tokens_per_s / 1e4 - 1) < 0.02
-    assert explicit_baseline(check(TargetConfig(url="http://a", expected_throughput=5e3))) == \
-        Expected(5e3, "config")
-    assert explicit_baseline(check(TargetConfig(url="http://a", expected_throughput="roofline"))) is None
+    assert explicit_baseline(_cfg(expected_throughput=5e3)) == Expected(5e3, "config")
+    assert explicit_baseline(_cfg(expected_throughput="roofline")) is None
     bad = tmp_path / "bad.jsonl"
     bad.write_text("")
     with pytest.raises(ValueError, match="target 'gpu-a': baseline_run .*bad.jsonl"):
-        explicit_baseline(check(TargetConfig(url="http://a", name="gpu-a", baseline_run=str(bad))))
+        explicit_baseline(_cfg(name="gpu-a", baseline_run=str(bad)))
 
 
 def test_exporter_refuses_a_baseline_run_without_a_fit(tmp_path, capsys):
@@ -105,21 +109,23 @@ def test_exporter_refuses_a_baseline_run_without_a_fit(tmp_path, capsys):
 
 
 def test_roofline_expected_throughput_is_efficiency_times_peak_over_2p():
-    cfg = check(TargetConfig(url="http://a", params=8e9, peak_tflops=989.0, efficiency=0.5,
-                             expected_throughput="roofline"))
+    cfg = _cfg(params=8e9, peak_tflops=989.0, efficiency=0.5, expected_throughput="roofline")
     h = window_health(_results(), None, cfg)
-    assert h.fit is not None and h.roofline_tok_s == pytest.approx(0.5 * 989e12 / 16e9)
-    assert window_health(_results(), None, check(TargetConfig(url="http://a"))).roofline_tok_s is None
+    assert h.fit is not None and roofline_expected(h) == pytest.approx(0.5 * 989e12 / 16e9)
+    assert roofline_expected(window_health(_results(), None, _cfg())) is None
+    assert roofline_expected(None) is None
 
 
 # ------------------------------------------------------------------ freshness
 
 
+_SUMMARY = analyze(_results(), None)
+
+
 def _snap(**kw) -> TargetSnapshot:
     base = dict(target="t", model="m", server_kind="vllm", api="completions", interval_s=15.0,
-                fit=Fit(n=12, intercept_s=0.02, intercept_ci=(0.01, 0.03), slope_s_per_token=1e-4,
-                        throughput_tok_s=1e4, throughput_ci=(9e3, 1.1e4)),
-                fit_ts=1000.0, stale_after_s=60.0, hang_threshold_s=30.0, window_size=40)
+                summary=_SUMMARY, fit_ts=1000.0, stale_after_s=60.0, hang_threshold_s=30.0,
+                window_size=40)
     base.update(kw)
     return TargetSnapshot(**base)
 
@@ -132,8 +138,9 @@ def test_fit_age_and_staleness_are_taken_at_scrape_time():
     assert fresh["prefilltui_fit_window_size"][0][1] == 40.0
     stale = _samples(_snap(), now=1061.0)
     assert stale["prefilltui_fit_stale"][0][1] == 1.0
-    assert stale["prefilltui_prefill_throughput_tokens_per_second"][0][1] == 1e4  # still shown
-    none = _samples(_snap(fit=None, fit_ts=None), now=1061.0)
+    tps = stale["prefilltui_prefill_throughput_tokens_per_second"][0][1]
+    assert abs(tps / 1e4 - 1) < 0.05  # still shown
+    none = _samples(_snap(summary=None, fit_ts=None), now=1061.0)
     assert "prefilltui_fit_stale" not in none and "prefilltui_fit_age_seconds" not in none
 
 
@@ -153,7 +160,7 @@ def test_in_flight_expected_and_last_error_series():
 
 
 def test_hang_threshold_is_hang_after_or_three_slowest_ttfts():
-    cfg = check(TargetConfig(url="http://a", hang_after=30.0))
+    cfg = _cfg(hang_after=30.0)
     assert hang_threshold(cfg, []) == 30.0
     assert hang_threshold(cfg, [ProbeResult(ok=True, ttft_s=15.0)]) == 45.0
 
@@ -173,7 +180,7 @@ def test_buckets_end_at_the_targets_timeout():
 
 
 def test_a_password_in_the_url_is_never_a_label():
-    cfg = check(TargetConfig(url="http://user:s3cret@gpu-1:8000"))
+    cfg = _cfg("http://user:s3cret@gpu-1:8000")
     assert cfg.label == "http://user:***@gpu-1:8000"
     p = TargetProber(cfg, run_dir="/nonexistent")  # not started: the snapshot alone
     text = repr(families([p.snapshot], now=1.0))
@@ -199,9 +206,8 @@ def test_live_hang_then_timeout_then_stale_fit(fake_server, tmp_path):
                           (t + 0.002, sse_done())])
 
     srv = fake_server({"GET /v1/models": models_reply("m"), "POST /v1/completions": complete})
-    cfg = check(TargetConfig(url=srv.base_url, name="h", lengths=(64, 512), interval=0.05,
-                             timeout=1.5, hang_after=0.3, stale_after=1.0, window=6,
-                             expected_throughput=25000.0))
+    cfg = _cfg(srv.base_url, name="h", lengths=(64, 512), interval=0.05, timeout=1.5,
+               hang_after=0.3, stale_after=1.0, window=6, expected_throughput=25000.0)
     p = TargetProber(cfg, run_dir=tmp_path).start()
     try:
         assert _wait(lambda: p.snapshot.fit is not None)
