@@ -189,12 +189,28 @@ def check_call_path() -> None:
         assert hasattr(mod, name), f"docs/architecture.md: {module}.{name} does not exist"
 
 
+def check_exporter_toml() -> None:
+    """The exporter target shown in docs/exporter.md loads as the exporter reads it,
+    with its alert inputs (the explicit baseline, hang and staleness settings)."""
+    import tempfile
+
+    from prefilltui.exporter.config import load_toml
+
+    body = _block_starting("exporter.md", "[[target]]")
+    with tempfile.TemporaryDirectory() as tmp:
+        path = Path(tmp) / "targets.toml"
+        path.write_text(body)
+        (t,) = load_toml(str(path))
+    assert t.expected_throughput and t.hang_after_s and t.stale_window_s, t
+
+
 REFERENCE_CHECKS = {
     "server     --api completions|chat|responses": check_option_summary,
     "--threads N           CPU threads [-t] (default: all cores)": check_demo_options,
     "prefilltui/": check_code_layout,
     "cli.py                     argv -> the subcommand": check_layers,
     "prefilltui sweep URL --timeout 30": check_call_path,
+    "[[target]]": check_exporter_toml,
 }
 
 
