@@ -23,6 +23,7 @@ from prefilltui.commands.common import (_int_list, _positive_float, _positive_in
                                         add_hardware_args, add_server_args, probe_options,
                                         roofline_spec, server_url)
 from prefilltui.exit_codes import ExitCode
+from prefilltui.model.redact import display_url
 from prefilltui.exporter.config import (DEFAULT_INTERVAL_S, DEFAULT_LENGTHS, DEFAULT_WINDOW,
                                         MIN_INTERVAL_S, RUN_FILE_KEEP, RUN_FILE_MAX_BYTES,
                                         TargetConfig, check, load_toml, unique)
@@ -132,8 +133,13 @@ def run(args) -> int:
         _err("no target: give server URLs or --config FILE")
         return ExitCode.USAGE
     run_dir = Path(args.run_dir or _default_run_dir())
-    probers = [TargetProber(t, run_dir=run_dir, run_max_bytes=int(args.run_file_max_mb * 2**20),
-                            run_keep=max(0, args.run_file_keep), seed=args.seed) for t in targets]
+    try:  # a baseline_run without a fit is a usage error, before anything starts
+        probers = [TargetProber(t, run_dir=run_dir, run_max_bytes=int(args.run_file_max_mb * 2**20),
+                                run_keep=max(0, args.run_file_keep), seed=args.seed)
+                   for t in targets]
+    except ValueError as e:
+        _err(str(e))
+        return ExitCode.USAGE
     try:
         server = MetricsServer(host, port, probers)
     except OSError as e:
@@ -156,7 +162,8 @@ def run(args) -> int:
               file=sys.stderr, flush=True)
         for t in targets:
             load = sum(t.lengths) / len(t.lengths) / t.interval_s
-            where = t.url if t.label == t.url else f"{t.label} ({t.url})"
+            shown_url = display_url(t.url)
+            where = shown_url if t.label == shown_url else f"{t.label} ({shown_url})"
             print(f"  {where}: at most {1 / t.interval_s:.3g} probes/s, "
                   f"~{load:.0f} prompt tokens/s", file=sys.stderr, flush=True)
         while not stop.wait(1.0):

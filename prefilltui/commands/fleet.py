@@ -220,11 +220,11 @@ def _feed_config(FeedConfig, t: TargetConfig, session, sampler, words: str,
 
     info_fn = lambda: session.runner.server_info if session.runner else None  # noqa: E731
     cache_tokens = min(defaults.CACHE_CHECK_TOKENS, max(t.lengths))
-    baseline = session.baseline
+    base_tps, base_source, roofline = target_baseline(t, session)
     return FeedConfig(
         label=t.label if t.name else (display_url(t.url) or t.url), url=display_url(t.url) or "",
         runner_factory=session.new_runner, sampler=sampler, gpu_source=words,
-        analysis=session.options.analysis, baseline=baseline,
+        analysis=session.options.analysis, baseline=session.baseline,
         sweep_range=(min(t.lengths), max(t.lengths)), run_path=session.run_path,
         exporter=make_exporter(session.run_path, info_fn, session.options.analysis,
                                lambda: session.runner.notices if session.runner else {}),
@@ -232,9 +232,32 @@ def _feed_config(FeedConfig, t: TargetConfig, session, sampler, words: str,
         probe_timeout_s=t.probe.timeout_s, pacing=session.config.effective_pacing,
         problems=(session.baseline_problem,) if session.baseline_problem else (),
         start_delay_s=delay, max_results=FEED_KEEP,
-        baseline_tok_s=baseline.prefill_tokens_per_s if baseline is not None else None,
-        baseline_source="--baseline run" if baseline is not None else None,
+        baseline_tok_s=base_tps, baseline_source=base_source, baseline_roofline=roofline,
+        hang_after_s=t.hang_after_s, interval_s=session.config.interval_s,
         metrics=lambda: session.metrics.last_sample, itl_goal_s=fleet.itl_goal_s)
+
+
+def target_baseline(t: TargetConfig, session) -> tuple[float | None, str | None, bool]:
+    """A target's explicit throughput baseline for the health rules, as the exporter's
+    alerts take it: ``expected_throughput`` (a number, or "roofline": the third value
+    True), else ``baseline_run``'s fit, else the ``--baseline`` run's fit.  (tokens/s or
+    None, where it comes from, roofline).
+
+    Raises:
+        ValueError: naming the target, when ``baseline_run`` cannot be read or has no
+            throughput (``exporter.health.explicit_baseline``).
+    """
+    from prefilltui.exporter.health import explicit_baseline
+
+    if t.expected_throughput == "roofline":
+        return None, None, True
+    exp = explicit_baseline(t)
+    if exp is not None:
+        return exp.tokens_per_s, {"config": "expected_throughput"}.get(exp.source, exp.source), False
+    fit = session.baseline if session is not None else None
+    if fit is not None and fit.prefill_tokens_per_s:
+        return fit.prefill_tokens_per_s, "--baseline run", False
+    return None, None, False
 
 
 def run_fleet(args: argparse.Namespace, display: DisplayOptions) -> int:
@@ -260,6 +283,9 @@ def run_fleet(args: argparse.Namespace, display: DisplayOptions) -> int:
     except SessionError as exc:
         err(str(exc))
         return exc.code
+    except ValueError as exc:  # a target's baseline_run that cannot be read
+        err(str(exc))
+        return ExitCode.USAGE
     themes = load_themes(user_dir=user_theme_dir())
     theme, problem = resolve_theme_arg(display.theme, themes)
     app = build_fleet_app(fleet.configs, theme=theme, themes=themes,

@@ -23,7 +23,7 @@ from prefilltui.commands.common import (add_analysis_args, add_hardware_args, ad
                                         add_server_args, add_sweep_args, add_telemetry_args,
                                         analysis_options, err, say, server_url, sweep_design,
                                         telemetry_options)
-from prefilltui.commands.fleet import fleet_targets, local_hosts
+from prefilltui.commands.fleet import fleet_targets, local_hosts, target_baseline
 from prefilltui.exit_codes import ExitCode
 from prefilltui.exporter.config import TargetConfig
 from prefilltui.model import defaults
@@ -178,13 +178,19 @@ def _one_target(t: TargetConfig, args: argparse.Namespace, analysis: AnalysisOpt
     if words is None:
         words = ("no GPU source: " + ("--no-telemetry" if not telemetry.enabled else
                  "another machine (set gpu_metrics_url)")) if not local_host else None
-    baseline = session.baseline if session is not None else None
+    try:
+        base_tps, base_source, roofline = target_baseline(t, session)
+    except ValueError as exc:  # an unreadable baseline_run: said, not judged
+        base_tps, base_source, roofline = None, None, False
+        detail = f"{detail}; {exc}" if detail else str(exc)
+    # a probe that timed out waited past the hang threshold: the hang rule, after the fact
+    waited = max((t.probe.timeout_s for r in results if r.error_kind == "timeout"), default=None)
     row = fleet_row(0, label, state if results or state == "failed" else "failed", summary,
                     recent, now=now, detail=detail, last_probe_at=now if results else None,
-                    baseline_tok_s=baseline.prefill_tokens_per_s if baseline else None,
-                    baseline_source="--baseline run" if baseline else None,
-                    ref_tokens=args.ref_tokens, results=results,
-                    gpu=", ".join(sorted(set(names))) or None)
+                    baseline_tok_s=base_tps, baseline_source=base_source,
+                    baseline_roofline=roofline, ref_tokens=args.ref_tokens, results=results,
+                    gpu=", ".join(sorted(set(names))) or None, in_flight_s=waited,
+                    hang_after_s=t.hang_after_s)
     advice = advise(AdvisorInputs(
         summary=summary, kind=info.kind if info else None,
         context_tokens=info.context_tokens if info else None, cache=cache,

@@ -16,6 +16,10 @@ TOML layout (every key optional except ``url``; ``[defaults]`` applies to every
     model = "meta-llama/Llama-3.1-8B-Instruct"
     api_key_env = "GPU01_API_KEY"
     gpu = "H100 SXM"         # or peak_tflops = 989; MFU needs a peak and the params
+    expected_throughput = 18000   # prompt tokens/s the alerts compare against, or
+                             # "roofline"; or baseline_run = "healthy.jsonl" (its fit)
+    hang_after = 30          # a probe in flight this long (s) is a hang
+    stale_after = 60         # a fit older than this (s) is stale (default 4 x interval)
     gpu_metrics_url = "http://gpu-01:9400/metrics"   # its dcgm-exporter / nvitop page
     gpus = "0"               # which GPUs of that page (default: all); the fleet view only
 
@@ -29,9 +33,12 @@ import math
 import re
 import tomllib
 from dataclasses import dataclass, replace
-from typing import Any
+from pathlib import Path
+from typing import Any, Literal
 
 from prefilltui.measure.server import url_problem
+from prefilltui.model.health import HANG_AFTER_S
+from prefilltui.model.redact import display_url
 from prefilltui.options import (AnalysisOptions, ProbeOptions, RooflineSpec, read_model_config)
 
 #: One probe start every 15 s per target: 4 probes/min, invisible next to any real
@@ -48,6 +55,13 @@ MIN_INTERVAL_S = 0.05
 #: Run file rotation: 16 MiB (~25k probes, ~4 days at the default rate), 3 old files.
 RUN_FILE_MAX_BYTES = 16 * 2**20
 RUN_FILE_KEEP = 3
+#: A probe in flight longer than this (s) is a hang (``hang_after``), unless the window
+#: holds a probe a third as slow (``health.hang_threshold``): with the default 15 s
+#: interval, scrape and evaluation, ``PrefillProbeHung`` fires within 78 s of a hang.
+DEFAULT_HANG_AFTER_S = HANG_AFTER_S  # model.health: the rules' own default
+#: A fit whose newest probe is older than this many intervals is stale (``stale_after``
+#: default: 4 x 15 s = 60 s, three missed probes): the throughput alerts ignore it.
+STALE_INTERVALS = 4.0
 
 
 @dataclass(frozen=True, slots=True)
@@ -63,6 +77,11 @@ class TargetConfig:
     Build one from file or command-line keys with ``target()``; ``check()`` validates
     it.  The per-probe time cap is ``probe.timeout_s``, ``defaults.TIMEOUT_S`` unless set:
     one cap for every tool, so a probe the sweep would wait for is not a failure here.
+
+    The alerts' inputs: ``expected_throughput`` (prompt tokens/s, or "roofline":
+    efficiency x peak / matmul FLOPs per token, docs/flops.md) or ``baseline_run`` (a healthy run file whose fit
+    gives it) is the explicit baseline; ``hang_after_s`` the hang threshold's floor;
+    ``stale_after_s`` the age at which the window fit is stale (None: 4 intervals).
     """
 
     url: str
@@ -72,13 +91,22 @@ class TargetConfig:
     lengths: tuple[int, ...] = DEFAULT_LENGTHS
     interval_s: float = DEFAULT_INTERVAL_S
     window: int = DEFAULT_WINDOW
+    expected_throughput: float | Literal["roofline"] | None = None
+    baseline_run: str | None = None
+    hang_after_s: float = DEFAULT_HANG_AFTER_S
+    stale_after_s: float | None = None
     gpu_metrics_url: str | None = None
     gpus: str | None = None
 
     @property
     def label(self) -> str:
-        """The ``target`` label value."""
-        return self.name or self.url
+        """The ``target`` label value (a password in the URL shown as ``***``)."""
+        return self.name or display_url(self.url) or self.url
+
+    @property
+    def stale_window_s(self) -> float:
+        """Seconds after which the window fit is stale (``stale_after``, else 4 intervals)."""
+        return self.stale_after_s if self.stale_after_s is not None else STALE_INTERVALS * self.interval_s
 
     @property
     def slug(self) -> str:
@@ -103,12 +131,15 @@ KEYS: dict[str, tuple[tuple[str, str], ...]] = {
     "api": (("probe", "api"),), "model": (("probe", "model"), ("roofline", "model")),
     "api_key_env": (("probe", "api_key_env"),), "timeout": (("probe", "timeout_s"),),
     "insecure": (("probe", "insecure"),),
+    "expected_throughput": (("", "expected_throughput"),), "baseline_run": (("", "baseline_run"),),
+    "hang_after": (("", "hang_after_s"),), "stale_after": (("", "stale_after_s"),),
     **{k: (("roofline", k),) for k in ("gpu", "peak_tflops", "bandwidth_tbs", "dtype",
                                        "params", "layers", "hidden", "attn_width",
                                        "model_config", "efficiency")},
 }
 _FORBIDDEN = {"api_key", "key", "token", "password", "authorization"}
-_FLOATS = ("interval", "timeout", "peak_tflops", "bandwidth_tbs", "params", "efficiency")
+_FLOATS = ("interval", "timeout", "peak_tflops", "bandwidth_tbs", "params", "efficiency",
+           "expected_throughput", "hang_after", "stale_after")
 
 
 def target(url: str, base: TargetConfig | None = None, **keys: Any) -> TargetConfig:
@@ -154,9 +185,19 @@ def check(cfg: TargetConfig) -> TargetConfig:
     if not cfg.lengths or any(not isinstance(n, int) or isinstance(n, bool) or n <= 0
                               for n in cfg.lengths):
         raise ValueError(f"{where}: lengths must be positive integers")
-    for k, v in (("interval", cfg.interval_s), ("timeout", cfg.probe.timeout_s)):
-        if not _positive(v):
+    for k, v in (("interval", cfg.interval_s), ("timeout", cfg.probe.timeout_s),
+                 ("hang_after", cfg.hang_after_s), ("stale_after", cfg.stale_after_s)):
+        if not _positive(v) and not (k == "stale_after" and v is None):
             raise ValueError(f"{where}: {k} must be a positive number of seconds")
+    e = cfg.expected_throughput
+    if e is not None and e != "roofline" and not _positive(e):
+        raise ValueError(f"{where}: expected_throughput must be prompt tokens/s (a positive "
+                         f"number) or \"roofline\", not {e!r}")
+    if e is not None and cfg.baseline_run:
+        raise ValueError(f"{where}: give expected_throughput or baseline_run, not both")
+    if cfg.baseline_run is not None and (not isinstance(cfg.baseline_run, str)
+                                         or not cfg.baseline_run):
+        raise ValueError(f"{where}: baseline_run must be the path of a run file")
     if cfg.interval_s < MIN_INTERVAL_S:
         raise ValueError(f"{where}: interval must be >= {MIN_INTERVAL_S} s")
     if not isinstance(cfg.window, int) or isinstance(cfg.window, bool) or cfg.window < 3:
@@ -195,6 +236,14 @@ def _coerce(d: dict[str, Any], where: str) -> dict[str, Any]:
     return out
 
 
+def _relative_to(path: str, d: dict[str, Any]) -> dict[str, Any]:
+    """``baseline_run`` read relative to the TOML file's directory (``~`` expanded)."""
+    run = d.get("baseline_run")
+    if isinstance(run, str) and run:
+        d["baseline_run"] = str(Path(path).parent / Path(run).expanduser())
+    return d
+
+
 def load_toml(path: str, base: TargetConfig | None = None) -> list[TargetConfig]:
     """Targets from a TOML file (layout in the module docstring).  ``base`` carries the
     command-line defaults (its ``url`` is ignored).
@@ -215,7 +264,7 @@ def load_toml(path: str, base: TargetConfig | None = None) -> list[TargetConfig]
     if not isinstance(defaults, dict):
         raise ValueError(f"{path}: [defaults] must be a table")
     base = base or TargetConfig(url="http://unset")
-    kw = _coerce(dict(defaults), f"{path} [defaults]")
+    kw = _relative_to(path, _coerce(dict(defaults), f"{path} [defaults]"))
     base = target(kw.pop("url", base.url), base, **kw)
     targets = doc.get("target", [])
     if not isinstance(targets, list) or not all(isinstance(t, dict) for t in targets):
@@ -225,7 +274,7 @@ def load_toml(path: str, base: TargetConfig | None = None) -> list[TargetConfig]
         where = f"{path} target {i}"
         if "url" not in t:
             raise ValueError(f"{where}: url is missing")
-        keys = {"name": "", **_coerce(t, where)}
+        keys = {"name": "", **_relative_to(path, _coerce(t, where))}
         out.append(check(target(keys.pop("url"), base, **keys)))
     return out
 

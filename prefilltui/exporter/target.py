@@ -9,6 +9,11 @@ same ``analysis.analyze`` as ``sweep`` and ``report`` (a ``RunSummary``) and pub
 new frozen ``TargetSnapshot``; a scrape only reads the newest snapshot,
 so a slow or dead target never delays a scrape or another target.
 
+Freshness is data: the snapshot carries when the fit's newest probe finished, when
+the probe in flight began, and the hang threshold; the collector turns them into
+ages at scrape time.  The alerts' other inputs (explicit baseline, per-length
+medians, hang threshold, buckets) are computed in ``health``.
+
 Memory is bounded whatever the uptime: the window (``cfg.window`` results), one
 histogram row per probed length, a few counters, and the runner's last
 ``KEEP_RESULTS`` results.  Every probe is in the run file.
@@ -22,27 +27,32 @@ from collections import deque
 from dataclasses import dataclass
 from pathlib import Path
 
+from prefilltui.model import defaults
 from prefilltui.model.fit import LinearFit
+from prefilltui.model.redact import display_url
 from prefilltui.model.summary import VERDICTS, RunSummary
 from prefilltui.model.types import ERROR_KINDS, ProbeResult, ServerInfo
 from prefilltui.exporter.config import (JITTER, RUN_FILE_KEEP, RUN_FILE_MAX_BYTES,
                                         TargetConfig)
+from prefilltui.exporter.health import (Expected, explicit_baseline, hang_threshold,
+                                        length_medians, roofline_expected, ttft_buckets)
 from prefilltui.options import (RunFileOptions, SessionOptions, SweepDesign,
                                 TelemetryOptions)
 
 log = logging.getLogger(__name__)
 
-#: TTFT histogram bucket bounds in seconds, a 1-2-5 series from the fastest fixed cost
-#: a loopback server shows (~5 ms) to a minute; slower probes (up to the probe time
-#: cap, ``defaults.TIMEOUT_S``) land in +Inf.
-TTFT_BUCKETS_S = (0.005, 0.01, 0.02, 0.05, 0.1, 0.2, 0.5, 1.0, 2.0, 5.0, 10.0, 20.0, 60.0)
+#: TTFT histogram bucket bounds in seconds at the default probe time cap
+#: (``defaults.TIMEOUT_S``, 120 s): a 1-2-5 series from the fastest fixed cost a
+#: loopback server shows (~5 ms), closed by the cap (``health.ttft_buckets``), so no
+#: successful probe lands in +Inf.  A target's own cap gives its own bounds.
+TTFT_BUCKETS_S = ttft_buckets(defaults.TIMEOUT_S)
 #: Results the runner keeps in memory (the window holds its own).
 KEEP_RESULTS = 8
 
 @dataclass(frozen=True, slots=True)
 class LengthHistogram:
     """TTFT histogram of one requested prompt length: cumulative bucket counts (one per
-    ``TTFT_BUCKETS_S`` bound, then +Inf), sum in seconds, count."""
+    bound of the snapshot's ``ttft_bounds_s``, then +Inf), sum in seconds, count."""
 
     tokens: int
     cumulative: tuple[int, ...]
@@ -61,6 +71,11 @@ class TargetSnapshot:
     ``fit``, ``verdict`` (level, None before a fit) and ``parts_s`` (median overhead /
     queue / prefill seconds over the window, where the server publishes them) are its
     parts the ``/metrics`` page shows.
+    Times are unix seconds: ``fit_ts`` when the newest probe of the fit finished,
+    ``in_flight_since`` when the probe in flight (if any) began; ages are taken at
+    scrape time from them.  ``expected``: the explicit baseline (config, healthy run or
+    roofline), None when the alerts must learn one.  ``last_error``: (error kind, HTTP
+    status where the status is the error) of the last failed probe or discovery.
     """
 
     target: str
@@ -68,6 +83,7 @@ class TargetSnapshot:
     server_kind: str
     api: str
     interval_s: float
+    url: str = ""
     state: str = "connecting"
     detail: str = ""
     up: bool | None = None
@@ -77,8 +93,18 @@ class TargetSnapshot:
     cache_hit_probes: int = 0
     cached_tokens: int = 0
     prompt_tokens: int = 0
+    ttft_bounds_s: tuple[float, ...] = TTFT_BUCKETS_S
     histograms: tuple[LengthHistogram, ...] = ()
     summary: RunSummary | None = None
+    length_medians_s: tuple[tuple[int, float], ...] = ()
+    fit_ts: float | None = None
+    window_size: int = 0
+    stale_after_s: float = 60.0
+    in_flight_since: float | None = None
+    hang_threshold_s: float = 30.0
+    timeout_s: float = defaults.TIMEOUT_S
+    expected: Expected | None = None
+    last_error: tuple[str, int | None] | None = None
     metrics_problem: str | None = None
     run_file: str | None = None
 
@@ -103,6 +129,19 @@ class TargetSnapshot:
 
 __all__ = ["VERDICTS", "TTFT_BUCKETS_S", "LengthHistogram", "TargetSnapshot", "TargetProber",
            "window_health"]
+
+
+class _InFlight:
+    """A probe hook (first in the runner's list) that notes when each probe begins."""
+
+    def __init__(self, prober: "TargetProber") -> None:
+        self.prober = prober
+
+    async def before_probe(self, client) -> None:
+        self.prober._begin_probe()
+
+    async def after_probe(self, result: ProbeResult) -> None:
+        return None
 
 
 def window_health(window: list[ProbeResult], info: ServerInfo | None, cfg: TargetConfig
@@ -133,7 +172,10 @@ class TargetProber:
     def __init__(self, cfg: TargetConfig, *, run_dir: str | Path,
                  run_max_bytes: int = RUN_FILE_MAX_BYTES, run_keep: int = RUN_FILE_KEEP,
                  seed: int | None = None) -> None:
+        """Raises ValueError (naming the target) when ``cfg.baseline_run`` holds no fit."""
         self.cfg = cfg
+        self._expected = explicit_baseline(cfg)
+        self._bounds = ttft_buckets(cfg.probe.timeout_s)
         self.run_dir = Path(run_dir)
         self.run_max_bytes = run_max_bytes
         self.run_keep = run_keep
@@ -151,6 +193,10 @@ class TargetProber:
         self._up: bool | None = None  # the last probe or discovery answered
         self._last_probe_ts: float | None = None
         self._last_success_ts: float | None = None
+        self._fit_ts: float | None = None  # when the newest probe of the fit finished
+        self._in_flight_since: float | None = None  # when the probe in flight began
+        self._last_error: tuple[str, int | None] | None = None
+        self._medians: tuple[tuple[int, float], ...] = ()
         self.metrics_hook = None
         self.snapshot = self._make_snapshot("connecting", "")
 
@@ -182,6 +228,7 @@ class TargetProber:
         self.metrics_hook = self.session.metrics
         self.writer = self.session.writer
         self.runner = self.session.new_runner(on_result=self._on_result, on_state=self._on_state)
+        self.runner.hooks.insert(0, _InFlight(self))  # first: its /metrics scrape counts too
         self.runner.start()
         return self
 
@@ -214,10 +261,17 @@ class TargetProber:
         info = self.runner.server_info if self.runner is not None else None
         if state == "retrying" and info is None:
             self._set_up(False, detail)  # discovery failed: the server is unreachable
+            self._last_error = ("connect", None)
         self.snapshot = self._make_snapshot(state, detail)
+
+    def _begin_probe(self) -> None:
+        self._in_flight_since = time.time()
+        self.snapshot = self._make_snapshot(self.runner.state if self.runner else "probing",
+                                            self.runner.state_detail if self.runner else "")
 
     def _on_result(self, r: ProbeResult) -> None:
         self._info = self.runner.server_info if self.runner is not None else self._info
+        self._in_flight_since = None
         now = r.started_at or time.time()
         self._last_probe_ts = now
         self._set_up(bool(r.ok), f"{r.error_kind}: {r.error_message}")
@@ -227,6 +281,9 @@ class TargetProber:
         else:
             key = ("failed", r.error_kind or "protocol")
             self._counts[key] = self._counts.get(key, 0) + 1
+            # the status only where it is the error (a timeout's stream began with 200)
+            status = r.http_status if key[1] in ("http", "rate_limited", "context_length") else None
+            self._last_error = (key[1], status)
         if r.ok:
             if r.cache_hit:
                 self._totals["cache_hit_probes"] += 1
@@ -235,8 +292,10 @@ class TargetProber:
             if not r.warmup and r.ttft_s is not None:
                 self._observe(r.requested_tokens, r.ttft_s)
                 self._window.append(r)
+                self._medians = length_medians(self._window)
                 try:
                     self._health = window_health(list(self._window), self._info, self.cfg)
+                    self._fit_ts = time.time()
                 except Exception:  # a fit problem must never stop the probing
                     log.exception("window fit failed for %s", self.cfg.label)
         self.snapshot = self._make_snapshot(self.runner.state if self.runner else "probing",
@@ -245,13 +304,13 @@ class TargetProber:
     def _observe(self, tokens: int, ttft_s: float) -> None:
         row = self._hist.get(tokens)
         if row is None:
-            row = self._hist[tokens] = [0.0] * (len(TTFT_BUCKETS_S) + 2)
-        for i, b in enumerate(TTFT_BUCKETS_S):
+            row = self._hist[tokens] = [0.0] * (len(self._bounds) + 2)
+        for i, b in enumerate(self._bounds):
             if ttft_s <= b:
                 row[i] += 1
                 break
         else:
-            row[len(TTFT_BUCKETS_S)] += 1
+            row[len(self._bounds)] += 1
         row[-1] += ttft_s
 
     def _make_snapshot(self, state: str, detail: str) -> TargetSnapshot:
@@ -264,15 +323,25 @@ class TargetProber:
                 acc += int(c)
                 cum.append(acc)
             hists.append(LengthHistogram(tokens, tuple(cum), row[-1], acc))
-        hook = self.metrics_hook
+        hook, cfg = self.metrics_hook, self.cfg
+        expected = self._expected
+        if cfg.expected_throughput == "roofline":
+            tps = roofline_expected(self._health)
+            expected = Expected(tps, "roofline") if tps else None
+        has_fit = self._health is not None and self._health.fit is not None
         return TargetSnapshot(
-            target=self.cfg.label,
-            model=self.cfg.probe.model or (info.model if info else None) or "",
-            server_kind=info.kind if info else "", api=self.cfg.probe.api,
-            interval_s=self.cfg.interval_s, state=state, detail=detail, up=self._up,
+            target=cfg.label,
+            model=cfg.probe.model or (info.model if info else None) or "",
+            server_kind=info.kind if info else "", api=cfg.probe.api,
+            url=display_url(cfg.url) or "",
+            interval_s=cfg.interval_s, state=state, detail=detail, up=self._up,
             last_probe_ts=self._last_probe_ts, last_success_ts=self._last_success_ts,
-            probes=tuple(sorted(self._counts.items())), histograms=tuple(hists),
-            summary=self._health,
+            probes=tuple(sorted(self._counts.items())), ttft_bounds_s=self._bounds,
+            histograms=tuple(hists), summary=self._health, length_medians_s=self._medians,
+            fit_ts=self._fit_ts if has_fit else None, window_size=cfg.window,
+            stale_after_s=cfg.stale_window_s, in_flight_since=self._in_flight_since,
+            hang_threshold_s=hang_threshold(cfg, self._window), timeout_s=cfg.probe.timeout_s,
+            expected=expected, last_error=self._last_error,
             metrics_problem=hook.problem if hook is not None else None,
             run_file=str(self.writer.path) if self.writer is not None else None,
             **self._totals)

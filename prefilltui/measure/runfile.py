@@ -24,6 +24,11 @@ from prefilltui.model.types import FitMethod, ProbeResult
 
 #: The ``record`` value that marks a session line (not a probe) in a run file.
 SESSION_RECORD = "session"
+#: The ``record`` value of a request sent to calibrate prompt lengths before the
+#: first probe (``ProbeClient.calibrate``): the probe fields, not a result
+#: (``read_run`` skips it, ``read_requests`` keeps it), so the file holds every
+#: request the server was sent.
+CALIBRATION_RECORD = "calibration"
 
 
 def default_run_path() -> Path:
@@ -75,8 +80,17 @@ class RunWriter:
         Raises:
             OSError: the write failed (disk full); ValueError: the writer is closed.
         """
-        line = json.dumps(_finite(result.to_json()), separators=(",", ":"), allow_nan=False,
-                          default=str) + "\n"
+        self._write(_finite(result.to_json()))
+        with self._lock:
+            self.count += 1
+
+    def append_calibration(self, result: ProbeResult) -> None:
+        """Write a calibration request as a ``{"record": "calibration", ...}`` line
+        (not a probe: ``count`` is unchanged).  Raises as ``append``."""
+        self._write({"record": CALIBRATION_RECORD, **_finite(result.to_json())})
+
+    def _write(self, obj: dict) -> None:
+        line = json.dumps(obj, separators=(",", ":"), allow_nan=False, default=str) + "\n"
         with self._lock:
             if self._f.closed:
                 raise ValueError("run file is closed")
@@ -87,7 +101,6 @@ class RunWriter:
                 self._session_pending = False
             self._f.write(line)
             self._f.flush()
-            self.count += 1
 
     def close(self) -> None:
         """Flush, fsync and close; never raises (a failed flush, e.g. disk full, was
@@ -140,9 +153,8 @@ class RotatingRunWriter(RunWriter):
         self.rotations = 0
         self._size = self.path.stat().st_size
 
-    def append(self, result: ProbeResult) -> None:
-        line = json.dumps(_finite(result.to_json()), separators=(",", ":"), allow_nan=False,
-                          default=str) + "\n"
+    def _write(self, obj: dict) -> None:
+        line = json.dumps(obj, separators=(",", ":"), allow_nan=False, default=str) + "\n"
         with self._lock:
             if self._f.closed:
                 raise ValueError("run file is closed")
@@ -155,7 +167,6 @@ class RotatingRunWriter(RunWriter):
             self._f.write(text)
             self._f.flush()
             self._size += len(text.encode("utf-8"))
-            self.count += 1
 
     def _head(self) -> str:
         """The pending session line ("" when none is due); called with the lock held."""
@@ -243,8 +254,10 @@ def _check(r: ProbeResult) -> None:
         raise bad("ttft_s", "a positive time")
 
 
-def read_run(path: str | os.PathLike) -> tuple[list[ProbeResult], list[str]]:
+def read_run(path: str | os.PathLike, *, calibration: list[ProbeResult] | None = None
+             ) -> tuple[list[ProbeResult], list[str]]:
     """Read a run file; bad lines are reported as ``"line N: reason"``, never raised.
+    ``calibration``: a list that receives the calibration requests (skipped otherwise).
 
     Raises:
         FileNotFoundError / OSError: when the file cannot be opened.
@@ -260,6 +273,11 @@ def read_run(path: str | os.PathLike) -> tuple[list[ProbeResult], list[str]]:
                 obj = json.loads(s)
                 if isinstance(obj, dict) and obj.get("record") == SESSION_RECORD:
                     continue  # facts about the run, not a probe: read_session
+                if isinstance(obj, dict) and obj.get("record") == CALIBRATION_RECORD:
+                    if calibration is not None:
+                        calibration.append(ProbeResult.from_json(
+                            {k: v for k, v in obj.items() if k != "record"}))
+                    continue  # a request, not a result
                 if isinstance(obj, dict) and not {"ok", "requested_tokens"} <= obj.keys():
                     raise ValueError("not a probe record (no ok / requested_tokens)")
                 r = ProbeResult.from_json(obj)

@@ -18,7 +18,8 @@ from dataclasses import dataclass
 from typing import Callable, Sequence
 
 from prefilltui.model import defaults
-from prefilltui.model.health import Health, HealthInputs, judge
+from prefilltui.model.health import (DOWN_WINDOW_S, HANG_AFTER_S, Health, HealthInputs,
+                                     hang_threshold_s, judge, roofline_expected)
 from prefilltui.model.summary import RunSummary
 from prefilltui.model.types import ProbeResult
 
@@ -28,10 +29,6 @@ RECENT_S = 600.0
 QUEUE_PROBES = 20
 #: The reference prompt length of the TTFT column (tokens), ``--ref-tokens``.
 REF_TOKENS = defaults.REF_TOKENS
-#: A target is down when its last this many probes failed (or it was never reached):
-#: the alert waits minutes (``target_up == 0`` for 5m); a snapshot cannot, and one
-#: failed probe of a working server is an error, not an outage.
-DOWN_AFTER = 3
 #: Fewest throughput readings (and windows' worth of probes) before the session's own
 #: median is a baseline for the throughput rule.
 LEARNED_MIN_READINGS = 10
@@ -67,11 +64,13 @@ class RecentProbes:
         if r.server_waiting is not None:
             self.waiting = r.server_waiting
 
-    def window(self, now: float) -> tuple[int, int, int]:
-        """(probes, failed, cache hits) that finished in the last ``span_s``."""
+    def window(self, now: float, span_s: float | None = None) -> tuple[int, int, int]:
+        """(probes, failed, cache hits) that finished in the last ``span_s`` (default:
+        the recent window's)."""
+        span = self.span_s if span_s is None else span_s
         n = failed = hits = 0
         for t, ok, hit in reversed(self._done):
-            if now - t > self.span_s:
+            if now - t > span:
                 break
             n += 1
             failed += not ok
@@ -159,10 +158,16 @@ def fleet_row(index: int, label: str, state: str, summary: RunSummary, recent: R
               *, now: float, detail: str = "", last_probe_at: float | None, spark: Sequence[float] = (),
               baseline_tok_s: float | None = None, baseline_source: str | None = None,
               ref_tokens: int = REF_TOKENS, why: WhyVerdict | None = None,
-              results: Sequence[ProbeResult] = (), gpu: str | None = None) -> FleetRow:
+              results: Sequence[ProbeResult] = (), gpu: str | None = None,
+              in_flight_s: float | None = None, hang_after_s: float = HANG_AFTER_S,
+              interval_s: float | None = None, baseline_roofline: bool = False) -> FleetRow:
     """The overview's row of one target (see ``FleetRow``).  ``summary`` is the target's
     live summary (its window fit, where the overview asks for it); ``baseline_tok_s`` an
-    explicit baseline (else the session's own median, ``learned_baseline``); ``why``
+    explicit baseline (``baseline_roofline``: the roofline's, ``health.roofline_expected``;
+    else the session's own median, ``learned_baseline``); ``in_flight_s``: how long the
+    probe in flight has waited, against the hang threshold (``hang_after_s`` or 3 x
+    the slowest of ``results``); ``interval_s``: the target's probe interval (stalled
+    rule); ``why``
     the "why is TTFT high" verdict over ``results``, when there is one; ``detail``: the
     runner's state detail (why discovery failed).  Never raises
     for bad data."""
@@ -175,13 +180,21 @@ def fleet_row(index: int, label: str, state: str, summary: RunSummary, recent: R
         source = "session median" if baseline_tok_s is not None else None
     n, failed, hits = recent.window(now)
     age = None if last_probe_at is None else max(0.0, now - last_probe_at)
-    up: bool | None = None  # answers: one of its last DOWN_AFTER probes succeeded
-    if results:
-        up = any(r.ok for r in results[-DOWN_AFTER:])
+    up: bool | None = None  # PrefillTargetDown: every probe of the last minute failed
+    last_n, last_failed, _ = recent.window(now, DOWN_WINDOW_S)
+    if last_n:
+        up = last_failed < last_n
+    elif results:
+        up = bool(results[-1].ok)  # nothing finished this minute: the last one says
     elif state in ("retrying", "failed"):
         up = False  # discovery failed: the server was never reached
+    if baseline_tok_s is None and baseline_roofline:
+        baseline_tok_s = roofline_expected(summary)
+        source = "roofline" if baseline_tok_s is not None else None
     health = judge(HealthInputs(
-        up=up, recent_probes=n, recent_failed=failed,
+        up=up, in_flight_s=in_flight_s,
+        hang_threshold_s=hang_threshold_s(hang_after_s, (r.ttft_s for r in results)),
+        interval_s=interval_s, recent_probes=n, recent_failed=failed,
         last_error=recent.last_error or (detail or None if up is False else None), throughput_tok_s=tps,
         throughput_upper_tok_s=ci[1] if ci else None, baseline_tok_s=baseline_tok_s,
         baseline_source=source,

@@ -137,8 +137,8 @@ def sparkline(values: Sequence[float], width: int) -> str:
 
 def status(row: FleetRow) -> tuple[str, Style]:
     h = row.health
-    if h.word == "down":
-        return "✖ down", "bad"
+    if h.word in ("down", "hung"):
+        return f"✖ {h.word}", "bad"
     if h.unhealthy:
         return "▲ warn", "warn"
     if row.state == "waiting":

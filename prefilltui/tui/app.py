@@ -69,7 +69,7 @@ class PrefillApp(App[int]):
 
     def __init__(self, feeds: list[TargetFeed], *, themes: ThemeSet | None = None,
                  theme: str | None = None, clock: Callable[[], float] = time.perf_counter,
-                 replot_hz: float = 4.0, gauge_hz: float = 2.0, problems: list[str] = (),
+                 replot_hz: float = 1.0, gauge_hz: float = 2.0, problems: list[str] = (),
                  on_ready: Callable[["PrefillApp"], None] | None = None,
                  load: FleetLoad | None = None, ref_tokens: int = 1024) -> None:
         if not feeds:

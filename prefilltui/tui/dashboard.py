@@ -8,9 +8,11 @@ widgets.  Threads never touch widgets.  Opened on a feed that already has probes
 drill-in), it replays them into the plot and the log first.
 
 Cost on screen (budget: <= 5 % of a core at 1 probe/s with 10 Hz sampling): a probe
-only touches buffers; one timer at ``replot_hz`` applies everything that changed (log
-rows, summary, stats, plot, status) and, in the same pass, the gauges at ``gauge_hz``,
-so a probe costs one screen update, not one per widget.  The stats are a view of the
+only touches buffers; one timer applies everything that changed (log rows, summary,
+stats, plot, status) at most ``replot_hz`` (1) times a second, probes arriving faster
+drawn together, and, in the same pass, the gauges at ``gauge_hz``, so a probe costs
+one screen update, not one per widget; the per-probe probing/idle state cycle waits
+for the next tick, and keys and theme changes redraw at once.  The stats are a view of the
 feed's ``LiveSummary`` (O(sample) per redraw whatever the run length, never
 ``analyze`` over every probe).  Widgets redraw only when their text or drawn columns
 change, and none of the steady updates needs a screen layout.
@@ -67,7 +69,7 @@ class DashboardScreen(WorkerActions, Screen[None]):
     ]
 
     def __init__(self, feed: TargetFeed, *, clock: Callable[[], float] = time.perf_counter,
-                 replot_hz: float = 4.0, gauge_hz: float = 2.0, back: bool = False) -> None:
+                 replot_hz: float = 1.0, gauge_hz: float = 2.0, back: bool = False) -> None:
         super().__init__()
         self.feed = feed
         self.clock = clock
@@ -82,8 +84,10 @@ class DashboardScreen(WorkerActions, Screen[None]):
         #: probes received since the last tick, shown in the log on the next tick
         self._pending_rows: list[ProbeResult] = []
         self._gauge_next = 0.0  # time.monotonic() of the next gauge update
+        self._data_next = 0.0  # ... and of the next data redraw (replot_hz)
         self._border_texts: dict[str, str] = {}  # border titles as last set
         self._status_text = ""
+        self._status_dirty = False  # a runner state change not yet drawn
         self._burst_pending = False  # b pressed, its probe not back yet
         self._notes_shown = 0  # runner notes already notified
 
@@ -193,7 +197,13 @@ class DashboardScreen(WorkerActions, Screen[None]):
         elif feed.state == "burst":
             self._burst_pending = False  # running: +/- no longer changes what it probes
         self._notify_runner_notes()
-        self._update_status()
+        if old != feed.state and {old, feed.state} <= {"probing", "idle"}:
+            # the per-probe cycle waits for the next tick: each probe brings two state
+            # changes, each a screen update of its own when drawn at once (at the
+            # default pacing that was ~1 % of a core, measured)
+            self._status_dirty = True
+        else:
+            self._update_status()
 
     def _notify_runner_notes(self) -> None:
         """Each new note of the runner (lengths capped at the context, ...) once."""
@@ -203,9 +213,16 @@ class DashboardScreen(WorkerActions, Screen[None]):
         self._notes_shown = max(self._notes_shown, len(notes))
 
     # ------------------------------------------------------------ throttled ticks
+    def _redraw_soon(self) -> None:
+        """A change the user asked for (a key, the theme): drawn on the next tick, not
+        after the data redraw's ``replot_hz`` gap."""
+        self._dirty = True
+        self._data_next = 0.0
+
     def flush(self) -> None:
         """Redraw now whatever changed (tests call this instead of waiting a tick)."""
         self._dirty = True
+        self._data_next = 0.0
         self._tick()
         self._gauge_tick()
 
@@ -214,9 +231,16 @@ class DashboardScreen(WorkerActions, Screen[None]):
         (``gauge_hz``, and whenever new data is shown so a probe's window is tinted in
         the same frame as its point).  All of it lands in one screen update."""
         now = time.monotonic()
-        shown = self._show_data()
-        # half a tick of slack: timer jitter must not turn 2 Hz into every third tick
         slack = 0.5 / max(self.replot_hz, self.gauge_hz)
+        shown = False
+        if now >= self._data_next - slack:
+            new_probes = bool(self._pending_rows)
+            shown = self._show_data()
+            if shown and new_probes:  # probes faster than replot_hz are drawn together
+                self._data_next = now + 1.0 / self.replot_hz
+        if self._status_dirty and not shown:  # _show_data updates the status itself
+            self._update_status()
+        # half a tick of slack: timer jitter must not turn 2 Hz into every third tick
         if self.feed.config.sampler is not None and (shown or now >= self._gauge_next - slack):
             self._gauge_next = now + 1.0 / self.gauge_hz
             self._gauge_tick()
@@ -295,6 +319,7 @@ class DashboardScreen(WorkerActions, Screen[None]):
         panel.show(snap, now, tuple(self.feed.windows), self.highlight)
 
     def _update_status(self) -> None:
+        self._status_dirty = False
         if not self.query("#status"):
             return
         feed, runner = self.feed, self.runner
@@ -315,10 +340,10 @@ class DashboardScreen(WorkerActions, Screen[None]):
 
     def on_screen_resume(self) -> None:
         self._border_texts.clear()  # a theme changed while away: set the legend again
-        self._dirty = True
+        self._redraw_soon()
 
     def theme_changed(self) -> None:
-        self._dirty = True
+        self._redraw_soon()
         self._border_texts.clear()  # set the legend again under the new theme
         self._gauge_tick()
 
@@ -348,12 +373,12 @@ class DashboardScreen(WorkerActions, Screen[None]):
     def action_reset_fit(self) -> None:
         self.feed.reset_fit()
         self.query_one("#plot", TTFTPlot).clear_points()
-        self._dirty = True
+        self._redraw_soon()
         self.notify("fit reset (the run file keeps every probe)", timeout=3)
 
     def action_toggle_window(self) -> None:
         self.feed.which = "window" if self.feed.which == "all" else "all"
-        self._dirty = True
+        self._redraw_soon()
         self._update_status()
 
     def action_burst(self) -> None:
@@ -403,7 +428,7 @@ class DashboardScreen(WorkerActions, Screen[None]):
         if self.runner is not None:
             self.runner.set_range(lo, hi)
         self.query_one("#plot", TTFTPlot).set_range_hint(hi)
-        self._dirty = True
+        self._redraw_soon()
         self._update_status()
         if self._burst_pending:
             self._notify_burst()

@@ -22,6 +22,7 @@ from prefilltui.model.advisor import (ITL_GOAL_S, Advice, AdvisorInputs, CacheFi
                                      StallReading, advise)
 from prefilltui.model.fit import LinearFit
 from prefilltui.model.fleet import RecentProbes
+from prefilltui.model.health import HANG_AFTER_S
 from prefilltui.model.live import LiveSummary
 from prefilltui.model.metrics import MetricsSample
 from prefilltui.model.pacing import Pacing
@@ -99,8 +100,11 @@ class FeedConfig:
     start_delay_s: when the runner starts after the app (the fleet's stagger);
     max_results: recent results kept in memory (every probe is in the run file);
     url: the server URL as shown (credentials as ***); baseline_tok_s /
-    baseline_source: an explicit throughput baseline for the health rules (the
-    ``--baseline`` run's fit); metrics: the latest ``/metrics`` sample of the session
+    baseline_source: an explicit throughput baseline for the health rules (a target's
+    ``expected_throughput`` or ``baseline_run``, the ``--baseline`` run's fit);
+    baseline_roofline: the roofline's expected throughput is the baseline
+    (``expected_throughput = "roofline"``); hang_after_s / interval_s: the hang
+    threshold's floor and the probe interval (the hung and stalled rules); metrics: the latest ``/metrics`` sample of the session
     (the advisor's context and prompt-length facts); itl_goal_s: the advisor's ITL goal.
     """
 
@@ -123,6 +127,9 @@ class FeedConfig:
     url: str = ""
     baseline_tok_s: float | None = None
     baseline_source: str | None = None
+    baseline_roofline: bool = False
+    hang_after_s: float = HANG_AFTER_S
+    interval_s: float | None = None
     metrics: Callable[[], MetricsSample | None] | None = None
     itl_goal_s: float = ITL_GOAL_S
 
@@ -152,6 +159,7 @@ class TargetFeed:
         self.last_result: ProbeResult | None = None
         self.last_ok: ProbeResult | None = None
         self.last_probe_at: float | None = None  # unix time the last probe ended
+        self.probing_since: float | None = None  # unix time the probe in flight started
         self.state: str = "waiting" if config.start_delay_s > 0 else "connecting"
         self.state_detail = ""
         self.paused = False
@@ -189,6 +197,11 @@ class TargetFeed:
                 pass
 
     @property
+    def in_flight_s(self) -> float | None:
+        """How long the probe in flight has been waiting (None: none in flight)."""
+        return None if self.probing_since is None else max(0.0, self.clock() - self.probing_since)
+
+    @property
     def info(self) -> ServerInfo | None:
         return self.runner.server_info if self.runner is not None else None
 
@@ -199,6 +212,7 @@ class TargetFeed:
         self.live.add(r)
         self.last_result = r
         self.last_probe_at = self.clock()
+        self.probing_since = None
         self.recent.add(r, self.last_probe_at)
         if r.ok:
             self.last_ok = r
@@ -207,6 +221,11 @@ class TargetFeed:
         self.version += 1
 
     def set_state(self, state: str, detail: str = "") -> None:
+        if state in ("probing", "burst"):
+            if self.probing_since is None:
+                self.probing_since = self.clock()
+        else:
+            self.probing_since = None
         if (state, detail) != (self.state, self.state_detail):
             self.state, self.state_detail = state, detail
             self.version += 1

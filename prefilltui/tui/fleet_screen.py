@@ -132,7 +132,9 @@ class FleetScreen(Screen[None]):
             detail=feed.state_detail, last_probe_at=feed.last_probe_at,
             spark=[v for _, v in feed.spark.points], baseline_tok_s=cfg.baseline_tok_s,
             baseline_source=cfg.baseline_source, ref_tokens=self.ref_tokens,
-            results=_last(feed.results, 20), gpu=gpu_cell(snap))
+            results=_last(feed.results, 20), gpu=gpu_cell(snap), in_flight_s=feed.in_flight_s,
+            hang_after_s=cfg.hang_after_s, interval_s=cfg.interval_s,
+            baseline_roofline=cfg.baseline_roofline)
 
     # -- text
     def _update_status(self) -> None:

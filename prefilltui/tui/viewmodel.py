@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass, field
-from typing import Callable
+from typing import Any, Callable
 
 from prefilltui.model.fit import LinearFit
 from prefilltui.model.sanitize import clean
@@ -67,23 +67,25 @@ class StatsView:
 def roofline_lines(summary: RunSummary | None) -> list[tuple[str, Callable[[float], float]]]:
     """The plot's expectation lines from the summary's model shape and hardware:
     (label, tokens -> expected TTFT in s) at the peak and at ``efficiency`` of it,
-    FLOPs(n) = 2·P·n + 2·L·d_attn·n² (formulas: shared/reference/hardware-and-models.md);
-    none without the parameter count, the layers, the attention width and a peak.
-    Estimates, as the legend says."""
-    from prefilltui.model import roofline
+    FLOPs(n) the matmul count of ``model.flops`` (causal attention, LM head once); none
+    without the layers, the attention width and a peak.  Estimates, as the legend
+    says."""
+    from prefilltui.model import flops as flopcount
 
     if summary is None or summary.model is None or summary.roofline is None:
         return []
     m, peak = summary.model, summary.roofline.peak_flops
-    P, L, d = m.params, m.layers, m.d_attn
-    if not (P and L and d and peak):
+    if not (m.params and m.layers and m.d_attn and peak):
         return []
     eff = summary.roofline.efficiency
-    return [
-        ("peak", lambda n, P=P, L=L, d=d, pk=peak: roofline.prefill_flops(n, P, L, d) / pk),
-        (f"{eff:.0%}", lambda n, P=P, L=L, d=d, pk=peak:
-            roofline.prefill_flops(n, P, L, d) / (pk * eff)),
-    ]
+    k = flopcount.polynomial(m)  # matmul FLOPs of one request: f0 + f1 n + f2 n²
+    return [("peak", lambda n, k=k, pk=peak: _flops(n, k) / pk),
+            (f"{eff:.0%}", lambda n, k=k, pk=peak: _flops(n, k) / (pk * eff))]
+
+
+def _flops(n: Any, k: tuple[float, float, float]) -> Any:
+    """f0 + f1 n + f2 n² for a scalar or ndarray n (``flops.polynomial``)."""
+    return k[0] + k[1] * n + k[2] * n * n
 
 
 def drift_warning(baseline: LinearFit | None, fit: LinearFit | None) -> str | None:

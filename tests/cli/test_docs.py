@@ -189,6 +189,21 @@ def check_call_path() -> None:
         assert hasattr(mod, name), f"docs/architecture.md: {module}.{name} does not exist"
 
 
+def check_exporter_toml() -> None:
+    """The exporter target shown in docs/exporter.md loads as the exporter reads it,
+    with its alert inputs (the explicit baseline, hang and staleness settings)."""
+    import tempfile
+
+    from prefilltui.exporter.config import load_toml
+
+    body = _block_starting("exporter.md", "[[target]]")
+    with tempfile.TemporaryDirectory() as tmp:
+        path = Path(tmp) / "targets.toml"
+        path.write_text(body)
+        (t,) = load_toml(str(path))
+    assert t.expected_throughput and t.hang_after_s and t.stale_window_s, t
+
+
 def check_fleet_toml() -> None:
     """docs/fleet.md's target file loads with the exporter's loader, GPU pages and all."""
     import tempfile
@@ -196,10 +211,10 @@ def check_fleet_toml() -> None:
     from prefilltui.exporter.config import load_toml
 
     body = _block_starting("fleet.md", "# fleet.toml")
-    with tempfile.NamedTemporaryFile("w", suffix=".toml", delete=False) as f:
-        f.write(body)
-    targets = load_toml(f.name)
-    Path(f.name).unlink()
+    with tempfile.TemporaryDirectory() as tmp:
+        path = Path(tmp) / "targets.toml"
+        path.write_text(body)
+        targets = load_toml(str(path))
     assert [t.name for t in targets] == ["gpu-01", "gpu-02"]
     assert targets[0].gpu_metrics_url and targets[0].gpus == "0" and targets[1].interval_s == 4
 
@@ -210,6 +225,7 @@ REFERENCE_CHECKS = {
     "prefilltui/": check_code_layout,
     "cli.py                     argv -> the subcommand": check_layers,
     "prefilltui sweep URL --timeout 30": check_call_path,
+    "[[target]]": check_exporter_toml,
     "# fleet.toml (the exporter's target file)": check_fleet_toml,
 }
 

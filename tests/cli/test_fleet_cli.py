@@ -98,11 +98,11 @@ async def test_a_target_that_goes_down_and_comes_back(fake_server, tmp_path):
     try:
         async with app.run_test(size=(100, 30)) as pilot:
             await _until(pilot, lambda: _row(app, label).tok_s is not None)
-            h.down = True
-            await _until(pilot, lambda: _row(app, label).health.word == "down", 40)
+            h.down = True  # down once every probe of the last minute failed (the alert's rule)
+            await _until(pilot, lambda: _row(app, label).health.word == "down", 120)
             assert app.screen.rows[0].label == label
-            h.down = False
-            await _until(pilot, lambda: _row(app, label).health.word != "down", 40)
+            h.down = False  # back with its next probe (the runner backs off: <= 60 s)
+            await _until(pilot, lambda: _row(app, label).health.word != "down", 90)
             assert _row(app, label).failed >= 3
     finally:
         fleet.close()

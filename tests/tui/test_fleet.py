@@ -133,15 +133,17 @@ async def test_target_goes_down_and_comes_back():
     def other(on_result, on_state):
         return FakeRunner(on_result, on_state, preload=steady)
 
+    now = [WALL]
     app = build_fleet_app([FeedConfig(label="flapping", runner_factory=factory),
                            FeedConfig(label="steady", runner_factory=other)],
-                          wall_clock=lambda: WALL)
+                          wall_clock=lambda: now[0])
     async with app.run_test(size=(100, 30)) as pilot:
         await _settle(pilot)
         r = runners["r"]
         for i, n in enumerate([32, 256, 1024, 4096, 128], 1):
             r.emit(make_result(i, n))
         await _settle(pilot)
+        now[0] += 120  # two minutes later the server goes away
         row = {x.label: x for x in app.screen.rows}["flapping"]
         assert row.health.word == "ok" and row.tok_s is not None
         for i in range(6, 9):  # the server goes away: connect errors

@@ -38,8 +38,8 @@ def row(name: str, results: list[ProbeResult], *, state: str = "probing", gpu="H
     opts = AnalysisOptions(roofline=RooflineSpec(gpu=gpu))
     s = analyze(results, INFO if results else None, opts)
     recent = RecentProbes()
-    for r in results:
-        recent.add(r, 1000.0)
+    for i, r in enumerate(results):  # one probe every 20 s, the last one now
+        recent.add(r, 1000.0 - 20.0 * (len(results) - 1 - i))
     return fleet_row(kw.pop("index", 0), name, state, s, recent, now=1000.0,
                      last_probe_at=1000.0 if results else None, results=results, **kw)
 
@@ -53,10 +53,10 @@ def test_row_figures_and_health():
     down = row("gpu-02", [], state="retrying", detail="server unreachable: refused")
     assert down.health.word == "down" and "refused" in down.health.findings[0].text
     # down and back: the last 3 probes decide
-    gone = row("gpu-03", probes(4e-5) + probes(4e-5, n=3, fail=3, start=12))
+    gone = row("gpu-03", probes(4e-5) + probes(4e-5, n=4, fail=4, start=12))
     assert gone.health.word == "down"
-    back = row("gpu-03", probes(4e-5) + probes(4e-5, n=3, fail=3, start=12)
-               + probes(4e-5, n=1, start=15))
+    back = row("gpu-03", probes(4e-5) + probes(4e-5, n=4, fail=4, start=12)
+               + probes(4e-5, n=1, start=16))
     assert back.health.word != "down"
 
 
