@@ -277,6 +277,44 @@ def add_analysis_args(p: argparse.ArgumentParser) -> None:
                    help="a saved run to compare the live fit against (drift warning)")
 
 
+def _load_spec(text: str):
+    from prefilltui.model.loadspec import parse_load
+
+    try:
+        return parse_load(text)
+    except ValueError as e:
+        raise argparse.ArgumentTypeError(str(e))
+
+
+def _load_levels(text: str) -> tuple[float, ...]:
+    from prefilltui.model.loadspec import parse_levels
+
+    try:
+        return parse_levels(text)
+    except ValueError as e:
+        raise argparse.ArgumentTypeError(str(e))
+
+
+def add_load_args(p: argparse.ArgumentParser, *, levels: bool = False) -> None:
+    """``--load`` (and, for the headless sweep, ``--load-levels``): background load on
+    the target while probing.  Off unless given: a monitor never loads a server
+    unasked (docs/load.md says what it costs the target)."""
+    g = p.add_argument_group("background load (opt-in; docs/load.md)")
+    g.add_argument("--load", type=_load_spec, metavar="SPEC",
+                   help="keep load on the server while probing and measure what each "
+                        "prefill costs it: decode:N (N decode streams: short prompts, long "
+                        "outputs, restarted when they end; every token's arrival recorded) "
+                        "or rate:R,tokens:L (Poisson arrivals, R requests/s of L-token "
+                        "prompts); bounded: add ,requests:K and/or ,for:10m (default "
+                        "5000 requests, 1h); probes under load never enter the idle fit")
+    if levels:
+        g.add_argument("--load-levels", type=_load_levels, metavar="L,L,...",
+                       help="run the sweep once per load level (decode streams, or "
+                            "requests/s with --load rate:...), e.g. 0,1,2,4,8: TTFT split "
+                            "into queue/prefill/overhead, the fit, decode ITL p50/p99 and "
+                            "stall per level, and where queueing takes over")
+
+
 def add_output_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--format", choices=("text", "json"), default="text",
                    help="text summary (default) or one JSON object on stdout")

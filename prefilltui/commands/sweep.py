@@ -17,8 +17,8 @@ from collections import Counter
 from typing import Any
 
 from prefilltui.commands.common import (add_analysis_args, add_depth_arg, add_hardware_args,
-                                        add_output_args, add_server_args, add_sweep_args,
-                                        add_telemetry_args, err, say, server_url)
+                                        add_load_args, add_output_args, add_server_args,
+                                        add_sweep_args, add_telemetry_args, err, say, server_url)
 from prefilltui.model.analysis import analyze, format_summary
 from prefilltui.model.redact import display_url
 from prefilltui.model.sanitize import clean
@@ -29,6 +29,7 @@ from prefilltui.model.percentiles import quantiles
 from prefilltui.model.types import ProbeResult
 from prefilltui.exit_codes import ExitCode
 from prefilltui.session import Session, SessionError, build_session
+from prefilltui.commands.load_sweep import LoadFailed, attach_load, main_results, run_probes
 
 
 def register(sub) -> None:
@@ -45,6 +46,7 @@ def register(sub) -> None:
     add_hardware_args(p)
     add_telemetry_args(p)
     add_analysis_args(p)
+    add_load_args(p, levels=True)
     add_output_args(p)
     p.set_defaults(func=run)
 
@@ -222,8 +224,22 @@ def _progress_line(r: ProbeResult, total: int | None, index: int | None = None) 
             f" ({r.prompt_tokens} estimated)" if r.prompt_tokens_source == "estimate"
             else f" ({r.prompt_tokens} counted)")
         cache = f"  CACHE HIT {r.cached_tokens}" if r.cache_hit else ""
-        return f"{head}{cnt}  TTFT {r.ttft_s * 1e3:.1f} ms{sp}{cache}"
+        return f"{head}{cnt}  TTFT {r.ttft_s * 1e3:.1f} ms{sp}{cache}{_stall_part(r)}"
     return f"{head}  FAILED {r.error_kind}: {r.error_message}"
+
+
+def _stall_part(r: ProbeResult) -> str:
+    """"  [load 2] stall 430.1 ms excess 2,512.0 ms (9 decode tokens)" for a probe
+    under background load ("" without)."""
+    if not r.load_level:
+        return ""
+    out = f"  [load {r.load_level:g}]"
+    if r.decode_stall_s is not None:
+        out += (f" stall {r.decode_stall_s * 1e3:,.1f} ms excess {r.decode_excess_s * 1e3:,.1f} ms"
+                f" ({r.decode_tokens} decode tokens)")
+    if r.server_itl_max_s is not None:
+        out += f" server ITL <= {r.server_itl_max_s * 1e3:,.0f} ms"
+    return out
 
 
 def _depth_line(r: ProbeResult) -> str:
@@ -330,24 +346,37 @@ def run(args) -> int:
         if state in ("retrying",) or (state == "probing" and detail.startswith("context")):
             say(f"  {detail}", stream)
 
-    runner = session.new_runner(on_result, on_state, on_plan=on_plan)
+    cur: dict[str, Any] = {}
+
+    def new_runner():
+        cur["runner"] = session.new_runner(on_result, on_state, on_plan=on_plan)
+        return cur["runner"]
+
+    class _Current:  # the callbacks read the runner of the level now running
+        def __getattr__(self, name):
+            return getattr(cur["runner"], name)
+
+    runner = _Current()
     depth_results: list[ProbeResult] = []
     depth_notes: list[str] = []
-    runner.start()
+    level_notes: list[str] = []
     try:
-        while runner.alive:
-            runner.join(0.2)
+        results, runner, level_notes = run_probes(session, args, new_runner, stream)
+        if session.load is not None:
+            session.load.stop(timeout=5.0)  # the load never outlives the probes
         if depths and runner.state == "done":
             depth_results, depth_notes = _run_depth_phase(
-                args, session, runner.lengths, stream,
-                max((r.seq for r in runner.results), default=0))
+                args, session, runner.lengths, stream, max((r.seq for r in results), default=0))
     except KeyboardInterrupt:
-        runner.stop(10)
         err("interrupted")
         return ExitCode.INTERRUPTED
+    except LoadFailed as e:
+        err(f"no probe sent: the background load did not run ({e})")
+        return ExitCode.FAILURE
     finally:
         session.close()
-    results = runner.results
+    all_results = results
+    results, under = main_results(results)
     if runner.state == "failed" and not any(r.ok for r in results):
         err(runner.state_detail or "the sweep failed")
         return ExitCode.UNREACHABLE
@@ -360,7 +389,9 @@ def run(args) -> int:
         return ExitCode.UNREACHABLE
     d = summarize(results, runner.server_info, rate_limited=runner.rate_limited,
                   run_file=str(session.run_path), notices=runner.notices)
-    d["notes"] = list(runner.notes) + d.get("notes", [])
+    d["notes"] = list(runner.notes) + level_notes + d.get("notes", [])
+    if under:
+        d["under_load"] = under
     if runner.progress is not None:
         d["until_ci"] = runner.progress.to_json()
     gpu_names = None
@@ -386,12 +417,16 @@ def run(args) -> int:
                                          method=args.fit)
     if runner.state == "failed":
         d["stopped_early"] = runner.state_detail
+    load_lines = attach_load(d, all_results, session)
     if as_json:
         print(json.dumps(d, indent=2))
     else:
-        blocks = [format_text(d), analysis_text or "", "\n".join(depth_text),
-                  format_diagnosis(d["diagnosis"])]
+        blocks = [(f"{under}\n" if under else "") + format_text(d), analysis_text or "",
+                  "\n".join(depth_text), format_diagnosis(d["diagnosis"]), "\n".join(load_lines)]
         if runner.state == "failed":
             blocks.append(f"stopped early: {runner.state_detail}")
         say("\n" + "\n\n".join(b for b in blocks if b), stream)
+    if session.load is not None and session.load.fault:
+        err(f"the background load stopped on a fault: {session.load.fault}")
+        return ExitCode.FAILURE
     return ExitCode.OK

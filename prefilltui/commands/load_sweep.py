@@ -1,0 +1,155 @@
+"""The headless sweep under background load (``sweep --load``, ``--load-levels``).
+
+``run_probes`` runs the sweep once (no load, or one load level), or once per level
+of ``--load-levels``: for each, the load is set to the level and left to reach it
+(every decode stream streaming), then the sweep's lengths are probed; warm-up probes
+only in the first level.  ``attach_load`` adds to the summary: the load (spec,
+state, requests), the per-length decode stall table with its sentence
+(``model.stall``), the level table and its knee (``model.levels``) and the verdict
+(``model.verdict``), as JSON and text.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Callable
+
+from prefilltui.commands.common import err, say
+from prefilltui.model.levels import format_levels, level_of, level_table, level_view, levels_in
+from prefilltui.model.stall import format_stall, stall_summary
+from prefilltui.model.types import ProbeResult
+from prefilltui.model.verdict import Expectation, format_verdict, ttft_verdict
+from prefilltui.session import Session
+
+#: Longest wait for the load to reach a level (s): the first vLLM stream on a busy
+#: 2-core machine takes a few seconds; a server that cannot stream in this long is
+#: a fault worth stopping for.
+LOAD_START_S = 120.0
+
+
+#: Tokens every decode stream brings before a level's first probe (a baseline of
+#: quiet gaps, ``model.stall.MIN_QUIET_GAPS``, from the start).
+STEADY_TOKENS = 8
+
+
+class LoadFailed(Exception):
+    """The background load asked for could not run: nothing was measured under it."""
+
+
+def run_probes(session: Session, args: Any, new_runner: Callable[[], Any], stream
+               ) -> tuple[list[ProbeResult], Any, list[str]]:
+    """Run the sweep (once per load level with ``--load-levels``); returns (every
+    result, the last runner, notes: levels not run and why).
+
+    Raises:
+        LoadFailed: ``--load`` without levels, and the load did not reach its level
+            (no probe was sent).
+        KeyboardInterrupt: passed through (the caller stops the session).
+    """
+    levels = list(getattr(args, "load_levels", None) or ())
+    gen = session.load
+    if gen is None or not levels:
+        if gen is not None and not _start(session, stream):
+            raise LoadFailed(gen.describe())
+        runner = new_runner()
+        _run(runner)
+        return list(runner.results), runner, []
+    results: list[ProbeResult] = []
+    notes: list[str] = []
+    runner = None
+    for i, level in enumerate(levels):
+        if gen.state in ("fault", "done"):
+            notes.append(f"load levels from {level:g} not run: {gen.describe()}")
+            break
+        gen.set_level(level)
+        say(f"load level {level:g}: {gen.current_spec().describe()}", stream)
+        if level > 0 and not _start(session, stream):
+            notes.append(f"load level {level:g} not run: {gen.describe()}")
+            break
+        if i > 0:
+            session.config.warmup = 0  # warm-up probes only before the first level
+        runner = new_runner()
+        _run(runner)
+        results += list(runner.results)
+        if runner.state == "failed":
+            break
+    gen.set_level(0)
+    return results, runner, notes
+
+
+def _start(session: Session, stream) -> bool:
+    gen = session.load
+    assert gen is not None
+    ok = session.start_load(wait_s=LOAD_START_S, min_tokens=STEADY_TOKENS)
+    if ok:
+        say(f"  {gen.describe()} running ({gen.requests} requests so far)", stream)
+    else:
+        err(f"background load did not reach its level: {gen.describe()}")
+    return ok
+
+
+def _run(runner) -> None:
+    runner.start()
+    try:
+        while runner.alive:
+            runner.join(0.2)
+    except KeyboardInterrupt:
+        runner.stop(10)
+        raise
+
+
+def main_results(results: list[ProbeResult]) -> tuple[list[ProbeResult], str | None]:
+    """The probes the usual summary and fit describe: the idle ones (no load, or level
+    0); with none, the lowest load level as its own fit, and the words saying so."""
+    levels = levels_in(results)
+    if not levels or levels[0] == 0.0:
+        return [r for r in results if level_of(r) == 0.0 or r.warmup], None
+    lv = levels[0]
+    kind = next((r.load_kind for r in results if r.load_kind), "decode")
+    unit = f"{lv:g} req/s" if kind == "rate" else f"{lv:g} decode streams"
+    return level_view(results, lv), f"under background load ({unit}): the fit of that level"
+
+
+def expectation(results: list[ProbeResult], session: Session, d: dict[str, Any]
+                ) -> Expectation | None:
+    """What TTFT should be: the ``--baseline`` run's fit, else the idle level's fit."""
+    from prefilltui.model.drift import run_fit
+
+    if session.baseline is not None:
+        return Expectation(session.baseline, "baseline run")
+    idle = [r for r in results if r.fit_eligible]
+    f = run_fit(idle, "robust") if idle else None
+    roof = (d.get("analysis") or {}).get("roofline") or {}
+    level = ((d.get("analysis") or {}).get("verdict") or {}).get("level")
+    if f is None:
+        return Expectation(None, "", roof.get("mfu"), level) if level else None
+    return Expectation(f, "idle fit", roof.get("mfu"), level)
+
+
+def attach_load(d: dict[str, Any], results: list[ProbeResult], session: Session) -> list[str]:
+    """Add ``load``, ``stall``, ``levels`` and ``ttft_verdict`` to the summary ``d``;
+    returns their text lines."""
+    lines: list[str] = []
+    gen = session.load
+    traces = gen.traces() if gen is not None else []
+    if gen is not None:
+        d["load"] = {"spec": gen.spec.to_json(), "state": gen.state, "fault": gen.fault,
+                     "requests": gen.requests, "tokens": gen.tokens, "skipped": gen.skipped}
+        lines.append(f"background load: {gen.spec.label()} ({gen.requests} requests, "
+                     f"{gen.tokens:,} tokens; {gen.state}"
+                     + (f": {gen.fault}" if gen.fault else "") + ")")
+    info = session.runner.server_info if session.runner is not None else None
+    chunk = (info.n_batch or info.n_ubatch) if info is not None else None
+    s = stall_summary(results, chunk_tokens=chunk)
+    if s is not None:
+        d["stall"] = s.to_json()
+        lines += format_stall(s)
+    t = level_table(results, traces)
+    if t is not None and len(t.rows) > 1:
+        d["levels"] = t.to_json()
+        lines += [""] + format_levels(t)
+    last_level = max(levels_in(results), default=0.0)
+    recent = [r for r in results if level_of(r) == last_level]
+    v = ttft_verdict(recent, expectation(results, session, d))
+    d["ttft_verdict"] = v.to_json()
+    lines += [""] + format_verdict(v)
+    return lines

@@ -1,0 +1,177 @@
+"""Background load against a simulated scheduler with a chunk budget (tests/schedserver.py,
+real sockets): exact stalls and excesses, the chunk boundary, the level sweep, faults,
+bounds, and that nothing is sent unasked.  Short prompts, a few seconds each."""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import time
+
+import pytest
+
+from prefilltui.cli import main
+from prefilltui.measure.runfile import read_load, read_run, read_session
+from prefilltui.model.loadspec import parse_load
+from prefilltui.session import build_session
+from tests.schedserver import SchedServer, expected
+
+STEP_S = 0.02
+PER_TOKEN_S = 0.002
+#: Client-side timing on a loaded 2-core machine: a stall read to +-15 ms.
+TOL_S = 0.015
+
+
+def _session(srv, tmp_path, spec="decode:2,out:400", **kw):
+    opts = argparse.Namespace(load=parse_load(spec), no_telemetry=True, seed=1, warmup=0,
+                              out=str(tmp_path / "run.jsonl"), **kw)
+    return build_session(opts, srv.base_url)
+
+
+def _sweep(session, lengths, repeats=2):
+    out = []
+    session.config.lengths = list(lengths)
+    session.config.repeats = repeats
+    runner = session.new_runner(out.append)
+    runner.start()
+    while runner.alive:
+        runner.join(0.1)
+    return out
+
+
+@pytest.mark.parametrize("budget", [64, None])
+def test_stall_and_excess_are_the_schedulers(tmp_path, budget):
+    with SchedServer(budget=budget, step_s=STEP_S, per_token_s=PER_TOKEN_S) as srv:
+        s = _session(srv, tmp_path, lengths=[40, 124])
+        try:
+            assert s.start_load(wait_s=20, min_tokens=8), s.load.describe()
+            rs = _sweep(s, [40, 124])
+        finally:
+            s.close()
+    assert len(rs) == 4 and all(r.ok for r in rs)
+    for r in rs:
+        stall, excess = expected(budget, 2, r.prompt_tokens, PER_TOKEN_S)
+        assert r.load_kind == "decode" and r.load_level == 2.0
+        assert r.decode_streams == 2
+        assert r.decode_gap_s == pytest.approx(STEP_S, abs=0.005)
+        assert r.decode_stall_s == pytest.approx(stall, abs=TOL_S), (r.prompt_tokens, budget)
+        assert r.decode_excess_s == pytest.approx(excess, abs=2 * TOL_S), (r.prompt_tokens, budget)
+        # the server's ITL histogram over the window: its longest gap's bucket
+        assert r.server_itl_max_s is not None and r.server_itl_max_s >= stall + STEP_S - 0.005
+    long_ = [r for r in rs if r.prompt_tokens == 124]
+    if budget:  # capped at one 62-token chunk, the whole prompt still paid for
+        assert all(r.decode_stall_s < r.decode_excess_s / 1.6 for r in long_)
+    else:
+        assert all(r.decode_stall_s == pytest.approx(r.decode_excess_s, abs=2 * TOL_S)
+                   for r in long_)
+
+
+def test_a_prompt_one_token_over_the_budget_takes_two_chunks(tmp_path):
+    """Budget 64 with 2 decode streams: 62 prompt tokens fit one step, 63 need two (the
+    decode tokens use the budget's slots)."""
+    with SchedServer(budget=64, step_s=STEP_S, per_token_s=PER_TOKEN_S) as srv:
+        s = _session(srv, tmp_path)
+        out = {}
+
+        async def go():
+            async with s.new_client(seed_offset=5) as c:
+                await c.discover()
+                for n in (62, 63):
+                    for h in s.hooks:
+                        await h.before_probe(c)
+                    r = await c.probe(n, prompt=" ".join(["w"] * n))
+                    for h in s.hooks:
+                        await h.after_probe(r)
+                    out[n] = r
+        try:
+            assert s.start_load(wait_s=20, min_tokens=8)
+            asyncio.run(go())
+        finally:
+            s.close()
+        chunks = dict(srv.stats.prefills)
+    assert chunks[62] == 1 and chunks[63] == 2
+    assert out[62].prompt_tokens == 62 and out[63].prompt_tokens == 63
+    # one more decode token inside the window: the step the 63rd token took
+    assert out[63].decode_tokens == out[62].decode_tokens + 1
+    assert out[63].decode_stall_s == pytest.approx(62 * PER_TOKEN_S, abs=TOL_S)
+
+
+def test_level_sweep_cli_table_run_file_and_idle_fit(tmp_path, capsys):
+    out = tmp_path / "levels.jsonl"
+    with SchedServer(budget=64, step_s=STEP_S, per_token_s=PER_TOKEN_S) as srv:
+        code = main(["sweep", srv.base_url, "--lengths", "24,124", "--repeats", "2",
+                     "--no-telemetry", "--load", "decode:1,out:300", "--load-levels", "0,2",
+                     "--format", "json", "--out", str(out), "--seed", "3"])
+    assert code == 0
+    d = json.loads(capsys.readouterr().out)
+    rows = d["levels"]["rows"]
+    assert [r["level"] for r in rows] == [0.0, 2.0]
+    assert rows[0]["stall_s"] is None and rows[1]["stall_s"] == pytest.approx(
+        62 * PER_TOKEN_S, abs=TOL_S)
+    assert rows[1]["itl_p50_s"] == pytest.approx(STEP_S, abs=0.005)
+    assert d["levels"]["knee"] is None and d["levels"]["knee_line"].startswith("queueing never")
+    assert d["stall"]["chunked"] is True
+    assert d["ttft_verdict"]["cause"] in ("none", "slow_prefill", "head_of_line")
+    assert d["load"]["spec"]["label"] == "decode:2,out:300"
+    results, problems = read_run(out)
+    assert not problems
+    idle = [r for r in results if r.fit_eligible]
+    assert {r.load_level for r in idle} == {0.0}  # level 2 never enters the idle fit
+    assert d["fit"]["n"] <= len(idle) and all(r.load_level == 2.0 for r in results
+                                                if r.level_eligible and not r.fit_eligible)
+    traces, bad = read_load(out)
+    assert traces and not bad and {t.level for t in traces} == {2.0}
+    assert read_session(out)["load"]["label"] == "decode:2,out:300"
+
+
+def test_a_failing_load_request_stops_the_load_and_the_sweep_says_so(tmp_path, capsys):
+    with SchedServer(budget=64, step_s=STEP_S, per_token_s=PER_TOKEN_S) as srv:
+        probe_route = srv.script["POST /v1/completions"]
+
+        def route(req):
+            if (req.json or {}).get("max_tokens", 1) > 1:
+                from tests.fakeserver import Reply
+                return Reply.json({"error": {"message": "boom"}}, status=500)
+            return probe_route(req)
+        srv.set("POST /v1/completions", route)
+        code = main(["sweep", srv.base_url, "--lengths", "24", "--no-telemetry",
+                     "--load", "decode:1", "--out", str(tmp_path / "f.jsonl")])
+        load_requests = [r for r in srv.requests if (r.json or {}).get("max_tokens", 1) > 1
+                         if r.path == "/v1/completions"]
+    err = capsys.readouterr().err
+    assert code == 1
+    assert "background load did not reach its level: load stopped: load request answered HTTP 500" in err
+    assert len(load_requests) == 1  # stopped at the first fault, never retried
+
+
+def test_bounds_stop_the_load(tmp_path):
+    with SchedServer(budget=64, step_s=0.005, per_token_s=0.0001) as srv:
+        s = _session(srv, tmp_path, spec="decode:1,out:5,requests:3")
+        try:
+            s.load.start()
+            deadline = time.monotonic() + 10
+            while s.load.state != "done" and time.monotonic() < deadline:
+                time.sleep(0.05)
+            assert s.load.state == "done" and "3 requests" in s.load.detail
+            time.sleep(0.3)
+        finally:
+            s.close()
+        sent = [r for r in srv.requests if r.path == "/v1/completions"]
+    assert len(sent) == 3 and all(r.json["max_tokens"] == 5 and r.json["ignore_eos"] for r in sent)
+
+
+def test_close_stops_every_stream_and_nothing_is_sent_unasked(tmp_path, capsys):
+    with SchedServer(budget=64, step_s=STEP_S, per_token_s=0.0001) as srv:
+        s = _session(srv, tmp_path, spec="decode:3")
+        assert s.start_load(wait_s=20)
+        s.close()
+        assert not s.load.alive and s.load.state == "stopped"
+        n = len(srv.requests)
+        time.sleep(0.3)
+        assert len(srv.requests) == n  # nothing restarted after the stop
+        assert main(["sweep", srv.base_url, "--lengths", "24,48", "--no-telemetry",
+                     "--out", str(tmp_path / "plain.jsonl")]) == 0
+        plain = [r for r in srv.requests[n:] if r.path == "/v1/completions"]
+    assert plain and all(r.json["max_tokens"] == 1 for r in plain)
+    assert "background load" not in capsys.readouterr().out
