@@ -11,6 +11,7 @@ state, requests), the per-length decode stall table with its sentence
 
 from __future__ import annotations
 
+from collections import Counter
 from typing import Any, Callable
 
 from prefilltui.commands.common import err, say
@@ -109,28 +110,53 @@ def main_results(results: list[ProbeResult]) -> tuple[list[ProbeResult], str | N
     return level_view(results, lv), f"under background load ({unit}): the fit of that level"
 
 
-def expectation(results: list[ProbeResult], session: Session, d: dict[str, Any]
+def expectation(results: list[ProbeResult], d: dict[str, Any], baseline=None
                 ) -> Expectation | None:
-    """What TTFT should be: the ``--baseline`` run's fit, else the idle level's fit."""
+    """What TTFT should be: the ``--baseline`` run's fit, else the idle level's fit
+    (with the MFU verdict of the summary ``d`` when it has one)."""
     from prefilltui.model.drift import run_fit
 
-    if session.baseline is not None:
-        return Expectation(session.baseline, "baseline run")
+    if baseline is not None:
+        return Expectation(baseline, "baseline run")
     idle = [r for r in results if r.fit_eligible]
     f = run_fit(idle, "robust") if idle else None
-    roof = (d.get("analysis") or {}).get("roofline") or {}
-    level = ((d.get("analysis") or {}).get("verdict") or {}).get("level")
+    roof = (d.get("analysis") or d).get("roofline") or {}
+    level = ((d.get("analysis") or d).get("verdict") or {}).get("level")
     if f is None:
         return Expectation(None, "", roof.get("mfu"), level) if level else None
     return Expectation(f, "idle fit", roof.get("mfu"), level)
 
 
+def summarize_load(d: dict[str, Any], results: list[ProbeResult], traces, *,
+                   chunk: int | None = None, expect: Expectation | None = None) -> list[str]:
+    """Add ``stall``, ``levels`` and ``ttft_verdict`` to the summary ``d`` from a run's
+    probes and load traces (``sweep`` at its end, ``report`` from a run file); returns
+    their text lines."""
+    lines: list[str] = []
+    # stall against prompt tokens at one level: the one with the most measured probes
+    counts = Counter(level_of(r) for r in results if r.decode_stall_s is not None)
+    at = max(counts, key=lambda lv: (counts[lv], lv)) if counts else None
+    s = stall_summary([r for r in results if level_of(r) == at], chunk_tokens=chunk)
+    if s is not None:
+        d["stall"] = {**s.to_json(), "level": at}
+        lines += format_stall(s, at)
+    t = level_table(results, traces)
+    if t is not None and len(t.rows) > 1:
+        d["levels"] = t.to_json()
+        lines += [""] + format_levels(t)
+    last_level = max(levels_in(results), default=0.0)
+    recent = [r for r in results if level_of(r) == last_level]
+    v = ttft_verdict(recent, expect)
+    d["ttft_verdict"] = v.to_json()
+    lines += [""] + format_verdict(v)
+    return lines
+
+
 def attach_load(d: dict[str, Any], results: list[ProbeResult], session: Session) -> list[str]:
-    """Add ``load``, ``stall``, ``levels`` and ``ttft_verdict`` to the summary ``d``;
-    returns their text lines."""
+    """Add ``load`` (spec, state, requests), ``stall``, ``levels`` and ``ttft_verdict`` to
+    the summary ``d`` of a finished sweep; returns their text lines."""
     lines: list[str] = []
     gen = session.load
-    traces = gen.traces() if gen is not None else []
     if gen is not None:
         d["load"] = {"spec": gen.spec.to_json(), "state": gen.state, "fault": gen.fault,
                      "requests": gen.requests, "tokens": gen.tokens, "skipped": gen.skipped}
@@ -139,17 +165,6 @@ def attach_load(d: dict[str, Any], results: list[ProbeResult], session: Session)
                      + (f": {gen.fault}" if gen.fault else "") + ")")
     info = session.runner.server_info if session.runner is not None else None
     chunk = (info.n_batch or info.n_ubatch) if info is not None else None
-    s = stall_summary(results, chunk_tokens=chunk)
-    if s is not None:
-        d["stall"] = s.to_json()
-        lines += format_stall(s)
-    t = level_table(results, traces)
-    if t is not None and len(t.rows) > 1:
-        d["levels"] = t.to_json()
-        lines += [""] + format_levels(t)
-    last_level = max(levels_in(results), default=0.0)
-    recent = [r for r in results if level_of(r) == last_level]
-    v = ttft_verdict(recent, expectation(results, session, d))
-    d["ttft_verdict"] = v.to_json()
-    lines += [""] + format_verdict(v)
-    return lines
+    traces = gen.traces() if gen is not None else []
+    return lines + summarize_load(d, results, traces, chunk=chunk,
+                                  expect=expectation(results, d, session.baseline))

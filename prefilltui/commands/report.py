@@ -17,13 +17,18 @@ import re
 import shutil
 import sys
 from collections import Counter
+from pathlib import Path
 
 from prefilltui.commands.common import (add_analysis_args, add_hardware_args, add_output_args,
                                         err, say)
 from prefilltui.model.sanitize import clean
 from prefilltui.model.analysis import analyze, format_summary
 from prefilltui.model.depth import depth_table, format_depth, is_depth_probe
-from prefilltui.measure.runfile import read_run, read_session
+from prefilltui.commands.load_sweep import expectation, main_results, summarize_load
+from prefilltui.measure.runfile import read_load, read_run, read_session
+from prefilltui.model.levels import levels_from_json
+from prefilltui.model.loadspec import LoadSpec
+from prefilltui.model.stall import stall_from_json
 from prefilltui.model import defaults
 from prefilltui.model.drift import drift, run_fit
 from prefilltui.model.types import server_info_from_session
@@ -76,10 +81,13 @@ def run(args) -> int:
     gpu_names = session.get("gpu_names")
     gpu_names = ([n for n in gpu_names if isinstance(n, str) and n]
                  if isinstance(gpu_names, list) else None) or None
-    # probes after a deliberately cached prefix (--depth) have their own table
-    d = analyze([r for r in results if not is_depth_probe(r)], info, args,
-                gpu_names=gpu_names)
+    # probes after a deliberately cached prefix (--depth) have their own table; probes
+    # under background load are fitted per load level (the idle fit keeps none)
+    main, under = main_results([r for r in results if not is_depth_probe(r)])
+    d = analyze(main, info, args, gpu_names=gpu_names)
     d["run_file"] = str(args.run_file)
+    if under:
+        d["under_load"] = under
     d["depth"] = depth_table(results, d.get("model"))
     if getattr(args, "baseline", None):
         d["drift"] = _drift(args, results)
@@ -88,6 +96,17 @@ def run(args) -> int:
         text += f"\nDrift vs baseline: {d['drift']}"
     if d["depth"]:
         text += "\n" + "\n".join(format_depth(d["depth"]))
+    traces, bad = read_load(args.run_file)
+    for msg in bad[:5]:
+        err(f"{args.run_file}: {msg} (skipped)")
+    load = LoadSpec.from_json(session.get("load"))
+    if load is not None:
+        d["load"] = {"spec": load.to_json()}
+    chunk = info.n_batch or info.n_ubatch
+    load_text = summarize_load(d, results, traces, chunk=chunk, expect=expectation(results, d))
+    text = ((under + "\n") if under else "") + text + "\n\n" + clean(
+        "\n".join(([f"background load: {load.label()} ({len(traces)} load requests in the run file)"]
+                   if load is not None else []) + load_text), multiline=True)
     code = _write_figures(args, results, d, text)
     if code:
         return code
@@ -110,9 +129,20 @@ def _write_figures(args, results, d, text: str) -> int:
     be written, else ``ExitCode.OK``."""
     from prefilltui.render.figure import html_page, svg_figure
 
-    for path, make in ((getattr(args, "svg", None), lambda: svg_figure(results, d)),
-                       (getattr(args, "html", None), lambda: html_page(
-                           results, d, text, title=f"prefilltui report: {args.run_file}"))):
+    load_svg = None
+    if d.get("stall") or d.get("levels"):
+        from prefilltui.render.load_figure import load_figure
+
+        load_svg = load_figure(stall_from_json(d.get("stall")), levels_from_json(d.get("levels")),
+                               title=f"Prefill under background load — {args.run_file}")
+    svg = getattr(args, "svg", None)
+    jobs = [(svg, lambda: svg_figure(results, d)),
+            (getattr(args, "html", None), lambda: html_page(
+                results, d, text, title=f"prefilltui report: {args.run_file}",
+                extra_svg=load_svg))]
+    if svg and load_svg:  # the load figure beside the main one: NAME-load.svg
+        jobs.append((str(Path(svg).with_name(Path(svg).stem + "-load.svg")), lambda: load_svg))
+    for path, make in jobs:
         if not path:
             continue
         try:

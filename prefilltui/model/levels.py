@@ -228,9 +228,22 @@ def format_levels(t: LevelTable | None) -> list[str]:
             tp += f" ±{(hi - lo) / 2 / r.throughput_tok_s:.0%}"
         elif r.throughput_tok_s:
             tp += " ±inf"
-        out.append(f"{r.level:>7g} {r.probes:>4} {c(r.ttft_p50_s)} {c(r.queue_s)} "
+        own = r.queue_s if r.queue_n * 2 >= max(1, r.probes) else None  # the probes' own
+        out.append(f"{r.level:>7g} {r.probes:>4} {c(r.ttft_p50_s)} {c(own)} "
                    f"{c(r.prefill_s)} {c(r.overhead_s)} {c(r.wait_s)} {share:>6} {tp:>15} "
                    f"{c(r.itl_p50_s)} {c(r.itl_p99_s)} {c(r.stall_s)} {c(r.excess_s)}")
     out += [t.knee_line, "wait = TTFT above the idle fit at the probe's length; queue% = "
             "the server's queue time / TTFT where it is the probe's own, else wait / TTFT"]
     return out
+
+
+def levels_from_json(d) -> LevelTable | None:
+    """A LevelTable from its ``to_json`` dict (None for anything else)."""
+    if not isinstance(d, dict):
+        return None
+    try:
+        rows = tuple(LevelRow(**{**r, "throughput_ci": tuple(r.get("throughput_ci") or (None, None))})
+                     for r in d.get("rows") or ())
+        return LevelTable(rows, d.get("kind"), d.get("knee"), str(d.get("knee_line", "")))
+    except TypeError:
+        return None

@@ -359,12 +359,14 @@ def _secs(s: float | None) -> str:
     return f"{s:.2f} s" if abs(s) < 10 else f"{s:.1f} s"
 
 
-def format_stall(s: StallSummary | None) -> list[str]:
-    """Text lines: the per-length table (ms) and the sentence."""
+def format_stall(s: StallSummary | None, level: float | None = None) -> list[str]:
+    """Text lines: the per-length table (ms) and the sentence; ``level``: the load
+    level the table is of, named in its title."""
     if s is None:
         return []
     ms = lambda v: MISSING if v is None else f"{v * 1e3:,.0f}"  # noqa: E731
-    out = [f"decode stall per probe (baseline gap {ms(s.gap_s)} ms; medians)",
+    at = f" at load level {level:g}" if level is not None else ""
+    out = [f"decode stall per probe{at} (baseline gap {ms(s.gap_s)} ms; medians)",
            f"{'requested':>9} {'counted':>8} {'n':>3} {'TTFT':>9} {'stall':>9} {'excess':>9} "
            f"{'tokens':>6} {'server ITL max':>15}   (ms)"]
     for r in s.rows:
@@ -374,3 +376,15 @@ def format_stall(s: StallSummary | None) -> list[str]:
                    f"{('≤ ' + ms(r.server_itl_max_s)) if r.server_itl_max_s is not None else '-':>15}")
     out.append(s.sentence)
     return out
+
+
+def stall_from_json(d) -> StallSummary | None:
+    """A StallSummary from its ``to_json`` dict (None for anything else)."""
+    if not isinstance(d, dict):
+        return None
+    try:
+        rows = tuple(StallRow(**r) for r in d.get("rows") or ())
+        return StallSummary(rows, d.get("gap_s"), d.get("chunked"), d.get("chunk_tokens"),
+                            d.get("chunk_source"), str(d.get("sentence", "")))
+    except TypeError:
+        return None
