@@ -22,6 +22,7 @@ from prefilltui.commands.common import (
     add_depth_arg,
     add_hardware_args,
     add_output_args,
+    add_load_args,
     add_server_args,
     add_sweep_args,
     add_telemetry_args,
@@ -88,6 +89,7 @@ def register(sub) -> None:
     add_hardware_args(p)
     add_telemetry_args(p)
     add_analysis_args(p)
+    add_load_args(p, levels=True)  # --load-levels with --headless
     add_output_args(p)
     add_tui_args(p)  # --theme, shared with `prefilltui watch`
     p.set_defaults(func=run)

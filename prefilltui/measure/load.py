@@ -155,6 +155,12 @@ class LoadGenerator:
             self.level_since = time.perf_counter()
         self._poke()
 
+    @property
+    def in_flight(self) -> int:
+        """Load requests in flight now."""
+        with self._lock:
+            return len(self._live)
+
     def current_spec(self) -> LoadSpec:
         """The spec at the level now running."""
         return replace(self.spec, level=self.level)

@@ -225,9 +225,13 @@ def _slow_prefill(ok, parts, expect: Expectation | None) -> Evidence | None:
         return None
     rows = [(p["prefill_s"], r.tokens) for p, r in zip(parts, ok)
             if p["prefill_s"] is not None and r.tokens]
-    if len(rows) >= MIN_PROBES:  # the server's own prefill time against b x n
-        ratio = _med(pre / (b * n) for pre, n in rows if b * n > 0)
-        extra = _med(pre - b * n for pre, n in rows)
+    if len(rows) >= MIN_PROBES:  # the server's own prefill time against the expected
+        # expected prefill: the expected TTFT less the overhead outside the server (the
+        # fixed cost is partly the server's own), never below b x n
+        over = _med(p["overhead_s"] for p in parts) or 0.0
+        exp = [(pre, max(b * n, expect.fit.intercept_s + b * n - over)) for pre, n in rows]
+        ratio = _med(pre / e for pre, e in exp if e > 0)
+        extra = _med(pre - e for pre, e in exp)
         what = "server prefill"
     else:  # TTFT above the expected line, per probe: only when nothing else explains it
         waiting = _med(r.server_waiting for r in ok)

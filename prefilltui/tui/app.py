@@ -38,12 +38,14 @@ from prefilltui.model.types import FitMethod, ProbeResult, RunnerState, ServerIn
 from prefilltui.model.units import MISSING
 from prefilltui.exit_codes import ExitCode
 from prefilltui.tui.help import HelpScreen
+from prefilltui.tui.load_actions import LoadActions
 from prefilltui.tui.workers import WorkerActions
 from prefilltui.tui.messages import ProbeDone, RunnerStateChanged
 from prefilltui.tui.themes import DEFAULT_THEME, VARIABLE_DEFAULTS, ThemeSet, load_themes
 from prefilltui.tui.viewmodel import (
     Analysis, Counters, build_stats, linear_of, no_analysis, status_line,
 )
+from prefilltui.tui.widgets.decode_row import DecodeRow
 from prefilltui.tui.widgets.gauges import GaugePanel
 from prefilltui.tui.widgets.probe_log import ProbeLog, probe_message
 from prefilltui.tui.widgets.stats import StatsPanel, stats_title
@@ -88,7 +90,7 @@ RunnerFactory = Callable[[Callable[[ProbeResult], None], Callable[[str, str], No
 _RANGE = Binding.Group("Range", compact=True)
 
 
-class PrefillApp(WorkerActions, App[int]):
+class PrefillApp(LoadActions, WorkerActions, App[int]):
     """Live prefill monitor.  Build it with ``build_app``."""
 
     CSS_PATH = "app.tcss"
@@ -109,6 +111,7 @@ class PrefillApp(WorkerActions, App[int]):
         Binding("s", "save_svg", "Save SVG", show=False),  # in the help; the footer is full
         Binding("c", "cache_check", "Cache"),
         Binding("t", "next_theme", "Theme"),
+        Binding("l", "toggle_load", "Load", show=False),  # in the help; the footer is full
         Binding("question_mark", "help", "Help", key_display="?"),
         Binding("q", "quit_app", "Quit"),
         # Ctrl-C quits too (Textual would only hint at ctrl+q): the run file is
@@ -127,8 +130,12 @@ class PrefillApp(WorkerActions, App[int]):
                  clock: Callable[[], float] = time.perf_counter,
                  replot_hz: float = 4.0, gauge_hz: float = 2.0,
                  problems: list[str] = (), on_ready: Callable[["PrefillApp"], None] | None = None,
-                 max_results: int = 100_000, pacing: Pacing | None = None) -> None:
+                 max_results: int = 100_000, pacing: Pacing | None = None,
+                 load: Any = None) -> None:
         super().__init__()
+        #: the background load (``measure.load.LoadGenerator``), None unless --load
+        self.load = load
+        self.load_fits: dict[float, Any] = {}
         self.runner_factory = runner_factory
         self.runner: Runner | None = None
         self.sampler = sampler
@@ -183,6 +190,7 @@ class PrefillApp(WorkerActions, App[int]):
             with VerticalScroll(id="stats-box"):
                 yield StatsPanel(id="stats")
         yield GaugePanel(id="gauges")
+        yield DecodeRow(id="decode")
         yield ProbeLog(id="log")
         yield Footer(compact=True)
 
@@ -245,7 +253,8 @@ class PrefillApp(WorkerActions, App[int]):
         if r.t_send is not None and r.t_end is not None:
             self.windows.append((r.t_send, r.t_end))
         if self.fit is not None:
-            self.fit.add(r)
+            self.fit.add(r)  # the idle fit: probes under load never enter it
+            self.add_to_level_fit(r)
         self._dirty = True
         # buffers only: the log row and every redraw wait for the next tick
         self._pending_rows.append(r)
@@ -295,7 +304,8 @@ class PrefillApp(WorkerActions, App[int]):
         shown = self._show_data()
         # half a tick of slack: timer jitter must not turn 2 Hz into every third tick
         slack = 0.5 / max(self.replot_hz, self.gauge_hz)
-        if self.sampler is not None and (shown or now >= self._gauge_next - slack):
+        if (self.sampler is not None or self.load is not None) and (
+                shown or now >= self._gauge_next - slack):
             self._gauge_next = now + 1.0 / self.gauge_hz
             self._gauge_tick()
 
@@ -313,8 +323,9 @@ class PrefillApp(WorkerActions, App[int]):
                 self.notify(f"probe log update failed: {exc}", severity="error", timeout=6)
         try:
             snap = None
-            if self.fit is not None:
-                snap = self.fit.snapshot(which=self.which, method=self.fit_method)
+            fit = self.shown_fit()  # the idle fit, or the current load level's own
+            if fit is not None:
+                snap = fit.snapshot(which=self.which, method=self.fit_method)
             self.last_fit = snap
             info = self.runner.server_info if self.runner is not None else None
             roof = self.analysis(snap, info, self._device_names)
@@ -336,8 +347,9 @@ class PrefillApp(WorkerActions, App[int]):
             stats = build_stats(snap, which=self.which, method=self.fit_method, info=info,
                                 last=self.last_ok, counters=self.counters,
                                 device=self._device_label, roof=roof)
+            stats.notes[:0] = self.load_lines(lin, roof)
             self.query_one("#stats", StatsPanel).show(stats)
-            title = stats_title(stats)
+            title = stats_title(stats) + self.level_title()
             if title != self._border_texts.get("stats"):
                 self._border_texts["stats"] = title
                 self.query_one("#stats-box").border_title = title
@@ -351,6 +363,9 @@ class PrefillApp(WorkerActions, App[int]):
         try:
             if self.query("#gauges"):
                 self._show_gauges()
+            if self.load is not None:
+                now = self.sampler.snapshot().t if self.sampler is not None else None
+                self._show_decode(now or self.clock())
         except Exception as exc:  # never a traceback from a timer
             self.notify(f"gauge update failed: {exc}", severity="warning", timeout=4)
 
@@ -385,7 +400,8 @@ class PrefillApp(WorkerActions, App[int]):
                            self.which, self.paused,
                            tuple(runner.notices) if runner is not None else (),
                            progress=runner.progress if runner is not None else None,
-                           cap_note=runner.cap_note if runner is not None else None)
+                           cap_note=runner.cap_note if runner is not None else None,
+                           load=self.load_status_text())
         if text != self._status_text:  # unchanged text: no redraw, no terminal bytes
             self._status_text = text
             # one line high whatever it says (CSS height: 1): no screen layout needed
@@ -411,6 +427,7 @@ class PrefillApp(WorkerActions, App[int]):
     def action_reset_fit(self) -> None:
         if self.fit is not None:
             self.fit.reset()
+        self.load_fits.clear()
         self.query_one("#plot", TTFTPlot).clear_points()
         self._dirty = True
         self.notify("fit reset (the run file keeps every probe)", timeout=3)
