@@ -19,7 +19,7 @@ import time
 from dataclasses import replace
 from pathlib import Path
 
-from prefilltui.commands.common import (_int_list, _positive_float, _positive_int,
+from prefilltui.commands.common import (add_load_args, _int_list, _positive_float, _positive_int,
                                         add_hardware_args, add_server_args, server_url)
 from prefilltui.exit_codes import ExitCode
 from prefilltui.exporter.config import (DEFAULT_INTERVAL_S, DEFAULT_LENGTHS, DEFAULT_WINDOW,
@@ -64,6 +64,7 @@ def register(sub) -> None:
     r.add_argument("--run-file-keep", type=int, default=3, metavar="K",
                    help="rotated run files kept per target (default 3)")
     add_hardware_args(p)
+    add_load_args(p)  # every target's default; a target's own load key wins
     p.set_defaults(func=run)
 
 
@@ -105,7 +106,8 @@ def targets_from_args(args) -> list[TargetConfig]:
         window=args.window, insecure=args.insecure, gpu=args.gpu, peak_tflops=args.peak_tflops,
         bandwidth_tbs=args.bandwidth_tbs, dtype=args.dtype, params=args.params,
         layers=args.layers, hidden=args.hidden, attn_width=args.attn_width,
-        model_config=args.model_config, efficiency=args.efficiency)
+        model_config=args.model_config, efficiency=args.efficiency,
+        load=args.load.label() if getattr(args, "load", None) else None)
     targets = [check(replace(base, url=u)) for u in args.urls]
     if args.config:
         targets += load_toml(args.config, base)

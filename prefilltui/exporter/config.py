@@ -74,6 +74,9 @@ class TargetConfig:
     attn_width: int | None = None
     model_config: str | None = None
     efficiency: float = 0.5
+    #: background load kept on the target (``--load`` syntax, e.g. "decode:2"); None:
+    #: none, the default (docs/load.md says what a load costs the target)
+    load: str | None = None
 
     @property
     def label(self) -> str:
@@ -116,6 +119,13 @@ def check(cfg: TargetConfig) -> TargetConfig:
         raise ValueError(f"{where}: window must be an integer >= 3 probes")
     if not re.fullmatch(r"[A-Za-z_][A-Za-z0-9_]*", cfg.api_key_env or ""):
         raise ValueError(f"{where}: api_key_env must be an environment variable name")
+    if cfg.load is not None:
+        from prefilltui.model.loadspec import parse_load
+
+        try:
+            parse_load(cfg.load) if isinstance(cfg.load, str) else parse_load("")
+        except ValueError as e:
+            raise ValueError(f"{where}: load: {e}") from None
     return replace(cfg, lengths=tuple(sorted(set(cfg.lengths))))
 
 

@@ -20,12 +20,15 @@ import logging
 import math
 import time
 from collections import deque
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
+from prefilltui.model.drift import run_fit
+from prefilltui.model.loadspec import parse_load
 from prefilltui.model.types import ERROR_KINDS, ProbeResult, ServerInfo
 from prefilltui.exporter.config import JITTER, TargetConfig
+from prefilltui.exporter.load_figures import LoadFigures, load_figures, window_verdict
 
 log = logging.getLogger(__name__)
 
@@ -98,6 +101,12 @@ class TargetSnapshot:
     parts_s: tuple[tuple[str, float], ...] = ()
     metrics_problem: str | None = None
     run_file: str | None = None
+    #: "why is TTFT high?" over the window (``model.verdict``): the cause and the
+    #: seconds of TTFT each cause that holds explains
+    ttft_cause: str | None = None
+    ttft_cause_s: tuple[tuple[str, float], ...] = ()
+    #: the background load and its figures, only when the target's config asks for one
+    load: LoadFigures | None = None
     extra: dict[str, Any] = field(default_factory=dict)
 
 
@@ -184,6 +193,7 @@ class TargetProber:
         self._hist: dict[int, list[float]] = {}  # tokens -> [per-bucket counts..., +Inf, sum]
         self._totals = {"cache_hit_probes": 0, "cached_tokens": 0, "prompt_tokens": 0}
         self._health: tuple[Fit | None, str | None, tuple] = (None, None, ())
+        self._why = None
         self._last: dict[str, Any] = {"up": None, "probe": None, "success": None}
         self.metrics_hook = None
         self.snapshot = self._make_snapshot("connecting", "")
@@ -201,7 +211,8 @@ class TargetProber:
             no_telemetry=True, out=str(self.run_dir / f"{cfg.slug}.jsonl"),
             run_max_bytes=self.run_max_bytes, run_keep=self.run_keep,
             pause=0.0,  # no duty-cycle idle (the TUI's pacing): the interval is the pacing
-            interval_s=cfg.interval, jitter=JITTER, keep_results=KEEP_RESULTS)
+            interval_s=cfg.interval, jitter=JITTER, keep_results=KEEP_RESULTS,
+            load=parse_load(cfg.load) if cfg.load else None)
 
     def start(self) -> "TargetProber":
         """Build the session and start probing.
@@ -216,11 +227,16 @@ class TargetProber:
         self.metrics_hook = self.session.metrics
         self.writer = self.session.writer
         self.runner = self.session.new_runner(on_result=self._on_result, on_state=self._on_state)
+        if self.session.load is not None:
+            self.session.load.start()  # asked for in the config; bounded (docs/load.md)
         self.runner.start()
         return self
 
     def request_stop(self) -> None:
-        """Ask the runner to stop (cancels the probe in flight); returns at once."""
+        """Ask the runner and the load to stop (cancels the probe in flight and every
+        load request); returns at once."""
+        if self.session is not None and self.session.load is not None:
+            self.session.load.stop(timeout=0)
         if self.runner is not None:
             self.runner.stop(timeout=0)
 
@@ -270,7 +286,11 @@ class TargetProber:
                 self._observe(r.requested_tokens, r.ttft_s)
                 self._window.append(r)
                 try:
-                    self._health = window_health(list(self._window), self._info, self.cfg)
+                    # probes under the configured load are fitted as that level's own
+                    self._health = window_health([replace(x, load_level=None)
+                                                  for x in self._window], self._info, self.cfg)
+                    self._why = window_verdict(self._window, run_fit(
+                        [x for x in self._window if x.fit_eligible], "robust"))
                 except Exception:  # a fit problem must never stop the probing
                     log.exception("window fit failed for %s", self.cfg.label)
         self.snapshot = self._make_snapshot(self.runner.state if self.runner else "probing",
@@ -309,4 +329,17 @@ class TargetProber:
             fit=fit, verdict=verdict, parts_s=parts,
             metrics_problem=hook.problem if hook is not None else None,
             run_file=str(self.writer.path) if self.writer is not None else None,
-            **self._totals)
+            ttft_cause=self._why.cause if self._why is not None else None,
+            ttft_cause_s=tuple((e.cause, e.seconds) for e in self._why.evidence)
+            if self._why is not None else (),
+            load=self._load_figures(), **self._totals)
+
+    def _load_figures(self) -> LoadFigures | None:
+        gen = self.session.load if self.session is not None else None
+        if gen is None:
+            return None
+        try:
+            return load_figures(gen, list(self._window), time.perf_counter())
+        except Exception:  # never into the probing
+            log.exception("load figures failed for %s", self.cfg.label)
+            return None

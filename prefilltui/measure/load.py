@@ -96,7 +96,7 @@ class LoadGenerator:
         self.detail = ""
         self.fault: str | None = None
         self.requests = 0
-        self.tokens = 0
+        self._tokens_done = 0
         self.skipped = 0
         self.output_tokens = spec.output_tokens
         self._rng = random.Random(seed)
@@ -154,6 +154,12 @@ class LoadGenerator:
             self.level = new
             self.level_since = time.perf_counter()
         self._poke()
+
+    @property
+    def tokens(self) -> int:
+        """Tokens the load has received in all (requests in flight included)."""
+        with self._lock:
+            return self._tokens_done + sum(len(lv.arrivals) for lv in self._live.values())
 
     @property
     def in_flight(self) -> int:
@@ -441,7 +447,7 @@ class LoadGenerator:
             while self._done and (not self._done[0].arrivals
                                   or self._done[0].arrivals[-1] < now - self.horizon_s):
                 self._done.popleft()
-            self.tokens += len(tr.arrivals)
+            self._tokens_done += len(tr.arrivals)
         if self.runfile is not None and (tr.arrivals or not ok):
             try:
                 self.runfile.append_record(LOAD_RECORD, record_of_trace(tr))
