@@ -168,3 +168,17 @@ def attach_load(d: dict[str, Any], results: list[ProbeResult], session: Session)
     traces = gen.traces() if gen is not None else []
     return lines + summarize_load(d, results, traces, chunk=chunk,
                                   expect=expectation(results, d, session.baseline))
+
+
+def stall_part(r: ProbeResult) -> str:
+    """"  [load 2] stall 430.1 ms excess 2,512.0 ms (9 decode tokens)" for a probe
+    under background load ("" without)."""
+    if not r.load_level:
+        return ""
+    out = f"  [load {r.load_level:g}]"
+    if r.decode_stall_s is not None:
+        out += (f" stall {r.decode_stall_s * 1e3:,.1f} ms excess {r.decode_excess_s * 1e3:,.1f} ms"
+                f" ({r.decode_tokens} decode tokens)")
+    if r.server_itl_max_s is not None:
+        out += f" server ITL <= {r.server_itl_max_s * 1e3:,.0f} ms"
+    return out

@@ -29,7 +29,8 @@ from prefilltui.model.percentiles import quantiles
 from prefilltui.model.types import ProbeResult
 from prefilltui.exit_codes import ExitCode
 from prefilltui.session import Session, SessionError, build_session
-from prefilltui.commands.load_sweep import LoadFailed, attach_load, main_results, run_probes
+from prefilltui.commands.load_sweep import (LoadFailed, attach_load, main_results, run_probes,
+                                            stall_part)
 
 
 def register(sub) -> None:
@@ -224,22 +225,8 @@ def _progress_line(r: ProbeResult, total: int | None, index: int | None = None) 
             f" ({r.prompt_tokens} estimated)" if r.prompt_tokens_source == "estimate"
             else f" ({r.prompt_tokens} counted)")
         cache = f"  CACHE HIT {r.cached_tokens}" if r.cache_hit else ""
-        return f"{head}{cnt}  TTFT {r.ttft_s * 1e3:.1f} ms{sp}{cache}{_stall_part(r)}"
+        return f"{head}{cnt}  TTFT {r.ttft_s * 1e3:.1f} ms{sp}{cache}{stall_part(r)}"
     return f"{head}  FAILED {r.error_kind}: {r.error_message}"
-
-
-def _stall_part(r: ProbeResult) -> str:
-    """"  [load 2] stall 430.1 ms excess 2,512.0 ms (9 decode tokens)" for a probe
-    under background load ("" without)."""
-    if not r.load_level:
-        return ""
-    out = f"  [load {r.load_level:g}]"
-    if r.decode_stall_s is not None:
-        out += (f" stall {r.decode_stall_s * 1e3:,.1f} ms excess {r.decode_excess_s * 1e3:,.1f} ms"
-                f" ({r.decode_tokens} decode tokens)")
-    if r.server_itl_max_s is not None:
-        out += f" server ITL <= {r.server_itl_max_s * 1e3:,.0f} ms"
-    return out
 
 
 def _depth_line(r: ProbeResult) -> str:
@@ -313,6 +300,7 @@ def run(args) -> int:
     holder: dict[str, Any] = {"planned": False, "notes": 0}
 
     def on_result(r: ProbeResult) -> None:
+        runner = session.runner  # the level now running (one runner per load level)
         total = None if until else args.warmup + len(runner.lengths) * args.repeats
         if total is not None and budget_probes:
             total = min(total, budget_probes)
@@ -346,17 +334,9 @@ def run(args) -> int:
         if state in ("retrying",) or (state == "probing" and detail.startswith("context")):
             say(f"  {detail}", stream)
 
-    cur: dict[str, Any] = {}
-
     def new_runner():
-        cur["runner"] = session.new_runner(on_result, on_state, on_plan=on_plan)
-        return cur["runner"]
+        return session.new_runner(on_result, on_state, on_plan=on_plan)
 
-    class _Current:  # the callbacks read the runner of the level now running
-        def __getattr__(self, name):
-            return getattr(cur["runner"], name)
-
-    runner = _Current()
     depth_results: list[ProbeResult] = []
     depth_notes: list[str] = []
     level_notes: list[str] = []

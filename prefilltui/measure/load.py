@@ -21,7 +21,6 @@ under and measures its decode stall and excess (``model.stall``).
 from __future__ import annotations
 
 import asyncio
-import json
 import logging
 import random
 import threading
@@ -30,11 +29,10 @@ from collections import deque
 from dataclasses import dataclass, field, replace
 from typing import Any, Callable, Literal
 
-import httpx
-
+from prefilltui.measure.load_request import (OPTIONAL_FIELDS, LoadFault, load_body,
+                                             send_load_request)
 from prefilltui.measure.runfile import LOAD_RECORD, record_of_trace
-from prefilltui.measure.server import ServerUnreachable, describe_exc
-from prefilltui.measure.sse import SSEStreamDecoder, classify_chunk
+from prefilltui.measure.server import ServerUnreachable
 from prefilltui.model.loadspec import LoadSpec
 from prefilltui.model.prompts import PromptBuilder
 from prefilltui.model.stall import DecodeTrace, merge_arrivals
@@ -50,15 +48,9 @@ HORIZON_S = 300.0
 MAX_IN_FLIGHT = 32
 #: Tokens kept free below the context for a decode stream (chat template, margin).
 CONTEXT_MARGIN = 16
-#: Fields the load adds that a server may reject (dropped once, as probes do).
-OPTIONAL_FIELDS = ("ignore_eos", "stream_options")
 #: Words per prompt token assumed when building load prompts (``model.prompts``'s
 #: default ratio; load prompts need not be exact, their counts come back in usage).
 WORDS_PER_TOKEN = 1.0
-
-
-class LoadFault(Exception):
-    """A load request failed: the whole load stops (``LoadGenerator.fault``)."""
 
 
 @dataclass
@@ -340,25 +332,6 @@ class LoadGenerator:
                 return
             await self._one(self._new_id(), slot, self.level)
 
-    def _body(self, prompt: str, max_tokens: int) -> dict[str, Any]:
-        c = self._client
-        body: dict[str, Any] = {"stream": True, "temperature": 0, "max_tokens": max_tokens,
-                                "stream_options": {"include_usage": True}}
-        if c.model:
-            body["model"] = c.model
-        if c.api == "chat":
-            body["messages"] = [{"role": "user", "content": prompt}]
-        else:
-            body["prompt"] = prompt
-        kind = c.info.kind if c.info is not None else "openai"
-        if kind in ("llama.cpp", "vllm", "sglang"):
-            body["ignore_eos"] = True  # a decode stream must not end early
-        if kind == "llama.cpp":
-            body["cache_prompt"] = False
-        for k in self._dropped:
-            body.pop(k, None)
-        return body
-
     async def _one(self, rid: int, stream: int, level: float) -> None:
         """Send one load request and record its token arrivals.
 
@@ -374,7 +347,9 @@ class LoadGenerator:
             with self._lock:
                 self._live[rid] = live
             try:
-                retry = await self._send(live, self._body(prompt, out))
+                body = load_body(self._client, prompt, out, self._dropped)
+                retry = await send_load_request(self._client, body, live, self._lock,
+                                                self._dropped)
             except asyncio.CancelledError:
                 self._finish(rid, live, ended=False)
                 raise
@@ -387,55 +362,6 @@ class LoadGenerator:
             with self._lock:
                 self._live.pop(rid, None)
         raise LoadFault("the server rejected the load request's fields")
-
-    async def _send(self, live: _Live, body: dict[str, Any]) -> bool:
-        """Stream one request into ``live``; True when it must be resent without a
-        field the server rejected."""
-        c = self._client
-        try:
-            async with c.http.stream("POST", c.endpoint, json=body) as resp:
-                if resp.status_code != 200:
-                    text = (await resp.aread())[:2000].decode("utf-8", "replace")
-                    for k in OPTIONAL_FIELDS:
-                        if resp.status_code in (400, 422) and k in body and k in text:
-                            self._dropped.add(k)
-                            return True
-                    raise LoadFault(f"load request answered HTTP {resp.status_code}: "
-                                    f"{' '.join(text.split())[:160]}")
-                dec = SSEStreamDecoder()
-                async for chunk in resp.aiter_raw():
-                    t = time.perf_counter()
-                    for ev in dec.feed(chunk):
-                        self._event(live, ev.data, t)
-        except httpx.TimeoutException:
-            raise LoadFault(f"load request timed out ({c.timeout:g} s)") from None
-        except httpx.HTTPError as e:
-            raise LoadFault(f"load request failed: {describe_exc(e)}") from None
-        return False
-
-    def _event(self, live: _Live, data: str, t: float) -> None:
-        if data.strip() == "[DONE]":
-            return
-        try:
-            obj = json.loads(data)
-        except ValueError:
-            raise LoadFault(f"load stream sent non-JSON data: {data[:80]!r}") from None
-        info = classify_chunk(obj)
-        if info.error:
-            raise LoadFault(f"load stream error: {info.error[:160]}")
-        # a token: any text, or an empty text/delta that is not the closing chunk
-        # (vLLM streams "" for a token that ends inside a UTF-8 character)
-        empty_token = False
-        if not info.has_token and info.finish_reason is None:
-            chs = obj.get("choices") if isinstance(obj, dict) else None
-            empty_token = bool(chs) and isinstance(chs[0], dict) and (
-                chs[0].get("text") == "" or (isinstance(chs[0].get("delta"), dict)
-                                              and chs[0]["delta"].get("content") == ""))
-        if info.has_token or empty_token:
-            with self._lock:
-                live.arrivals.append(t)
-        if info.usage and isinstance(info.usage.get("prompt_tokens"), int):
-            live.prompt_tokens = info.usage["prompt_tokens"]
 
     def _finish(self, rid: int, live: _Live, *, ended: bool, ok: bool = True,
                 error: str | None = None) -> None:
