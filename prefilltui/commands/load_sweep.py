@@ -30,6 +30,9 @@ LOAD_START_S = 120.0
 #: Tokens every decode stream brings before a level's first probe (a baseline of
 #: quiet gaps, ``model.stall.MIN_QUIET_GAPS``, from the start).
 STEADY_TOKENS = 8
+#: How long a level waits for every decode stream to stream before it runs with the
+#: ones that do (s).
+SETTLE_S = 30.0
 
 
 class LoadFailed(Exception):
@@ -78,14 +81,22 @@ def run_probes(session: Session, args: Any, new_runner: Callable[[], Any], strea
 
 
 def _start(session: Session, stream) -> bool:
+    """Start the load (or move it to its new level) and wait until every decode stream
+    streams; a server with fewer slots than streams queues the others (llama.cpp
+    ``--parallel``): after ``SETTLE_S`` the level runs with those that stream, and the
+    line says so.  False when the load failed or nothing streams at all."""
     gen = session.load
     assert gen is not None
-    ok = session.start_load(wait_s=LOAD_START_S, min_tokens=STEADY_TOKENS)
-    if ok:
+    if session.start_load(wait_s=SETTLE_S, min_tokens=STEADY_TOKENS):
         say(f"  {gen.describe()} running ({gen.requests} requests so far)", stream)
-    else:
-        err(f"background load did not reach its level: {gen.describe()}")
-    return ok
+        return True
+    if gen.alive and gen.wait_streaming(LOAD_START_S - SETTLE_S, STEADY_TOKENS):
+        n = gen.streaming(STEADY_TOKENS)
+        say(f"  {gen.describe()}: {n} of {gen.spec.at(gen.level).streams} streaming after "
+            f"{SETTLE_S:g} s, the server queues the others (its slots are full)", stream)
+        return True
+    err(f"background load did not reach its level: {gen.describe()}")
+    return False
 
 
 def _run(runner) -> None:

@@ -184,6 +184,19 @@ class LoadGenerator:
             n_ok = sum(1 for lv in live if len(lv.arrivals) >= min_tokens)
         return n_ok >= int(self.level)
 
+    def streaming(self, min_tokens: int = 4) -> int:
+        """Decode streams in flight with at least ``min_tokens`` tokens."""
+        with self._lock:
+            return sum(1 for lv in self._live.values() if len(lv.arrivals) >= min_tokens)
+
+    def wait_streaming(self, timeout: float, min_tokens: int = 4) -> bool:
+        """Block until at least one decode stream has ``min_tokens`` tokens (or not
+        alive, or ``timeout`` s); returns whether one has."""
+        end = time.monotonic() + timeout
+        while time.monotonic() < end and self.alive and not self.streaming(min_tokens):
+            time.sleep(0.05)
+        return self.alive and self.streaming(min_tokens) > 0
+
     def wait_steady(self, timeout: float, min_tokens: int = 4) -> bool:
         """Block until ``steady`` (or not alive, or ``timeout`` s); returns ``steady``."""
         end = time.monotonic() + timeout

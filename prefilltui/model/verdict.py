@@ -185,7 +185,10 @@ def _head_of_line(ok, expect: Expectation | None) -> Evidence | None:
     hits = []
     for r in ok:
         exp = _expected_ttft(expect, r.tokens)
-        own = (exp - expect.fit.intercept_s) if exp is not None and expect is not None else None
+        # the probe's own prefill: the server's figure, else the expectation's
+        own = r.server_prefill_s
+        if own is None and exp is not None and expect is not None:
+            own = exp - expect.fit.intercept_s
         ahead = r.load_ahead_tokens or 0
         froze = (r.decode_stall_s is not None and own is not None
                  and r.decode_stall_s > 1.5 * own + 2 * (r.decode_gap_s or 0.0) + 0.01)
