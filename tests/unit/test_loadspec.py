@@ -41,3 +41,16 @@ def test_levels():
     assert spec.at(4).streams == 4 and not spec.at(0).active
     with pytest.raises(ValueError):
         spec.at(0.5)
+
+
+def test_bad_load_flags_are_usage_errors(tmp_path, capsys):
+    from prefilltui.cli import main
+
+    with pytest.raises(SystemExit) as e:
+        main(["sweep", "http://127.0.0.1:9", "--load", "flood:3"])
+    assert e.value.code == 2 and "expected decode:N" in capsys.readouterr().err
+    code = main(["sweep", "http://127.0.0.1:9", "--load-levels", "0,1.5", "--no-telemetry",
+                 "--out", str(tmp_path / "r.jsonl")])
+    err = capsys.readouterr().err
+    assert code == 2 and "--load-levels: decode streams must be a whole number" in err
+    assert not (tmp_path / "r.jsonl").exists()
