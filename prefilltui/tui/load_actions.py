@@ -87,6 +87,9 @@ class LoadActions:
         if gen is None:
             row.show(None, now)
             return
+        if gen.fault and not getattr(self, "_load_fault_said", False):
+            self._load_fault_said = True  # once: the status line keeps saying it
+            self.notify(f"background load stopped: {gen.fault}", severity="error", timeout=12)
         last = next((r for r in reversed(self.results) if r.ok and r.load_level), None)
         view = decode_view(gen.traces(since=now - SPAN_S), now, SPAN_S,
                            describe=gen.describe(), last=last)
