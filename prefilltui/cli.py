@@ -45,6 +45,7 @@ def build_parser() -> argparse.ArgumentParser:
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     parser.add_argument("--version", action="version", version=f"prefilltui {__version__}")
+    parser.set_defaults(func=None)  # each subcommand sets its own
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
     for _name, module in COMMANDS:
         importlib.import_module(module).register(sub)
@@ -110,7 +111,7 @@ def main(argv: list[str] | None = None) -> int:
     _setup_logging()
     parser = build_parser()
     args = parser.parse_args(_normalise_argv(argv))
-    if not getattr(args, "func", None):
+    if args.func is None:
         parser.print_help()
         return ExitCode.USAGE
     try:

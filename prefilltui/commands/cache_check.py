@@ -15,8 +15,8 @@ from __future__ import annotations
 import asyncio
 import json
 
-from prefilltui.commands.common import (_positive_int, add_output_args, add_server_args, err, say,
-                                        server_url)
+from prefilltui.commands.common import (_positive_int, add_output_args, add_server_args, err,
+                                        probe_options, say, server_url)
 from prefilltui.model import defaults
 from prefilltui.measure.prefix_cache import cache_check
 from prefilltui.exit_codes import ExitCode
@@ -39,7 +39,7 @@ def register(sub) -> None:
 
 
 async def _check(args) -> tuple[int, dict | None, str]:
-    async with client_factory(args, args.url)() as client:
+    async with client_factory(probe_options(args), args.url)() as client:
         res = await cache_check(client, args.tokens)
         info = client.info
     if res.unreachable:

@@ -19,11 +19,14 @@ import time
 from dataclasses import replace
 from pathlib import Path
 
-from prefilltui.commands.common import (add_load_args, _int_list, _positive_float, _positive_int,
-                                        add_hardware_args, add_server_args, server_url)
+from prefilltui.commands.common import (_int_list, add_load_args, _positive_float, _positive_int,
+                                        add_hardware_args, add_server_args, probe_options,
+                                        roofline_spec, server_url)
 from prefilltui.exit_codes import ExitCode
+from prefilltui.model.redact import display_url
 from prefilltui.exporter.config import (DEFAULT_INTERVAL_S, DEFAULT_LENGTHS, DEFAULT_WINDOW,
-                                        MIN_INTERVAL_S, TargetConfig, check, load_toml, unique)
+                                        MIN_INTERVAL_S, RUN_FILE_KEEP, RUN_FILE_MAX_BYTES,
+                                        TargetConfig, check, load_toml, unique)
 
 log = logging.getLogger("prefilltui.exporter")
 
@@ -59,10 +62,11 @@ def register(sub) -> None:
     r.add_argument("--run-dir", metavar="DIR",
                    help="directory of the per-target run files (default: the user data dir's "
                         "prefilltui/exporter)")
-    r.add_argument("--run-file-max-mb", type=_positive_float, default=16.0, metavar="MB",
-                   help="rotate a target's run file at this size in MiB (default 16)")
-    r.add_argument("--run-file-keep", type=int, default=3, metavar="K",
-                   help="rotated run files kept per target (default 3)")
+    r.add_argument("--run-file-max-mb", type=_positive_float, default=RUN_FILE_MAX_BYTES / 2**20,
+                   metavar="MB", help=f"rotate a target's run file at this size in MiB (default "
+                                      f"{RUN_FILE_MAX_BYTES / 2**20:g})")
+    r.add_argument("--run-file-keep", type=int, default=RUN_FILE_KEEP, metavar="K",
+                   help=f"rotated run files kept per target (default {RUN_FILE_KEEP})")
     add_hardware_args(p)
     add_load_args(p)  # every target's default; a target's own load key wins
     p.set_defaults(func=run)
@@ -100,14 +104,9 @@ def parse_listen(text: str) -> tuple[str, int]:
 def targets_from_args(args) -> list[TargetConfig]:
     """The targets of a parsed command line (URLs, then the file's).  Raises ValueError
     / OSError (the file)."""
-    base = TargetConfig(
-        url="http://unset", api=args.api, model=args.model, api_key_env=args.api_key_env,
-        lengths=tuple(args.lengths), interval=args.interval, timeout=args.timeout,
-        window=args.window, insecure=args.insecure, gpu=args.gpu, peak_tflops=args.peak_tflops,
-        bandwidth_tbs=args.bandwidth_tbs, dtype=args.dtype, params=args.params,
-        layers=args.layers, hidden=args.hidden, attn_width=args.attn_width,
-        model_config=args.model_config, efficiency=args.efficiency,
-        load=args.load.label() if getattr(args, "load", None) else None)
+    base = TargetConfig(url="http://unset", probe=probe_options(args),
+                        roofline=roofline_spec(args), lengths=tuple(args.lengths),
+                        interval_s=args.interval, window=args.window, load=args.load)
     targets = [check(replace(base, url=u)) for u in args.urls]
     if args.config:
         targets += load_toml(args.config, base)
@@ -135,8 +134,13 @@ def run(args) -> int:
         _err("no target: give server URLs or --config FILE")
         return ExitCode.USAGE
     run_dir = Path(args.run_dir or _default_run_dir())
-    probers = [TargetProber(t, run_dir=run_dir, run_max_bytes=int(args.run_file_max_mb * 2**20),
-                            run_keep=max(0, args.run_file_keep), seed=args.seed) for t in targets]
+    try:  # a baseline_run without a fit is a usage error, before anything starts
+        probers = [TargetProber(t, run_dir=run_dir, run_max_bytes=int(args.run_file_max_mb * 2**20),
+                                run_keep=max(0, args.run_file_keep), seed=args.seed)
+                   for t in targets]
+    except ValueError as e:
+        _err(str(e))
+        return ExitCode.USAGE
     try:
         server = MetricsServer(host, port, probers)
     except OSError as e:
@@ -158,9 +162,10 @@ def run(args) -> int:
               f"{len(probers)} target(s); run files in {run_dir}",
               file=sys.stderr, flush=True)
         for t in targets:
-            load = sum(t.lengths) / len(t.lengths) / t.interval
-            where = t.url if t.label == t.url else f"{t.label} ({t.url})"
-            print(f"  {where}: at most {1 / t.interval:.3g} probes/s, "
+            load = sum(t.lengths) / len(t.lengths) / t.interval_s
+            shown_url = display_url(t.url)
+            where = shown_url if t.label == shown_url else f"{t.label} ({shown_url})"
+            print(f"  {where}: at most {1 / t.interval_s:.3g} probes/s, "
                   f"~{load:.0f} prompt tokens/s", file=sys.stderr, flush=True)
         while not stop.wait(1.0):
             pass

@@ -3,22 +3,26 @@
 ``run_probes`` runs the sweep once (no load, or one load level), or once per level
 of ``--load-levels``: for each, the load is set to the level and left to reach it
 (every decode stream streaming), then the sweep's lengths are probed; warm-up probes
-only in the first level.  ``attach_load`` adds to the summary: the load (spec,
-state, requests), the per-length decode stall table with its sentence
-(``model.stall``), the level table and its knee (``model.levels``) and the verdict
-(``model.verdict``), as JSON and text.
+only in the first level.  ``with_load`` adds the load part to the run's summary (the
+load's facts, the decode stall table, the level table: ``model.load_summary``) and the
+verdict over the latest level (``model.verdict``).
 """
 
 from __future__ import annotations
 
-from collections import Counter
-from typing import Any, Callable
+from dataclasses import replace
+from typing import Callable, Sequence
 
 from prefilltui.commands.common import err, say
-from prefilltui.model.levels import format_levels, level_of, level_table, level_view, levels_in
-from prefilltui.model.stall import format_stall, stall_summary
+from prefilltui.measure.sweep import SweepRunner
+from prefilltui.model.drift import run_fit
+from prefilltui.model.fit import LinearFit
+from prefilltui.model.levels import level_of, levels_in
+from prefilltui.model.load_summary import LoadFacts, load_summary
+from prefilltui.model.stall import DecodeTrace
+from prefilltui.model.summary import RunSummary
 from prefilltui.model.types import ProbeResult
-from prefilltui.model.verdict import Expectation, format_verdict, ttft_verdict
+from prefilltui.model.verdict import Expectation, ttft_verdict
 from prefilltui.session import Session
 
 #: Longest wait for the load to reach a level (s): the first vLLM stream on a busy
@@ -39,8 +43,9 @@ class LoadFailed(Exception):
     """The background load asked for could not run: nothing was measured under it."""
 
 
-def run_probes(session: Session, args: Any, new_runner: Callable[[], Any], stream
-               ) -> tuple[list[ProbeResult], Any, list[str]]:
+def run_probes(session: Session, levels: Sequence[float],
+               new_runner: Callable[[], SweepRunner], stream
+               ) -> tuple[list[ProbeResult], SweepRunner, list[str]]:
     """Run the sweep (once per load level with ``--load-levels``); returns (every
     result, the last runner, notes: levels not run and why).
 
@@ -49,7 +54,7 @@ def run_probes(session: Session, args: Any, new_runner: Callable[[], Any], strea
             (no probe was sent).
         KeyboardInterrupt: passed through (the caller stops the session).
     """
-    levels = list(getattr(args, "load_levels", None) or ())
+    levels = list(levels)
     gen = session.load
     if gen is None or not levels:
         if gen is not None and not _start(session, stream):
@@ -59,7 +64,7 @@ def run_probes(session: Session, args: Any, new_runner: Callable[[], Any], strea
         return list(runner.results), runner, []
     results: list[ProbeResult] = []
     notes: list[str] = []
-    runner = None
+    runner: SweepRunner | None = None
     for i, level in enumerate(levels):
         if gen.state in ("fault", "done"):
             notes.append(f"load levels from {level:g} not run: {gen.describe()}")
@@ -77,6 +82,8 @@ def run_probes(session: Session, args: Any, new_runner: Callable[[], Any], strea
         if runner.state == "failed":
             break
     gen.set_level(0)
+    if runner is None:
+        raise LoadFailed(notes[0] if notes else gen.describe())
     return results, runner, notes
 
 
@@ -99,7 +106,7 @@ def _start(session: Session, stream) -> bool:
     return False
 
 
-def _run(runner) -> None:
+def _run(runner: SweepRunner) -> None:
     runner.start()
     try:
         while runner.alive:
@@ -109,76 +116,32 @@ def _run(runner) -> None:
         raise
 
 
-def main_results(results: list[ProbeResult]) -> tuple[list[ProbeResult], str | None]:
-    """The probes the usual summary and fit describe: the idle ones (no load, or level
-    0); with none, the lowest load level as its own fit, and the words saying so."""
-    levels = levels_in(results)
-    if not levels or levels[0] == 0.0:
-        return [r for r in results if level_of(r) == 0.0 or r.warmup], None
-    lv = levels[0]
-    kind = next((r.load_kind for r in results if r.load_kind), "decode")
-    unit = f"{lv:g} req/s" if kind == "rate" else f"{lv:g} decode streams"
-    return level_view(results, lv), f"under background load ({unit}): the fit of that level"
+def with_load(summary: RunSummary, results: Sequence[ProbeResult], traces: Sequence[DecodeTrace],
+              *, facts: LoadFacts | None, chunk_tokens: int | None, under: str | None,
+              baseline: LinearFit | None = None) -> RunSummary:
+    """``summary`` with its load part (``model.load_summary``) and, for a run under
+    load, the verdict over the last level's probes held against the idle fit (or the
+    baseline): "right now" is the latest level.  A run with no load is returned as is."""
+    load = load_summary(results, traces, facts=facts, chunk_tokens=chunk_tokens, under=under)
+    if load is None:
+        return summary
+    last = max(levels_in(results), default=0.0)
+    recent = [r for r in results if level_of(r) == last]
+    idle = run_fit([r for r in results if r.fit_eligible], "robust")
+    base = baseline if baseline is not None else idle
+    roof = summary.roofline
+    expect = Expectation(base, "baseline run" if baseline is not None else "idle fit",
+                         roof.mfu if roof is not None else None, summary.verdict.level)
+    return replace(summary, load=load, ttft_verdict=ttft_verdict(recent, expect))
 
 
-def expectation(results: list[ProbeResult], d: dict[str, Any], baseline=None
-                ) -> Expectation | None:
-    """What TTFT should be: the ``--baseline`` run's fit, else the idle level's fit
-    (with the MFU verdict of the summary ``d`` when it has one)."""
-    from prefilltui.model.drift import run_fit
-
-    if baseline is not None:
-        return Expectation(baseline, "baseline run")
-    idle = [r for r in results if r.fit_eligible]
-    f = run_fit(idle, "robust") if idle else None
-    roof = (d.get("analysis") or d).get("roofline") or {}
-    level = ((d.get("analysis") or d).get("verdict") or {}).get("level")
-    if f is None:
-        return Expectation(None, "", roof.get("mfu"), level) if level else None
-    return Expectation(f, "idle fit", roof.get("mfu"), level)
-
-
-def summarize_load(d: dict[str, Any], results: list[ProbeResult], traces, *,
-                   chunk: int | None = None, expect: Expectation | None = None) -> list[str]:
-    """Add ``stall``, ``levels`` and ``ttft_verdict`` to the summary ``d`` from a run's
-    probes and load traces (``sweep`` at its end, ``report`` from a run file); returns
-    their text lines."""
-    lines: list[str] = []
-    # stall against prompt tokens at one level: the one with the most measured probes
-    counts = Counter(level_of(r) for r in results if r.decode_stall_s is not None)
-    at = max(counts, key=lambda lv: (counts[lv], lv)) if counts else None
-    s = stall_summary([r for r in results if level_of(r) == at], chunk_tokens=chunk)
-    if s is not None:
-        d["stall"] = {**s.to_json(), "level": at}
-        lines += format_stall(s, at)
-    t = level_table(results, traces)
-    if t is not None and len(t.rows) > 1:
-        d["levels"] = t.to_json()
-        lines += [""] + format_levels(t)
-    last_level = max(levels_in(results), default=0.0)
-    recent = [r for r in results if level_of(r) == last_level]
-    v = ttft_verdict(recent, expect)
-    d["ttft_verdict"] = v.to_json()
-    lines += [""] + format_verdict(v)
-    return lines
-
-
-def attach_load(d: dict[str, Any], results: list[ProbeResult], session: Session) -> list[str]:
-    """Add ``load`` (spec, state, requests), ``stall``, ``levels`` and ``ttft_verdict`` to
-    the summary ``d`` of a finished sweep; returns their text lines."""
-    lines: list[str] = []
+def session_facts_of_load(session: Session) -> LoadFacts | None:
+    """What the session's load was and did (None without one)."""
     gen = session.load
-    if gen is not None:
-        d["load"] = {"spec": gen.spec.to_json(), "state": gen.state, "fault": gen.fault,
-                     "requests": gen.requests, "tokens": gen.tokens, "skipped": gen.skipped}
-        lines.append(f"background load: {gen.spec.label()} ({gen.requests} requests, "
-                     f"{gen.tokens:,} tokens; {gen.state}"
-                     + (f": {gen.fault}" if gen.fault else "") + ")")
-    info = session.runner.server_info if session.runner is not None else None
-    chunk = (info.n_batch or info.n_ubatch) if info is not None else None
-    traces = gen.traces() if gen is not None else []
-    return lines + summarize_load(d, results, traces, chunk=chunk,
-                                  expect=expectation(results, d, session.baseline))
+    if gen is None:
+        return None
+    return LoadFacts(spec=gen.spec, state=gen.state, fault=gen.fault, requests=gen.requests,
+                     tokens=gen.tokens, skipped=gen.skipped)
 
 
 def stall_part(r: ProbeResult) -> str:

@@ -2,9 +2,10 @@
 
 ``LoadFigures`` is published only for a target whose config asks for a load
 (``load = "decode:2"``): a monitor never loads a production server by default.  The
-verdict ("why is TTFT high?", ``model.verdict``) is published for every target: it
-costs the server nothing.  Both are computed in the prober's thread after each probe
-and read by the collector from the frozen snapshot (no I/O at scrape time).
+verdict ("why is TTFT high?", ``model.verdict``) comes with every target's window
+summary (``RunSummary.ttft_verdict``): it costs the server nothing.  Computed in the
+prober's thread after each probe, read by the collector from the frozen snapshot (no
+I/O at scrape time).
 """
 
 from __future__ import annotations
@@ -14,10 +15,8 @@ import statistics
 from dataclasses import dataclass
 from typing import Any, Sequence
 
-from prefilltui.model.fit import LinearFit
 from prefilltui.model.stall import itl_quantiles
 from prefilltui.model.types import ProbeResult
-from prefilltui.model.verdict import Expectation, Verdict, ttft_verdict
 
 #: The span of decode gaps the ITL quantiles cover (s): the last minute.
 ITL_SPAN_S = 60.0
@@ -61,16 +60,3 @@ def load_figures(gen: Any, window: Sequence[ProbeResult], now: float) -> LoadFig
                        stall_s=_med(r.decode_stall_s for r in stalled),
                        excess_s=_med(r.decode_excess_s for r in stalled),
                        itl_p50_s=p50, itl_p99_s=p99)
-
-
-def window_verdict(window: Sequence[ProbeResult], idle_fit: LinearFit | None,
-                   baseline: LinearFit | None = None) -> Verdict:
-    """The verdict over the window, held against the explicit baseline when there is
-    one, else the idle fit (probes without load)."""
-    if baseline is not None:
-        expect = Expectation(baseline, "baseline")
-    elif idle_fit is not None:
-        expect = Expectation(idle_fit, "idle fit")
-    else:
-        expect = None
-    return ttft_verdict(list(window), expect)

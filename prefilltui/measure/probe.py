@@ -13,7 +13,7 @@ A probe's data is complete at ``data: [DONE]``, once the token and its
 ``finish_reason`` have come, at a second token (the server ignored ``max_tokens: 1``:
 closed at once), or ``TOKEN_TAIL_S`` after the token; what the server does after that
 (keep-alive comments, a close without the chunked terminator) is read for at most
-``POST_COMPLETION_GRACE_S``, never fails the probe, and is noted in ``extra``.  What
+``POST_COMPLETION_GRACE_S``, never fails the probe, and is noted in ``notes``.  What
 gateways and proxies do (another content type, 307/308 redirects, compression,
 buffering, hidden tokens, HTML sign-in pages, the Responses API, proxies) is
 recognised here with ``gateway.py``, ``proxy.py`` and ``probe_kinds.py``
@@ -44,7 +44,8 @@ from prefilltui.model.prompts import LengthModel, PromptBuilder, build_prompt
 from prefilltui.measure.sse import (SSEStreamDecoder, classify_chunk, classify_response_event,
                                     error_message)
 from prefilltui.model.redact import display_url
-from prefilltui.model.types import ProbeResult, ServerInfo
+from prefilltui.model.probe_notes import Redirect, RejectedField
+from prefilltui.model.types import JsonObject, ProbeResult, ServerInfo
 
 #: Cap on a streamed body (a one-token stream is a few KiB; 4 MiB means runaway).
 MAX_STREAM_BYTES = 4 * 1024 * 1024
@@ -324,8 +325,8 @@ class ProbeClient:
         return await _server.count_tokens(self._http, self.info, text)
 
     # -- the probe
-    def _body(self, prompt: str, cap: int = 1) -> dict[str, Any]:
-        body: dict[str, Any] = {"stream": True, "temperature": 0}
+    def _body(self, prompt: str, cap: int = 1) -> JsonObject:
+        body: JsonObject = {"stream": True, "temperature": 0}
         if self.model:
             body["model"] = self.model
         if self.api == "responses":
@@ -350,7 +351,7 @@ class ProbeClient:
             body.pop(k, None)
         return body
 
-    def _rejected_field(self, r: ProbeResult, body: dict[str, Any]) -> str | None:
+    def _rejected_field(self, r: ProbeResult, body: JsonObject) -> str | None:
         """The optional field a 400/422 answer names (itself or any of its sub-keys,
         in any wording: "Unknown field: stream_options", "extraneous key
         [include_usage] is not permitted", "streamOptions.includeUsage"), or None."""
@@ -370,7 +371,7 @@ class ProbeClient:
         """Fire one probe of ``requested_tokens`` server-counted prompt tokens.
 
         A probe the server rejects for an optional field we add is resent at once
-        without it (``extra["rejected_field"]`` keeps the rejection), and the
+        without it (``notes.rejected_field`` keeps the rejection), and the
         field is left out of every later probe of this client."""
         r = ProbeResult(requested_tokens=int(requested_tokens), warmup=warmup, burst=burst,
                         api=self.api, model=self.model)
@@ -390,11 +391,9 @@ class ProbeClient:
             first = r
             r = ProbeResult(requested_tokens=first.requested_tokens, warmup=warmup, burst=burst,
                             api=self.api, model=self.model)
-            rejected = {"field": field, "http_status": first.http_status,
-                        "message": (self._scrub(first.error_message) or "")[:300]}
-            if replaced:
-                rejected["replaced_by"] = replaced
-            r.extra["rejected_field"] = rejected
+            r.notes.rejected_field = RejectedField(
+                field=field, http_status=first.http_status,
+                message=(self._scrub(first.error_message) or "")[:300], replaced_by=replaced)
             body = self._body(prompt)
             await self._attempt(r, body)
             if r.http_status == first.http_status and r.error_message == first.error_message:
@@ -402,23 +401,22 @@ class ProbeClient:
                 (self._replaced if replaced else self._dropped).discard(field)
                 self._kept.add(field)  # never retried for it again
                 self.notices.pop(label, None)
-                r.extra.pop("rejected_field", None)
+                r.notes.rejected_field = None
                 break
-        if r.extra.get("token_with_end") and r.ok:
+        if r.notes.token_with_end and r.ok:
             await _kinds.settle_buffered(self, r)
         _kinds.note(self, r)
         _kinds.model_hint(self, r)
         _vet(r)
-        if r.extra.get("ignored"):
+        if r.notes.ignored:
             self.notices.setdefault(
                 "server values ignored",
                 "the server sent counts or times that cannot be true ("
-                + "; ".join(r.extra["ignored"])[:300]
+                + "; ".join(r.notes.ignored)[:300]
                 + "): they are ignored, never fitted (each probe's extra.ignored says which)")
         self._learn(r, words, tok_count)
         r.error_message = self._scrub(r.error_message)
-        if "after_complete" in r.extra:
-            r.extra["after_complete"] = [self._scrub(m) for m in r.extra["after_complete"]]
+        r.notes.after_complete = [self._scrub(m) for m in r.notes.after_complete]
         return r
 
     def _reject(self, field: str, r: ProbeResult) -> tuple[str, str | None]:
@@ -453,7 +451,7 @@ class ProbeClient:
         body = self._body("", 1)
         return next((body[k] for k in CAP_FIELDS if k in body), None)
 
-    async def _attempt(self, r: ProbeResult, body: dict[str, Any]) -> None:
+    async def _attempt(self, r: ProbeResult, body: JsonObject) -> None:
         """Send ``body`` once and fill ``r`` (never raises for server or network faults)."""
         url = self.endpoint
         self._last_error_body = ""
@@ -511,7 +509,7 @@ class ProbeClient:
                     stamps: dict[str, float]) -> httpx.Response:
         """POST ``body`` (streamed), following 307/308 redirects that keep the method
         and body (at most ``gateway.MAX_REDIRECTS``; the API key only to the same
-        origin); ``extra["redirected"]`` says where to.  Other 3xx are answered
+        origin); ``notes.redirected`` says where to.  Other 3xx are answered
         as they are (``_http_error`` explains them)."""
         accept = {"Accept": "text/event-stream", "Accept-Encoding": "identity"}
         req = self._http.build_request("POST", url, json=body, headers=accept,
@@ -529,9 +527,8 @@ class ProbeClient:
                                            extensions={"trace": _tracer(stamps)})
             if not gateway.same_origin(origin, target):
                 req.headers.pop("Authorization", None)
-            r.extra["redirected"] = {"status": resp.status_code, "to": display_url(str(target)),
-                                     "hops": hops,
-                                     "key_sent": "Authorization" in req.headers}
+            r.notes.redirected = Redirect(status=resp.status_code, to=display_url(str(target)),
+                                          hops=hops, key_sent="Authorization" in req.headers)
             resp = await self._http.send(req, stream=True, follow_redirects=False)
         return resp
 
@@ -542,11 +539,11 @@ class ProbeClient:
         t0 = r.t_send = time.perf_counter()
         resp = await self._send(url, body, r, stamps)
         if self._transport.resent != resent:
-            r.extra["resent_on_stale_connection"] = True
+            r.notes.resent_on_stale_connection = True
         try:
             r.connect_s = _connect_time(stamps)
             if r.connect_s is not None:
-                r.extra["connect_excluded"] = True
+                r.notes.connect_excluded = True
             # TTFT runs from when the request's bytes start to go out (after pool
             # checkout and any connect), as a raw-socket client would time it.
             t0 = r.t_send = stamps.get("send", stamps.get("ready", t0))
@@ -556,7 +553,7 @@ class ProbeClient:
                 return
             enc = resp.headers.get("content-encoding", "")
             if enc and enc.lower() != "identity":
-                r.extra["content_encoding"] = enc  # decoded by httpx (gzip, deflate, br)
+                r.notes.content_encoding = enc  # decoded by httpx (gzip, deflate, br)
             ctype = resp.headers.get("content-type", "")
             first = chunks = None
             if "text/event-stream" not in ctype.lower():
@@ -569,7 +566,7 @@ class ProbeClient:
                 if not gateway.looks_like_sse(head):
                     await self._not_a_stream(resp, r, ctype, head, chunks)
                     return
-                r.extra["content_type"] = ctype or "(none)"
+                r.notes.content_type = ctype or "(none)"
             await self._read_events(resp, r, t0, first, chunks)
         finally:
             await resp.aclose()
@@ -595,7 +592,7 @@ class ProbeClient:
         except ValueError:
             obj = None
         if isinstance(obj, dict) and isinstance(obj.get("choices") or obj.get("output"), list):
-            r.extra["arrival_s"] = r.t_end - r.t_send if r.t_send is not None else None
+            r.arrival_s = r.t_end - r.t_send if r.t_send is not None else None
             self._fail(r, "buffered", f"the server did not stream (content-type {ctype!r}): one "
                        "JSON body came at the end, so TTFT cannot be known; "
                        + _kinds.BUFFER_ADVICE)
@@ -609,13 +606,13 @@ class ProbeClient:
         byte iterator it came from).  The data is
         complete at ``[DONE]`` (t_end is stamped there), once the token and a
         ``finish_reason`` have come, at a second token (the server ignored the
-        cap: noted in ``extra["cap_ignored"]``, closed at once), or TOKEN_TAIL_S
+        cap: noted in ``notes.cap_ignored``, closed at once), or TOKEN_TAIL_S
         after the token; the stream is then read for at most
         POST_COMPLETION_GRACE_S more, and nothing after completion fails the
-        probe: it is noted in ``extra["stream_end"]``.  A token with no visible
+        probe: it is noted in ``notes.stream_end``.  A token with no visible
         text (only ``usage.completion_tokens``) is timed at the first event of the
-        answer (``extra["token_channel"] = "hidden"``); a token whose read also
-        brought the end is marked ``extra["token_with_end"]`` (``probe_kinds``
+        answer (``notes.token_channel = "hidden"``); a token whose read also
+        brought the end is marked ``notes.token_with_end`` (``probe_kinds``
         decides whether the path buffers)."""
         dec = SSEStreamDecoder()
         classify = classify_response_event if self.api == "responses" else classify_chunk
@@ -642,12 +639,12 @@ class ProbeClient:
             except StopAsyncIteration:
                 if not done and token_read and token_read == last_data_read and \
                         time.perf_counter() - t_data < _kinds.BUFFER_EOF_S:
-                    r.extra["token_with_end"] = True  # the body ended with the token's read
+                    r.notes.token_with_end = True  # the body ended with the token's read
                 break
             except (TimeoutError, httpx.HTTPError) as e:
                 if deadline is None or (tail_note is not None and not isinstance(e, TimeoutError)):
                     raise  # before the data is complete (a cut after the token, too)
-                r.extra["stream_end"] = tail_note or _after_complete(e, done)
+                r.notes.stream_end = tail_note or _after_complete(e, done)
                 break
             reads += 1
             if r.ttfb_s is None and chunk:
@@ -694,7 +691,7 @@ class ProbeClient:
                 if info.error is not None:
                     self._fail(r, "protocol", info.error)
                     continue
-                if info.has_token and r.ttft_s is not None and r.extra.get("token_channel") != "hidden":
+                if info.has_token and r.ttft_s is not None and r.notes.token_channel != "hidden":
                     if (self.token_cap or 1) > 1:
                         continue  # a cap over 1 (Responses API: 16): read on, within the tail
                     _kinds.second_token(r, now, self.token_cap)
@@ -702,7 +699,7 @@ class ProbeClient:
                     break
                 if info.has_token and r.ttft_s is None:
                     r.ttft_s, token_read = now - t0, reads
-                    r.extra["token_channel"] = info.channel
+                    r.notes.token_channel = info.channel
                     if deadline is None:
                         deadline = now + TOKEN_TAIL_S
                         tail_note = (f"no end of the answer within {TOKEN_TAIL_S:g} s of the "
@@ -713,7 +710,7 @@ class ProbeClient:
                     # a token the server counts but shows no text of (hidden reasoning,
                     # a special token): timed at the first event of the answer
                     r.ttft_s, token_read = (t_answer or now) - t0, reads
-                    r.extra["token_channel"] = "hidden"
+                    r.notes.token_channel = "hidden"
                 if info.completion_tokens is not None:
                     _kinds.count_tokens(r, info.completion_tokens, self.token_cap)
                 finished = finished or info.finish_reason is not None
@@ -724,10 +721,10 @@ class ProbeClient:
             if (tail_note is not None or deadline is None) and finished and r.ttft_s is not None:
                 deadline, tail_note = now + POST_COMPLETION_GRACE_S, None
         if done_read and done_read == token_read:
-            r.extra["token_with_end"] = True  # the token and [DONE] in one read
+            r.notes.token_with_end = True  # the token and [DONE] in one read
         if t_done is not None:
             r.t_end = t_done
-        elif "stream_end" in r.extra or stop:
+        elif r.notes.stream_end is not None or stop:
             r.t_end = t_data  # the data ended with its last event
         else:
             r.t_end = time.perf_counter()
@@ -756,7 +753,7 @@ class ProbeClient:
             return
         if 300 <= status < 400:
             self._fail(r, "redirect", gateway.redirect_message(
-                status, target, int(r.extra.get("redirected", {}).get("hops", 0))))
+                status, target, r.notes.redirected.hops if r.notes.redirected else 0))
             return
         if status in (429, 503):
             r.retry_after_s = parse_retry_after(resp.headers.get("retry-after"))
@@ -764,9 +761,9 @@ class ProbeClient:
         else:
             kind = "http"
         self._classify_body_error(r, text, f"HTTP {status}", default_kind=kind)
-        red = r.extra.get("redirected")
-        if status in (401, 403) and red and not red.get("key_sent"):
-            r.error_message = (f"{r.error_message} (redirected to {red['to']}, another origin: "
+        red = r.notes.redirected
+        if status in (401, 403) and red and not red.key_sent:
+            r.error_message = (f"{r.error_message} (redirected to {red.to}, another origin: "
                                "the API key is not sent there; use that URL as the server URL)")
         if status in (404, 405) and self.api != "responses":
             await _kinds.responses_hint(self, r)
@@ -795,9 +792,9 @@ class ProbeClient:
             if n_prompt and n_ctx:
                 msg = f"prompt too long for the context: {n_prompt} > {n_ctx} tokens ({msg})"
             if n_ctx:
-                r.extra["n_ctx"] = n_ctx
+                r.notes.n_ctx = n_ctx
             if n_prompt:
-                r.extra["n_prompt_tokens"] = n_prompt
+                r.notes.n_prompt_tokens = n_prompt
             self._fail(r, "context_length", msg)
             return
         self._fail(r, default_kind, msg)
@@ -825,7 +822,7 @@ def _names(field: str, value: Any) -> list[str]:
 
 #: Largest token count accepted from a server whose context is unknown (the longest
 #: context windows offered are 10 M tokens, e.g. Llama 4 Scout's model card); a
-#: larger, negative or non-integer count is ignored and noted in ``extra``.
+#: larger, negative or non-integer count is ignored and noted in ``notes.ignored``.
 MAX_PLAUSIBLE_TOKENS = 10_000_000
 #: How much longer than the client's own TTFT a server prefill time may be
 #: (seconds): the two clocks start apart, but the server cannot have spent much
@@ -841,7 +838,7 @@ def _count(v: Any, ceiling: int = MAX_PLAUSIBLE_TOKENS) -> int | None:
 
 
 def _bad(r: ProbeResult, field: str, v: Any, why: str = "is not a token count") -> None:
-    r.extra.setdefault("ignored", []).append(f"{field} {str(v)[:40]!r} {why}")
+    r.notes.ignored.append(f"{field} {str(v)[:40]!r} {why}")
 
 
 def _ceiling(context_tokens: int | None) -> int:
@@ -858,7 +855,7 @@ def _take_usage(r: ProbeResult, usage: dict | None, timings: dict | None,
     Values that are not plausible (negative, bool, non-integer, over ``ceiling``
     = the server's context or MAX_PLAUSIBLE_TOKENS, non-finite or negative times)
     are ignored, so they never reach the fit, the length model or the run file;
-    each is named in ``extra["ignored"]``.  ``_vet`` checks what needs the whole
+    each is named in ``notes.ignored``.  ``_vet`` checks what needs the whole
     stream (cached vs prompt tokens, server time vs TTFT)."""
     if usage:
         pt = usage.get("prompt_tokens")
@@ -897,7 +894,7 @@ def _take_usage(r: ProbeResult, usage: dict | None, timings: dict | None,
 
 
 def _vet(r: ProbeResult) -> None:
-    """Drop what contradicts the rest of the probe, noted in ``extra["ignored"]``:
+    """Drop what contradicts the rest of the probe, noted in ``notes.ignored``:
     more cached tokens than prompt tokens (not a count: the probe stays a miss and
     stays in the fit), and a server prefill time longer than the client's TTFT +
     SERVER_TIME_TOLERANCE_S (or any server time on a probe without a TTFT)."""
@@ -916,7 +913,7 @@ def _vet(r: ProbeResult) -> None:
 
 def _note_late(r: ProbeResult, message: str) -> None:
     """An error after the token and its finish_reason: noted, the probe stands."""
-    r.extra.setdefault("after_complete", []).append(str(message)[:200])
+    r.notes.after_complete.append(str(message)[:200])
 
 
 def _after_complete(e: BaseException, done: bool) -> str:

@@ -1,10 +1,11 @@
 """What a probe noticed about the server's path, and what the session says once.
 
-``ProbeClient`` (``probe.py``) marks what it saw on a probe in ``extra`` (the run
-file keeps it per probe); ``note`` turns each kind into one session notice (the
-summary says it once).  The vocabulary (docs/measurement.md, docs/runfile.md):
+``ProbeClient`` (``probe.py``) marks what it saw on a probe in ``ProbeResult.notes``
+(``model.probe_notes``; the run file keeps each under its key in ``extra``); ``note``
+turns each kind into one session notice (the summary says it once).  The vocabulary
+(docs/measurement.md, docs/runfile.md):
 
-  extra key            meaning                                              notice label
+  note / extra key     meaning                                              notice label
   cap_ignored          a 2nd token (or usage > 1) with max_tokens 1:        max_tokens ignored
                        the stream is closed at the 2nd token, TTFT stands
   content_type         a valid event stream under another content type      stream labelled ...
@@ -13,7 +14,7 @@ summary says it once).  The vocabulary (docs/measurement.md, docs/runfile.md):
   token_channel        where the first token was: text, content,            token not text
                        reasoning, tool_call, hidden (only counted)
   token_with_end       the token's read also brought the end                (see below)
-  arrival_s            a buffered answer's time (never a TTFT)
+  arrival_s            a buffered answer's time (never a TTFT; ProbeResult.arrival_s)
   rejected_field       a field the server rejected (``replaced_by``)        sent without / for
 
 A token that arrives together with the end is the mark of a buffering gateway, but
@@ -30,12 +31,12 @@ from __future__ import annotations
 import asyncio
 import json
 import time
-from typing import Any, Protocol
+from typing import Protocol
 
 import httpx
 
 from prefilltui.measure.sse import SSEStreamDecoder, classify_chunk, classify_response_event
-from prefilltui.model.types import ProbeResult, ServerInfo
+from prefilltui.model.types import JsonObject, ProbeResult, ServerInfo
 
 
 class ProbeClient(Protocol):
@@ -54,7 +55,7 @@ class ProbeClient(Protocol):
     def endpoint(self) -> str: ...
     @property
     def http(self) -> httpx.AsyncClient: ...
-    def _body(self, prompt: str, cap: int = 1) -> dict[str, Any]: ...
+    def _body(self, prompt: str, cap: int = 1) -> JsonObject: ...
     async def _send(self, url: str, body: dict, r: ProbeResult,
                     stamps: dict[str, float]) -> httpx.Response: ...
 
@@ -77,17 +78,17 @@ def second_token(r: ProbeResult, now: float, cap: int | None) -> None:
     first = (r.t_send or 0.0) + (r.ttft_s or 0.0)
     after = f" {max(0.0, now - first) * 1e3:.0f} ms after the first" if r.t_send else ""
     if cap == 1:
-        r.extra["cap_ignored"] = (f"a second token came{after}: the server ignored max_tokens 1; "
-                                  "the client closed the stream")
+        r.notes.cap_ignored = (f"a second token came{after}: the server ignored max_tokens 1; "
+                               "the client closed the stream")
     else:
         why = f"the cap is {cap}" if cap else "the server takes no token cap"
-        r.extra["stream_end"] = f"closed by the client at the second token ({why})"
+        r.notes.stream_end = f"closed by the client at the second token ({why})"
 
 
 def count_tokens(r: ProbeResult, n: int, cap: int | None) -> None:
     """``usage.completion_tokens`` over the cap of 1 proves it was ignored."""
-    if cap == 1 and n > 1 and "cap_ignored" not in r.extra:
-        r.extra["cap_ignored"] = f"usage says {n} completion tokens for max_tokens 1"
+    if cap == 1 and n > 1 and r.notes.cap_ignored is None:
+        r.notes.cap_ignored = f"usage says {n} completion tokens for max_tokens 1"
 
 
 _CHANNEL_WORDS = {
@@ -99,26 +100,26 @@ _CHANNEL_WORDS = {
 
 def note(client: ProbeClient, r: ProbeResult) -> None:
     """Say each kind this probe showed once in ``client.notices``."""
-    n, x = client.notices, r.extra
-    if "cap_ignored" in x:
+    n, x = client.notices, r.notes
+    if x.cap_ignored is not None:
         n.setdefault("max_tokens ignored",
-                     f"the server streams past max_tokens 1 ({x['cap_ignored']}): each probe's "
+                     f"the server streams past max_tokens 1 ({x.cap_ignored}): each probe's "
                      "stream is closed at the second token and its TTFT stands (run file: "
                      "extra.cap_ignored)")
-    if "content_type" in x:
-        n.setdefault(f"stream labelled {x['content_type']}",
-                     f"the server labels its event stream {x['content_type']!r}, not "
+    if x.content_type is not None:
+        n.setdefault(f"stream labelled {x.content_type}",
+                     f"the server labels its event stream {x.content_type!r}, not "
                      "text/event-stream; it is read as SSE (run file: extra.content_type)")
-    if "content_encoding" in x:
+    if x.content_encoding is not None:
         n.setdefault("compressed stream",
-                     f"the server compresses the stream ({x['content_encoding']}) although "
+                     f"the server compresses the stream ({x.content_encoding}) although "
                      "probes ask for identity; it is decoded as it arrives")
-    if "redirected" in x:
-        red = x["redirected"]
+    if x.redirected is not None:
+        red = x.redirected
         n.setdefault("redirected",
-                     f"probes are redirected (HTTP {red['status']}) to {red['to']}: TTFT is "
+                     f"probes are redirected (HTTP {red.status}) to {red.to}: TTFT is "
                      "timed from the redirected request; use that URL to save the round trip")
-    channel = x.get("token_channel")
+    channel = x.token_channel
     if r.ok and channel in _CHANNEL_WORDS:
         how = ("TTFT is timed at the first event of the answer (finish_reason or usage)"
                if channel == "hidden" else "TTFT is timed at it")
@@ -138,7 +139,7 @@ async def settle_buffered(client: ProbeClient, r: ProbeResult) -> None:
     if client.streaming == "streams":
         return
     arrival = r.ttft_s
-    r.extra["arrival_s"] = arrival
+    r.arrival_s = arrival
     r.ttft_s = None
     r.ok = False
     r.error_kind = "buffered"

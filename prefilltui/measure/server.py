@@ -26,7 +26,7 @@ from typing import Any
 import httpx
 
 from prefilltui.model.redact import display_url
-from prefilltui.model.types import ServerInfo
+from prefilltui.model.types import JsonObject, ServerInfo
 
 
 class ServerUnreachable(Exception):
@@ -272,12 +272,12 @@ async def find_tokenize(client: httpx.AsyncClient, info: ServerInfo, timeout: fl
             return
 
 
-def _tokenize_body(style: str, model: str | None, text: str) -> dict[str, Any]:
+def _tokenize_body(style: str, model: str | None, text: str) -> JsonObject:
     if style == "llama.cpp":
         return {"content": text, "add_special": True}
     if style == "tgi":
         return {"inputs": text}
-    body: dict[str, Any] = {"prompt": text}
+    body: JsonObject = {"prompt": text}
     if model:
         body["model"] = model
     return body

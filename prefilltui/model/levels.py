@@ -13,7 +13,7 @@ import statistics
 from dataclasses import asdict, dataclass, replace
 from typing import Any, Iterable, Sequence
 
-from prefilltui.model.diagnose import probe_parts
+from prefilltui.model.breakdown import probe_parts
 from prefilltui.model.fit import LinearFit, fit_ols, fit_robust
 from prefilltui.model.loadspec import LoadKind
 from prefilltui.model.stall import DecodeTrace, itl_quantiles, probe_window
@@ -121,7 +121,7 @@ def level_row(level: float, rs: Sequence[ProbeResult],
     ok = [r for r in rs if r.level_eligible]  # no warm-up, no accidental cache hit
     parts = [probe_parts(r) for r in ok]
     ttft = _med(r.ttft_s for r in ok)
-    queue = _med(p["queue_s"] for p in parts)
+    queue = _med(p.queue_s for p in parts)
     wait = (_med(max(0.0, r.ttft_s - idle.predict(r.tokens)) for r in ok)
             if idle is not None and ok else None)
     tp, ci = _fit(ok)
@@ -133,10 +133,10 @@ def level_row(level: float, rs: Sequence[ProbeResult],
     return LevelRow(
         level=level, kind=next((r.load_kind for r in ok if r.load_kind), None),
         probes=len(ok), ttft_p50_s=ttft, queue_s=queue,
-        prefill_s=_med(p["prefill_s"] for p in parts),
-        overhead_s=_med(p["overhead_s"] for p in parts),
+        prefill_s=_med(p.prefill_s for p in parts),
+        overhead_s=_med(p.overhead_s for p in parts),
         queue_share=(queue / ttft) if queue is not None and ttft else None,
-        queue_n=sum(1 for p in parts if p["queue_s"] is not None), wait_s=wait,
+        queue_n=sum(1 for p in parts if p.queue_s is not None), wait_s=wait,
         wait_share=(wait / ttft) if wait is not None and ttft else None,
         throughput_tok_s=tp, throughput_ci=ci, itl_p50_s=p50, itl_p99_s=p99, itl_n=n,
         stall_s=_med(r.decode_stall_s for r in at_top),
@@ -204,37 +204,13 @@ def knee_line(rows: Sequence[LevelRow], knee: float | None, kind: LoadKind | Non
             f"{_ms(r.ttft_p50_s)} ({_share(r):.0%})")
 
 
+def share(r: LevelRow) -> float | None:
+    """The queue share the knee reads (``_share``), for the renderers."""
+    return _share(r)
+
+
 def _ms(s: float | None) -> str:
     return MISSING if s is None else f"{s * 1e3:,.0f} ms"
-
-
-def format_levels(t: LevelTable | None) -> list[str]:
-    """The level table as text (ms on screen)."""
-    if t is None:
-        return []
-    c = lambda s: f"{'-':>8}" if s is None else f"{s * 1e3:>8,.0f}"  # noqa: E731
-    head = "streams" if t.kind != "rate" else "req/s"
-    out = [f"TTFT against offered load ({'decode streams' if t.kind != 'rate' else 'requests/s'};"
-           " medians; stall and excess at the longest prompt)",
-           f"{head:>7} {'n':>4} {'TTFT':>8} {'queue':>8} {'prefill':>8} {'overhead':>8} "
-           f"{'wait':>8} {'queue%':>6} {'fit tok/s':>15} {'ITL p50':>8} {'ITL p99':>8} "
-           f"{'stall':>8} {'excess':>8}   (ms)"]
-    for r in t.rows:
-        sh = _share(r)
-        share = "-" if sh is None else f"{sh:.0%}"
-        tp = "-" if r.throughput_tok_s is None else f"{r.throughput_tok_s:,.0f}"
-        lo, hi = r.throughput_ci
-        if r.throughput_tok_s and lo is not None and hi is not None:
-            tp += f" ±{(hi - lo) / 2 / r.throughput_tok_s:.0%}"
-        elif r.throughput_tok_s:
-            tp += " ±inf"
-        own = r.queue_s if r.queue_n * 2 >= max(1, r.probes) else None  # the probes' own
-        out.append(f"{r.level:>7g} {r.probes:>4} {c(r.ttft_p50_s)} {c(own)} "
-                   f"{c(r.prefill_s)} {c(r.overhead_s)} {c(r.wait_s)} {share:>6} {tp:>15} "
-                   f"{c(r.itl_p50_s)} {c(r.itl_p99_s)} {c(r.stall_s)} {c(r.excess_s)}")
-    out += [t.knee_line, "wait = TTFT above the idle fit at the probe's length; queue% = "
-            "the server's queue time / TTFT where it is the probe's own, else wait / TTFT"]
-    return out
 
 
 def levels_from_json(d) -> LevelTable | None:

@@ -15,8 +15,9 @@ that starts or ends inside the window cannot say how long it froze):
 - the *excess* is the sum over the gaps overlapping the window of (gap - baseline):
   the extra decode time the prefill cost the stream in all.  Chunking does not shrink
   it: the same prompt tokens are computed, only spread over more steps;
-- the stream's *tokens* are those that arrived strictly inside the window (about one
-  per chunk when the server interleaves decodes with prefill chunks).
+- the stream's *tokens* are those that arrived inside the window, the step that
+  brought the probe's first token included (up to half a quiet gap after it): one per
+  engine step, so about the chunks plus the step the probe arrived in.
 
 A probe's figures are the medians over the measured streams (continuous batching
 steps every running decode together, so the streams agree to within the client's
@@ -177,7 +178,9 @@ def window_stall(traces: Iterable[DecodeTrace], window: tuple[float, float],
             continue
         longest = max(over)
         excess = sum(g - gap_s for g in over)
-        tokens = sum(1 for t in tr.arrivals if t0 < t < t1)
+        # the step that brought the probe's first token counts, whichever connection
+        # the client read first: up to half a quiet gap after the window's end
+        tokens = sum(1 for t in tr.arrivals if t0 < t <= t1 + gap_s / 2)
         per.append((longest - gap_s, excess, longest, tokens))
     if not per:
         return None
@@ -357,25 +360,6 @@ def _secs(s: float | None) -> str:
     if abs(s) < 0.1:
         return duration(s)
     return f"{s:.2f} s" if abs(s) < 10 else f"{s:.1f} s"
-
-
-def format_stall(s: StallSummary | None, level: float | None = None) -> list[str]:
-    """Text lines: the per-length table (ms) and the sentence; ``level``: the load
-    level the table is of, named in its title."""
-    if s is None:
-        return []
-    ms = lambda v: MISSING if v is None else f"{v * 1e3:,.0f}"  # noqa: E731
-    at = f" at load level {level:g}" if level is not None else ""
-    out = [f"decode stall per probe{at} (baseline gap {ms(s.gap_s)} ms; medians)",
-           f"{'requested':>9} {'counted':>8} {'n':>3} {'TTFT':>9} {'stall':>9} {'excess':>9} "
-           f"{'tokens':>6} {'server ITL max':>15}   (ms)"]
-    for r in s.rows:
-        out.append(f"{r.requested_tokens:>9} {r.prompt_tokens or '-':>8} {r.n:>3} "
-                   f"{ms(r.ttft_s):>9} {ms(r.stall_s):>9} {ms(r.excess_s):>9} "
-                   f"{'-' if r.decode_tokens is None else r.decode_tokens:>6} "
-                   f"{('≤ ' + ms(r.server_itl_max_s)) if r.server_itl_max_s is not None else '-':>15}")
-    out.append(s.sentence)
-    return out
 
 
 def stall_from_json(d) -> StallSummary | None:

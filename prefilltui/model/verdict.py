@@ -29,10 +29,10 @@ import statistics
 from dataclasses import asdict, dataclass
 from typing import Any, Iterable, Literal, Sequence
 
-from prefilltui.model.diagnose import probe_parts
+from prefilltui.model.breakdown import probe_parts
 from prefilltui.model.fit import LinearFit
 from prefilltui.model.types import ProbeResult
-from prefilltui.model.units import MISSING, duration
+from prefilltui.model.units import duration
 
 Cause = Literal["queueing", "head_of_line", "slow_prefill", "prefix_cache", "overhead",
                 "none", "not_enough_data"]
@@ -82,7 +82,7 @@ class Evidence:
 
 
 @dataclass(frozen=True, slots=True)
-class Verdict:
+class TtftVerdict:
     """The answer: ``cause`` (the strongest), ``headline`` (its words and evidence),
     every cause that holds strongest first (``evidence``), the median TTFT and the
     probes read."""
@@ -95,11 +95,6 @@ class Verdict:
 
     def to_json(self) -> dict[str, Any]:
         return asdict(self)
-
-    def lines(self) -> list[str]:
-        """Text: the headline, then "also: ..." for the other causes that hold."""
-        return [f"why is TTFT high? {self.headline}"] + [
-            f"  also {WORDS[e.cause]}: {e.text}" for e in self.evidence[1:]]
 
 
 def _med(vals: Iterable[float | int | None]) -> float | None:
@@ -118,12 +113,12 @@ def _expected_ttft(e: Expectation | None, n: int | None) -> float | None:
 
 
 def ttft_verdict(results: Sequence[ProbeResult], expect: Expectation | None = None, *,
-                 recent: int = RECENT) -> Verdict:
+                 recent: int = RECENT) -> TtftVerdict:
     """The verdict over the last ``recent`` ok, non-warm-up probes (see the module
     docstring).  Never raises for bad data."""
     ok = [r for r in results if r.ok and not r.warmup and r.ttft_s is not None][-recent:]
     if len(ok) < MIN_PROBES:
-        return Verdict("not_enough_data", f"not enough data: {len(ok)} recent probe(s), "
+        return TtftVerdict("not_enough_data", f"not enough data: {len(ok)} recent probe(s), "
                        f"{MIN_PROBES} needed", (), _med(r.ttft_s for r in ok), len(ok))
     parts = [probe_parts(r) for r in ok]
     ttft = _med(r.ttft_s for r in ok) or 0.0
@@ -133,31 +128,31 @@ def ttft_verdict(results: Sequence[ProbeResult], expect: Expectation | None = No
     found.sort(key=lambda e: e.seconds, reverse=True)
     if found:
         top = found[0]
-        return Verdict(top.cause, f"{WORDS[top.cause]}: {top.text}", tuple(found), ttft, len(ok))
-    split = any(p[k] is not None for p in parts for k in ("queue_s", "prefill_s", "overhead_s"))
+        return TtftVerdict(top.cause, f"{WORDS[top.cause]}: {top.text}", tuple(found), ttft, len(ok))
+    split = any(getattr(p, k) is not None for p in parts for k in ("queue_s", "prefill_s", "overhead_s"))
     if not split and (expect is None or expect.fit is None):
-        return Verdict("not_enough_data",
+        return TtftVerdict("not_enough_data",
                        f"not enough data: TTFT {duration(ttft)}, but the server reports no "
                        "queue or prefill time (/metrics, llama.cpp timings) and there is no "
                        "idle fit or --baseline to hold it against", (), ttft, len(ok))
     bits = ", ".join(f"{k.removesuffix('_s')} {duration(v)}" for k in
                      ("queue_s", "prefill_s", "overhead_s")
-                     if (v := _med(p[k] for p in parts)) is not None)
+                     if (v := _med(getattr(p, k) for p in parts)) is not None)
     exp = _med(_expected_ttft(expect, r.tokens) for r in ok)
     vs = f"; {duration(exp)} expected ({expect.source})" if exp is not None and expect else ""
-    return Verdict("none", f"nothing stands out: TTFT {duration(ttft)}"
+    return TtftVerdict("none", f"nothing stands out: TTFT {duration(ttft)}"
                    + (f" = {bits}" if bits else "") + vs, (), ttft, len(ok))
 
 
 def _queueing(ok, parts, ttft: float, expect: Expectation | None) -> Evidence | None:
-    q = _med(p["queue_s"] for p in parts)
+    q = _med(p.queue_s for p in parts)
     wait = _med(r.server_waiting for r in ok)
     run = _med(r.server_running for r in ok)
     load = ""
     if wait is not None or run is not None:
         load = f", {wait or 0:g} waiting, {run or 0:g} running"
     if q is not None and q >= max(SHARE * ttft, MIN_QUEUE_S):
-        src = {p["queue_source"] for p in parts if p["queue_s"] is not None}
+        src = {p.queue_source for p in parts if p.queue_s is not None}
         est = " (estimated: TTFT - prefill - idle overhead)" if src <= {"estimated", "idle"} else ""
         return Evidence("queueing", q, f"queue {duration(q)} of TTFT {duration(ttft)} "
                         f"({_pct(q / ttft)}){est}{load}")
@@ -192,17 +187,21 @@ def _head_of_line(ok, expect: Expectation | None) -> Evidence | None:
         ahead = r.load_ahead_tokens or 0
         froze = (r.decode_stall_s is not None and own is not None
                  and r.decode_stall_s > 1.5 * own + 2 * (r.decode_gap_s or 0.0) + 0.01)
-        if ahead > (r.tokens or 0) or (ahead > 0 and exp is not None and r.ttft_s > 1.5 * exp) or froze:
-            hits.append((r, exp, ahead))
+        if ahead > (r.tokens or 0) or (ahead > 0 and exp is not None and r.ttft_s > 1.5 * exp):
+            # a prompt ahead: TTFT above the expectation is its doing
+            hits.append((r, exp, ahead, max(0.0, r.ttft_s - exp) if exp is not None else None))
+        elif froze:
+            # the decodes froze longer than this prefill: the rest was another prefill
+            hits.append((r, exp, 0, r.decode_stall_s - own))
     if len(hits) < max(1, len(ok) // 3):
         return None
-    extra = _med(max(0.0, r.ttft_s - exp) for r, exp, _ in hits if exp is not None)
-    ttft = _med(r.ttft_s for r, _, _ in hits)
-    ahead = _med(a for _, _, a in hits if a)
-    stall = _med(r.decode_stall_s for r, _, _ in hits)
+    extra = _med(h[3] for h in hits)
+    ttft = _med(h[0].ttft_s for h in hits)
+    ahead = _med(h[2] for h in hits if h[2])
+    stall = _med(h[0].decode_stall_s for h in hits)
     what = (f"a median {ahead:,.0f} prompt tokens in prefill ahead of the probe" if ahead
             else f"decodes froze {duration(stall)}, longer than the probe's own prefill")
-    exp = _med(e for _, e, _ in hits)
+    exp = _med(h[1] for h in hits)
     vs = f" vs {duration(exp)} expected ({expect.source})" if exp is not None and expect else ""
     if extra is None:  # no expectation: the stall or the ahead tokens alone
         extra = stall or 0.0
@@ -214,7 +213,7 @@ def _head_of_line(ok, expect: Expectation | None) -> Evidence | None:
 
 def _slow_prefill(ok, parts, expect: Expectation | None) -> Evidence | None:
     if expect is not None and expect.mfu_level == "wrong" and expect.mfu is not None:
-        pre = _med(p["prefill_s"] for p in parts) or _med(r.ttft_s for r in ok) or 0.0
+        pre = _med(p.prefill_s for p in parts) or _med(r.ttft_s for r in ok) or 0.0
         return Evidence("slow_prefill", pre * 0.5, f"MFU {expect.mfu:.1%} of peak: far below "
                         "what the hardware does (roofline verdict)")
     if expect is None or expect.fit is None or expect.fit.slope_s_per_token <= 0:
@@ -226,12 +225,12 @@ def _slow_prefill(ok, parts, expect: Expectation | None) -> Evidence | None:
     ok, parts = [ok[i] for i in keep], [parts[i] for i in keep]
     if len(ok) < MIN_PROBES:
         return None
-    rows = [(p["prefill_s"], r.tokens) for p, r in zip(parts, ok)
-            if p["prefill_s"] is not None and r.tokens]
+    rows = [(p.prefill_s, r.tokens) for p, r in zip(parts, ok)
+            if p.prefill_s is not None and r.tokens]
     if len(rows) >= MIN_PROBES:  # the server's own prefill time against the expected
         # expected prefill: the expected TTFT less the overhead outside the server (the
         # fixed cost is partly the server's own), never below b x n
-        over = _med(p["overhead_s"] for p in parts) or 0.0
+        over = _med(p.overhead_s for p in parts) or 0.0
         exp = [(pre, max(b * n, expect.fit.intercept_s + b * n - over)) for pre, n in rows]
         ratio = _med(pre / e for pre, e in exp if e > 0)
         extra = _med(pre - e for pre, e in exp)
@@ -255,8 +254,7 @@ def _slow_prefill(ok, parts, expect: Expectation | None) -> Evidence | None:
 
 def _after_prefix(r: ProbeResult) -> bool:
     """A ``--depth`` probe sent after a prefix that should be cached."""
-    d = (r.extra or {}).get("depth")
-    return isinstance(d, int) and d > 0 and r.extra.get("depth_role") != "prefix"
+    return r.depth is not None and r.depth.depth > 0 and r.depth.role != "prefix"
 
 
 def _prefix_cache(ok, expect: Expectation | None) -> Evidence | None:
@@ -264,7 +262,7 @@ def _prefix_cache(ok, expect: Expectation | None) -> Evidence | None:
     miss = [r for r in after if not r.cached_tokens]
     if not after or len(miss) * 2 < len(after):
         return None
-    depth = int(_med(r.extra["depth"] for r in miss) or 0)
+    depth = int(_med(r.depth.depth for r in miss) or 0)
     b = expect.fit.slope_s_per_token if expect is not None and expect.fit is not None else None
     saved = depth * b if b else 0.0
     cost = f" (≈ {duration(saved)} of prefill it should have saved)" if b else ""
@@ -273,7 +271,7 @@ def _prefix_cache(ok, expect: Expectation | None) -> Evidence | None:
 
 
 def _overhead(ok, parts, ttft: float) -> Evidence | None:
-    o = _med(p["overhead_s"] for p in parts)
+    o = _med(p.overhead_s for p in parts)
     if o is None or o < max(SHARE * ttft, MIN_OVERHEAD_S):
         return None
     conn = _med(r.connect_s for r in ok)
@@ -282,5 +280,3 @@ def _overhead(ok, parts, ttft: float) -> Evidence | None:
                     f"({_pct(o / ttft)}): network, TLS or a gateway{extra}")
 
 
-def format_verdict(v: Verdict | None) -> list[str]:
-    return v.lines() if v is not None else [f"why is TTFT high? {MISSING}"]

@@ -36,6 +36,7 @@ from prefilltui.model.sanitize import clean
 from prefilltui.measure.telemetry import TelemetrySnapshot
 from prefilltui.model.types import FitMethod, ProbeResult, RunnerState, ServerInfo
 from prefilltui.model.units import MISSING
+from prefilltui.model.until_ci import Progress
 from prefilltui.exit_codes import ExitCode
 from prefilltui.tui.help import HelpScreen
 from prefilltui.tui.load_actions import LoadActions
@@ -73,7 +74,7 @@ class Runner(Protocol):
     @property
     def lengths(self) -> list[int]: ...
     @property
-    def progress(self) -> Any: ...
+    def progress(self) -> Progress | None: ...
 
     def start(self) -> None: ...
     def stop(self, timeout: float | None = ...) -> None: ...
@@ -122,7 +123,8 @@ class PrefillApp(LoadActions, WorkerActions, App[int]):
     def __init__(self, runner_factory: RunnerFactory, *, sampler: TelemetrySource | None = None,
                  fit: Any = None, analysis: Analysis = no_analysis,
                  themes: ThemeSet | None = None, theme: str | None = None,
-                 sweep_range: tuple[int, int] = (32, 4096), context_cap: int | None = None,
+                 sweep_range: tuple[int, int] = (defaults.MIN_TOKENS, defaults.MAX_TOKENS),
+                 context_cap: int | None = None,
                  fit_method: FitMethod = defaults.FIT_METHOD, run_path: Path | None = None,
                  exporter: Callable[[list[ProbeResult], Any], list[Path]] | None = None,
                  cache_checker: Callable[[], str] | None = None,

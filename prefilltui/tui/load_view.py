@@ -15,7 +15,7 @@ from prefilltui.model.sanitize import clean
 from prefilltui.model.stall import DecodeTrace, gap_series, probe_window
 from prefilltui.model.types import ProbeResult
 from prefilltui.model.units import MISSING
-from prefilltui.model.verdict import Expectation, Verdict, ttft_verdict
+from prefilltui.model.verdict import Expectation, TtftVerdict, ttft_verdict
 
 #: A decode gap at least this many baseline gaps long (and 20 ms over it) is a stall
 #: on the decode row.
@@ -76,7 +76,7 @@ def stall_lines(last: ProbeResult | None) -> list[str]:
 
 
 def live_verdict(results: Sequence[ProbeResult], fit: LinearFit | None, *,
-                 assessment: Any = None) -> Verdict:
+                 assessment: Any = None) -> TtftVerdict:
     """The verdict over the recent probes with the idle fit as the expectation (the
     TUI's fit keeps probes under load out)."""
     mfu = getattr(assessment, "mfu", None)

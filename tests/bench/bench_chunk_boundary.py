@@ -19,6 +19,8 @@ import statistics
 
 from prefilltui.measure.server import count_tokens
 from prefilltui.model.loadspec import LoadSpec
+from prefilltui.options import (LoadOptions, ProbeOptions, RunFileOptions, SessionOptions,
+                                SweepDesign, TelemetryOptions)
 from prefilltui.session import build_session
 
 #: Words the prompts are made of (single tokens in SmolLM2's tokenizer after a space).
@@ -39,8 +41,11 @@ async def exact_prompt(client, n: int) -> str:
 
 
 async def run(args) -> None:
-    opts = argparse.Namespace(load=LoadSpec("decode", float(args.streams)), no_telemetry=True,
-                              out=args.out, seed=args.seed, warmup=0, timeout=args.timeout)
+    opts = SessionOptions(probe=ProbeOptions(timeout_s=args.timeout),
+                          design=SweepDesign(seed=args.seed, warmup=0),
+                          telemetry=TelemetryOptions(enabled=False),
+                          run_file=RunFileOptions(path=args.out),
+                          load=LoadOptions(spec=LoadSpec("decode", float(args.streams))))
     session = build_session(opts, args.url)
     rows: dict[int, list] = {}
     try:
@@ -51,7 +56,7 @@ async def run(args) -> None:
             await c.warm()
             lengths = [args.around - 1, args.around, args.around + 1]
             prompts = {n: await exact_prompt(c, n) for n in lengths}
-            for rep in range(args.repeats):
+            for _rep in range(args.repeats):
                 for n in lengths:
                     for h in session.hooks:
                         await h.before_probe(c)
@@ -67,10 +72,13 @@ async def run(args) -> None:
     finally:
         session.close()
     print(f"\nmedians over {args.repeats} repeats, {args.streams} decode stream(s):")
+    def med(rs, f):
+        return statistics.median(getattr(r, f) for r in rs if getattr(r, f) is not None)
+
     for n, rs in rows.items():
-        med = lambda f: statistics.median(getattr(r, f) for r in rs if getattr(r, f) is not None)  # noqa: E731
-        print(f"{n:>5} tok  TTFT {med('ttft_s') * 1e3:8.1f} ms  stall {med('decode_stall_s') * 1e3:8.1f} "
-              f"ms  excess {med('decode_excess_s') * 1e3:8.1f} ms  decode tokens in the window "
+        print(f"{n:>5} tok  TTFT {med(rs, 'ttft_s') * 1e3:8.1f} ms  stall "
+              f"{med(rs, 'decode_stall_s') * 1e3:8.1f} ms  excess "
+              f"{med(rs, 'decode_excess_s') * 1e3:8.1f} ms  decode tokens in the window "
               f"{sorted(r.decode_tokens for r in rs)}")
 
 

@@ -7,13 +7,14 @@ cores.  Marked ``integration`` (the llama-server tests) and ``vllm`` (the vLLM o
 
 from __future__ import annotations
 
-import argparse
 import statistics
 
 import pytest
 
 from prefilltui.demo.server import LlamaServer
 from prefilltui.model.loadspec import parse_load
+from prefilltui.options import (LoadOptions, ProbeOptions, RunFileOptions, SessionOptions,
+                                SweepDesign, TelemetryOptions)
 from prefilltui.session import build_session
 
 #: A prompt of this many tokens spans several chunks of the small batch.
@@ -24,9 +25,11 @@ BATCH = 64
 
 
 def _measure(url, tmp_path, lengths, repeats=3, spec="decode:1,out:2048"):
-    opts = argparse.Namespace(load=parse_load(spec), no_telemetry=True, seed=5, warmup=1,
-                              out=str(tmp_path / "run.jsonl"), lengths=lengths,
-                              repeats=repeats, timeout=300.0)
+    opts = SessionOptions(probe=ProbeOptions(timeout_s=300.0),
+                          design=SweepDesign(lengths=tuple(lengths), repeats=repeats, seed=5),
+                          telemetry=TelemetryOptions(enabled=False),
+                          run_file=RunFileOptions(path=str(tmp_path / "run.jsonl")),
+                          load=LoadOptions(spec=parse_load(spec)))
     s = build_session(opts, url)
     out = []
     try:

@@ -7,7 +7,8 @@ from __future__ import annotations
 import asyncio
 
 from prefilltui.cli import build_parser
-from prefilltui.commands.watch import make_watch_app
+from prefilltui.commands.common import load_options, session_options
+from prefilltui.commands.watch import display_options, make_watch_app
 from prefilltui.tui.widgets.decode_row import STALL, DecodeRow, DecodeSpark
 from prefilltui.tui.widgets.stats import StatsPanel
 from prefilltui.tui.widgets.ttft_plot import TTFTPlot
@@ -15,10 +16,12 @@ from tests.schedserver import SchedServer
 
 
 def _args(url, tmp_path, *extra):
-    return build_parser().parse_args(
+    """The typed options of ``prefilltui watch URL ...`` (as the command builds them)."""
+    args = build_parser().parse_args(
         ["watch", url, "--no-telemetry", "--out", str(tmp_path / "run.jsonl"),
          "--lengths", "24,124", "--warmup", "0", "--timeout", "10", "--pause", "0.1",
          "--duty", "1", *extra])
+    return session_options(args, load=load_options(args)), display_options(args)
 
 
 async def _until(cond, seconds=20.0):
@@ -31,7 +34,7 @@ async def _until(cond, seconds=20.0):
 
 async def test_decode_row_status_toggle_and_plot(tmp_path):
     with SchedServer(budget=64, step_s=0.02, per_token_s=0.002) as srv:
-        app, session = make_watch_app(_args(srv.base_url, tmp_path, "--load", "decode:2"),
+        app, session = make_watch_app(*_args(srv.base_url, tmp_path, "--load", "decode:2"),
                                       srv.base_url)
         try:
             async with app.run_test(size=(120, 40)) as pilot:
@@ -73,7 +76,7 @@ async def test_decode_row_status_toggle_and_plot(tmp_path):
 
 async def test_l_without_load_sends_nothing(tmp_path):
     with SchedServer(budget=64, step_s=0.01, per_token_s=0.0005) as srv:
-        app, session = make_watch_app(_args(srv.base_url, tmp_path), srv.base_url)
+        app, session = make_watch_app(*_args(srv.base_url, tmp_path), srv.base_url)
         try:
             async with app.run_test(size=(100, 30)) as pilot:
                 assert await _until(lambda: app.counters.ok >= 2)

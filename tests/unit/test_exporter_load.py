@@ -10,7 +10,8 @@ import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
 from prefilltui.exporter.collector import families
-from prefilltui.exporter.config import TargetConfig, check, load_toml
+from prefilltui.exporter.config import check, load_toml, target
+from prefilltui.model.loadspec import parse_load
 from prefilltui.exporter.target import TargetProber
 from tests.schedserver import SchedServer
 
@@ -40,17 +41,17 @@ def _samples(snaps):
 
 def test_load_metrics_only_when_asked(tmp_path):
     with SchedServer(budget=64, step_s=0.02, per_token_s=0.002) as srv:
-        loaded = TargetProber(check(TargetConfig(url=srv.base_url, name="loaded",
-                                                 lengths=(24, 124), interval=0.3,
-                                                 load="decode:2,out:300")),
+        loaded = TargetProber(check(target(srv.base_url, name="loaded", lengths=(24, 124),
+                                           interval=0.3,
+                                           load=parse_load("decode:2,out:300"))),
                               run_dir=tmp_path, seed=1).start()
         try:
             assert _wait(lambda: loaded.snapshot.load is not None
                          and loaded.snapshot.load.stall_s is not None)
         finally:
             loaded.stop(timeout=5)
-        plain = TargetProber(check(TargetConfig(url=srv.base_url, name="plain",
-                                                lengths=(24, 124), interval=0.05)),
+        plain = TargetProber(check(target(srv.base_url, name="plain", lengths=(24, 124),
+                                          interval=0.05)),
                              run_dir=tmp_path, seed=2).start()
         try:
             assert _wait(lambda: plain.snapshot.ttft_cause is not None)
@@ -79,7 +80,7 @@ def test_load_metrics_only_when_asked(tmp_path):
 def test_bad_load_in_a_config_names_the_target(tmp_path):
     f = tmp_path / "t.toml"
     f.write_text('[[target]]\nurl = "http://a"\nname = "gpu-1"\nload = "decode:0"\n')
-    with pytest.raises(ValueError, match=r"target 'gpu-1': load: .*sends nothing"):
+    with pytest.raises(ValueError, match=r"target 1: load: .*sends nothing"):
         load_toml(str(f))
     f.write_text('[[target]]\nurl = "http://a"\nload = 3\n')
     with pytest.raises(ValueError, match="load: expected decode:N"):

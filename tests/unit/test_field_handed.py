@@ -55,7 +55,7 @@ async def test_cap_ignored_probe_is_ok_ttft_010_closed_at_second_token(fake_serv
         wall = time.perf_counter() - t
     assert r.ok and r.error_kind is None, r.error_message
     assert 0.09 <= r.ttft_s <= 0.3  # TTFT 0.10 s (was: thrown away as a timeout after 5 s)
-    assert "ignored max_tokens 1" in r.extra["cap_ignored"]
+    assert "ignored max_tokens 1" in r.notes.cap_ignored
     assert r.total_s < 0.45  # closed at the second token (0.20 s)
     assert wall < 1.5
     assert "max_tokens ignored" in c.notices
@@ -69,11 +69,11 @@ def test_cap_ignored_sweep_says_it_once_and_every_probe_line_has_it(fake_server,
     cap, out = sweep(srv.base_url, tmp_path, capsys, "--timeout", "5")
     assert time.perf_counter() - t < 15  # 4 probes of ~0.2 s, not 4 x 5 s
     d = json.loads(cap.out)
-    assert d["probes"] == 4 and d["failed"] == 0 and d["fit"]["n"] >= 3
-    said = [n for n in d["notes"] if "streams past max_tokens 1" in n]
+    assert d["probes"]["ok"] == 4 and d["probes"]["failed"] == 0 and d["fit"]["n"] >= 3
+    said = [n for n in d["live"]["notes"] if "streams past max_tokens 1" in n]
     assert len(said) == 1
     probes = [r for r in read_run(out)[0] if not r.warmup]
-    assert len(probes) == 4 and all("cap_ignored" in r.extra for r in probes)
+    assert len(probes) == 4 and all(r.notes.cap_ignored is not None for r in probes)
     assert all(0.09 <= r.ttft_s <= 0.4 for r in probes)
 
 
@@ -107,13 +107,13 @@ def test_max_tokens_and_temperature_rejected_are_replaced_and_dropped_once(fake_
                        "POST /v1/chat/completions": strict_chat})
     cap, out = sweep(srv.base_url, tmp_path, capsys, "--api", "chat")
     d = json.loads(cap.out)
-    assert d["probes"] >= 3 and d["fit"] is not None and d["fit"]["n"] >= 3  # was 0 of 4, exit 3
+    assert d["probes"]["ok"] >= 3 and d["fit"] is not None and d["fit"]["n"] >= 3  # was 0 of 4
     posts = [r for r in srv.requests if r.path == "/v1/chat/completions"]
     rejected = [r for r in posts if "max_tokens" in r.json or "temperature" in r.json]
     assert len(rejected) == 2  # each said once, then remembered for every later probe
     assert all(r.json.get("max_completion_tokens") == 1 and "temperature" not in r.json
                for r in posts[2:])
-    notes = " | ".join(d["notes"])
+    notes = " | ".join(d["live"]["notes"])
     assert notes.count("rejected max_tokens") == 1 and notes.count("rejected temperature") == 1
     assert "send max_completion_tokens: 1 instead" in notes
     assert sum(r.ok for r in read_run(out)[0]) == 4  # the 400s came in calibration

@@ -45,7 +45,7 @@ async def test_sse_labelled_otherwise_is_read_as_sse(fake_server, ctype):
     srv = fake_server({"GET /v1/models": models_reply("m"), "POST /v1/completions": reply})
     r, c, _ = await probe(srv)
     assert r.ok and 0.09 <= r.ttft_s <= 0.3 and r.prompt_tokens == 12, r.error_message
-    assert r.extra["content_type"] == (ctype or "(none)")
+    assert r.notes.content_type == (ctype or "(none)")
     assert any(k.startswith("stream labelled") for k in c.notices)
 
 
@@ -61,7 +61,7 @@ async def test_307_308_are_followed_with_method_body_and_key_same_origin(fake_se
     moved = [q for q in srv.requests if q.path == "/api/v1/completions"][-1]
     assert moved.method == "POST" and moved.json["prompt"] == "hello world"
     assert moved.headers["authorization"] == "Bearer sk-test-123456789"
-    assert r.extra["redirected"]["status"] == status and "redirected" in c.notices
+    assert r.notes.redirected.status == status and "redirected" in c.notices
 
 
 async def test_cross_origin_redirect_does_not_carry_the_key(fake_server):
@@ -72,7 +72,7 @@ async def test_cross_origin_redirect_does_not_carry_the_key(fake_server):
     assert r.ok, r.error_message
     assert "authorization" not in other.requests[-1].headers
     assert other.requests[-1].headers["host"] == other.base_url.split("//")[1]
-    assert r.extra["redirected"]["key_sent"] is False
+    assert r.notes.redirected.key_sent is False
 
 
 @pytest.mark.parametrize("status", [301, 302, 303])
@@ -118,7 +118,7 @@ async def test_a_compressed_stream_is_decoded_as_it_arrives(fake_server, enc):
     srv = fake_server({"GET /v1/models": models_reply("m"), "POST /v1/completions": _compressed(enc)})
     r, c, _ = await probe(srv)
     assert r.ok and 0.09 <= r.ttft_s <= 0.3 and r.prompt_tokens == 12, r.error_message
-    assert r.extra["content_encoding"] == enc and "compressed stream" in c.notices
+    assert r.notes.content_encoding == enc and "compressed stream" in c.notices
     assert srv.requests[-1].headers["accept-encoding"] == "identity"
 
 
@@ -132,7 +132,7 @@ async def test_a_buffered_answer_has_no_ttft_and_stays_out_of_the_fit(fake_serve
     srv = fake_server({"GET /v1/models": models_reply("m"), "POST /v1/chat/completions": ALL_AT_ONCE})
     r, c, _ = await probe(srv, api="chat")
     assert not r.ok and r.error_kind == "buffered" and not r.fit_eligible
-    assert r.ttft_s is None and 0.49 <= r.extra["arrival_s"] <= 0.8
+    assert r.ttft_s is None and 0.49 <= r.arrival_s <= 0.8
     assert "TTFT cannot be known" in r.error_message and "proxy_buffering off" in r.error_message
     assert c.streaming == "unknown" and "buffered" in c.notices
 
@@ -156,7 +156,7 @@ async def test_a_coalescing_but_streaming_path_keeps_its_probes(fake_server):
         return Reply.sse([(0.2, sse_text("Hi", finish="length") + USAGE + sse_done())])
     srv = fake_server({"GET /v1/models": models_reply("m"), "POST /v1/completions": reply})
     r, c, _ = await probe(srv)
-    assert r.ok and c.streaming == "streams" and r.extra["token_with_end"]
+    assert r.ok and c.streaming == "streams" and r.notes.token_with_end
     assert 0.19 <= r.ttft_s <= 0.4
 
 
@@ -171,7 +171,7 @@ async def test_a_hidden_channel_token_is_timed_and_labelled(fake_server, delta, 
         (0.02, sse_delta(role="assistant")), (0.10, sse_delta(**delta)),
         (0.11, sse_delta(finish="length")), (0.12, USAGE), (0.13, sse_done())])})
     r, c, _ = await probe(srv, api="chat")
-    assert r.ok and 0.09 <= r.ttft_s <= 0.3 and r.extra["token_channel"] == channel
+    assert r.ok and 0.09 <= r.ttft_s <= 0.3 and r.notes.token_channel == channel
     assert "token not text" in c.notices
 
 
@@ -180,7 +180,7 @@ async def test_a_token_only_counted_is_timed_at_the_first_event_of_the_answer(fa
         (0.02, sse_delta(role="assistant")), (0.10, sse_delta(content="", finish="length")),
         (0.30, USAGE), (0.31, sse_done())])})
     r, c, _ = await probe(srv, api="chat")
-    assert r.ok and r.extra["token_channel"] == "hidden", r.error_message
+    assert r.ok and r.notes.token_channel == "hidden", r.error_message
     assert 0.09 <= r.ttft_s <= 0.25  # the finish event at 0.10, not the usage at 0.30
     assert "counted by the server" in c.notices["token not text"]
 
@@ -238,9 +238,9 @@ async def test_api_responses_probes_with_output_text_delta_events(fake_server):
     srv = fake_server({"GET /v1/models": models_reply("m"), "POST /v1/responses": responses_stream})
     r, c, _ = await probe(srv, api="responses")
     assert r.ok and 0.09 <= r.ttft_s <= 0.3, r.error_message
-    assert r.extra["rejected_field"]["replaced_by"] == "max_output_tokens: 16"
+    assert r.notes.rejected_field.replaced_by == "max_output_tokens: 16"
     assert r.prompt_tokens == 12 and r.prompt_tokens_source == "usage"  # response.completed
-    assert 0.29 <= r.total_s <= 0.6 and "stream_end" not in r.extra
+    assert 0.29 <= r.total_s <= 0.6 and r.notes.stream_end is None
     assert srv.requests[-1].json["input"] == "hello world" and c.token_cap == 16
 
 
@@ -281,7 +281,7 @@ async def test_a_token_then_silence_is_closed_after_the_tail(fake_server):
         [(0.10, sse_text("Hi"))] + [(0.5 * i, b": wait\n\n") for i in range(1, 40)])})
     r, _, wall = await probe(srv, timeout=30)
     assert r.ok and 0.09 <= r.ttft_s <= 0.3 and wall < 2.0
-    assert "closed by the client" in r.extra["stream_end"]
+    assert "closed by the client" in r.notes.stream_end
 
 
 def test_no_proxy_rules():

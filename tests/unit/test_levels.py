@@ -10,7 +10,8 @@ import pytest
 from prefilltui.cli import main
 from prefilltui.measure.runfile import (LOAD_RECORD, RunWriter, read_load, read_run,
                                         record_of_trace)
-from prefilltui.model.levels import (format_levels, level_table, level_view, levels_from_json)
+from prefilltui.model.levels import level_table, level_view, levels_from_json
+from prefilltui.render.load_text import format_levels
 from prefilltui.model.metrics import delta, parse_metrics
 from prefilltui.model.stall import DecodeTrace
 from prefilltui.model.types import ProbeResult
@@ -109,12 +110,12 @@ def test_report_on_a_level_run(tmp_path, capsys):
     svg = tmp_path / "fig.svg"
     assert main(["report", str(p), "--no-plot", "--svg", str(svg)]) == 0
     out = capsys.readouterr().out
-    assert "background load: decode:8 (0 load requests in the run file)" in out
+    assert "background load: decode:8 (0 requests, 0 tokens)" in out
     assert "queueing takes over at 8 decode streams" in out
     assert "why is TTFT high? queueing: queue 1,500 ms" in out
     load_svg = (tmp_path / "fig-load.svg").read_text()
     assert "<svg" in load_svg and "knee" in load_svg
     assert main(["report", str(p), "--format", "json"]) == 0
     d = json.loads(capsys.readouterr().out)
-    assert d["levels"]["knee"] == 8.0 and d["ttft_verdict"]["cause"] == "queueing"
+    assert d["load"]["levels"]["knee"] == 8.0 and d["ttft_verdict"]["cause"] == "queueing"
     assert d["fit"]["n"] == 6  # the idle level alone

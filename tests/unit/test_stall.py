@@ -46,7 +46,7 @@ def test_chunked_prefill_caps_the_stall_but_not_the_excess():
     assert s.excess_s == pytest.approx(0.4, abs=1e-3)
     assert s.longest_s == pytest.approx(0.12, abs=1e-3)
     assert s.streams == 2
-    assert s.tokens == 3  # the 4th arrives with the probe's first token (window end)
+    assert s.tokens == 4  # one per chunk step, the last with the probe's first token
 
 
 def test_no_chunking_stall_equals_excess():

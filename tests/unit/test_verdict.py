@@ -79,8 +79,10 @@ def test_slow_prefill_from_the_mfu_verdict():
 
 def test_prefix_cache_not_used():
     rs = probes(ttft_s=lambda n: idle_ttft(n + 2048), cached_tokens=0)
+    from prefilltui.model.probe_notes import DepthInfo
+
     for r in rs:
-        r.extra.update(depth=2048, depth_role="probe")
+        r.depth = DepthInfo(depth=2048, role="probe", prefix_tokens=2048)
     v = ttft_verdict(rs, EXPECT)
     assert v.cause == "prefix_cache"
     assert "8 of 8 probes sent after a 2,048-token prefix got 0 cached tokens" in v.headline
@@ -101,7 +103,9 @@ def test_several_causes_strongest_first():
                 server_prefill_s=lambda n: 0.0005 * n, server_waiting=2)
     v = ttft_verdict(rs, EXPECT)
     assert [e.cause for e in v.evidence] == ["queueing", "overhead"]
-    assert v.lines()[1].startswith("  also overhead (network/TLS/gateway): ")
+    from prefilltui.render.load_text import format_verdict
+
+    assert format_verdict(v)[1].startswith("  also overhead (network/TLS/gateway): ")
 
 
 def test_nothing_stands_out_and_not_enough_data():
