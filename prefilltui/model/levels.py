@@ -193,8 +193,8 @@ def knee_line(rows: Sequence[LevelRow], knee: float | None, kind: LoadKind | Non
                 "to hold TTFT against)")
     if knee is None:
         top = max(known, key=lambda r: _share(r) or 0.0)
-        return (f"queueing never takes over: at most {_share(top):.0%} of TTFT "
-                f"(at {_unit(kind, top.level)})")
+        where = f" (at {_unit(kind, top.level)})" if _share(top) else ""
+        return f"queueing never takes over: at most {_share(top):.0%} of TTFT{where}"
     r = next(r for r in rows if r.level == knee)
     if r.queue_share is not None and _share(r) == r.queue_share:
         what = f"queue {_ms(r.queue_s)}"
