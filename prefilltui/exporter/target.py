@@ -37,6 +37,7 @@ from prefilltui.exporter.config import (JITTER, RUN_FILE_KEEP, RUN_FILE_MAX_BYTE
 from prefilltui.exporter.health import (Expected, explicit_baseline, hang_threshold,
                                         length_medians, roofline_expected, ttft_buckets)
 from prefilltui.exporter.load_figures import LoadFigures, load_figures
+from prefilltui.model.verdict import ttft_verdict
 from prefilltui.options import (LoadOptions, RunFileOptions, SessionOptions, SweepDesign,
                                 TelemetryOptions)
 
@@ -317,6 +318,11 @@ class TargetProber:
                     # probes under the configured load are fitted as that level's own
                     self._health = window_health([replace(x, load_level=None)
                                                   for x in self._window], self._info, self.cfg)
+                    if self.session is not None and self.session.load is not None:
+                        # under a constant load there is no idle fit to hold TTFT
+                        # against: the verdict reads the server's own split only
+                        self._health = replace(self._health, ttft_verdict=ttft_verdict(
+                            list(self._window), None))
                     self._fit_ts = time.time()
                 except Exception:  # a fit problem must never stop the probing
                     log.exception("window fit failed for %s", self.cfg.label)

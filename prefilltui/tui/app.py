@@ -349,7 +349,7 @@ class PrefillApp(LoadActions, WorkerActions, App[int]):
             stats = build_stats(snap, which=self.which, method=self.fit_method, info=info,
                                 last=self.last_ok, counters=self.counters,
                                 device=self._device_label, roof=roof)
-            stats.notes[:0] = self.load_lines(lin, roof)
+            stats.notes[:0] = self.load_lines(roof)
             self.query_one("#stats", StatsPanel).show(stats)
             title = stats_title(stats) + self.level_title()
             if title != self._border_texts.get("stats"):

@@ -95,11 +95,13 @@ class LoadActions:
                            describe=gen.describe(), last=last)
         row.show(view, now, tuple(self.windows), self.highlight)
 
-    def load_lines(self, fit: Any, assessment: Any = None) -> list[str]:
-        """Stats lines: the last loaded probe's stall, then the verdict."""
+    def load_lines(self, assessment: Any = None) -> list[str]:
+        """Stats lines: the last loaded probe's stall, then the verdict over the probes
+        of the current level, held against the idle fit (never a load level's own)."""
         last = next((r for r in reversed(self.results) if r.ok and not r.warmup), None)
         lines = stall_lines(last)
         level = last.load_level if last is not None else None  # right now: this level
         recent = [r for r in list(self.results)[-40:] if r.load_level == level]
-        v = live_verdict(recent, fit, assessment=assessment)
+        snap = self.fit.snapshot("all") if self.fit is not None else None
+        v = live_verdict(recent, snap.fit if snap is not None else None, assessment=assessment)
         return lines + [f"why TTFT: {v.headline}"]
