@@ -147,7 +147,8 @@ def families(snaps: Sequence[TargetSnapshot], now: float | None = None) -> list[
     tp_hi = g("prefilltui_prefill_throughput_upper_tokens_per_second",
               "Upper 95 % bound of the prefill throughput (absent when unbounded)")
     mfu = g("prefilltui_prefill_mfu_ratio", "Model FLOPs utilisation of prefill, 0..1 "
-            "(estimate: 2*params FLOPs per token over the dense peak)")
+            "(estimate: the matmul FLOPs per prompt token, counted from the model shape, over "
+            "the dense peak)")
     mfu_lo = g("prefilltui_prefill_mfu_lower_ratio", "Lower 95 % bound of the MFU")
     mfu_hi = g("prefilltui_prefill_mfu_upper_ratio", "Upper 95 % bound of the MFU")
     npts = g("prefilltui_fit_window_probes", "Probes in the window fit")

@@ -74,7 +74,7 @@ class TargetConfig:
     one cap for every tool, so a probe the sweep would wait for is not a failure here.
 
     The alerts' inputs: ``expected_throughput`` (prompt tokens/s, or "roofline":
-    efficiency x peak / 2 x params) or ``baseline_run`` (a healthy run file whose fit
+    efficiency x peak / matmul FLOPs per token, docs/flops.md) or ``baseline_run`` (a healthy run file whose fit
     gives it) is the explicit baseline; ``hang_after_s`` the hang threshold's floor;
     ``stale_after_s`` the age at which the window fit is stale (None: 4 intervals).
     """

@@ -29,6 +29,7 @@ from __future__ import annotations
 import asyncio
 import json
 import math
+import os
 import re
 import time
 from typing import Any
@@ -44,7 +45,7 @@ from prefilltui.model.prompts import LengthModel, PromptBuilder, build_prompt
 from prefilltui.measure.sse import (SSEStreamDecoder, classify_chunk, classify_response_event,
                                     error_message)
 from prefilltui.model.redact import display_url
-from prefilltui.model.probe_notes import Redirect, RejectedField
+from prefilltui.model.probe_notes import Redirect, RejectedField, Resend
 from prefilltui.model.types import JsonObject, ProbeResult, ServerInfo
 
 #: Cap on a streamed body (a one-token stream is a few KiB; 4 MiB means runaway).
@@ -108,7 +109,24 @@ class ResendOnStaleConnection(httpx.AsyncHTTPTransport):
             if "without sending a response" not in str(e):
                 raise
             self.resent += 1
-            return await super().handle_async_request(request)
+            entry = Resend("stale connection: the server closed it before any response byte; "
+                           "resent once on a new connection")
+            log = request.extensions.get(RESENDS)
+            if isinstance(log, list):  # the probe's record of this request's resends
+                log.append(entry)
+            try:
+                return await super().handle_async_request(request)
+            except httpx.HTTPError as e2:
+                entry.resend_error = _server.describe_exc(e2)[:200]
+                raise
+
+
+#: Request extension under which ``ResendOnStaleConnection`` lists a request's resends.
+RESENDS = "prefilltui.resends"
+#: Header carrying each probe's request id (``notes.request_id``), so a server's
+#: log can be matched with the run file request by request (vLLM takes it as its
+#: request id with --enable-request-id-headers; gateways log it).
+REQUEST_ID_HEADER = "X-Request-Id"
 
 
 #: Keys shorter than this, or a known placeholder, are not secrets (vLLM's docs
@@ -238,6 +256,8 @@ class ProbeClient:
         #: server rejected, prompt lengths that are estimates.
         self.notices: dict[str, str] = {}
         self._last_error_body = ""
+        self._session_id = os.urandom(4).hex()  # request ids: prefilltui-<this>-<n>
+        self._requests = 0
 
     @property
     def http(self) -> httpx.AsyncClient:
@@ -281,7 +301,7 @@ class ProbeClient:
         self.info = info
         return info
 
-    async def calibrate(self) -> None:
+    async def calibrate(self) -> list[ProbeResult]:
         """Learn the server's prompt length before the first measured probe.
 
         With a tokenize endpoint and the completions API the tokenize count is the
@@ -289,22 +309,28 @@ class ProbeClient:
         template's tokens (server count - tokenize count).  Without tokenize, one
         request at each of ``CALIBRATION_WORDS`` fits tokens = offset + ratio *
         words from the server's ``usage``/``timings``.  The requests are ordinary
-        probes (a rejected optional field is dropped here already) that are not
-        returned: they are not results.  A server that reports no count teaches
-        nothing; its probes' lengths are then estimates.
+        probes (a rejected optional field is dropped here already), returned as
+        warm-ups marked ``notes.calibration`` so the run file holds every request
+        the server saw; they never enter a fit.  A server that reports no count
+        teaches nothing; its probes' lengths are then estimates.
         """
+        out: list[ProbeResult] = []
         if self.info is None:
-            return
+            return out
         if self.info.has_tokenize:
             if self.api == "chat":
-                await self.probe(int(CALIBRATION_WORDS[0] * self.lengths.ratio), warmup=True)
-            return
-        ctx = self.info.context_tokens
-        for words in CALIBRATION_WORDS:
-            n = round(self.lengths.predict(words))
-            r = await self.probe(min(n, ctx // 2) if ctx else n, warmup=True)
-            if r.prompt_tokens_source not in ("usage", "timings"):
-                return  # no count from this server (or the request failed)
+                out.append(await self.probe(int(CALIBRATION_WORDS[0] * self.lengths.ratio),
+                                            warmup=True))
+        else:
+            ctx = self.info.context_tokens
+            for words in CALIBRATION_WORDS:
+                n = round(self.lengths.predict(words))
+                out.append(r := await self.probe(min(n, ctx // 2) if ctx else n, warmup=True))
+                if r.prompt_tokens_source not in ("usage", "timings"):
+                    break  # no count from this server (or the request failed)
+        for r in out:
+            r.notes.calibration = True
+        return out
 
     async def warm(self) -> float | None:
         """Open (or re-use) a keep-alive connection with a cheap GET; returns its
@@ -394,6 +420,9 @@ class ProbeClient:
             r.notes.rejected_field = RejectedField(
                 field=field, http_status=first.http_status,
                 message=(self._scrub(first.error_message) or "")[:300], replaced_by=replaced)
+            r.notes.resends = [*first.notes.resends, Resend(
+                reason=f"HTTP {first.http_status} rejected the optional field {field}; "
+                       "resent without it", request_id=first.notes.request_id)]
             body = self._body(prompt)
             await self._attempt(r, body)
             if r.http_status == first.http_status and r.error_message == first.error_message:
@@ -505,15 +534,22 @@ class ProbeClient:
             r.ok, r.error_kind, r.error_message = False, kind, (message or kind)[:1000]
         return r
 
-    async def _send(self, url: str, body: dict, r: ProbeResult,
-                    stamps: dict[str, float]) -> httpx.Response:
+    def _next_request_id(self) -> str:
+        """``prefilltui-<client session>-<n>``: the X-Request-Id of the next request."""
+        self._requests += 1
+        return f"prefilltui-{self._session_id}-{self._requests}"
+
+    async def _send(self, url: str, body: dict, r: ProbeResult, stamps: dict[str, float],
+                    rid: str | None = None, resends: list[Resend] | None = None
+                    ) -> httpx.Response:
         """POST ``body`` (streamed), following 307/308 redirects that keep the method
         and body (at most ``gateway.MAX_REDIRECTS``; the API key only to the same
         origin); ``notes.redirected`` says where to.  Other 3xx are answered
         as they are (``_http_error`` explains them)."""
-        accept = {"Accept": "text/event-stream", "Accept-Encoding": "identity"}
-        req = self._http.build_request("POST", url, json=body, headers=accept,
-                                       extensions={"trace": _tracer(stamps)})
+        accept = {"Accept": "text/event-stream", "Accept-Encoding": "identity",
+                  REQUEST_ID_HEADER: rid or self._next_request_id()}
+        ext = {"trace": _tracer(stamps), RESENDS: [] if resends is None else resends}
+        req = self._http.build_request("POST", url, json=body, headers=accept, extensions=ext)
         origin = req.url
         resp = await self._http.send(req, stream=True, follow_redirects=False)
         hops = 0
@@ -524,7 +560,7 @@ class ProbeClient:
             await resp.aclose()
             hops += 1
             req = self._http.build_request("POST", target, json=body, headers=accept,
-                                           extensions={"trace": _tracer(stamps)})
+                                           extensions=ext)
             if not gateway.same_origin(origin, target):
                 req.headers.pop("Authorization", None)
             r.notes.redirected = Redirect(status=resp.status_code, to=display_url(str(target)),
@@ -534,12 +570,16 @@ class ProbeClient:
 
     async def _stream(self, url: str, body: dict, r: ProbeResult) -> None:
         stamps: dict[str, float] = {}
+        resends: list[Resend] = []
+        rid = r.notes.request_id = self._next_request_id()
         r.started_at = time.time()
-        resent = self._transport.resent
         t0 = r.t_send = time.perf_counter()
-        resp = await self._send(url, body, r, stamps)
-        if self._transport.resent != resent:
-            r.notes.resent_on_stale_connection = True
+        try:
+            resp = await self._send(url, body, r, stamps, rid, resends)
+        finally:
+            if resends:  # recorded whether or not the resend got an answer
+                r.notes.resent_on_stale_connection = True
+                r.notes.resends.extend(resends)
         try:
             r.connect_s = _connect_time(stamps)
             if r.connect_s is not None:

@@ -29,6 +29,11 @@ from prefilltui.model.types import FitMethod, ProbeResult
 SESSION_RECORD = "session"
 #: The ``record`` value of a background-load request's line (``measure.load``).
 LOAD_RECORD = "load"
+#: The ``record`` value of a request sent to calibrate prompt lengths before the
+#: first probe (``ProbeClient.calibrate``): the probe fields, not a result
+#: (``read_run`` skips it, ``read_requests`` keeps it), so the file holds every
+#: request the server was sent.
+CALIBRATION_RECORD = "calibration"
 
 
 def default_run_path() -> Path:
@@ -80,9 +85,14 @@ class RunWriter:
         Raises:
             OSError: the write failed (disk full); ValueError: the writer is closed.
         """
-        self._emit(_line(result.to_json()))
+        self._write(_finite(result.to_json()))
         with self._lock:
             self.count += 1
+
+    def append_calibration(self, result: ProbeResult) -> None:
+        """Write a calibration request as a ``{"record": "calibration", ...}`` line
+        (not a probe: ``count`` is unchanged).  Raises as ``append``."""
+        self._write({"record": CALIBRATION_RECORD, **_finite(result.to_json())})
 
     def append_record(self, record: str, fields: dict) -> None:
         """Write one non-probe line ``{"record": record, **fields}`` (a background-load
@@ -91,9 +101,10 @@ class RunWriter:
         Raises:
             OSError: the write failed; ValueError: the writer is closed.
         """
-        self._emit(_line({"record": record, **fields}))
+        self._write(_finite({"record": record, **fields}))
 
-    def _emit(self, line: str) -> None:
+    def _write(self, obj: dict) -> None:
+        line = json.dumps(obj, separators=(",", ":"), allow_nan=False, default=str) + "\n"
         with self._lock:
             if self._f.closed:
                 raise ValueError("run file is closed")
@@ -154,7 +165,8 @@ class RotatingRunWriter(RunWriter):
         self.rotations = 0
         self._size = self.path.stat().st_size
 
-    def _emit(self, line: str) -> None:
+    def _write(self, obj: dict) -> None:
+        line = json.dumps(obj, separators=(",", ":"), allow_nan=False, default=str) + "\n"
         with self._lock:
             if self._f.closed:
                 raise ValueError("run file is closed")
@@ -261,8 +273,10 @@ def _check(r: ProbeResult) -> None:
         raise bad("ttft_s", "a positive time")
 
 
-def read_run(path: str | os.PathLike) -> tuple[list[ProbeResult], list[str]]:
+def read_run(path: str | os.PathLike, *, calibration: list[ProbeResult] | None = None
+             ) -> tuple[list[ProbeResult], list[str]]:
     """Read a run file; bad lines are reported as ``"line N: reason"``, never raised.
+    ``calibration``: a list that receives the calibration requests (skipped otherwise).
 
     Raises:
         FileNotFoundError / OSError: when the file cannot be opened.
@@ -277,7 +291,12 @@ def read_run(path: str | os.PathLike) -> tuple[list[ProbeResult], list[str]]:
             try:
                 obj = json.loads(s)
                 if isinstance(obj, dict) and obj.get("record") in (SESSION_RECORD, LOAD_RECORD):
-                    continue  # facts about the run / load requests, not probes
+                    continue  # facts about the run (read_session) / load requests (read_load)
+                if isinstance(obj, dict) and obj.get("record") == CALIBRATION_RECORD:
+                    if calibration is not None:
+                        calibration.append(ProbeResult.from_json(
+                            {k: v for k, v in obj.items() if k != "record"}))
+                    continue  # a request, not a result
                 if isinstance(obj, dict) and not {"ok", "requested_tokens"} <= obj.keys():
                     raise ValueError("not a probe record (no ok / requested_tokens)")
                 r = ProbeResult.from_json(obj)

@@ -150,6 +150,9 @@ class SweepRunner:
         #: however long it runs (every probe is in the run file).
         self.results: list[ProbeResult] | deque[ProbeResult] = (
             deque(maxlen=config.keep_results or RECENT_RESULTS) if config.continuous else [])
+        #: The requests ``ProbeClient.calibrate`` sent to learn prompt lengths (no
+        #: results: never fitted or counted; the run file keeps them as calibration lines).
+        self.calibration: list[ProbeResult] = []
         self.rate_limited = 0
         #: Plan items (warm-ups included) finished: a rate-limited attempt that is
         #: retried is not one, so ``finished + 1`` numbers the probe in flight.
@@ -390,7 +393,16 @@ class SweepRunner:
             calibrate = getattr(client, "calibrate", None)
             if calibrate is not None:
                 self._set_state("connecting", "calibrating prompt lengths")
-                await calibrate()  # before the first probe, warm-up or not
+                # before the first probe, warm-up or not; its requests are no results,
+                # but the run file keeps them (calibration lines): every request sent
+                for r in await calibrate() or ():
+                    self.calibration.append(r)
+                    write = getattr(self.runfile, "append_calibration", None)
+                    if write is not None:
+                        try:
+                            write(r)
+                        except (OSError, ValueError) as e:
+                            log.error("cannot write the run file: %s", e)
             return True
         self._set_state("stopped", "")
         return False
@@ -549,13 +561,18 @@ class SweepRunner:
         if not burst:  # a burst says its own state (_run_burst)
             self._set_state("probing", f"{length} tokens" + (" (warm-up)" if warm else ""))
         result = await client.probe(length, warmup=warm, burst=burst)
-        self._seq += 1
-        result.seq = self._seq
         for h in self.hooks:
             try:
                 await h.after_probe(result)
             except Exception:
                 log.exception("probe hook after_probe failed")
+        return self._record(result)
+
+    def _record(self, result: ProbeResult) -> ProbeResult:
+        """Number ``result`` and hand it to the results, the target, the run file and
+        ``on_result``."""
+        self._seq += 1
+        result.seq = self._seq
         self.results.append(result)
         if self.target is not None:
             self.target.add(result)

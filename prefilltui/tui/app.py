@@ -130,7 +130,7 @@ class PrefillApp(LoadActions, WorkerActions, App[int]):
                  cache_checker: Callable[[], str] | None = None,
                  probe_timeout_s: float = defaults.TIMEOUT_S,
                  clock: Callable[[], float] = time.perf_counter,
-                 replot_hz: float = 4.0, gauge_hz: float = 2.0,
+                 replot_hz: float = 1.0, gauge_hz: float = 2.0,
                  problems: list[str] = (), on_ready: Callable[["PrefillApp"], None] | None = None,
                  max_results: int = 100_000, pacing: Pacing | None = None,
                  load: Any = None) -> None:
@@ -174,10 +174,12 @@ class PrefillApp(LoadActions, WorkerActions, App[int]):
         #: probes received since the last tick, shown in the log on the next tick
         self._pending_rows: list[ProbeResult] = []
         self._gauge_next = 0.0  # time.monotonic() of the next gauge update
+        self._data_next = 0.0  # ... and of the next data redraw (replot_hz)
         self._border_texts: dict[str, str] = {}  # border titles as last set
         self._device_label: str | None = None
         self._device_names: list[str] = []
         self._status_text = ""
+        self._status_dirty = False  # a runner state change not yet drawn
         self._burst_pending = False  # b pressed, its probe not back yet
         self._notes_shown = 0  # runner notes already notified
 
@@ -282,7 +284,13 @@ class PrefillApp(LoadActions, WorkerActions, App[int]):
         elif message.state == "burst":
             self._burst_pending = False  # running: +/- no longer changes what it probes
         self._notify_runner_notes()
-        self._update_status()
+        if old != message.state and {old, message.state} <= {"probing", "idle"}:
+            # the per-probe cycle waits for the next tick: each probe brings two state
+            # changes, each a screen update of its own when drawn at once (at the
+            # default pacing that was ~1 % of a core, measured)
+            self._status_dirty = True
+        else:
+            self._update_status()
 
     def _notify_runner_notes(self) -> None:
         """Each new note of the runner (lengths capped at the context, ...) once."""
@@ -292,9 +300,16 @@ class PrefillApp(LoadActions, WorkerActions, App[int]):
         self._notes_shown = max(self._notes_shown, len(notes))
 
     # ------------------------------------------------------------ throttled ticks
+    def _redraw_soon(self) -> None:
+        """A change the user asked for (a key, the theme): drawn on the next tick, not
+        after the data redraw's ``replot_hz`` gap."""
+        self._dirty = True
+        self._data_next = 0.0
+
     def flush(self) -> None:
         """Redraw now whatever changed (tests call this instead of waiting a tick)."""
         self._dirty = True
+        self._data_next = 0.0
         self._tick()
         self._gauge_tick()
 
@@ -303,9 +318,16 @@ class PrefillApp(LoadActions, WorkerActions, App[int]):
         (``gauge_hz``, and whenever new data is shown so a probe's window is tinted in
         the same frame as its point).  All of it lands in one screen update."""
         now = time.monotonic()
-        shown = self._show_data()
-        # half a tick of slack: timer jitter must not turn 2 Hz into every third tick
         slack = 0.5 / max(self.replot_hz, self.gauge_hz)
+        shown = False
+        if now >= self._data_next - slack:
+            new_probes = bool(self._pending_rows)
+            shown = self._show_data()
+            if shown and new_probes:  # probes faster than replot_hz are drawn together
+                self._data_next = now + 1.0 / self.replot_hz
+        if self._status_dirty and not shown:  # _show_data updates the status itself
+            self._update_status()
+        # half a tick of slack: timer jitter must not turn 2 Hz into every third tick
         if (self.sampler is not None or self.load is not None) and (
                 shown or now >= self._gauge_next - slack):
             self._gauge_next = now + 1.0 / self.gauge_hz
@@ -395,6 +417,7 @@ class PrefillApp(LoadActions, WorkerActions, App[int]):
         panel.show(snap, now, tuple(self.windows), self.highlight)
 
     def _update_status(self) -> None:
+        self._status_dirty = False
         if not self.query("#status"):
             return
         runner = self.runner
@@ -410,7 +433,7 @@ class PrefillApp(LoadActions, WorkerActions, App[int]):
             self.query_one("#status", Static).update(text, layout=False)
 
     def _on_theme_changed(self) -> None:
-        self._dirty = True
+        self._redraw_soon()
         self._border_texts.clear()  # set the legend again under the new theme
         self._gauge_tick()
 
@@ -431,12 +454,12 @@ class PrefillApp(LoadActions, WorkerActions, App[int]):
             self.fit.reset()
         self.load_fits.clear()
         self.query_one("#plot", TTFTPlot).clear_points()
-        self._dirty = True
+        self._redraw_soon()
         self.notify("fit reset (the run file keeps every probe)", timeout=3)
 
     def action_toggle_window(self) -> None:
         self.which = "window" if self.which == "all" else "all"
-        self._dirty = True
+        self._redraw_soon()
         self._update_status()
 
     def action_burst(self) -> None:
@@ -484,7 +507,7 @@ class PrefillApp(LoadActions, WorkerActions, App[int]):
         if self.runner is not None:
             self.runner.set_range(lo, hi)
         self.query_one("#plot", TTFTPlot).set_range_hint(hi)
-        self._dirty = True
+        self._redraw_soon()
         self._update_status()
         if self._burst_pending:
             self._notify_burst()
