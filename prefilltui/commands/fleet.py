@@ -30,8 +30,8 @@ from prefilltui.exporter.config import JITTER, TargetConfig, check, load_toml, u
 from prefilltui.model import defaults
 from prefilltui.model.fleet import fleet_interval, fleet_load
 from prefilltui.model.redact import display_url
-from prefilltui.options import (AnalysisOptions, DisplayOptions, FleetOptions, RunFileOptions,
-                                SessionOptions, SweepDesign, TelemetryOptions)
+from prefilltui.options import (AnalysisOptions, DisplayOptions, FleetOptions, LoadOptions,
+                                RunFileOptions, SessionOptions, SweepDesign, TelemetryOptions)
 
 #: Results each target's runner keeps in memory (the feed keeps its own for the plot).
 RUNNER_KEEP = 8
@@ -89,7 +89,7 @@ def fleet_targets(args: argparse.Namespace) -> list[TargetConfig]:
     base = TargetConfig(url="http://unset", probe=probe_options(args),
                         roofline=roofline_spec(args), lengths=lengths,
                         interval_s=args.interval, window=args.window,
-                        gpu_metrics_url=args.gpu_metrics_url, gpus=args.gpus)
+                        gpu_metrics_url=args.gpu_metrics_url, gpus=args.gpus, load=args.load)
     targets = [check(replace(base, url=u)) for u in args.urls]
     if args.config:
         targets += load_toml(args.config, base)
@@ -194,9 +194,12 @@ def build_fleet(targets: list[TargetConfig], fleet: FleetOptions, *, analysis: A
                                seed=None if seed is None else seed + i),
                 telemetry=TelemetryOptions(enabled=False),
                 run_file=RunFileOptions(path=str(out.run_dir / f"{t.slug}.jsonl")),
-                analysis=replace(analysis, window=t.window, roofline=t.roofline))
+                analysis=replace(analysis, window=t.window, roofline=t.roofline),
+                load=LoadOptions(spec=t.load))
             session = build_session(opts, t.url, continuous=True)
             out.sessions.append(session)
+            if session.load is not None:
+                session.load.start()  # asked for (load = ... / --load); bounded (docs/load.md)
             if telemetry.enabled:
                 src = choose_gpu_source(t.url, t.gpu_metrics_url, local=local,
                                         remote=remote_for(t.gpus), local_host=here.get(t.url))
@@ -234,7 +237,8 @@ def _feed_config(FeedConfig, t: TargetConfig, session, sampler, words: str,
         start_delay_s=delay, max_results=FEED_KEEP,
         baseline_tok_s=base_tps, baseline_source=base_source, baseline_roofline=roofline,
         hang_after_s=t.hang_after_s, interval_s=session.config.interval_s,
-        metrics=lambda: session.metrics.last_sample, itl_goal_s=fleet.itl_goal_s)
+        metrics=lambda: session.metrics.last_sample, itl_goal_s=fleet.itl_goal_s,
+        load=session.load)
 
 
 def target_baseline(t: TargetConfig, session) -> tuple[float | None, str | None, bool]:

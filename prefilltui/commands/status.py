@@ -66,7 +66,8 @@ def register(sub) -> None:
     add_telemetry_args(p)
     add_analysis_args(p)
     add_output_args(p)
-    p.set_defaults(func=run, interval=defaults.FLEET_INTERVAL_S)
+    # a snapshot adds no background load (a target file's load key is not applied)
+    p.set_defaults(func=run, interval=defaults.FLEET_INTERVAL_S, load=None)
 
 
 def run(args: argparse.Namespace) -> int:

@@ -20,8 +20,8 @@ import sys
 from typing import Any, Callable
 
 from prefilltui.commands.common import (
-    add_analysis_args, add_hardware_args, add_server_args, add_sweep_args,
-    add_telemetry_args, err, server_url, session_options,
+    add_analysis_args, add_hardware_args, add_load_args, add_server_args, add_sweep_args,
+    add_telemetry_args, err, load_options, server_url, session_options,
 )
 from prefilltui.commands.exports import cache_finding, make_exporter
 from prefilltui.commands.fleet import add_fleet_args, run_fleet
@@ -53,10 +53,10 @@ def register(sub) -> None:
         description="Open the live TUI: continuous one-token probes across the sweep, the "
                     "TTFT scatter with the running fit, roofline lines, GPU/CPU gauges and "
                     "the probe log.  Keys: space pause, r reset fit, w window fit, b burst, "
-                    "+/- sweep range, e export, s save screen (SVG), c cache check, t theme, ? help, "
-                    "q quit.  With several URLs or --config FILE: the fleet overview, one row "
-                    "per target, the worst first (enter opens a target's dashboard, esc "
-                    "returns; s sorts).")
+                    "+/- sweep range, e export, s save screen (SVG), c cache check, t theme, "
+                    "l background load on/off (with --load), ? help, q quit.  With several "
+                    "URLs or --config FILE: the fleet overview, one row per target, the worst "
+                    "first (enter opens a target's dashboard, esc returns; s sorts).")
     p.add_argument("urls", nargs="*", metavar="URL", type=server_url,
                    help="server base URL, e.g. http://127.0.0.1:8000 (with or without /v1); "
                         "several for the fleet overview")
@@ -65,6 +65,7 @@ def register(sub) -> None:
     add_hardware_args(p)
     add_telemetry_args(p)
     add_analysis_args(p)
+    add_load_args(p)
     add_tui_args(p)
     add_fleet_args(p)
     p.set_defaults(func=run)
@@ -74,7 +75,8 @@ def run(args: argparse.Namespace) -> int:
     """Entry point of ``prefilltui watch``: one URL, today's dashboard; several, or
     ``--config``, the fleet overview."""
     if len(args.urls) == 1 and not args.config:
-        return run_tui(session_options(args), display_options(args), args.urls[0])
+        return run_tui(session_options(args, load=load_options(args)), display_options(args),
+                       args.urls[0])
     if not args.urls and not args.config:
         err("no target: give a server URL (several for the fleet overview) or --config FILE")
         return ExitCode.USAGE
@@ -113,7 +115,9 @@ def make_watch_app(options: SessionOptions, display: DisplayOptions, base_url: s
         pacing=session.config.effective_pacing, label=display_url(base_url) or base_url,
         gpu_source=session.gpu_source, metrics=lambda: session.metrics.last_sample,
         baseline_tok_s=(session.baseline.prefill_tokens_per_s
-                        if session.baseline is not None else None))
+                        if session.baseline is not None else None), load=session.load)
+    if session.load is not None:
+        session.load.start()  # its own thread; the decode row and status line show it
     return app, session
 
 

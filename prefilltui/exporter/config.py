@@ -20,6 +20,7 @@ TOML layout (every key optional except ``url``; ``[defaults]`` applies to every
                              # "roofline"; or baseline_run = "healthy.jsonl" (its fit)
     hang_after = 30          # a probe in flight this long (s) is a hang
     stale_after = 60         # a fit older than this (s) is stale (default 4 x interval)
+    load = "decode:2"        # background load kept on it: off unless given (docs/load.md)
     gpu_metrics_url = "http://gpu-01:9400/metrics"   # its dcgm-exporter / nvitop page
     gpus = "0"               # which GPUs of that page (default: all); the fleet view only
 
@@ -37,6 +38,7 @@ from pathlib import Path
 from typing import Any, Literal
 
 from prefilltui.measure.server import url_problem
+from prefilltui.model.loadspec import LoadSpec, parse_load
 from prefilltui.model.health import HANG_AFTER_S
 from prefilltui.model.redact import display_url
 from prefilltui.options import (AnalysisOptions, ProbeOptions, RooflineSpec, read_model_config)
@@ -95,6 +97,9 @@ class TargetConfig:
     baseline_run: str | None = None
     hang_after_s: float = DEFAULT_HANG_AFTER_S
     stale_after_s: float | None = None
+    #: background load kept on the target (``load = "decode:2"``, ``--load``); None:
+    #: none, the default (docs/load.md says what a load costs the target)
+    load: LoadSpec | None = None
     gpu_metrics_url: str | None = None
     gpus: str | None = None
 
@@ -133,6 +138,7 @@ KEYS: dict[str, tuple[tuple[str, str], ...]] = {
     "insecure": (("probe", "insecure"),),
     "expected_throughput": (("", "expected_throughput"),), "baseline_run": (("", "baseline_run"),),
     "hang_after": (("", "hang_after_s"),), "stale_after": (("", "stale_after_s"),),
+    "load": (("", "load"),),
     **{k: (("roofline", k),) for k in ("gpu", "peak_tflops", "bandwidth_tbs", "dtype",
                                        "params", "layers", "hidden", "attn_width",
                                        "model_config", "efficiency")},
@@ -211,6 +217,8 @@ def check(cfg: TargetConfig) -> TargetConfig:
         raise ValueError(f"{where}: gpus must be GPU indices or UUIDs such as \"0,1\"")
     if not re.fullmatch(r"[A-Za-z_][A-Za-z0-9_]*", cfg.probe.api_key_env or ""):
         raise ValueError(f"{where}: api_key_env must be an environment variable name")
+    if cfg.load is not None and not isinstance(cfg.load, LoadSpec):
+        raise ValueError(f"{where}: load must be a load spec such as \"decode:2\"")
     roof = cfg.roofline
     if roof.model_config and roof.config_shape is None and roof.config_problem is None:
         roof = read_model_config(roof)
@@ -233,6 +241,11 @@ def _coerce(d: dict[str, Any], where: str) -> dict[str, Any]:
     for k in _FLOATS:
         if isinstance(out.get(k), int) and not isinstance(out.get(k), bool):
             out[k] = float(out[k])
+    if "load" in out:  # "decode:2" -> a LoadSpec (model.loadspec)
+        try:
+            out["load"] = parse_load(out["load"] if isinstance(out["load"], str) else "")
+        except ValueError as e:
+            raise ValueError(f"{where}: load: {e}") from None
     return out
 
 

@@ -222,7 +222,7 @@ class ProbeClient:
                  api_key: str | None = None, timeout: float = defaults.TIMEOUT_S,
                  verify: bool = True,
                  extra_body: dict | None = None, seed: int | None = None,
-                 proxy: str | None = None) -> None:
+                 proxy: str | None = None, max_connections: int = 4) -> None:
         if api not in API_PATHS:
             raise ValueError(f"api must be one of {', '.join(API_PATHS)}, not {api!r}")
         self.root, self.v1 = _server.split_base_url(base_url)
@@ -243,7 +243,8 @@ class ProbeClient:
         headers = {"Authorization": f"Bearer {api_key}"} if api_key else {}
         self._transport = ResendOnStaleConnection(
             verify=tls_context(bool(verify)),
-            limits=httpx.Limits(max_connections=4, max_keepalive_connections=4,
+            limits=httpx.Limits(max_connections=max_connections,
+                                max_keepalive_connections=max_connections,
                                                keepalive_expiry=300.0),
             proxy=self.proxy.url)
         # GETs (discovery, /metrics) follow redirects (httpx drops the API key on a

@@ -5,8 +5,10 @@ A ``kill -9`` loses at most the probe in flight: each line is written with a sin
 killed process; ``close()`` also fsyncs for power loss).  Schema: the fields of
 ``ProbeResult.to_json`` (documented in docs/runfile.md), plus session lines
 ``{"record": "session", ...}`` with facts about the whole run (the server's kind,
-model and shape, the GPU names telemetry saw), written before the next probe line
-whenever they become known, so ``report`` reads the run as the sweep saw it.
+model and shape, the GPU names telemetry saw, the background load), written before
+the next line whenever they become known, so ``report`` reads the run as the sweep
+saw it; and, when a background load ran (``--load``), one ``{"record": "load", ...}``
+line per load request with its token arrivals (``record_of_trace``).
 """
 
 from __future__ import annotations
@@ -20,10 +22,13 @@ from pathlib import Path
 
 from prefilltui.model.drift import run_fit
 from prefilltui.model.fit import LinearFit
+from prefilltui.model.stall import DecodeTrace
 from prefilltui.model.types import FitMethod, ProbeResult
 
 #: The ``record`` value that marks a session line (not a probe) in a run file.
 SESSION_RECORD = "session"
+#: The ``record`` value of a background-load request's line (``measure.load``).
+LOAD_RECORD = "load"
 #: The ``record`` value of a request sent to calibrate prompt lengths before the
 #: first probe (``ProbeClient.calibrate``): the probe fields, not a result
 #: (``read_run`` skips it, ``read_requests`` keeps it), so the file holds every
@@ -89,15 +94,22 @@ class RunWriter:
         (not a probe: ``count`` is unchanged).  Raises as ``append``."""
         self._write({"record": CALIBRATION_RECORD, **_finite(result.to_json())})
 
+    def append_record(self, record: str, fields: dict) -> None:
+        """Write one non-probe line ``{"record": record, **fields}`` (a background-load
+        request, ``LOAD_RECORD``), with the same guarantees as ``append``.
+
+        Raises:
+            OSError: the write failed; ValueError: the writer is closed.
+        """
+        self._write(_finite({"record": record, **fields}))
+
     def _write(self, obj: dict) -> None:
         line = json.dumps(obj, separators=(",", ":"), allow_nan=False, default=str) + "\n"
         with self._lock:
             if self._f.closed:
                 raise ValueError("run file is closed")
             if self._session_pending:
-                line = json.dumps({"record": SESSION_RECORD, **self._session},
-                                  separators=(",", ":"), allow_nan=False, default=str
-                                  ) + "\n" + line
+                line = _line({"record": SESSION_RECORD, **self._session}) + line
                 self._session_pending = False
             self._f.write(line)
             self._f.flush()
@@ -172,8 +184,7 @@ class RotatingRunWriter(RunWriter):
         """The pending session line ("" when none is due); called with the lock held."""
         if not self._session_pending:
             return ""
-        return json.dumps({"record": SESSION_RECORD, **self._session}, separators=(",", ":"),
-                          allow_nan=False, default=str) + "\n"
+        return _line({"record": SESSION_RECORD, **self._session})
 
     def _rotate(self) -> None:
         """Called with the lock held."""
@@ -198,6 +209,11 @@ class RotatingRunWriter(RunWriter):
         self.rotations += 1
 
 
+def _line(obj: dict) -> str:
+    """One run-file line: compact JSON, non-finite floats as null, newline-ended."""
+    return json.dumps(_finite(obj), separators=(",", ":"), allow_nan=False, default=str) + "\n"
+
+
 def _finite(v):
     """``v`` with every non-finite float (NaN, +-Infinity) replaced by None."""
     if isinstance(v, float):
@@ -211,16 +227,19 @@ def _finite(v):
 
 _NUMBER_FIELDS = ("started_at", "ttft_s", "ttfb_s", "total_s", "connect_s", "server_prefill_s",
                   "queue_s", "overhead_s", "retry_after_s", "t_send", "t_end", "server_running",
-                  "server_waiting", "util_peak_pct", "util_mean_pct", "power_peak_w", "energy_j")
+                  "server_waiting", "util_peak_pct", "util_mean_pct", "power_peak_w", "energy_j",
+                  "load_level", "decode_stall_s", "decode_excess_s", "decode_gap_s",
+                  "server_itl_max_s", "server_itl_mean_s")
 #: Durations a probe measures (seconds); a read-back value outside 0..MAX_DURATION_S
 #: is not a measurement (a hand-edited or foreign line) and the line is skipped.
 _DURATION_FIELDS = ("ttft_s", "ttfb_s", "total_s", "connect_s", "server_prefill_s", "queue_s")
 #: One day: far beyond any probe's timeout, far below a corrupt 1e308.
 MAX_DURATION_S = 86_400.0
-_COUNT_FIELDS = ("seq", "requested_tokens", "prompt_tokens", "cached_tokens", "http_status")
+_COUNT_FIELDS = ("seq", "requested_tokens", "prompt_tokens", "cached_tokens", "http_status",
+                 "decode_tokens", "decode_streams", "load_ahead_tokens")
 _BOOL_FIELDS = ("ok", "warmup", "burst")
 _STR_FIELDS = ("prompt_tokens_source", "error_kind", "error_message", "api", "model",
-               "telemetry_device")
+               "telemetry_device", "load_kind")
 
 
 def _check(r: ProbeResult) -> None:
@@ -271,8 +290,8 @@ def read_run(path: str | os.PathLike, *, calibration: list[ProbeResult] | None =
                 continue
             try:
                 obj = json.loads(s)
-                if isinstance(obj, dict) and obj.get("record") == SESSION_RECORD:
-                    continue  # facts about the run, not a probe: read_session
+                if isinstance(obj, dict) and obj.get("record") in (SESSION_RECORD, LOAD_RECORD):
+                    continue  # facts about the run (read_session) / load requests (read_load)
                 if isinstance(obj, dict) and obj.get("record") == CALIBRATION_RECORD:
                     if calibration is not None:
                         calibration.append(ProbeResult.from_json(
@@ -312,6 +331,27 @@ def read_session(path: str | os.PathLike) -> dict:
     return merged
 
 
+def read_load(path: str | os.PathLike) -> tuple[list[DecodeTrace], list[str]]:
+    """The background-load requests of a run file (``LOAD_RECORD`` lines) as
+    DecodeTraces (arrival offsets turned back into the run's perf_counter clock);
+    bad lines are reported as ``"line N: reason"``, never raised.  Never raises for
+    an unreadable file: ``([], [reason])``."""
+    traces: list[DecodeTrace] = []
+    problems: list[str] = []
+    try:
+        with open(path, encoding="utf-8", errors="replace") as f:
+            for i, line in enumerate(f, 1):
+                if f'"record":"{LOAD_RECORD}"' not in line:
+                    continue
+                try:
+                    traces.append(trace_from_record(json.loads(line)))
+                except (ValueError, TypeError, KeyError) as e:
+                    problems.append(f"line {i}: load record: {e}")
+    except OSError as e:
+        return [], [f"cannot read {path}: {e.strerror or e}"]
+    return traces, problems
+
+
 def load_baseline(path: str, *, method: FitMethod = "robust") -> LinearFit:
     """``drift.run_fit`` of a saved run file (the baseline of ``--baseline``).
 
@@ -326,3 +366,35 @@ def load_baseline(path: str, *, method: FitMethod = "robust") -> LinearFit:
         raise ValueError(f"baseline {path}: {n} usable probe(s), a fit needs 3 "
                          "at 2+ lengths")
     return f
+
+
+def record_of_trace(tr: DecodeTrace) -> dict:
+    """A load request's run-file fields: its arrivals as offsets from ``t_send``
+    (0.1 ms resolution; a 1,024-token stream is ~8 KB)."""
+    return {"kind": tr.kind, "level": tr.level, "stream": tr.stream, "t_send": tr.t_send,
+            "prompt_tokens": tr.prompt_tokens, "ended": tr.ended, "ok": tr.ok,
+            "error": tr.error, "tokens": len(tr.arrivals),
+            "arrivals": [round(t - tr.t_send, 4) for t in tr.arrivals]}
+
+
+def trace_from_record(d: dict) -> DecodeTrace:
+    """The DecodeTrace of a load line.
+
+    Raises:
+        ValueError / TypeError / KeyError: a field of the wrong kind.
+    """
+    kind = d["kind"]
+    if kind not in ("decode", "rate"):
+        raise ValueError(f"kind is {kind!r}")
+    t0 = float(d["t_send"])
+    offs = d.get("arrivals") or []
+    if not isinstance(offs, list):
+        raise ValueError("arrivals is not a list")
+    arr = tuple(t0 + float(x) for x in offs)
+    if not all(math.isfinite(x) for x in arr) or any(b < a for a, b in zip(arr, arr[1:])):
+        raise ValueError("arrivals are not ascending finite offsets")
+    pt = d.get("prompt_tokens")
+    return DecodeTrace(stream=int(d.get("stream", 0)), kind=kind, level=float(d.get("level", 0)),
+                       t_send=t0, arrivals=arr, prompt_tokens=int(pt) if pt is not None else None,
+                       ended=bool(d.get("ended", True)), ok=bool(d.get("ok", True)),
+                       error=d.get("error") if isinstance(d.get("error"), str) else None)

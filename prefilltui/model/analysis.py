@@ -25,6 +25,7 @@ from prefilltui.model.spec import AnalysisOptions, resolve_gpu, resolve_model
 from prefilltui.model.summary import (LiveFacts, ProbeCounts, QuadraticFit, RooflineSummary,
                                       RunSummary, ServerFacts, Verdict, WindowSummary)
 from prefilltui.model.types import ProbeResult, ServerInfo
+from prefilltui.model.verdict import Expectation, ttft_verdict
 
 
 def probe_counts(results: list[ProbeResult]) -> ProbeCounts:
@@ -85,6 +86,7 @@ def analyze(results: Iterable[ProbeResult], server_info: ServerInfo | None = Non
                      "not TTFT(0)")
     probes = probe_counts(plain)
     roof = roofline_summary(snap, model, hw, spec.efficiency)
+    verdict = judge(snap, model, hw, roof, probes)
     return RunSummary(
         server=ServerFacts.of(server_info) if server_info is not None else None,
         probes=probes, fit=fit, ols=snap.ols if snap else None,
@@ -94,14 +96,28 @@ def analyze(results: Iterable[ProbeResult], server_info: ServerInfo | None = Non
         fixed_cost=fixed, percentiles=percentiles.ttft_percentiles(plain),
         overhead_median_s=percentiles.median_overhead_s(plain),
         window=window_summary(win, snap, window), model=model, hardware=hw, roofline=roof,
-        verdict=judge(snap, model, hw, roof, probes), notes=tuple(notes),
+        verdict=verdict, notes=tuple(notes),
         fit_lengths_estimated=bool(probes.estimated_lengths and fit is not None),
         depth=depth_table(results, model),
         diagnosis=summarize_diagnosis(plain, server_info, baseline=options.baseline,
                                       baseline_fit=baseline_fit,
                                       baseline_problem=baseline_problem,
                                       metrics_problem=metrics_problem, method=method),
-        run_file=run_file, live=live)
+        run_file=run_file, live=live,
+        ttft_verdict=ttft_verdict(plain, expectation(fit, baseline_fit, roof, verdict)))
+
+
+def expectation(fit: LinearFit | None, baseline_fit: LinearFit | None,
+                roof: RooflineSummary | None, verdict: Verdict | None) -> Expectation | None:
+    """What TTFT should be for the "why is TTFT high?" verdict: the ``--baseline`` run's
+    fit, else the run's own idle fit, with the MFU and its roofline verdict level."""
+    mfu = roof.mfu if roof is not None else None
+    level = verdict.level if verdict is not None else None
+    if baseline_fit is not None:
+        return Expectation(baseline_fit, "baseline run", mfu, level)
+    if fit is None and level is None:
+        return None
+    return Expectation(fit, "idle fit", mfu, level)
 
 
 def window_summary(win: FitSnapshot | None, snap: FitSnapshot | None, size: int) -> WindowSummary:

@@ -19,8 +19,9 @@ probe once (``add``: O(1), into a ``RunningFit`` and bounded buffers) and
   they have grown by 5 % (its robust fit was ~3 % of the app's CPU on every redraw);
 - model shape, hardware, roofline and verdict: resolved once per (server, GPU names).
 
-Left out (None in the summary): the depth table and the diagnosis (breakdown,
-chunking, cache warning, drift).  ``analyze`` on the run file has them (the TUI's
+Left out (None in the summary): the depth table, the diagnosis (breakdown, chunking,
+cache warning, drift) and the load part.  The "why is TTFT high?" verdict is there when
+the caller hands the recent probes (``recent``).  ``analyze`` on the run file has them (the TUI's
 export, ``report``).  ``summary()`` is cached until the next ``add``.  Seconds in data.
 Not thread-safe: feed it from one thread.
 """
@@ -30,16 +31,19 @@ from __future__ import annotations
 import statistics
 from collections import deque
 from dataclasses import dataclass, field
+from typing import Sequence
 
 from prefilltui.model import intercept
-from prefilltui.model.analysis import judge, roofline_summary, window_summary
+from prefilltui.model.analysis import expectation, judge, roofline_summary, window_summary
 from prefilltui.model.catalog import Hardware, ModelShape
+from prefilltui.model.fit import LinearFit
 from prefilltui.model.percentiles import LengthRow, Quantiles, TtftPercentiles, quantiles
 from prefilltui.model.running_fit import RunningFit
 from prefilltui.model.spec import AnalysisOptions, resolve_gpu, resolve_model
 from prefilltui.model.summary import (LiveFacts, ProbeCounts, QuadraticFit, RunSummary,
                                       ServerFacts)
 from prefilltui.model.types import FitMethod, FitScope, ProbeResult, ServerInfo
+from prefilltui.model.verdict import ttft_verdict
 
 #: Fit-eligible probes the percentiles and the median overhead are taken over (overall,
 #: and per length): bounded work per summary however long the run.
@@ -190,12 +194,16 @@ class LiveSummary:
     # -- the summary
     def summary(self, info: ServerInfo | None = None, *, gpu_names: tuple[str, ...] = (),
                 which: FitScope = "all", method: FitMethod | None = None,
-                live: LiveFacts | None = None) -> RunSummary:
+                live: LiveFacts | None = None, recent: Sequence[ProbeResult] = (),
+                baseline_fit: LinearFit | None = None) -> RunSummary:
         """The ``RunSummary`` of the probes so far (see the module docstring): ``which``
         picks the fit shown ("all" or "window"), ``method`` overrides
-        ``options.fit``.  Cached until the next ``add``.  Never raises for bad data."""
+        ``options.fit``; ``recent``: the last probes (every one added since, failures
+        included), for the "why is TTFT high?" verdict (``model.verdict``, as ``analyze``
+        judges it: against ``baseline_fit``, else the idle fit); none: no verdict.
+        Cached until the next ``add``.  Never raises for bad data."""
         method = method or self.options.fit
-        key = (which, method, id(info), gpu_names, live)
+        key = (which, method, id(info), gpu_names, live, bool(recent), id(baseline_fit))
         got = self._cache.get(key)
         if got is not None:
             return got
@@ -214,6 +222,9 @@ class LiveSummary:
             notes.append(f"TTFT percentiles over the last {self.recent:,} probes")
         counts = self.counts
         roof = roofline_summary(snap, model, hw, self.options.roofline.efficiency)
+        verdict = judge(snap, model, hw, roof, counts)
+        why = (ttft_verdict(list(recent), expectation(fit, baseline_fit, roof, verdict))
+               if recent else None)
         summary = RunSummary(
             server=ServerFacts.of(info) if info is not None else None, probes=counts,
             fit=fit, ols=snap.ols if snap else None, robust=snap.robust if snap else None,
@@ -223,9 +234,9 @@ class LiveSummary:
             fixed_cost=fixed, percentiles=self.percentiles(),
             overhead_median_s=statistics.median(self._overhead) if self._overhead else None,
             window=window_summary(win, snap, self.options.window), model=model, hardware=hw,
-            roofline=roof, verdict=judge(snap, model, hw, roof, counts), notes=tuple(notes),
+            roofline=roof, verdict=verdict, notes=tuple(notes),
             fit_lengths_estimated=bool(counts.estimated_lengths and fit is not None),
-            live=live)
+            live=live, ttft_verdict=why)
         self._cache.clear()  # one entry: the view asks for one (which, method) at a time
         self._cache[key] = summary
         return summary

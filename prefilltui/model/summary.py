@@ -29,6 +29,8 @@ if TYPE_CHECKING:
     from prefilltui.model.catalog import Hardware, ModelShape
     from prefilltui.model.depth import DepthTable
     from prefilltui.model.diagnose import Diagnosis
+    from prefilltui.model.load_summary import LoadSummary
+    from prefilltui.model.verdict import TtftVerdict
 
 #: The JSON schema's name and version.  /2: ``sweep`` and ``report`` write the same
 #: summary (before, the sweep's JSON had its own shape with the analysis inside).
@@ -240,6 +242,10 @@ class RunSummary:
     diagnosis: Diagnosis | None = None
     run_file: str | None = None
     live: LiveFacts | None = None
+    #: "why is TTFT high?" over the recent probes (``model.verdict``)
+    ttft_verdict: TtftVerdict | None = None
+    #: the background load (``--load``): what it was and did, stall, levels
+    load: LoadSummary | None = None
 
     def to_json(self) -> JsonObject:
         """The summary as JSON (schema ``SCHEMA``; docs/schema.md)."""
@@ -269,4 +275,6 @@ class RunSummary:
             "depth": self.depth.to_json() if self.depth else None,
             "diagnosis": self.diagnosis.to_json() if self.diagnosis else None,
             "live": self.live.to_json() if self.live else None,
+            "ttft_verdict": self.ttft_verdict.to_json() if self.ttft_verdict else None,
+            "load": self.load.to_json() if self.load else None,
         }

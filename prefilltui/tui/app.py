@@ -286,14 +286,15 @@ def build_app(runner_factory: RunnerFactory, sampler: TelemetrySource | None = N
               problems: list[str] = (), max_results: int = 100_000, label: str = "",
               gpu_source: str | None = None,
               metrics: Callable[[], MetricsSample | None] | None = None,
-              baseline_tok_s: float | None = None, **kw: Any) -> PrefillApp:
+              baseline_tok_s: float | None = None, load: Any = None, **kw: Any) -> PrefillApp:
     """The one-target app (today's dashboard): the factory for the CLI and the tests.
 
     runner_factory(on_result, on_state) -> runner with start/stop/pause/resume/burst/
     set_range/state/server_info (``measure.sweep.SweepRunner`` or a fake).  sampler: an
     object with ``snapshot() -> TelemetrySnapshot`` (already started) or None.
     analysis: the fit shown, the window and the roofline inputs (``fit_method`` /
-    ``window`` override its fields); baseline: the ``--baseline`` run's fit.  Other
+    ``window`` override its fields); baseline: the ``--baseline`` run's fit; load: the
+    background load (``measure.load.LoadGenerator``, started by the caller).  Other
     keyword arguments go to ``PrefillApp`` (clock, replot_hz, gauge_hz, on_ready, ...).
     """
     from dataclasses import replace
@@ -310,7 +311,8 @@ def build_app(runner_factory: RunnerFactory, sampler: TelemetrySource | None = N
                         probe_timeout_s=probe_timeout_s, pacing=pacing,
                         problems=tuple(problems), max_results=max_results, url=label,
                         metrics=metrics, baseline_tok_s=baseline_tok_s,
-                        baseline_source="--baseline run" if baseline_tok_s else None)
+                        baseline_source="--baseline run" if baseline_tok_s else None,
+                        load=load)
     return PrefillApp([TargetFeed(config, 0)], themes=themes, theme=theme, **kw)
 
 

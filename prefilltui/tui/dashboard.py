@@ -21,7 +21,7 @@ change, and none of the steady updates needs a screen layout.
 from __future__ import annotations
 
 import time
-from typing import Any, Callable
+from typing import Any, Callable, NamedTuple
 
 from textual.app import ComposeResult
 from textual.binding import Binding
@@ -35,7 +35,9 @@ from prefilltui.model.types import ProbeResult
 from prefilltui.model.units import MISSING
 from prefilltui.tui.feed import TargetFeed
 from prefilltui.tui.help import HelpScreen
+from prefilltui.tui.load_actions import LoadActions
 from prefilltui.tui.viewmodel import build_stats, drift_warning, roofline_lines, status_line
+from prefilltui.tui.widgets.decode_row import DecodeRow
 from prefilltui.tui.widgets.gauges import GaugePanel
 from prefilltui.tui.widgets.probe_log import ProbeLog, probe_message
 from prefilltui.tui.widgets.stats import StatsPanel, stats_title
@@ -45,7 +47,14 @@ from prefilltui.tui.workers import WorkerActions
 _RANGE = Binding.Group("Range", compact=True)
 
 
-class DashboardScreen(WorkerActions, Screen[None]):
+class _Judged(NamedTuple):
+    """The roofline judgement the live "why is TTFT high?" verdict reads (MFU, level)."""
+
+    mfu: float | None
+    level: str | None
+
+
+class DashboardScreen(LoadActions, WorkerActions, Screen[None]):
     """One target's live dashboard (see the module docstring).
 
     feed: the target; clock: perf_counter-compatible "now" for the gauges; replot_hz /
@@ -64,6 +73,7 @@ class DashboardScreen(WorkerActions, Screen[None]):
         Binding("s", "save_svg", "Save SVG", show=False),  # in the help; the footer is full
         Binding("c", "cache_check", "Cache"),
         Binding("t", "next_theme", "Theme"),
+        Binding("l", "toggle_load", "Load", show=False),  # in the help; the footer is full
         Binding("question_mark", "help", "Help", key_display="?"),
         Binding("q", "app.quit_app", "Quit"),
     ]
@@ -128,6 +138,27 @@ class DashboardScreen(WorkerActions, Screen[None]):
     def results(self):
         return self.feed.results
 
+    # what the background-load part (LoadActions) reads: this feed's
+    @property
+    def load(self):
+        return self.feed.config.load
+
+    @property
+    def fit(self):
+        return self.feed.live.fit  # the idle fit
+
+    @property
+    def load_fits(self):
+        return {level: ls.fit for level, ls in self.feed.levels.items()}
+
+    @property
+    def windows(self):
+        return self.feed.windows
+
+    @property
+    def sampler(self):
+        return self.feed.config.sampler
+
     def notify(self, message: str, **kw: Any) -> None:  # type: ignore[override]
         """The app's notify (control characters escaped, markup off)."""
         self.app.notify(message, **kw)
@@ -140,6 +171,7 @@ class DashboardScreen(WorkerActions, Screen[None]):
             with VerticalScroll(id="stats-box"):
                 yield StatsPanel(id="stats")
         yield GaugePanel(id="gauges")
+        yield DecodeRow(id="decode")
         yield ProbeLog(id="log")
         yield Footer(compact=True)
 
@@ -241,7 +273,8 @@ class DashboardScreen(WorkerActions, Screen[None]):
         if self._status_dirty and not shown:  # _show_data updates the status itself
             self._update_status()
         # half a tick of slack: timer jitter must not turn 2 Hz into every third tick
-        if self.feed.config.sampler is not None and (shown or now >= self._gauge_next - slack):
+        if (self.sampler is not None or self.load is not None) and (
+                shown or now >= self._gauge_next - slack):
             self._gauge_next = now + 1.0 / self.gauge_hz
             self._gauge_tick()
 
@@ -281,8 +314,13 @@ class DashboardScreen(WorkerActions, Screen[None]):
                                 last=feed.last_ok, device=feed.device_label,
                                 last_cached_tokens=feed.live.last_cached_tokens,
                                 warnings=(drift,) if drift else ())
+            # the last probe's stall under load, and "why is TTFT high?" held against the
+            # idle fit (never a load level's own): LoadActions.load_lines
+            roof = summary.roofline
+            stats.notes[:0] = self.load_lines(_Judged(roof.mfu if roof else None,
+                                                      summary.verdict.level))
             self.query_one("#stats", StatsPanel).show(stats)
-            title = stats_title(stats)
+            title = stats_title(stats) + self.level_title()
             if title != self._border_texts.get("stats"):
                 self._border_texts["stats"] = title
                 self.query_one("#stats-box").border_title = title
@@ -296,6 +334,9 @@ class DashboardScreen(WorkerActions, Screen[None]):
         try:
             if self.query("#gauges"):
                 self._show_gauges()
+            if self.load is not None:
+                snap_t = self.sampler.snapshot().t if self.sampler is not None else None
+                self._show_decode(snap_t or self.clock())
         except Exception as exc:  # never a traceback from a timer
             self.notify(f"gauge update failed: {exc}", severity="warning", timeout=4)
 
@@ -327,7 +368,8 @@ class DashboardScreen(WorkerActions, Screen[None]):
                            feed.which, feed.paused,
                            tuple(runner.notices) if runner is not None else (),
                            progress=runner.progress if runner is not None else None,
-                           cap_note=runner.cap_note if runner is not None else None)
+                           cap_note=runner.cap_note if runner is not None else None,
+                           load=self.load_status_text())
         if self.back:
             text = f"[b]{_escape(feed.config.label)}[/]  {text}"
         if text != self._status_text:  # unchanged text: no redraw, no terminal bytes

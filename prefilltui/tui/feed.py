@@ -10,9 +10,10 @@ fleet overview read it.  No widget here.
 
 from __future__ import annotations
 
+import itertools
 import time
 from collections import deque
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any, Callable, Protocol
 
@@ -132,6 +133,7 @@ class FeedConfig:
     interval_s: float | None = None
     metrics: Callable[[], MetricsSample | None] | None = None
     itl_goal_s: float = ITL_GOAL_S
+    load: Any = None
 
 
 @dataclass
@@ -153,7 +155,10 @@ class TargetFeed:
         self.index = index
         self.clock = clock
         self.runner: Runner | None = None
-        self.live = LiveSummary(config.analysis)
+        self.live = LiveSummary(config.analysis)  # the idle fit: no probe under load
+        #: each background-load level's own summary (probes under that load, fitted as
+        #: if idle there: ``model.levels``)
+        self.levels: dict[float, LiveSummary] = {}
         self.results: deque[ProbeResult] = deque(maxlen=config.max_results)
         self.windows: deque[tuple[float, float]] = deque(maxlen=256)
         self.last_result: ProbeResult | None = None
@@ -209,7 +214,12 @@ class TargetFeed:
     def add(self, r: ProbeResult) -> None:
         """One probe: counts, fit, recent results, the request window, the sparkline."""
         self.results.append(r)
-        self.live.add(r)
+        self.live.add(r)  # its fit takes no probe under load (ProbeResult.fit_eligible)
+        if r.load_level and r.level_eligible:
+            level = self.levels.get(r.load_level)
+            if level is None:
+                level = self.levels[r.load_level] = LiveSummary(self.config.analysis)
+            level.add(replace(r, load_level=None))
         self.last_result = r
         self.last_probe_at = self.clock()
         self.probing_since = None
@@ -232,6 +242,7 @@ class TargetFeed:
 
     def reset_fit(self) -> None:
         self.live.reset_fit()
+        self.levels.clear()
         self.spark.points.clear()
         self.version += 1
 
@@ -264,8 +275,11 @@ class TargetFeed:
         ``which`` (default: the dashboard's choice); records the all-time throughput for
         the sparkline when it saw new probes."""
         scope = which or self.which
-        s = self.live.summary(self.info, gpu_names=self.device_names, which=scope,
-                              method=self.config.analysis.fit, live=live)
+        shown = self.shown()
+        s = shown.summary(self.info, gpu_names=self.device_names, which=scope,
+                          method=self.config.analysis.fit, live=live,
+                          recent=self.recent_results() if shown is self.live else (),
+                          baseline_fit=self.config.baseline)
         if self.spark.seen != self.live.version:
             self.spark.seen = self.live.version
             fit = s.fit if scope == "all" else self._all_time_fit()
@@ -273,6 +287,20 @@ class TargetFeed:
             if tps:
                 self.spark.points.append((self.last_probe_at or self.clock(), tps))
         return s
+
+    def current_level(self) -> float:
+        """The background-load level of the last ok probe (0: idle)."""
+        last = next((r for r in reversed(self.results) if r.ok and not r.warmup), None)
+        return float(last.load_level or 0.0) if last is not None else 0.0
+
+    def shown(self) -> LiveSummary:
+        """The summary shown: the current load level's own, else the idle one."""
+        level = self.current_level()
+        return self.levels.get(level, self.live) if level else self.live
+
+    def recent_results(self, n: int = 40) -> tuple[ProbeResult, ...]:
+        """The last ``n`` probes (the "why is TTFT high" verdict reads them)."""
+        return tuple(itertools.islice(reversed(self.results), n))[::-1]
 
     def _all_time_fit(self) -> LinearFit | None:
         snap = self.live.fit.snapshot("all", self.config.analysis.fit)

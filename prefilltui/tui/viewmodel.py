@@ -190,13 +190,15 @@ def drop_repeat(note: str, phrase: str | None) -> str:
 
 def status_line(state: str, detail: str, counts: ProbeCounts, rng: tuple[int, int],
                 which: str, paused: bool, notices: tuple[str, ...] = (), *,
-                progress: Progress | None = None, cap_note: str | None = None) -> str:
+                progress: Progress | None = None, cap_note: str | None = None,
+                load: str | None = None) -> str:
     """The always-visible connection/progress line (markup).  ``counts``: the run's
     probe counts (``RunSummary.probes``).  ``notices``: the
     session's short labels (``SweepRunner.notices``, e.g. "lengths estimated",
     "sent without stream_options"), shown last, in the warning colour.  ``progress``:
     the runner's ``until_ci.Progress`` (the throughput interval against its target);
-    ``cap_note``: set when the lengths were capped at the server's context."""
+    ``cap_note``: set when the lengths were capped at the server's context; ``load``:
+    the background load's words (markup, ``load_view.load_status``), after the fit."""
     icons = {"connecting": "[$warning]◌ connecting[/]", "probing": "[$success]● probing[/]",
              "idle": "[$success]○ idle[/]", "burst": "[$warning]▲ burst[/]",
              "retrying": "[$warning]↻ retrying[/]", "paused": "[$accent]‖ paused[/]",
@@ -221,6 +223,8 @@ def status_line(state: str, detail: str, counts: ProbeCounts, rng: tuple[int, in
         now = MISSING if hw is None else ("∞" if hw == float("inf") else f"±{hw:.1f}")
         parts.append(f"CI {now}→±{progress.target_pct:g} %")
     parts.append("window fit" if which == "window" else "all-time fit")
+    if load:
+        parts.append(load)
     parts += [f"[$warning]{_escape(n)}[/]" for n in notices]
     return "  ".join(parts)
 

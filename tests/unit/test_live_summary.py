@@ -52,7 +52,8 @@ def _live(results, options=None) -> LiveSummary:
 def test_same_summary_as_analyze(options):
     results = run()
     full = analyze(results, INFO, options)
-    live = _live(results, options).summary(INFO)
+    live = _live(results, options).summary(INFO, recent=results)
+    assert live.ttft_verdict == full.ttft_verdict and live.ttft_verdict is not None
     assert live.probes == full.probes
     assert live.fit == full.fit and live.ols == full.ols and live.robust == full.robust
     assert live.knee_tokens == full.knee_tokens and live.quadratic == full.quadratic
@@ -65,6 +66,7 @@ def test_same_summary_as_analyze(options):
     assert live.verdict == full.verdict
     assert live.notes == full.notes
     assert live.depth is None and live.diagnosis is None  # left to analyze (module docstring)
+    assert live.load is None
 
 
 def test_summary_cached_until_next_probe():
