@@ -27,7 +27,7 @@ from prefilltui.commands.fleet import fleet_targets, local_hosts, target_baselin
 from prefilltui.exit_codes import ExitCode
 from prefilltui.exporter.config import TargetConfig
 from prefilltui.model import defaults
-from prefilltui.model.advisor import AdvisorInputs, CacheFinding, advise
+from prefilltui.model.advisor import AdvisorInputs, CacheFinding, advise, stall_reading
 from prefilltui.model.analysis import analyze
 from prefilltui.model.fleet import RecentProbes, fleet_row
 from prefilltui.model.redact import display_url
@@ -195,6 +195,7 @@ def _one_target(t: TargetConfig, args: argparse.Namespace, analysis: AnalysisOpt
     advice = advise(AdvisorInputs(
         summary=summary, kind=info.kind if info else None,
         context_tokens=info.context_tokens if info else None, cache=cache,
+        stall=stall_reading(results, info),
         itl_goal_s=args.itl_goal / 1e3,
         longest_prompt_tokens=(session.metrics.last_sample.longest_prompt_le
                                if session is not None and session.metrics.last_sample

@@ -6,8 +6,8 @@ Each rule needs its own measurement and quotes it; with no measurement it says n
 - prefix caching off: a cache check (``c`` in the dashboard, ``status
   --cache-check``) found the repeat of a prompt served cold (``measure.prefix_cache``);
 - chunk budget too big for the decodes beside it: the measured decode stall of probes
-  under background load exceeds the ITL goal (``StallReading``, from the load work);
-  the knob is the prefill chunk size, scaled down by goal / stall;
+  under background load (``stall_reading``: ``--load``, model/stall.py) exceeds the
+  ITL goal; the knob is the prefill chunk size, scaled down by goal / stall;
 - MFU below the verdict threshold: the roofline verdict is "below" or "wrong"
   (``roofline.LOW_MFU`` / ``HEALTHY_MFU``), with the usual causes;
 - context cap far above the longest prompt seen: the server's context limit is at
@@ -21,13 +21,15 @@ others get the generic words).  Pure.
 
 from __future__ import annotations
 
+import statistics
 from dataclasses import dataclass
-from typing import Literal
+from typing import Literal, Sequence
 
 from prefilltui.model import defaults
 from prefilltui.model.jsontypes import JsonObject
 from prefilltui.model.roofline import HEALTHY_MFU, LOW_MFU
 from prefilltui.model.summary import RunSummary
+from prefilltui.model.types import ProbeResult, ServerInfo
 from prefilltui.model.units import duration
 
 #: The ITL goal (s) a decode stall is held against unless ``--itl-goal`` says
@@ -99,6 +101,21 @@ class Advice:
 
     def to_json(self) -> JsonObject:
         return {"knob": self.knob, "text": self.text}
+
+
+def stall_reading(results: Sequence[ProbeResult], info: ServerInfo | None
+                  ) -> StallReading | None:
+    """The decode stall of the recent probes under background load (median over those
+    that measured one, ``ProbeResult.decode_stall_s``, model/stall.py) and the server's
+    chunk budget where it states one (llama.cpp ``n_ubatch``, else ``n_batch``); None
+    without probes under load."""
+    stalls = [r.decode_stall_s for r in results
+              if r.ok and r.load_level and r.decode_stall_s is not None]
+    if not stalls:
+        return None
+    budget = (info.n_ubatch or info.n_batch) if info is not None else None
+    return StallReading(stall_s=statistics.median(stalls), probes=len(stalls),
+                        budget_tokens=int(budget) if budget else None)
 
 
 def knob(kind: str | None, name: str) -> str:

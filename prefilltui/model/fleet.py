@@ -15,7 +15,7 @@ import math
 import statistics
 from collections import deque
 from dataclasses import dataclass
-from typing import Callable, Sequence
+from typing import Sequence
 
 from prefilltui.model import defaults
 from prefilltui.model.health import (DOWN_WINDOW_S, HANG_AFTER_S, Health, HealthInputs,
@@ -33,9 +33,10 @@ REF_TOKENS = defaults.REF_TOKENS
 #: median is a baseline for the throughput rule.
 LEARNED_MIN_READINGS = 10
 
-#: "Why is TTFT high?" for a target: (word, sentence) from its recent probes and its
-#: fit, or None when it cannot say.  The load work's verdict plugs in here.
-WhyVerdict = Callable[[Sequence[ProbeResult], RunSummary], "tuple[str, str] | None"]
+#: The verdict column's word for each "why is TTFT high?" cause (model/verdict.py)
+#: that stands out; "none" and "not_enough_data" leave the roofline verdict's word.
+CAUSE_WORDS = {"queueing": "queueing", "head_of_line": "HoL blk", "slow_prefill": "slow",
+               "prefix_cache": "no cache", "overhead": "overhead"}
 
 
 class RecentProbes:
@@ -143,7 +144,9 @@ VERDICT_WORDS = {"healthy": "healthy", "below": "below", "wrong": "wrong",
 #: How bad each verdict is, for the order (lower: worse).
 _VERDICT_RANK = {"wrong": 0, "impossible": 0, "below": 1, "failed": 2, "no-slope": 2,
                  "short-prompts": 3, "unknown-peak": 3, "unknown-model": 3,
-                 "insufficient": 4, "healthy": 5}
+                 "insufficient": 4, "healthy": 5,
+                 # a why-TTFT cause that stands out ranks with "below"
+                 **{w: 1 for w in CAUSE_WORDS.values()}}
 
 
 def learned_baseline(spark: Sequence[float]) -> float | None:
@@ -157,8 +160,7 @@ def learned_baseline(spark: Sequence[float]) -> float | None:
 def fleet_row(index: int, label: str, state: str, summary: RunSummary, recent: RecentProbes,
               *, now: float, detail: str = "", last_probe_at: float | None, spark: Sequence[float] = (),
               baseline_tok_s: float | None = None, baseline_source: str | None = None,
-              ref_tokens: int = REF_TOKENS, why: WhyVerdict | None = None,
-              results: Sequence[ProbeResult] = (), gpu: str | None = None,
+              ref_tokens: int = REF_TOKENS, results: Sequence[ProbeResult] = (), gpu: str | None = None,
               in_flight_s: float | None = None, hang_after_s: float = HANG_AFTER_S,
               interval_s: float | None = None, baseline_roofline: bool = False) -> FleetRow:
     """The overview's row of one target (see ``FleetRow``).  ``summary`` is the target's
@@ -166,9 +168,10 @@ def fleet_row(index: int, label: str, state: str, summary: RunSummary, recent: R
     explicit baseline (``baseline_roofline``: the roofline's, ``health.roofline_expected``;
     else the session's own median, ``learned_baseline``); ``in_flight_s``: how long the
     probe in flight has waited, against the hang threshold (``hang_after_s`` or 3 x
-    the slowest of ``results``); ``interval_s``: the target's probe interval (stalled
-    rule); ``why``
-    the "why is TTFT high" verdict over ``results``, when there is one; ``detail``: the
+    the slowest of ``results``, the recent probes); ``interval_s``: the target's probe
+    interval (stalled rule).  The verdict column is the summary's "why is TTFT high?"
+    cause when one stands out (``summary.ttft_verdict``), else the roofline verdict;
+    ``detail``: the
     runner's state detail (why discovery failed).  Never raises
     for bad data."""
     fit = summary.fit
@@ -203,10 +206,9 @@ def fleet_row(index: int, label: str, state: str, summary: RunSummary, recent: R
     fixed = summary.fixed_cost
     level = summary.verdict.level
     word, text = VERDICT_WORDS.get(level, level), summary.verdict.text
-    if why is not None:
-        got = why(results, summary)
-        if got is not None:
-            word, text = got
+    why = summary.ttft_verdict
+    if why is not None and why.cause in CAUSE_WORDS:  # a cause stands out: it leads
+        word, text = CAUSE_WORDS[why.cause], f"why is TTFT high? {why.headline}"
     return FleetRow(
         index=index, label=label, state=state, health=health,
         kind=summary.server.kind if summary.server else None,

@@ -191,6 +191,10 @@ class LiveSummary:
             got = self._resolved[key] = (model, hw, notes + hnotes)
         return got
 
+    def _all_fit(self, method: FitMethod) -> LinearFit | None:
+        snap = self.fit.snapshot("all", method)
+        return snap.fit if snap is not None else None
+
     # -- the summary
     def summary(self, info: ServerInfo | None = None, *, gpu_names: tuple[str, ...] = (),
                 which: FitScope = "all", method: FitMethod | None = None,
@@ -223,8 +227,10 @@ class LiveSummary:
         counts = self.counts
         roof = roofline_summary(snap, model, hw, self.options.roofline.efficiency)
         verdict = judge(snap, model, hw, roof, counts)
-        why = (ttft_verdict(list(recent), expectation(fit, baseline_fit, roof, verdict))
-               if recent else None)
+        why = None
+        if recent:  # held against the all-time fit whatever ``which`` shows, as analyze
+            idle = fit if which == "all" else self._all_fit(method)
+            why = ttft_verdict(list(recent), expectation(idle, baseline_fit, roof, verdict))
         summary = RunSummary(
             server=ServerFacts.of(info) if info is not None else None, probes=counts,
             fit=fit, ols=snap.ols if snap else None, robust=snap.robust if snap else None,

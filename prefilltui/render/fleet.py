@@ -53,14 +53,15 @@ COLUMNS: tuple[Column, ...] = (
     Column("gpu", "GPU", 11, 5, "<", None),
     Column("model", "model", 16, 6, "<", None),
 )
-#: The target column grows to this many characters when there is room.
+#: The target column grows to this many characters when there is room, then the model.
 TARGET_MAX = 28
+MODEL_MAX = 40
 
 
 def layout(width: int, columns: Sequence[Column] = COLUMNS) -> list[tuple[Column, int]]:
     """The columns that fit ``width`` characters (one space between columns), in
     ``columns``' order, dropping the highest priorities first; the target column takes
-    what is left, up to ``TARGET_MAX``."""
+    what is left, up to ``TARGET_MAX``, then the model column, up to ``MODEL_MAX``."""
     chosen = list(columns)
     for prio in sorted({c.priority for c in columns}, reverse=True):
         if _span(chosen) <= width or prio == 0:
@@ -68,9 +69,12 @@ def layout(width: int, columns: Sequence[Column] = COLUMNS) -> list[tuple[Column
         chosen = [c for c in chosen if c.priority != prio]
     out = [(c, c.width) for c in chosen]
     spare = width - _span(chosen)
-    for i, (c, w) in enumerate(out):
-        if c.key == "target" and spare > 0:
-            out[i] = (c, min(TARGET_MAX, w + spare))
+    for key, most in (("target", TARGET_MAX), ("model", MODEL_MAX)):
+        for i, (c, w) in enumerate(out):
+            if c.key == key and spare > 0:
+                grown = min(most, w + spare)
+                spare -= grown - w
+                out[i] = (c, grown)
     return out
 
 

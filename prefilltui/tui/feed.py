@@ -20,7 +20,7 @@ from typing import Any, Callable, Protocol
 from prefilltui.measure.telemetry import TelemetrySnapshot
 from prefilltui.model import defaults
 from prefilltui.model.advisor import (ITL_GOAL_S, Advice, AdvisorInputs, CacheFinding,
-                                     StallReading, advise)
+                                     advise, stall_reading)
 from prefilltui.model.fit import LinearFit
 from prefilltui.model.fleet import RecentProbes
 from prefilltui.model.health import HANG_AFTER_S
@@ -59,7 +59,8 @@ class Runner(Protocol):
             context_tokens=info.context_tokens if info else None,
             longest_prompt_tokens=sample.longest_prompt_le if sample is not None else None,
             longest_prompt_source="the server's prompt-length histogram",
-            cache=self.cache, stall=self.stall, itl_goal_s=self.config.itl_goal_s))
+            cache=self.cache, stall=stall_reading(self.recent_results(), info),
+            itl_goal_s=self.config.itl_goal_s))
 
     @property
     def notices(self) -> dict[str, str]: ...
@@ -179,8 +180,6 @@ class TargetFeed:
         self.recent = RecentProbes()
         #: the last cache check's finding (the dashboard's ``c``), for the advisor
         self.cache: CacheFinding | None = None
-        #: decode stall under background load, for the advisor (the load work fills it)
-        self.stall: StallReading | None = None
 
     # -- runner
     def start(self, on_result: Callable[[ProbeResult], None],
@@ -315,7 +314,8 @@ class TargetFeed:
             context_tokens=info.context_tokens if info else None,
             longest_prompt_tokens=sample.longest_prompt_le if sample is not None else None,
             longest_prompt_source="the server's prompt-length histogram",
-            cache=self.cache, stall=self.stall, itl_goal_s=self.config.itl_goal_s))
+            cache=self.cache, stall=stall_reading(self.recent_results(), info),
+            itl_goal_s=self.config.itl_goal_s))
 
     @property
     def notices(self) -> dict[str, str]:

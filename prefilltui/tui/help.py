@@ -48,7 +48,8 @@ FLEET_HELP_TEXT = """\
  prefill  prompt tokens/s of the fit, ± half its 95 % interval
  fixed    the fit's fixed cost (wide: its interval is too wide to pin it)
  MFU      model FLOPs utilization (estimate; needs the GPU and the params)
- verdict  why TTFT is what it is (roofline verdict where nothing else)
+ verdict  why TTFT is high when a cause stands out (queueing, HoL blk,
+          slow, no cache, overhead), else the roofline verdict
  TTFT@1k  the fit's TTFT at the reference prompt length (--ref-tokens)
  probes   probes / failed     age  since the last probe ended
  trend    prefill throughput over the session      queue  median queue
