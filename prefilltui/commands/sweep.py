@@ -109,8 +109,11 @@ def summarize(results: list[ProbeResult], info, *, rate_limited: int = 0,
         "lengths": rows,
         "run_file": run_file,
     }
-    if notices:
-        d["notes"] = list(notices.values())
+    # what discovery noticed (a model list over its cap, a context from n_ctx_train),
+    # then the session's notices
+    notes = list(info.notes if info else []) + list((notices or {}).values())
+    if notes:
+        d["notes"] = notes
     label_fit(d, results)
     return d
 
@@ -121,7 +124,8 @@ def _ms_cell(v: float | None, width: int = 9) -> str:
 
 def format_text(d: dict[str, Any]) -> str:
     s = d["server"]
-    out = [f"server  {s['kind']}  model {s['model']}  context {s['context_tokens'] or '?'} tokens",
+    out = [f"server  {s['kind']}  model {s['model'] or '?'}  "
+           f"context {s['context_tokens'] or '?'} tokens",
            "",
            f"{'requested':>9} {'counted':>8} {'n':>4} {'TTFT p50':>9} {'p90':>9} {'p99':>9} "
            f"{'min':>9} {'server prefill':>15}   (ms)"]

@@ -31,6 +31,7 @@ from typing import Any
 import httpx
 
 from prefilltui.model import defaults
+from prefilltui.measure import bounded
 from prefilltui.measure import server as _server
 from prefilltui.model.prompts import LengthModel, PromptBuilder, build_prompt
 from prefilltui.measure.sse import SSEStreamDecoder, classify_chunk, error_message
@@ -183,7 +184,9 @@ class ProbeClient:
             raise ValueError("the API key contains characters that cannot be sent in an "
                              "HTTP header (a control character or non-ASCII)")
         self._key = api_key
-        headers = {"Authorization": f"Bearer {api_key}"} if api_key else {}
+        headers = {"Accept-Encoding": bounded.ACCEPT_ENCODING}
+        if api_key:
+            headers["Authorization"] = f"Bearer {api_key}"
         self._transport = ResendOnStaleConnection(
             verify=verify, limits=httpx.Limits(max_connections=4, max_keepalive_connections=4,
                                                keepalive_expiry=300.0))
@@ -267,10 +270,10 @@ class ProbeClient:
         connect time in seconds when a new connection was opened, else None."""
         stamps: dict[str, float] = {}
         try:
-            async with asyncio.timeout(min(10.0, self.timeout)):
-                r = await self._http.get(self.v1 + "/models", timeout=min(10.0, self.timeout),
-                                         extensions={"trace": _tracer(stamps)})
-                await r.aread()
+            await bounded.fetch(self._http, "GET", self.v1 + "/models",
+                                max_bytes=bounded.MAX_MODELS_BYTES,
+                                deadline_s=min(10.0, self.timeout),
+                                extensions={"trace": _tracer(stamps)})
         except (httpx.HTTPError, TimeoutError):
             return None
         return _connect_time(stamps)
@@ -463,7 +466,7 @@ class ProbeClient:
         deadline: float | None = None  # set when the data is complete
         t_done: float | None = None
         t_data = t0  # the read that brought the last event with data
-        chunks = resp.aiter_bytes().__aiter__()
+        chunks = bounded.aiter_decoded(resp).__aiter__()
         while True:
             try:
                 if deadline is None:
@@ -716,13 +719,8 @@ def _after_complete(e: BaseException, done: bool) -> str:
 
 
 async def _read_capped(resp: httpx.Response, cap: int) -> str:
-    buf = bytearray()
-    async for chunk in resp.aiter_bytes():
-        buf += chunk
-        if len(buf) > cap:
-            buf = buf[:cap]
-            break
-    return buf.decode("utf-8", "replace")
+    content, _ = await bounded.read_capped(resp, cap)
+    return content.decode("utf-8", "replace")
 
 
 _SEND_EVENTS = ("http11.send_request_headers.started", "http2.send_request_headers.started")
