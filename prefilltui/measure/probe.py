@@ -26,7 +26,7 @@ import json
 import math
 import re
 import time
-from typing import Any
+from typing import Any, Callable
 
 import httpx
 
@@ -203,6 +203,7 @@ class ProbeClient:
         #: server rejected, prompt lengths that are estimates.
         self.notices: dict[str, str] = {}
         self._last_error_body = ""
+        self._last_calibration = ProbeResult(requested_tokens=0)
 
     @property
     def http(self) -> httpx.AsyncClient:
@@ -240,7 +241,8 @@ class ProbeClient:
         self.info = info
         return info
 
-    async def calibrate(self) -> None:
+    async def calibrate(self, on_step: Callable[[str], None] | None = None
+                        ) -> ProbeResult | None:
         """Learn the server's prompt length before the first measured probe.
 
         With a tokenize endpoint and the completions API the tokenize count is the
@@ -251,19 +253,46 @@ class ProbeClient:
         probes (a rejected optional field is dropped here already) that are not
         returned: they are not results.  A server that reports no count teaches
         nothing; its probes' lengths are then estimates.
+
+        ``on_step(text)`` is told, before each request, what it waits for and for how
+        long at most (the request's timeout).  Returns the request that failed (then
+        calibration stops, and ``notices["calibration failed"]`` says so), else None.
         """
         if self.info is None:
-            return
+            return None
         if self.info.has_tokenize:
             if self.api == "chat":
-                await self.probe(int(CALIBRATION_WORDS[0] * self.lengths.ratio), warmup=True)
-            return
+                n = int(CALIBRATION_WORDS[0] * self.lengths.ratio)
+                return await self._calibration_probe(n, "1 of 1", "the chat template's tokens",
+                                                     on_step)
+            return None
         ctx = self.info.context_tokens
-        for words in CALIBRATION_WORDS:
+        for i, words in enumerate(CALIBRATION_WORDS, 1):
             n = round(self.lengths.predict(words))
-            r = await self.probe(min(n, ctx // 2) if ctx else n, warmup=True)
-            if r.prompt_tokens_source not in ("usage", "timings"):
-                return  # no count from this server (or the request failed)
+            n = min(n, ctx // 2) if ctx else n
+            failed = await self._calibration_probe(
+                n, f"{i} of {len(CALIBRATION_WORDS)}", "its prompt token count", on_step)
+            if failed is not None:
+                return failed
+            if self._last_calibration.prompt_tokens_source not in ("usage", "timings"):
+                return None  # no count from this server
+        return None
+
+    async def _calibration_probe(self, tokens: int, which: str, learns: str,
+                                 on_step: Callable[[str], None] | None) -> ProbeResult | None:
+        """One calibration request; the failed result (noted once) or None."""
+        if on_step is not None:
+            on_step(f"calibrating prompt lengths: request {which} (~{tokens} tokens) to "
+                    f"learn {learns}, waiting up to {self.timeout:g} s")
+        r = self._last_calibration = await self.probe(tokens, warmup=True)
+        if r.ok:
+            return None
+        self.notices.setdefault(
+            "calibration failed",
+            f"the calibration request ({tokens} tokens, before the first probe) failed after "
+            f"{(r.total_s or 0):.1f} s ({r.error_kind}: {r.error_message}); prompt lengths "
+            "start from the built-in estimate until a probe is counted")
+        return r
 
     async def warm(self) -> float | None:
         """Open (or re-use) a keep-alive connection with a cheap GET; returns its

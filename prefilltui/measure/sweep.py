@@ -32,6 +32,7 @@ from dataclasses import dataclass
 from typing import Callable, Iterator, Protocol, Sequence
 
 from prefilltui.model.pacing import Pacing
+from prefilltui.model.redact import display_url
 from prefilltui.measure.server import ServerUnreachable
 from prefilltui.model.types import ProbeResult, RunnerState, ServerInfo, session_facts
 
@@ -367,7 +368,9 @@ class SweepRunner:
             await self._pace()
             if self._stop:
                 break
-            self._set_state("connecting", client.root)
+            limit = getattr(client, "timeout", None)
+            self._set_state("connecting", f"{display_url(client.root)}: discovering the server"
+                            + (f" (up to {min(10.0, limit):g} s a request)" if limit else ""))
             try:
                 info = await client.discover()
             except ServerUnreachable as e:
@@ -388,9 +391,14 @@ class SweepRunner:
                                if info.context_tokens else "")
             await client.warm()
             calibrate = getattr(client, "calibrate", None)
-            if calibrate is not None:
-                self._set_state("connecting", "calibrating prompt lengths")
-                await calibrate()  # before the first probe, warm-up or not
+            if calibrate is not None:  # before the first probe, warm-up or not
+                failed = await calibrate(on_step=lambda d: self._set_state("connecting", d))
+                if failed is not None:  # said at once (a note), not a silent wait
+                    self._plan_changed(
+                        "", extra=f"the calibration request ({failed.requested_tokens} tokens) "
+                        f"failed after {(failed.total_s or 0):.1f} s ({failed.error_kind}: "
+                        f"{failed.error_message}); prompt lengths start from the built-in "
+                        "estimate")
             return True
         self._set_state("stopped", "")
         return False
@@ -517,9 +525,11 @@ class SweepRunner:
         self._set_state("burst", f"done: {text}")
         return elapsed
 
-    def _plan_changed(self, why: str) -> None:
+    def _plan_changed(self, why: str, extra: str | None = None) -> None:
         """Say which requested lengths the context cap changes (notes, cap_note) and
-        report the lengths that will run (``on_plan``)."""
+        report the lengths that will run (``on_plan``); ``extra``: one more note."""
+        if extra and extra not in self.notes:
+            self.notes.append(extra)
         cap = self._cap
         over = [x for x in self._lengths if cap is not None and x > cap]
         if over:
@@ -541,13 +551,14 @@ class SweepRunner:
                 log.exception("on_plan callback failed")
 
     async def _one(self, client, length: int, warm: bool, burst: bool) -> ProbeResult:
+        # the state first: the hooks' scrapes are part of this probe's time
+        if not burst:  # a burst says its own state (_run_burst)
+            self._set_state("probing", f"{length} tokens" + (" (warm-up)" if warm else ""))
         for h in self.hooks:
             try:
                 await h.before_probe(client)
             except Exception:
                 log.exception("probe hook before_probe failed")
-        if not burst:  # a burst says its own state (_run_burst)
-            self._set_state("probing", f"{length} tokens" + (" (warm-up)" if warm else ""))
         result = await client.probe(length, warmup=warm, burst=burst)
         self._seq += 1
         result.seq = self._seq
