@@ -28,10 +28,11 @@ def server_url(text: str) -> str:
     """argparse type of a server base URL (``core.server.url_problem``): a bad one is
     a usage error (exit 2) with the reason, before anything is sent."""
     from prefilltui.measure.server import url_problem
+    from prefilltui.model.redact import display_url
 
     problem = url_problem(text)
     if problem:
-        raise argparse.ArgumentTypeError(f"{text!r} is not a server URL: {problem}")
+        raise argparse.ArgumentTypeError(f"{display_url(text)!r} is not a server URL: {problem}")
     return text
 
 

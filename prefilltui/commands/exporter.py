@@ -155,7 +155,7 @@ def run(args) -> int:
               file=sys.stderr, flush=True)
         for t in targets:
             load = sum(t.lengths) / len(t.lengths) / t.interval
-            where = t.url if t.label == t.url else f"{t.label} ({t.url})"
+            where = t.label if t.label == t.shown_url else f"{t.label} ({t.shown_url})"
             print(f"  {where}: at most {1 / t.interval:.3g} probes/s, "
                   f"~{load:.0f} prompt tokens/s", file=sys.stderr, flush=True)
         while not stop.wait(1.0):

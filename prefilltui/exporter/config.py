@@ -30,6 +30,7 @@ from dataclasses import dataclass, fields, replace
 from typing import Any, Literal
 
 from prefilltui.measure.server import url_problem
+from prefilltui.model.redact import display_url
 
 #: One probe start every 15 s per target: 4 probes/min, invisible next to any real
 #: workload (see docs/exporter.md for the load in requests and tokens).
@@ -76,9 +77,16 @@ class TargetConfig:
     efficiency: float = 0.5
 
     @property
+    def shown_url(self) -> str:
+        """The URL as it may be shown anywhere (``redact.display_url``: no password, no
+        secret query value)."""
+        return display_url(self.url) or ""
+
+    @property
     def label(self) -> str:
-        """The ``target`` label value."""
-        return self.name or self.url
+        """The ``target`` label value: the name, else the shown URL (never a secret;
+        it also names the run file and every log line)."""
+        return self.name or self.shown_url
 
     @property
     def slug(self) -> str:
@@ -100,7 +108,7 @@ def check(cfg: TargetConfig) -> TargetConfig:
     where = f"target {cfg.label!r}"
     problem = url_problem(cfg.url)
     if problem:
-        raise ValueError(f"{where}: url {cfg.url!r}: {problem}")
+        raise ValueError(f"{where}: url {cfg.shown_url!r}: {problem}")
     if cfg.api not in ("completions", "chat"):
         raise ValueError(f"{where}: api must be 'completions' or 'chat', not {cfg.api!r}")
     if not cfg.lengths or any(not isinstance(n, int) or isinstance(n, bool) or n <= 0

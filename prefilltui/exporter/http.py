@@ -41,9 +41,11 @@ def make_app(probers: Iterable) -> Callable:
     by_name: dict[str, Callable] = {}
     for p in probers:
         app = make_wsgi_app(_registry([p], process=False))
-        by_name[p.cfg.label] = app
-        by_name.setdefault(p.cfg.url, app)
-        by_name.setdefault(p.cfg.url.rstrip("/"), app)
+        # looked up by name or URL (as shown, or as configured: a lookup key only,
+        # never written anywhere)
+        for key in (p.cfg.label, p.cfg.shown_url, p.cfg.url):
+            by_name.setdefault(key, app)
+            by_name.setdefault(key.rstrip("/"), app)
 
     def text(start_response, status: str, body: str, ctype: str = "text/plain; charset=utf-8"):
         data = body.encode()

@@ -22,9 +22,11 @@ and discovery (``server.py``) are apart.
 from __future__ import annotations
 
 import asyncio
+import functools
 import json
 import math
 import re
+import ssl
 import time
 from typing import Any, Callable
 
@@ -34,6 +36,7 @@ from prefilltui.model import defaults
 from prefilltui.measure import bounded
 from prefilltui.measure import server as _server
 from prefilltui.model.prompts import LengthModel, PromptBuilder, build_prompt
+from prefilltui.model.redact import is_secret_param, scrub_secrets, split_credentials
 from prefilltui.measure.sse import SSEStreamDecoder, classify_chunk, error_message
 from prefilltui.model.types import ProbeResult, ServerInfo
 
@@ -66,6 +69,14 @@ _CTX_PATTERNS = re.compile(
 )
 
 
+@functools.lru_cache(maxsize=2)
+def shared_ssl_context(verify: bool) -> ssl.SSLContext:
+    """One TLS context per ``verify`` setting for every client of the process: loading
+    the CA bundle costs ~1 MiB and ~20 ms per context, which an exporter with hundreds
+    of targets would pay once per target."""
+    return httpx.create_ssl_context(verify=verify)
+
+
 class ResendOnStaleConnection(httpx.AsyncHTTPTransport):
     """An httpx transport that resends a request once when a reused keep-alive
     connection turns out to be closed by the server before any response byte
@@ -88,36 +99,9 @@ class ResendOnStaleConnection(httpx.AsyncHTTPTransport):
             return await super().handle_async_request(request)
 
 
-#: Keys shorter than this, or a known placeholder, are not secrets (vLLM's docs
-#: suggest ``EMPTY``; ``x`` is common): they are scrubbed only where a key is sent
-#: (an echoed auth header, a URL parameter), never as a word of the server's text.
-MIN_SECRET_KEY_LEN = 8
-PLACEHOLDER_KEYS = frozenset({"empty", "none", "null", "dummy", "token", "key", "apikey",
-                              "api_key", "placeholder", "sk-no-key-required", "no-key",
-                              "sk-xxx", "sk-dummy", "sk-fake", "fake", "test", "secret"})
-_AUTH_ECHO = re.compile(r"(?i)(\b(?:authorization|x-api-key|api-key)\b[\"']?\s*[:=]\s*[\"']?"
-                        r"(?:bearer\s+|basic\s+)?|\bbearer\s+)([^\s\"',;}\]]+)")
-_URL_KEY = re.compile(r"(?i)([?&](?:api[_-]?key|key|token|access_token)=)([^&\s\"'#]+)")
-
-
 def scrub_key(text: str | None, key: str | None) -> str | None:
-    """``text`` with ``key`` replaced by ``***`` where a key can appear.
-
-    Always: the value after ``Authorization:``/``Bearer``/``x-api-key``/``api-key``
-    (an echoed request header) and a URL's ``api_key=``/``key=``/``token=``
-    parameter, whatever it holds.  A real-looking key (``MIN_SECRET_KEY_LEN`` chars
-    or more, not in ``PLACEHOLDER_KEYS``) also wherever it stands as a whole token,
-    in any letter case.  A short or placeholder key never rewrites the server's
-    words (``x`` in "ValidationException", ``EMPTY`` in "prompt is empty").
-    """
-    if not text or not key:
-        return text
-    text = _AUTH_ECHO.sub(lambda m: m.group(1) + "***", text)
-    text = _URL_KEY.sub(lambda m: m.group(1) + "***", text)
-    if len(key) >= MIN_SECRET_KEY_LEN and key.lower() not in PLACEHOLDER_KEYS:
-        text = re.sub(r"(?<![A-Za-z0-9])" + re.escape(key) + r"(?![A-Za-z0-9])", "***", text,
-                      flags=re.IGNORECASE)
-    return text
+    """``redact.scrub_secrets`` (kept under its old name for callers and tests)."""
+    return scrub_secrets(text, key)
 
 
 def context_numbers(err: Any, text: str) -> tuple[int | None, int | None]:
@@ -172,7 +156,15 @@ class ProbeClient:
                  extra_body: dict | None = None, seed: int | None = None) -> None:
         if api not in ("completions", "chat"):
             raise ValueError(f"api must be 'completions' or 'chat', not {api!r}")
-        self.root, self.v1 = _server.split_base_url(base_url)
+        #: Things about this session a reader must know, once each, in order:
+        #: short label (status line) -> sentence (summary).  E.g. a field the
+        #: server rejected, prompt lengths that are estimates.
+        self.notices: dict[str, str] = {}
+        # Credentials leave the URL here, once: every URL derived from it (root, v1,
+        # ServerInfo.base_url, tokenize, /metrics) holds none; the client sends them.
+        url = base_url.strip()
+        creds = split_credentials(url if "://" in url else "http://" + url)
+        self.root, self.v1 = _server.split_base_url(creds.url)
         self.api = api
         self.model = model
         self.timeout = float(timeout)
@@ -187,21 +179,31 @@ class ProbeClient:
         headers = {"Accept-Encoding": bounded.ACCEPT_ENCODING}
         if api_key:
             headers["Authorization"] = f"Bearer {api_key}"
+        auth = None
+        if creds.has_userinfo and api_key:
+            self.notices["URL user:password not sent"] = (
+                "the URL's user:password is not sent: the API key is (Authorization: "
+                "Bearer), and a request carries one Authorization header")
+        elif creds.has_userinfo:
+            auth = httpx.BasicAuth(creds.username or "", creds.password or "")
+            self.notices["Basic auth from the URL"] = (
+                "the URL's user:password is sent as HTTP Basic auth (no API key is set)")
+        #: every secret this client sends, scrubbed from whatever the server says back
+        self._secrets = tuple(v for v in (api_key, creds.password, creds.username if auth else None,
+                                          *(v for k, v in creds.params if is_secret_param(k)))
+                              if v)
         self._transport = ResendOnStaleConnection(
-            verify=verify, limits=httpx.Limits(max_connections=4, max_keepalive_connections=4,
-                                               keepalive_expiry=300.0))
+            verify=shared_ssl_context(verify),
+            limits=httpx.Limits(max_connections=4, max_keepalive_connections=4,
+                                keepalive_expiry=300.0))
         self._http = httpx.AsyncClient(
-            headers=headers, transport=self._transport,
+            headers=headers, transport=self._transport, auth=auth, params=creds.params,
             timeout=httpx.Timeout(self.timeout, connect=10.0), follow_redirects=False,
             trust_env=False)
         self.builder = PromptBuilder(seed)
         self.lengths = LengthModel()
         self._dropped: set[str] = set()
         self._kept: set[str] = set()  # named in a 400 that was not about them
-        #: Things about this session a reader must know, once each, in order:
-        #: short label (status line) -> sentence (summary).  E.g. a field the
-        #: server rejected, prompt lengths that are estimates.
-        self.notices: dict[str, str] = {}
         self._last_error_body = ""
         self._last_calibration = ProbeResult(requested_tokens=0)
 
@@ -224,9 +226,12 @@ class ProbeClient:
         await self._http.aclose()
 
     def _scrub(self, text: str | None) -> str | None:
-        """``text`` with the API key replaced by ``***`` where it can appear
-        (see ``scrub_key``)."""
-        return scrub_key(text, self._key)
+        """``text`` with the API key and the URL's credentials replaced by ``***``
+        where they can appear (``redact.scrub_secrets``).  Called before any cut."""
+        text = scrub_secrets(text, self._key)
+        for secret in self._secrets:
+            text = scrub_secrets(text, secret)
+        return text
 
     # -- discovery / warm-up
     async def discover(self) -> ServerInfo:
@@ -446,10 +451,12 @@ class ProbeClient:
         elif words:
             self.lengths.update(words, r.prompt_tokens)
 
-    @staticmethod
-    def _fail(r: ProbeResult, kind: str, message: str | None) -> ProbeResult:
-        if r.error_kind is None:  # the first failure wins
-            r.ok, r.error_kind, r.error_message = False, kind, (message or kind)[:1000]
+    def _fail(self, r: ProbeResult, kind: str, message: str | None) -> ProbeResult:
+        """Mark ``r`` failed (the first failure wins); the message is scrubbed of
+        secrets *before* it is cut to 1,000 characters."""
+        if r.error_kind is None:
+            r.ok, r.error_kind = False, kind
+            r.error_message = (self._scrub(message) or kind)[:1000]
         return r
 
     async def _stream(self, url: str, body: dict, r: ProbeResult) -> None:
@@ -476,7 +483,7 @@ class ProbeClient:
                 return
             ctype = resp.headers.get("content-type", "")
             if "text/event-stream" not in ctype:
-                head = await _read_capped(resp, MAX_ERROR_BYTES)
+                head = await self._read_scrubbed(resp, MAX_ERROR_BYTES)
                 self._classify_body_error(r, head, f"server did not stream (content-type {ctype!r})")
                 return
             await self._read_events(resp, r, t0)
@@ -532,14 +539,14 @@ class ProbeClient:
                     except ValueError:
                         msg = ev.data
                     if late:
-                        _note_late(r, msg or "error event")
+                        _note_late(r, self._scrub(msg) or "error event")
                     else:
                         self._classify_body_error(r, ev.data, msg or "error event", stream=True)
                     continue
                 try:
                     obj = json.loads(ev.data)
                 except ValueError:
-                    msg = f"malformed JSON in stream: {ev.data[:120]!r}"
+                    msg = f"malformed JSON in stream: {(self._scrub(ev.data) or '')[:120]!r}"
                     if late:
                         _note_late(r, msg)
                     else:
@@ -547,7 +554,7 @@ class ProbeClient:
                     continue
                 info = classify_chunk(obj)
                 if info.error is not None and late:
-                    _note_late(r, info.error)
+                    _note_late(r, self._scrub(info.error) or "")
                     continue
                 if info.error is not None and info.error_obj is not None:
                     self._classify_body_error(r, ev.data, info.error, stream=True)
@@ -579,7 +586,7 @@ class ProbeClient:
         r.ok = True
 
     async def _http_error(self, resp: httpx.Response, r: ProbeResult) -> None:
-        text = await _read_capped(resp, MAX_ERROR_BYTES)
+        text = await self._read_scrubbed(resp, MAX_ERROR_BYTES)
         self._last_error_body = text
         r.t_end = time.perf_counter()
         if r.t_send is not None:
@@ -591,9 +598,18 @@ class ProbeClient:
             kind = "http"
         self._classify_body_error(r, text, f"HTTP {resp.status_code}", default_kind=kind)
 
+    async def _read_scrubbed(self, resp: httpx.Response, cap: int) -> str:
+        """At most ``cap`` characters of the body, scrubbed *before* the cut: a secret
+        straddling the cap is read whole (up to ``_SCRUB_MARGIN`` bytes past it),
+        masked, then the text is cut."""
+        content, _ = await bounded.read_capped(resp, cap + _SCRUB_MARGIN)
+        return (self._scrub(content.decode("utf-8", "replace")) or "")[:cap]
+
     def _classify_body_error(self, r: ProbeResult, text: str, fallback: str, *,
                              stream: bool = False, default_kind: str = "protocol") -> None:
-        """Turn an error body / stream error into error_kind + message."""
+        """Turn an error body / stream error into error_kind + message (the server's
+        text scrubbed of secrets first, so no cut below can leave part of one)."""
+        text = self._scrub(text) or ""
         err: Any = None
         try:
             obj = json.loads(text)
@@ -658,7 +674,20 @@ def _count(v: Any, ceiling: int = MAX_PLAUSIBLE_TOKENS) -> int | None:
 
 
 def _bad(r: ProbeResult, field: str, v: Any, why: str = "is not a token count") -> None:
-    r.extra.setdefault("ignored", []).append(f"{field} {str(v)[:40]!r} {why}")
+    """Note an ignored server value.  A number is quoted; anything else is described
+    by its type and size, never copied: a server echoing a secret into a count
+    field must not get it into the summary or the run file."""
+    r.extra.setdefault("ignored", []).append(f"{field} {_describe_value(v)} {why}")
+
+
+def _describe_value(v: Any) -> str:
+    """A server value as it may be quoted: a number, bool or null as its text (cut at
+    40 characters), a string or a container by its type and length only."""
+    if v is None or isinstance(v, (bool, int, float)):
+        return repr(str(v)[:40])
+    if isinstance(v, str):
+        return f"(a string of {len(v)} characters)"
+    return f"(a {type(v).__name__} of {len(v) if hasattr(v, '__len__') else '?'} items)"
 
 
 def _ceiling(context_tokens: int | None) -> int:
@@ -747,9 +776,9 @@ def _after_complete(e: BaseException, done: bool) -> str:
     return f"connection lost after {after}: {_server.describe_exc(e)}"
 
 
-async def _read_capped(resp: httpx.Response, cap: int) -> str:
-    content, _ = await bounded.read_capped(resp, cap)
-    return content.decode("utf-8", "replace")
+#: Bytes read past a cut so that a secret straddling it is masked whole (the longest
+#: API keys in use are ~200 characters).
+_SCRUB_MARGIN = 512
 
 
 _SEND_EVENTS = ("http11.send_request_headers.started", "http2.send_request_headers.started")
