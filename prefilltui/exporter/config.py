@@ -23,13 +23,15 @@ written in the file is refused, so it never sits in a config file or a process l
 
 from __future__ import annotations
 
-import math
 import re
 import tomllib
 from dataclasses import dataclass, fields, replace
+from pathlib import Path
 from typing import Any, Literal
 
 from prefilltui.measure.server import url_problem
+from prefilltui.model import limits
+from prefilltui.model.catalog import known_names, lookup_gpu
 from prefilltui.model.redact import display_url
 
 #: One probe start every 15 s per target: 4 probes/min, invisible next to any real
@@ -99,32 +101,42 @@ _FIELDS = {f.name for f in fields(TargetConfig)}
 _FORBIDDEN = {"api_key", "key", "token", "password", "authorization"}
 
 
-def check(cfg: TargetConfig) -> TargetConfig:
-    """Validate one target; returns it with ``lengths`` sorted and unique.
+def check(cfg: TargetConfig, where: str | None = None) -> TargetConfig:
+    """Validate every field of one target by type and range (``model.limits``);
+    returns it with ``lengths`` sorted and unique, and ints given for numbers as floats.
 
     Raises:
-        ValueError: naming the target and the bad field.
+        ValueError: naming the target (``where``, default "target 'LABEL'"), the key
+        and the range it must be in.
     """
-    where = f"target {cfg.label!r}"
+    if where is None:
+        named = isinstance(cfg.name, str) and isinstance(cfg.url, str)
+        where = f"target {cfg.label if named else '?'!r}"
+    changes: dict[str, Any] = {}
+    for f in fields(TargetConfig):
+        value = getattr(cfg, f.name)
+        if f.name == "name" and value == "":
+            continue  # unnamed: the label is the URL
+        try:
+            checked = limits.check(f.name, value)
+        except ValueError as e:
+            raise ValueError(f"{where}: {e}") from None
+        if checked is not value:
+            changes[f.name] = checked
+    cfg = replace(cfg, **changes)
     problem = url_problem(cfg.url)
     if problem:
         raise ValueError(f"{where}: url {cfg.shown_url!r}: {problem}")
-    if cfg.api not in ("completions", "chat"):
-        raise ValueError(f"{where}: api must be 'completions' or 'chat', not {cfg.api!r}")
-    if not cfg.lengths or any(not isinstance(n, int) or isinstance(n, bool) or n <= 0
-                              for n in cfg.lengths):
-        raise ValueError(f"{where}: lengths must be positive integers")
-    for k in ("interval", "timeout"):
-        v = getattr(cfg, k)
-        if not isinstance(v, (int, float)) or isinstance(v, bool) or not math.isfinite(v) or v <= 0:
-            raise ValueError(f"{where}: {k} must be a positive number of seconds")
     if cfg.interval < MIN_INTERVAL_S:
         raise ValueError(f"{where}: interval must be >= {MIN_INTERVAL_S} s")
-    if not isinstance(cfg.window, int) or cfg.window < 3:
-        raise ValueError(f"{where}: window must be an integer >= 3 probes")
     if not re.fullmatch(r"[A-Za-z_][A-Za-z0-9_]*", cfg.api_key_env or ""):
         raise ValueError(f"{where}: api_key_env must be an environment variable name")
-    return replace(cfg, lengths=tuple(sorted(set(cfg.lengths))))
+    if cfg.gpu is not None and cfg.peak_tflops is None and lookup_gpu(cfg.gpu) is None:
+        raise ValueError(f"{where}: gpu = {cfg.gpu[:60]!r} is not in the catalog (known: "
+                         f"{', '.join(known_names()['gpus'])}); give peak_tflops instead")
+    if cfg.model_config is not None and not Path(cfg.model_config).expanduser().is_file():
+        raise ValueError(f"{where}: model_config = {cfg.model_config[:200]!r}: no such file")
+    return cfg
 
 
 def _coerce(d: dict[str, Any], where: str) -> dict[str, Any]:
@@ -136,13 +148,11 @@ def _coerce(d: dict[str, Any], where: str) -> dict[str, Any]:
     if unknown:
         raise ValueError(f"{where}: unknown key {unknown[0]!r} (known: {', '.join(sorted(_FIELDS))})")
     out = dict(d)
-    if "lengths" in out:
-        if not isinstance(out["lengths"], list):
-            raise ValueError(f"{where}: lengths must be a list of integers")
-        out["lengths"] = tuple(out["lengths"])
-    for k in ("interval", "timeout", "peak_tflops", "bandwidth_tbs", "params", "efficiency"):
-        if isinstance(out.get(k), int) and not isinstance(out.get(k), bool):
-            out[k] = float(out[k])
+    for k, v in d.items():  # by type and range here, so the message names the file
+        try:
+            out[k] = limits.check(k, v)
+        except ValueError as e:
+            raise ValueError(f"{where}: {e}") from None
     return out
 
 
@@ -176,7 +186,7 @@ def load_toml(path: str, base: TargetConfig | None = None) -> list[TargetConfig]
         if "url" not in t:
             raise ValueError(f"{where}: url is missing")
         try:
-            out.append(check(replace(base, **{"name": "", **_coerce(t, where)})))
+            out.append(check(replace(base, **{"name": "", **_coerce(t, where)}), where))
         except TypeError as e:
             raise ValueError(f"{where}: {e}") from None
     return out

@@ -31,6 +31,7 @@ from collections import deque
 from dataclasses import dataclass
 from typing import Callable, Iterator, Protocol, Sequence
 
+from prefilltui.model.limits import UNKNOWN_CONTEXT_MAX_TOKENS
 from prefilltui.model.pacing import Pacing
 from prefilltui.model.redact import display_url
 from prefilltui.measure.server import ServerUnreachable
@@ -387,8 +388,14 @@ class SweepRunner:
             if set_session is not None:  # so `report` reads the run as this sweep saw it
                 set_session(server=session_facts(info))
             self._cap = cap_for_context(info.context_tokens)
-            self._plan_changed(f"the server's context is {info.context_tokens} tokens"
-                               if info.context_tokens else "")
+            if self._cap is None and max(self._lengths) > UNKNOWN_CONTEXT_MAX_TOKENS:
+                # a prompt is built before the server can refuse it: bound it
+                self._cap = UNKNOWN_CONTEXT_MAX_TOKENS
+                self._plan_changed("the server does not say its context; building a longer "
+                                   "one costs seconds and hundreds of MiB", reserve=False)
+            else:
+                self._plan_changed(f"the server's context is {info.context_tokens} tokens"
+                                   if info.context_tokens else "")
             await client.warm()
             calibrate = getattr(client, "calibrate", None)
             if calibrate is not None:  # before the first probe, warm-up or not
@@ -525,9 +532,11 @@ class SweepRunner:
         self._set_state("burst", f"done: {text}")
         return elapsed
 
-    def _plan_changed(self, why: str, extra: str | None = None) -> None:
+    def _plan_changed(self, why: str, extra: str | None = None, *, reserve: bool = True
+                      ) -> None:
         """Say which requested lengths the context cap changes (notes, cap_note) and
-        report the lengths that will run (``on_plan``); ``extra``: one more note."""
+        report the lengths that will run (``on_plan``); ``extra``: one more note;
+        ``reserve``: the cap keeps CONTEXT_RESERVE and 2 % free (a context cap)."""
         if extra and extra not in self.notes:
             self.notes.append(extra)
         cap = self._cap
@@ -536,8 +545,10 @@ class SweepRunner:
             planned = self.lengths
             merged = cap in self._lengths or len(over) > 1
             note = (f"{'lengths' if len(over) > 1 else 'length'} {', '.join(map(str, over))} "
-                    f"{'are' if len(over) > 1 else 'is'} over the longest prompt the "
-                    f"server takes ({why}; {CONTEXT_RESERVE} tokens and 2 % kept free): "
+                    f"{'are' if len(over) > 1 else 'is'} over the longest prompt "
+                    + ("the server takes" if reserve else "built") + f" ({why}"
+                    + (f"; {CONTEXT_RESERVE} tokens and 2 % kept free" if reserve else "")
+                    + "): "
                     f"capped to {cap} tokens"
                     + (f", merged: {len(planned)} lengths run, not {len(self._lengths)}"
                        if merged else ""))

@@ -99,3 +99,69 @@ def test_exporter_labels_pages_logs_and_files_never_hold_url_secrets(fake_server
     # the live target's credentials were still sent: Basic auth (no key set) and the query
     assert all(r.query == "api_key=QSECRET99" for r in srv.requests)
     assert all(r.headers["authorization"].startswith("Basic ") for r in srv.requests)
+
+
+# -- 8: settings by type and range, the key named
+
+
+import pytest  # noqa: E402
+
+
+@pytest.mark.parametrize("line, words", [
+    ("gpu = 7", "gpu = 7: must be a non-empty string"),
+    ('peak_tflops = "lots"', "peak_tflops = 'lots': must be a number > 0"),
+    ("efficiency = -3", "efficiency = -3: must be a number > 0 and <= 1.5"),
+    ('dtype = "int4"', "dtype = 'int4': must be one of 'bf16', 'fp16', 'fp8'"),
+    ("lengths = [99999999999999]", "lengths = [99999999999999]: must be a list of integer "
+                                   "prompt lengths >= 1 and <= 10,000,000 tokens"),
+    ("timeout = inf", "timeout = inf: must be a number > 0"),
+    ("window = 2.5", "window = 2.5: must be an integer >= 3"),
+    ("insecure = 1", "insecure = 1: must be true or false"),
+    ('gpu = "H999 Ultra"', "gpu = 'H999 Ultra' is not in the catalog"),
+    ("layers = 0", "layers = 0: must be an integer >= 1"),
+    ('model_config = "/nonexistent/config.json"', "no such file"),
+])
+@pytest.mark.parametrize("table", ["[[target]]\nurl = \"http://a\"\n", "[defaults]\n"])
+def test_exporter_config_values_by_type_and_range(tmp_path, capsys, line, words, table):
+    f = tmp_path / "t.toml"
+    body = table + line + "\n"
+    if table.startswith("[defaults]"):
+        body += '[[target]]\nurl = "http://a"\n'
+    f.write_text(body)
+    assert main(["exporter", "--config", str(f), "--run-dir", str(tmp_path)]) == 2
+    err = capsys.readouterr().err
+    assert words in err and str(f) in err and "Traceback" not in err
+
+
+@pytest.mark.parametrize("argv, words", [
+    (["--lengths", "50000000"], "lengths = [50000000]: must be"),
+    (["--max-tokens", "50000000"], "expected a list of integer prompt lengths"),
+    (["--peak-tflops", "1e308"], "expected a number > 0 and <= 1,000,000 TFLOP/s"),
+    (["--efficiency", "-3"], "expected a number > 0 and <= 1.5"),
+    (["--timeout", "nan"], "expected a number > 0 and <= 3,600 seconds"),
+    (["--depth", "50000000"], "depths must be integers from 0 to 10,000,000"),
+])
+def test_cli_values_by_range_are_usage_errors(argv, words, capsys):
+    import time
+
+    t0 = time.monotonic()
+    with pytest.raises(SystemExit) as ei:
+        main(["sweep", "http://127.0.0.1:9", *argv])
+    assert ei.value.code == 2 and time.monotonic() - t0 < 5
+    assert words in capsys.readouterr().err
+
+
+def test_unknown_context_caps_what_is_built(fake_server, tmp_path, capsys):
+    """8: a server that does not say its context gets no prompt over 1,048,576 tokens
+    (a 5 M-token prompt would take seconds and hundreds of MiB to build)."""
+    srv = fake_server({"GET /v1/models": Reply.json({"data": [{"id": "m"}]}),
+                       "POST /v1/completions": complete})
+    rc = main(["sweep", srv.base_url, "--lengths", "16,5000000", "--warmup", "0",
+               "--no-telemetry", "--timeout", "60", "--out", str(tmp_path / "r.jsonl")])
+    out = capsys.readouterr().out
+    assert rc == 0
+    assert "length 5000000 is over the longest prompt built" in out
+    assert "capped to 1048576 tokens" in out
+    words = max(len(r.json["prompt"].split()) for r in srv.requests
+                if r.path == "/v1/completions")
+    assert words <= 1_048_576
