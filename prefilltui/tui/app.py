@@ -39,7 +39,8 @@ from prefilltui.exit_codes import ExitCode
 from prefilltui.tui.help import HelpScreen
 from prefilltui.tui.workers import WorkerActions
 from prefilltui.tui.messages import ProbeDone, RunnerStateChanged
-from prefilltui.tui.themes import DEFAULT_THEME, VARIABLE_DEFAULTS, ThemeSet, load_themes
+from prefilltui.tui.themes import (DEFAULT_THEME, VARIABLE_DEFAULTS, ThemeSet, load_themes,
+                                   register_usable_themes)
 from prefilltui.tui.viewmodel import (
     Analysis, Counters, build_stats, linear_of, no_analysis, status_line,
 )
@@ -186,10 +187,8 @@ class PrefillApp(WorkerActions, App[int]):
         yield Footer(compact=True)
 
     def on_mount(self) -> None:
-        for theme in self.theme_set.themes:
-            self.register_theme(theme)
-        self.theme = (self._initial_theme if self._initial_theme in self.theme_set.names()
-                      else DEFAULT_THEME)
+        # only themes that parse with the whole stylesheet; a bad one is notified below
+        self.theme = register_usable_themes(self, self.theme_set, self._initial_theme)
         self.theme_changed_signal.subscribe(self, lambda _t: self._on_theme_changed())
         for problem in self.theme_set.problems + self.problems:
             self.notify(problem, severity="warning", timeout=8)
