@@ -24,7 +24,8 @@ from prefilltui.model.fit import LinearFit
 from prefilltui.measure.metrics_hook import MetricsHook
 from prefilltui.model.pacing import Pacing, auto_pacing
 from prefilltui.measure.probe import ProbeClient
-from prefilltui.measure.runfile import RotatingRunWriter, RunWriter, default_run_path
+from prefilltui.measure.runfile import (RotatingRunWriter, RunFileBusy, RunWriter,
+                                       default_run_path)
 from prefilltui.measure.sweep import ProbeHook, SweepConfig, SweepRunner, make_lengths
 from prefilltui.measure.telemetry import Sampler
 from prefilltui.model.types import ProbeResult
@@ -206,6 +207,8 @@ def build_session(options: Any, base_url: str, *, continuous: bool = False) -> S
         max_bytes = _opt(options, "run_max_bytes")
         writer = (RotatingRunWriter(run_path, max_bytes=max_bytes, keep=_opt(options, "run_keep", 3))
                   if max_bytes else RunWriter(run_path))
+    except RunFileBusy as exc:  # another run writes this file: never interleave them
+        raise SessionError(str(exc.strerror), ExitCode.USAGE) from None
     except OSError as exc:
         raise SessionError(f"cannot write the run file {run_path}: {exc.strerror or exc}"
                            ) from None

@@ -165,3 +165,74 @@ def test_unknown_context_caps_what_is_built(fake_server, tmp_path, capsys):
     words = max(len(r.json["prompt"].split()) for r in srv.requests
                 if r.path == "/v1/completions")
     assert words <= 1_048_576
+
+
+# -- 10: one run per run file at a time; report never merges runs silently
+
+
+def test_a_second_run_on_the_same_out_is_refused_while_the_first_writes(tmp_path, capsys):
+    import subprocess
+    import sys
+
+    out = tmp_path / "r.jsonl"
+    holder = subprocess.Popen(
+        [sys.executable, "-c", "import sys, time\nfrom prefilltui.measure.runfile import "
+         "RunWriter\nw = RunWriter(sys.argv[1])\nprint('held', flush=True)\ntime.sleep(60)",
+         str(out)], stdout=subprocess.PIPE, text=True)
+    try:
+        assert holder.stdout.readline().strip() == "held"
+        rc = main(["sweep", "http://127.0.0.1:9", "--lengths", "16", "--no-telemetry",
+                   "--out", str(out)])
+    finally:
+        holder.kill()
+        holder.wait()
+    err = capsys.readouterr().err
+    assert rc == 2
+    assert "is being written by another prefilltui run" in err and "another --out" in err
+
+
+def test_two_writers_in_one_process_are_refused_too(tmp_path):
+    from prefilltui.measure.runfile import RunFileBusy, RunWriter
+
+    with RunWriter(tmp_path / "r.jsonl"):
+        with pytest.raises(RunFileBusy):
+            RunWriter(tmp_path / "r.jsonl")
+    RunWriter(tmp_path / "r.jsonl").close()  # free again once the first is closed
+
+
+def _two_runs(fake_server, tmp_path):
+    srv = fake_server({"GET /v1/models": Reply.json({"data": [{"id": "m"}]}),
+                       "POST /v1/completions": complete})
+    out = tmp_path / "r.jsonl"
+    for _ in range(2):
+        assert main(["sweep", srv.base_url, "--lengths", "16,32,64", "--warmup", "0",
+                     "--no-telemetry", "--out", str(out)]) == 0
+    return out
+
+
+def test_report_refuses_two_runs_in_one_file_unless_asked(fake_server, tmp_path, capsys):
+    out = _two_runs(fake_server, tmp_path)
+    capsys.readouterr()
+    assert main(["report", str(out), "--no-plot"]) == 1
+    err = capsys.readouterr().err
+    assert "holds 2 runs (1: lines 1-" in err and "--merge-sessions" in err
+    assert main(["report", str(out), "--no-plot", "--merge-sessions", "--format", "json"]) == 0
+    import json
+    assert json.loads(capsys.readouterr().out)["probes"]["total"] >= 6
+    assert main(["report", str(out), "--no-plot", "--session", "2", "--format", "json"]) == 0
+    d = json.loads(capsys.readouterr().out)
+    assert d["probes"]["total"] < 6
+
+
+def test_report_tells_runs_apart_in_files_without_session_ids(fake_server, tmp_path, capsys):
+    """A file from before the ids: a ``seq`` that starts again starts another run."""
+    import json
+
+    out = _two_runs(fake_server, tmp_path)
+    lines = [ln for ln in out.read_text().splitlines() if '"record":"session"' not in ln]
+    old = tmp_path / "old.jsonl"
+    old.write_text("\n".join(lines) + "\n")
+    assert len({json.loads(ln)["seq"] for ln in lines}) < len(lines)  # duplicate seqs
+    capsys.readouterr()
+    assert main(["report", str(old), "--no-plot"]) == 1
+    assert "holds 2 runs" in capsys.readouterr().err
