@@ -10,6 +10,7 @@ metric                                          type       meaning
 prefilltui_build_info                           gauge      version, python_version; always 1
 prefilltui_target_info                          gauge      server_kind, api; always 1
 prefilltui_target_up                            gauge      1 last probe ok, 0 failed/unreachable
+prefilltui_target_ready                         gauge      1 probing (started, server found), 0 not yet
 prefilltui_probe_interval_seconds               gauge      shortest gap between probe starts
 prefilltui_probes_total                         counter    probes by outcome (ok/failed), error_kind
 prefilltui_cache_hit_probes_total               counter    ok probes the prefix cache served part of
@@ -61,6 +62,8 @@ def families(snaps: Sequence[TargetSnapshot]) -> list[Metric]:
                             "and API flavour", labels=LABELS)
     up = g("prefilltui_target_up", "1 when the last probe succeeded, 0 when it failed or the "
            "server is unreachable")
+    ready = g("prefilltui_target_ready", "1 when the target's prober runs and has discovered "
+              "its server; 0 while it waits to start, connects, or failed to start")
     interval = g("prefilltui_probe_interval_seconds", "Shortest gap between two probe starts "
                  "(probe rate ceiling = 1/this)")
     probes = c("prefilltui_probes", "Probes sent, by outcome (ok, failed) and error_kind",
@@ -101,6 +104,7 @@ def families(snaps: Sequence[TargetSnapshot]) -> list[Metric]:
         info.add_metric(lv, {"server_kind": s.server_kind or "unknown", "api": s.api})
         if s.up is not None:
             up.add_metric(lv, 1.0 if s.up else 0.0)
+        ready.add_metric(lv, 1.0 if s.ready else 0.0)
         interval.add_metric(lv, s.interval_s)
         for (outcome, kind), n in s.probes:
             probes.add_metric(lv + [outcome, kind], n)
@@ -130,7 +134,7 @@ def families(snaps: Sequence[TargetSnapshot]) -> list[Metric]:
             verdict.add_metric(lv, {v: v == s.verdict for v in VERDICTS})
         for name, v in s.parts_s:
             parts.add_metric(lv + [name], v)
-    return [info, up, interval, probes, hit, cached, ptoks, last, last_ok, ttft, a, a_lo, a_hi,
+    return [info, up, ready, interval, probes, hit, cached, ptoks, last, last_ok, ttft, a, a_lo, a_hi,
             b, tp, tp_lo, tp_hi, mfu, mfu_lo, mfu_hi, npts, verdict, parts]
 
 
@@ -145,13 +149,13 @@ class HealthCollector(Collector):
     never waits for a probe).  ``sources``: objects with a ``snapshot`` attribute."""
 
     def __init__(self, sources: Iterable, *, with_build_info: bool = True) -> None:
-        self.sources = list(sources)
+        self.sources = sources  # read at every scrape: a Fleet changes on reload
         self.with_build_info = with_build_info
 
     def collect(self) -> Iterator[Metric]:
         if self.with_build_info:
             yield build_info()
-        yield from families([s.snapshot for s in self.sources])
+        yield from families([s.snapshot for s in list(self.sources)])
 
     def describe(self) -> Iterator[Metric]:
         return iter(())

@@ -18,6 +18,7 @@ from __future__ import annotations
 import argparse
 import logging
 import math
+import threading
 import time
 from collections import deque
 from dataclasses import dataclass, field
@@ -72,7 +73,8 @@ class TargetSnapshot:
     """Everything ``/metrics`` shows for one target, read in one go.
 
     ``up``: None before the first probe or discovery attempt; False while the server is
-    unreachable or the last probe failed.  ``probes``: ((outcome, error_kind), count)
+    unreachable or the last probe failed.  ``ready``: the target's prober runs and has
+    discovered its server (False while queued to start, connecting, or failed to start).  ``probes``: ((outcome, error_kind), count)
     pairs with every kind present (zeros included, so rates work from the start).
     ``parts_s``: median overhead / queue / prefill seconds over the window, where the
     server publishes them.  ``verdict``: analysis verdict level, or None before a fit.
@@ -86,6 +88,7 @@ class TargetSnapshot:
     state: str = "connecting"
     detail: str = ""
     up: bool | None = None
+    ready: bool = False
     last_probe_ts: float | None = None
     last_success_ts: float | None = None
     probes: tuple[tuple[tuple[str, str], int], ...] = ()
@@ -186,7 +189,9 @@ class TargetProber:
         self._health: tuple[Fit | None, str | None, tuple] = (None, None, ())
         self._last: dict[str, Any] = {"up": None, "probe": None, "success": None}
         self.metrics_hook = None
-        self.snapshot = self._make_snapshot("connecting", "")
+        self._life = threading.Lock()  # start() and stop() never interleave
+        self._stopped = False
+        self.snapshot = self._make_snapshot("queued", "waiting for its turn to start")
 
     # -- wiring
     def session_options(self) -> argparse.Namespace:
@@ -212,24 +217,36 @@ class TargetProber:
         """
         from prefilltui.session import build_session
 
-        self.session = build_session(self.session_options(), self.cfg.url, continuous=True)
-        self.metrics_hook = self.session.metrics
-        self.writer = self.session.writer
-        self.runner = self.session.new_runner(on_result=self._on_result, on_state=self._on_state)
-        self.runner.start()
+        with self._life:
+            if self._stopped:  # removed (a reload) before its turn came
+                return self
+            self.session = build_session(self.session_options(), self.cfg.url, continuous=True)
+            self.metrics_hook = self.session.metrics
+            self.writer = self.session.writer
+            self.runner = self.session.new_runner(on_result=self._on_result,
+                                                  on_state=self._on_state)
+            self.runner.start()
         return self
+
+    def mark_failed(self, why: str) -> None:
+        """The prober could not start (``why``: one line): shown as state "failed"."""
+        self._last["up"] = False
+        self.snapshot = self._make_snapshot("failed", why)
 
     def request_stop(self) -> None:
         """Ask the runner to stop (cancels the probe in flight); returns at once."""
+        self._stopped = True
         if self.runner is not None:
             self.runner.stop(timeout=0)
 
     def stop(self, timeout: float = 5.0) -> None:
         """Stop, wait up to ``timeout`` s for the runner, flush and close the run file."""
-        if self.runner is not None:
-            self.runner.stop(timeout=timeout)
-        if self.session is not None:
-            self.session.close()
+        self._stopped = True
+        with self._life:
+            if self.runner is not None:
+                self.runner.stop(timeout=timeout)
+            if self.session is not None:
+                self.session.close()
 
     # -- runner callbacks (runner thread)
     def _set_up(self, up: bool, why: str) -> None:
@@ -304,6 +321,7 @@ class TargetProber:
             target=self.cfg.label, model=self.cfg.model or (info.model if info else None) or "",
             server_kind=info.kind if info else "", api=self.cfg.api,
             interval_s=self.cfg.interval, state=state, detail=detail, up=self._last["up"],
+            ready=self.runner is not None and self.runner.server_info is not None,
             last_probe_ts=self._last["probe"], last_success_ts=self._last["success"],
             probes=tuple(sorted(self._counts.items())), histograms=tuple(hists),
             fit=fit, verdict=verdict, parts_s=parts,

@@ -194,7 +194,9 @@ class ProbeClient:
                               if v)
         self._transport = ResendOnStaleConnection(
             verify=shared_ssl_context(verify),
-            limits=httpx.Limits(max_connections=4, max_keepalive_connections=4,
+            # discovery asks up to 4 things at once; probes and scrapes go one at a
+            # time, so one connection is kept (a long-running prober holds 1 fd, not 4)
+            limits=httpx.Limits(max_connections=4, max_keepalive_connections=1,
                                 keepalive_expiry=300.0))
         self._http = httpx.AsyncClient(
             headers=headers, transport=self._transport, auth=auth, params=creds.params,
