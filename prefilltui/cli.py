@@ -45,6 +45,7 @@ def build_parser() -> argparse.ArgumentParser:
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     parser.add_argument("--version", action="version", version=f"prefilltui {__version__}")
+    parser.set_defaults(func=None)  # each subcommand sets its own
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
     for _name, module in COMMANDS:
         importlib.import_module(module).register(sub)
@@ -72,12 +73,14 @@ class _OneLine(logging.Formatter):
         return ""
 
     def format(self, record: logging.LogRecord) -> str:
+        from prefilltui.model.sanitize import clean
+
         record.exc_text = ""
         line = super().format(record)
         if record.exc_info and record.exc_info[1] is not None:
             e = record.exc_info[1]
             line += f": {type(e).__name__}: {e}"
-        return line
+        return clean(line, multiline=True)  # log lines quote servers: escape controls
 
 
 class _CurrentStderr(logging.StreamHandler):
@@ -108,7 +111,7 @@ def main(argv: list[str] | None = None) -> int:
     _setup_logging()
     parser = build_parser()
     args = parser.parse_args(_normalise_argv(argv))
-    if not getattr(args, "func", None):
+    if args.func is None:
         parser.print_help()
         return ExitCode.USAGE
     try:

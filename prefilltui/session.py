@@ -1,13 +1,12 @@
 """One wiring for every command that probes a server: ``build_session(options, url)``.
 
-``sweep``, ``watch``, ``demo`` (through those two) and ``cache-check`` build their
-objects here, once, from the parsed options: the probe client factory (URL, API key,
-TLS, timeout, prompt seed), the ``/metrics`` hook (which scrapes through the probe
-client's own connection pool, so it has the same auth and TLS settings), the telemetry
-sampler, the run file and the baseline fit.  Commands stay thin: build, run, report.
+``sweep``, ``watch``, ``demo`` (through those two), ``cache-check`` and the exporter
+build their objects here, once, from typed options (``prefilltui.options``): the probe
+client factory (URL, API key, TLS, timeout, prompt seed), the ``/metrics`` hook (which
+scrapes through the probe client's own connection pool, so it has the same auth and TLS
+settings), the telemetry sampler, the run file and the baseline fit.  Commands stay
+thin: build the options, build the session, run, report.
 
-``options`` is an ``argparse.Namespace`` (or any object) with the attributes of
-``commands/common.py``'s argument groups; a missing attribute takes its default.
 Raises ``SessionError`` (a one-line message and the exit code) for bad options or a run
 file that cannot be created; nothing is left open then.
 """
@@ -17,9 +16,8 @@ from __future__ import annotations
 import os
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable
+from typing import Callable
 
-from prefilltui.model import defaults
 from prefilltui.model.fit import LinearFit
 from prefilltui.measure.metrics_hook import MetricsHook
 from prefilltui.model.pacing import Pacing, auto_pacing
@@ -30,6 +28,7 @@ from prefilltui.measure.sweep import ProbeHook, SweepConfig, SweepRunner, make_l
 from prefilltui.measure.telemetry import Sampler
 from prefilltui.model.types import ProbeResult
 from prefilltui.exit_codes import ExitCode
+from prefilltui.options import ProbeOptions, SessionOptions, SweepDesign
 
 
 class SessionError(Exception):
@@ -41,20 +40,15 @@ class SessionError(Exception):
         self.code = code
 
 
-def _opt(options: Any, name: str, default: Any = None) -> Any:
-    v = getattr(options, name, None)
-    return default if v is None else v
-
-
-def read_api_key(options: Any) -> str | None:
-    """The API key from the environment variable named by ``--api-key-env`` (default
-    OPENAI_API_KEY; surrounding whitespace removed), or None.
+def read_api_key(probe: ProbeOptions) -> str | None:
+    """The API key from the environment variable named by ``probe.api_key_env``
+    (``--api-key-env``, default OPENAI_API_KEY; surrounding whitespace removed), or None.
 
     Raises:
         SessionError: (USAGE) the key cannot be sent in an HTTP header; the message
             never contains the key.
     """
-    name = _opt(options, "api_key_env", "OPENAI_API_KEY")
+    name = probe.api_key_env
     key = (os.environ.get(name) or "").strip() or None
     if key is not None and not (key.isascii() and key.isprintable()):
         raise SessionError(f"the API key in ${name} contains characters that cannot be sent "
@@ -63,49 +57,54 @@ def read_api_key(options: Any) -> str | None:
     return key
 
 
-def client_factory(options: Any, base_url: str) -> Callable[..., ProbeClient]:
-    """A factory of probe clients for ``base_url`` with the options' API flavour, model,
-    API key, timeout, TLS verification and prompt seed (``seed_offset`` added to
-    ``--seed``, for a second client whose prompts must differ).
+def client_factory(probe: ProbeOptions, base_url: str, seed: int | None = None
+                   ) -> Callable[..., ProbeClient]:
+    """A factory of probe clients for ``base_url`` with ``probe``'s API flavour, model,
+    API key, time cap (``timeout_s``: the one route of ``--timeout`` to the client), TLS
+    verification and proxy (``measure.proxy``), and the prompt seed ``seed``
+    (``seed_offset`` added, for a second client whose prompts must differ).
 
     Raises:
-        SessionError: (USAGE) an API key that cannot be sent.
+        SessionError: (USAGE) an API key that cannot be sent, or an unusable proxy.
     """
-    api_key = read_api_key(options)
+    from prefilltui.measure.proxy import ProxyError, choose_proxy
 
-    seed = _opt(options, "seed")
+    api_key = read_api_key(probe)
+    try:
+        choose_proxy(base_url, probe.proxy)  # a bad --proxy or proxy variable: said up front
+    except ProxyError as exc:
+        raise SessionError(str(exc), ExitCode.USAGE) from None
 
     def new_client(seed_offset: int = 0) -> ProbeClient:
-        return ProbeClient(base_url, api=_opt(options, "api", "completions"),
-                           model=_opt(options, "model"), api_key=api_key,
-                           timeout=_opt(options, "timeout", defaults.TIMEOUT_S),
-                           verify=not _opt(options, "insecure", False),
+        return ProbeClient(base_url, api=probe.api, model=probe.model, api_key=api_key,
+                           timeout=probe.timeout_s, verify=not probe.insecure,
+                           proxy=probe.proxy,
                            seed=None if seed is None else seed + seed_offset)
 
     return new_client
 
 
-def sweep_lengths(options: Any) -> list[int]:
+def sweep_lengths(design: SweepDesign) -> list[int]:
     """The prompt lengths to probe: ``--lengths``, else ``--points`` log-spaced lengths
     from ``--min-tokens`` to ``--max-tokens``.
 
     Raises:
         SessionError: (USAGE) min above max, or an empty range.
     """
-    if _opt(options, "lengths"):
-        return sorted(set(options.lengths))
-    lo = _opt(options, "min_tokens", defaults.MIN_TOKENS)
-    hi = _opt(options, "max_tokens", defaults.MAX_TOKENS)
+    if design.lengths:
+        return sorted(set(design.lengths))
+    lo, hi = design.min_tokens, design.max_tokens
     if lo > hi:
         raise SessionError(f"sweep range: --min-tokens ({lo}) is above --max-tokens ({hi})",
                            ExitCode.USAGE)
     try:
-        return make_lengths(lo, hi, _opt(options, "points", defaults.POINTS))
+        return make_lengths(lo, hi, design.points)
     except ValueError as exc:
         raise SessionError(f"sweep range: {exc}", ExitCode.USAGE) from None
 
 
-def session_pacing(options: Any, sampler: Sampler | None, continuous: bool) -> Pacing | None:
+def session_pacing(design: SweepDesign, sampler: Sampler | None, continuous: bool
+                   ) -> Pacing | None:
     """How the runner spaces probes (``core.pacing``).  The TUI (``continuous``):
     duty-cycled from the sampler's period and window and ``--duty``/``--pause``
     (``auto_pacing``).  The headless sweep: None (its ``--pause`` gap, back-to-back by
@@ -114,7 +113,7 @@ def session_pacing(options: Any, sampler: Sampler | None, continuous: bool) -> P
     Raises:
         SessionError: (USAGE) a duty outside (0, 1].
     """
-    duty, pause = getattr(options, "duty", None), getattr(options, "pause", None)
+    duty, pause = design.duty, design.pause_s
     try:
         if continuous:
             return auto_pacing(sampler.period_s if sampler is not None else None,
@@ -137,7 +136,7 @@ class Session:
     """
 
     base_url: str
-    options: Any
+    options: SessionOptions
     new_client: Callable[..., ProbeClient]
     lengths: list[int]
     config: SweepConfig
@@ -175,13 +174,14 @@ class Session:
         self.writer.close()
 
 
-def build_session(options: Any, base_url: str, *, continuous: bool = False) -> Session:
-    """Build the session for ``base_url`` from parsed options (see the module docstring).
+def build_session(options: SessionOptions, base_url: str, *, continuous: bool = False
+                  ) -> Session:
+    """Build the session for ``base_url`` from ``options`` (see the module docstring).
 
     continuous: cycle the sweep until stopped (the TUI, the exporter) instead of one pass.
-    Long-running probers (the exporter) also give ``interval_s`` / ``jitter`` /
-    ``keep_results`` (``SweepConfig`` pacing and memory) and ``run_max_bytes`` /
-    ``run_keep`` (a size-rotated run file).
+    Long-running probers (the exporter) also set ``design.interval_s`` / ``jitter`` /
+    ``keep_results`` (``SweepConfig`` pacing and memory) and ``run_file.max_bytes`` /
+    ``keep`` (a size-rotated run file).
     The sampler is started; the runner is made by ``Session.new_runner``.
 
     Raises:
@@ -190,36 +190,31 @@ def build_session(options: Any, base_url: str, *, continuous: bool = False) -> S
     """
     from prefilltui.measure.runfile import load_baseline
 
-    new_client = client_factory(options, base_url)
-    lengths = sweep_lengths(options)
-    budget_probes, budget_s = _opt(options, "budget", (None, None))
-    config = SweepConfig(lengths=lengths, repeats=_opt(options, "repeats", 1),
-                         warmup=_opt(options, "warmup", 1), pause_s=_opt(options, "pause", 0.0),
-                         seed=_opt(options, "seed"), continuous=continuous,
-                         until_ci_pct=_opt(options, "until_ci"), budget_probes=budget_probes,
-                         budget_s=budget_s, interval_s=_opt(options, "interval_s"),
-                         jitter=_opt(options, "jitter", 0.0),
-                         keep_results=_opt(options, "keep_results"))
-    run_path = (Path(options.out).expanduser() if _opt(options, "out")
-                else default_run_path())
+    design, rf, tel = options.design, options.run_file, options.telemetry
+    new_client = client_factory(options.probe, base_url, design.seed)
+    lengths = sweep_lengths(design)
+    config = SweepConfig(lengths=lengths, repeats=design.repeats, warmup=design.warmup,
+                         pause_s=design.pause_s or 0.0, seed=design.seed, continuous=continuous,
+                         until_ci_pct=design.until_ci_pct, budget_probes=design.budget_probes,
+                         budget_s=design.budget_s, interval_s=design.interval_s,
+                         jitter=design.jitter, keep_results=design.keep_results)
+    run_path = Path(rf.path).expanduser() if rf.path else default_run_path()
     try:
         run_path.parent.mkdir(parents=True, exist_ok=True)
-        max_bytes = _opt(options, "run_max_bytes")
-        writer = (RotatingRunWriter(run_path, max_bytes=max_bytes, keep=_opt(options, "run_keep", 3))
-                  if max_bytes else RunWriter(run_path))
+        writer = (RotatingRunWriter(run_path, max_bytes=rf.max_bytes, keep=rf.keep)
+                  if rf.max_bytes else RunWriter(run_path))
     except RunFileBusy as exc:  # another run writes this file: never interleave them
         raise SessionError(str(exc.strerror), ExitCode.USAGE) from None
     except OSError as exc:
         raise SessionError(f"cannot write the run file {run_path}: {exc.strerror or exc}"
                            ) from None
     sampler = None
-    if not _opt(options, "no_telemetry", False):
+    if tel.enabled:
         from prefilltui.measure.telemetry import make_sampler
 
         try:
-            sampler = make_sampler(_opt(options, "gpus"),
-                                   hz=_opt(options, "sample_hz", defaults.SAMPLE_HZ),
-                                   processes=_opt(options, "telemetry_processes")).start()
+            sampler = make_sampler(tel.gpus, hz=tel.sample_hz,
+                                   processes=dict(tel.processes) or None).start()
         except ValueError as exc:  # a bad --gpus value
             writer.close()
             raise SessionError(str(exc), ExitCode.USAGE) from None
@@ -227,16 +222,15 @@ def build_session(options: Any, base_url: str, *, continuous: bool = False) -> S
         snap = sampler.snapshot()
         if snap.kind == "gpu":  # report resolves the GPU (peak, MFU) from these names
             writer.set_session(gpu_names=[d.name for d in snap.devices if d.name])
-    config.pacing = session_pacing(options, sampler, continuous)
+    config.pacing = session_pacing(design, sampler, continuous)
     metrics = MetricsHook()  # reader made from the probe client: same pool, auth, TLS
     session = Session(base_url=base_url, options=options, new_client=new_client,
                       lengths=lengths, config=config, writer=writer, sampler=sampler,
                       metrics=metrics, hooks=[metrics] + ([sampler] if sampler else []))
-    path = _opt(options, "baseline")
+    path = options.analysis.baseline
     if path:
         try:
-            session.baseline = load_baseline(path, method=_opt(options, "fit",
-                                                               defaults.FIT_METHOD))
+            session.baseline = load_baseline(path, method=options.analysis.fit)
         except (OSError, ValueError) as exc:
             session.baseline_problem = f"--baseline {path}: {exc}"
     return session

@@ -16,7 +16,7 @@ import asyncio
 import json
 
 from prefilltui.commands.common import (_positive_int, add_output_args, add_server_args, err,
-                                        server_url)
+                                        probe_options, say, server_url)
 from prefilltui.model import defaults
 from prefilltui.measure.prefix_cache import cache_check
 from prefilltui.exit_codes import ExitCode
@@ -39,7 +39,7 @@ def register(sub) -> None:
 
 
 async def _check(args) -> tuple[int, dict | None, str]:
-    async with client_factory(args, args.url)() as client:
+    async with client_factory(probe_options(args), args.url)() as client:
         res = await cache_check(client, args.tokens)
         info = client.info
     if res.unreachable:
@@ -64,9 +64,9 @@ def run(args) -> int:
     if args.format == "json" and d is not None:
         print(json.dumps(d))
     elif code == ExitCode.OK:
-        print(line)
+        say(line)
         for note in (d or {}).get("notes", []):
-            print(f"  note: {note}")
+            say(f"  note: {note}")
     if code != ExitCode.OK:
         err(line)
     return code

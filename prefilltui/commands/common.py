@@ -9,9 +9,14 @@ from __future__ import annotations
 import argparse
 import math
 import sys
+from typing import get_args
 
 from prefilltui.model import defaults, limits
-from prefilltui.model.types import FIT_METHODS
+from prefilltui.model.sanitize import clean
+from prefilltui.model.types import FIT_METHODS, Dtype
+from prefilltui.options import (API_KEY_ENV, AnalysisOptions, ProbeOptions, RooflineSpec,
+                                RunFileOptions, SessionOptions, SweepDesign, TelemetryOptions,
+                                read_model_config)
 
 
 def _int_list(text: str) -> list[int]:
@@ -89,6 +94,11 @@ def _duty(text: str) -> float:
     return v
 
 
+#: ``--efficiency``: a fraction of peak in (0, 1.5] (``limits.RANGES``, the range
+#: roofline.estimate accepts).
+_efficiency = ranged("efficiency")
+
+
 def _sample_hz(text: str) -> float:
     """A sampling rate in [0.1, 100] Hz (slower would leave probes unattributed, faster
     would spend a core on sampling)."""
@@ -100,11 +110,19 @@ def _sample_hz(text: str) -> float:
 
 def err(message: str) -> None:
     """Print ``prefilltui: <message>`` on stderr (the one-line error of every command;
-    further lines of ``message`` are indented under it with ``  | ``)."""
-    first, _, rest = message.partition("\n")
+    further lines of ``message`` are indented under it with ``  | ``).  Control
+    characters are escaped (``model.sanitize.clean``): messages quote servers."""
+    first, _, rest = clean(message, multiline=True).partition("\n")
     print(f"prefilltui: {first}", file=sys.stderr)
     for line in rest.splitlines():
         print(f"  | {line}", file=sys.stderr)
+
+
+def say(text: str, file=None) -> None:
+    """Print a block of text output (progress, summary, report) with every control
+    character but the newline escaped (``model.sanitize.clean``): the one sink of a
+    command's text output, so nothing a server sent is executed by the terminal."""
+    print(clean(text, multiline=True), file=sys.stdout if file is None else file, flush=True)
 
 
 def _positive_int(text: str) -> int:
@@ -130,13 +148,18 @@ def _non_negative_int(text: str) -> int:
 def add_server_args(p: argparse.ArgumentParser) -> None:
     """How to talk to the server: API flavour, model, auth, TLS, timeouts."""
     g = p.add_argument_group("server")
-    g.add_argument("--api", choices=("completions", "chat"), default="completions",
-                   help="endpoint: /v1/completions (default) or /v1/chat/completions")
+    g.add_argument("--api", choices=("completions", "chat", "responses"), default="completions",
+                   help="endpoint: /v1/completions (default), /v1/chat/completions, or "
+                        "/v1/responses (the Responses API)")
     g.add_argument("--model", help="model id to request (default: the first of /v1/models)")
-    g.add_argument("--api-key-env", default="OPENAI_API_KEY", metavar="NAME",
-                   help="environment variable holding the API key (default OPENAI_API_KEY); "
+    g.add_argument("--api-key-env", default=API_KEY_ENV, metavar="NAME",
+                   help=f"environment variable holding the API key (default {API_KEY_ENV}); "
                         "the key is never printed, logged or written")
     g.add_argument("--insecure", action="store_true", help="skip TLS certificate verification")
+    g.add_argument("--proxy", metavar="URL",
+                   help="send every request through this proxy (http, https, socks5), or "
+                        "'none' to go direct; default: HTTPS_PROXY / HTTP_PROXY / ALL_PROXY "
+                        "and NO_PROXY from the environment, loopback servers always direct")
     g.add_argument("--timeout", type=ranged("timeout"), default=defaults.TIMEOUT_S, metavar="S",
                    help=f"per-probe time cap in seconds (default {defaults.TIMEOUT_S:g})")
 
@@ -156,10 +179,11 @@ def add_sweep_args(p: argparse.ArgumentParser, *, min_tokens: int = defaults.MIN
                         "server's context)")
     g.add_argument("--points", type=_positive_int, default=points, metavar="K",
                    help=f"number of log-spaced lengths between min and max (default {points})")
-    g.add_argument("--repeats", type=_positive_int, default=1, metavar="R",
-                   help="probes per length (default 1)")
-    g.add_argument("--warmup", type=_non_negative_int, default=1, metavar="W",
-                   help="warm-up probes, recorded but kept out of the fit (default 1)")
+    g.add_argument("--repeats", type=_positive_int, default=defaults.REPEATS, metavar="R",
+                   help=f"probes per length (default {defaults.REPEATS})")
+    g.add_argument("--warmup", type=_non_negative_int, default=defaults.WARMUP, metavar="W",
+                   help=f"warm-up probes, recorded but kept out of the fit (default "
+                        f"{defaults.WARMUP})")
     g.add_argument("--pause", type=_non_negative_float, default=None, metavar="S",
                    help="seconds of idle after each probe; 0 = back-to-back (default: the "
                         "headless sweep 0; the TUI and demo 2 sampler periods or 2 s of "
@@ -248,8 +272,8 @@ def add_hardware_args(p: argparse.ArgumentParser) -> None:
                    help="dense peak in TFLOP/s (overrides the catalog; needed for MFU on a CPU)")
     g.add_argument("--bandwidth-tbs", type=ranged("bandwidth_tbs"), metavar="B",
                    help="memory bandwidth in TB/s (overrides the catalog)")
-    g.add_argument("--dtype", choices=limits.DTYPES, default="bf16",
-                   help="datatype whose peak to use (default bf16)")
+    g.add_argument("--dtype", choices=get_args(Dtype), default=defaults.DTYPE,
+                   help=f"datatype whose peak to use (default {defaults.DTYPE})")
     g.add_argument("--params", type=ranged("params"), metavar="P",
                    help="parameters doing matmuls (active params for MoE), e.g. 8.03e9")
     g.add_argument("--layers", type=ranged("layers"), metavar="L", help="transformer layers")
@@ -286,3 +310,58 @@ def add_analysis_args(p: argparse.ArgumentParser) -> None:
 def add_output_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--format", choices=("text", "json"), default="text",
                    help="text summary (default) or one JSON object on stdout")
+
+
+# ------------------------------------------------------- options, built once here
+# Every command turns its parsed arguments into the typed options of
+# ``prefilltui.options`` with these builders; nothing below ``commands/`` sees argparse.
+# Each builder reads only the argument groups above that add its flags.
+
+
+def probe_options(args: argparse.Namespace) -> ProbeOptions:
+    """``add_server_args``'s flags."""
+    return ProbeOptions(api=args.api, model=args.model, api_key_env=args.api_key_env,
+                        insecure=args.insecure, proxy=args.proxy, timeout_s=args.timeout)
+
+
+def sweep_design(args: argparse.Namespace, *, depths: list[int] | None = None) -> SweepDesign:
+    """``add_sweep_args``'s flags, and ``--depth`` for the commands that have it."""
+    budget_probes, budget_s = args.budget or (None, None)
+    return SweepDesign(
+        lengths=tuple(args.lengths) if args.lengths else None, min_tokens=args.min_tokens,
+        max_tokens=args.max_tokens, points=args.points, repeats=args.repeats,
+        warmup=args.warmup, pause_s=args.pause, duty=args.duty, seed=args.seed,
+        until_ci_pct=args.until_ci, budget_probes=budget_probes, budget_s=budget_s,
+        depths=tuple(depths or ()))
+
+
+def roofline_spec(args: argparse.Namespace) -> RooflineSpec:
+    """``add_hardware_args``'s flags and ``--model`` (every command with the hardware
+    group has one); a ``--model-config`` file is read here, once."""
+    return read_model_config(RooflineSpec(
+        model=args.model, model_config=args.model_config, params=args.params,
+        layers=args.layers, hidden=args.hidden, attn_width=args.attn_width, gpu=args.gpu,
+        peak_tflops=args.peak_tflops, bandwidth_tbs=args.bandwidth_tbs, dtype=args.dtype,
+        efficiency=args.efficiency))
+
+
+def analysis_options(args: argparse.Namespace) -> AnalysisOptions:
+    """``add_analysis_args``'s and ``add_hardware_args``'s flags."""
+    return AnalysisOptions(fit=args.fit, window=args.window, baseline=args.baseline,
+                           roofline=roofline_spec(args))
+
+
+def telemetry_options(args: argparse.Namespace) -> TelemetryOptions:
+    """``add_telemetry_args``'s flags."""
+    return TelemetryOptions(enabled=not args.no_telemetry, gpus=args.gpus,
+                            sample_hz=args.sample_hz)
+
+
+def session_options(args: argparse.Namespace, *, depths: list[int] | None = None
+                    ) -> SessionOptions:
+    """The options of a measuring command (server, sweep, hardware, telemetry and
+    analysis groups, ``--out``)."""
+    return SessionOptions(probe=probe_options(args), design=sweep_design(args, depths=depths),
+                          telemetry=telemetry_options(args),
+                          run_file=RunFileOptions(path=args.out),
+                          analysis=analysis_options(args))

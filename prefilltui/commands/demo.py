@@ -14,6 +14,8 @@ import argparse
 import os
 import shlex
 import sys
+from dataclasses import replace
+from typing import Callable
 
 from prefilltui.commands.common import (
     _positive_float,
@@ -26,10 +28,12 @@ from prefilltui.commands.common import (
     add_sweep_args,
     add_telemetry_args,
     err,
+    session_options,
 )
-from prefilltui.commands.watch import add_tui_args
+from prefilltui.commands.watch import add_tui_args, display_options
 from prefilltui.model import defaults
 from prefilltui.exit_codes import ExitCode
+from prefilltui.options import SessionOptions
 
 #: Sweep defaults sized for a CPU: SmolLM2-135M prefill on 2 cores measured here at
 #: ~150-175 prompt tokens/s, so the longest probe (1,024 tokens) takes ~6-7 s; from
@@ -93,14 +97,16 @@ def register(sub) -> None:
     p.set_defaults(func=run)
 
 
-def _job(headless: bool):
-    """The main job to run against the server, ``fn(args, base_url) -> int``: the live
+def _job(args: argparse.Namespace) -> Callable[[str, SessionOptions], int]:
+    """The main job to run against the server, ``fn(base_url, options) -> int``: the live
     TUI (``watch.run_tui``), or with --headless the sweep (``sweep.run_sweep``)."""
-    if headless:
-        from prefilltui.commands.sweep import run_sweep
-        return run_sweep
-    from prefilltui.commands.watch import run_tui
-    return run_tui
+    if args.headless:
+        from prefilltui.commands import sweep
+        as_json = args.format == "json"
+        return lambda url, opts: sweep.run_sweep(opts, url, as_json=as_json)
+    from prefilltui.commands import watch
+    display = display_options(args)
+    return lambda url, opts: watch.run_tui(opts, display, url)
 
 
 def run(args: argparse.Namespace) -> int:
@@ -109,7 +115,7 @@ def run(args: argparse.Namespace) -> int:
     from prefilltui.demo.steps import DemoSetupError
     from prefilltui.demo.target import prepare_target
 
-    if getattr(args, "depth", None) and not args.headless:
+    if args.depth and not args.headless:
         err("--depth runs with --headless (the live TUI has no depth phase)")
         return ExitCode.USAGE
     try:
@@ -124,7 +130,8 @@ def run(args: argparse.Namespace) -> int:
             if args.prepare_only:
                 print(f"llama-server: {binary}\nmodel: {gguf}")
                 return ExitCode.OK
-            job = _job(args.headless)
+            options = session_options(args, depths=args.depth)
+            job = _job(args)
             print(f"prefilltui: starting llama-server ({binary.name}, {gguf.name}, "
                   f"-c {args.ctx}, -t {args.threads or os.cpu_count()})", file=sys.stderr,
                   flush=True)
@@ -132,11 +139,11 @@ def run(args: argparse.Namespace) -> int:
                              extra_args=extra, startup_timeout=args.startup_timeout) as srv:
                 print(f"prefilltui: llama-server ready at {srv.base_url} (pid {srv.pid}, "
                       f"log {srv.log_path})", file=sys.stderr, flush=True)
-                args.url = srv.base_url
                 # show the server's own CPU use beside the machine's (CPU fallback only):
                 # on a shared box the whole-CPU gauge can sit at 100 % regardless
-                args.telemetry_processes = {"llama-server": srv.pid}
-                return int(job(args, srv.base_url) or 0)
+                options = replace(options, telemetry=replace(
+                    options.telemetry, processes=(("llama-server", srv.pid),)))
+                return int(job(srv.base_url, options) or 0)
     except DemoSetupError as e:
         err(str(e))
         return ExitCode.FAILURE

@@ -22,10 +22,12 @@ from dataclasses import replace
 from pathlib import Path
 
 from prefilltui.commands.common import (_int_list, _positive_float, _positive_int,
-                                        add_hardware_args, add_server_args, server_url)
+                                        add_hardware_args, add_server_args, probe_options,
+                                        roofline_spec, server_url)
 from prefilltui.exit_codes import ExitCode
 from prefilltui.exporter.config import (DEFAULT_INTERVAL_S, DEFAULT_LENGTHS, DEFAULT_WINDOW,
-                                        MIN_INTERVAL_S, TargetConfig, check, load_toml, unique)
+                                        MIN_INTERVAL_S, RUN_FILE_KEEP, RUN_FILE_MAX_BYTES,
+                                        TargetConfig, check, load_toml, unique)
 from prefilltui.session import SessionError
 
 log = logging.getLogger("prefilltui.exporter")
@@ -62,10 +64,11 @@ def register(sub) -> None:
     r.add_argument("--run-dir", metavar="DIR",
                    help="directory of the per-target run files (default: the user data dir's "
                         "prefilltui/exporter)")
-    r.add_argument("--run-file-max-mb", type=_positive_float, default=16.0, metavar="MB",
-                   help="rotate a target's run file at this size in MiB (default 16)")
-    r.add_argument("--run-file-keep", type=int, default=3, metavar="K",
-                   help="rotated run files kept per target (default 3)")
+    r.add_argument("--run-file-max-mb", type=_positive_float, default=RUN_FILE_MAX_BYTES / 2**20,
+                   metavar="MB", help=f"rotate a target's run file at this size in MiB (default "
+                                      f"{RUN_FILE_MAX_BYTES / 2**20:g})")
+    r.add_argument("--run-file-keep", type=int, default=RUN_FILE_KEEP, metavar="K",
+                   help=f"rotated run files kept per target (default {RUN_FILE_KEEP})")
     add_hardware_args(p)
     p.set_defaults(func=run)
 
@@ -85,7 +88,9 @@ def _window(text: str) -> int:
 
 
 def _err(msg: str) -> None:
-    print(f"prefilltui: {msg}", file=sys.stderr)
+    from prefilltui.model.sanitize import clean
+
+    print(f"prefilltui: {clean(msg, multiline=True)}", file=sys.stderr)
 
 
 def parse_listen(text: str) -> tuple[str, int]:
@@ -100,13 +105,9 @@ def parse_listen(text: str) -> tuple[str, int]:
 def targets_from_args(args) -> list[TargetConfig]:
     """The targets of a parsed command line (URLs, then the file's).  Raises ValueError
     / OSError (the file)."""
-    base = TargetConfig(
-        url="http://unset", api=args.api, model=args.model, api_key_env=args.api_key_env,
-        lengths=tuple(args.lengths), interval=args.interval, timeout=args.timeout,
-        window=args.window, insecure=args.insecure, gpu=args.gpu, peak_tflops=args.peak_tflops,
-        bandwidth_tbs=args.bandwidth_tbs, dtype=args.dtype, params=args.params,
-        layers=args.layers, hidden=args.hidden, attn_width=args.attn_width,
-        model_config=args.model_config, efficiency=args.efficiency)
+    base = TargetConfig(url="http://unset", probe=probe_options(args),
+                        roofline=roofline_spec(args), lengths=tuple(args.lengths),
+                        interval_s=args.interval, window=args.window)
     targets = [check(replace(base, url=u)) for u in args.urls]
     if args.config:
         targets += load_toml(args.config, base)
@@ -121,32 +122,32 @@ def _default_run_dir() -> Path:
 
 def _preflight(targets: list[TargetConfig]) -> int:
     """What must hold before serving, checked up front (a usage error, never a target
-    that silently fails in the background): each target's API key can be sent, the
-    count of targets and the open-file limit fit.
+    that silently fails in the background): each target's API key can be sent, its
+    ``baseline_run`` holds a fit, the count of targets and the open-file limit fit.
 
     Raises:
         SessionError: a key that cannot be sent (USAGE; the message holds no key).
-        ValueError: too many targets, or too low a file limit.
+        ValueError: a baseline without a fit, too many targets, too low a file limit.
     Returns: the HTTP connections the file limit leaves (``fleet.check_capacity``).
     """
-    from types import SimpleNamespace
-
     from prefilltui.exporter.fleet import check_capacity
+    from prefilltui.exporter.health import explicit_baseline
     from prefilltui.session import read_api_key
 
     for t in targets:
         try:
-            read_api_key(SimpleNamespace(api_key_env=t.api_key_env))
+            read_api_key(t.probe)
         except SessionError as e:
             raise SessionError(f"target {t.label!r}: {e}", e.code) from None
+        explicit_baseline(t)  # ValueError naming the target
     return check_capacity(len(targets))
 
 
 def _announce(targets: list[TargetConfig]) -> None:
     for t in targets:
-        load = sum(t.lengths) / len(t.lengths) / t.interval
+        load = sum(t.lengths) / len(t.lengths) / t.interval_s
         where = t.label if t.label == t.shown_url else f"{t.label} ({t.shown_url})"
-        print(f"  {where}: at most {1 / t.interval:.3g} probes/s, "
+        print(f"  {where}: at most {1 / t.interval_s:.3g} probes/s, "
               f"~{load:.0f} prompt tokens/s", file=sys.stderr, flush=True)
 
 

@@ -2,7 +2,8 @@
 
 Prints the same summary as the end of a sweep (fit with 95 % intervals, window fit,
 roofline comparison, verdict) and a plotext scatter of TTFT against prompt tokens
-with the fitted line; ``--format json`` prints the ``analyze`` dict instead.
+with the fitted line; ``--format json`` prints the ``RunSummary``'s JSON instead (the
+same as ``sweep --format json`` printed for the run, without ``live``).
 ``--svg FILE`` / ``--html FILE`` also write the figure (``prefilltui.render.figure``):
 an SVG, and an HTML page with the same figure and the summary tables.  Probes of a
 ``--depth`` run get their own table (``prefilltui.model.depth``).
@@ -13,20 +14,21 @@ every probe in it failed.  ``--baseline`` drift is ``core.drift``, as in sweep a
 from __future__ import annotations
 
 import argparse
-import json
 import re
 import shutil
 import sys
 from collections import Counter
 
 from prefilltui.commands.common import (add_analysis_args, add_hardware_args, add_output_args,
-                                        err)
-from prefilltui.model.analysis import analyze, format_summary
-from prefilltui.model.depth import depth_table, format_depth, is_depth_probe
-from prefilltui.measure.runfile import read_run_sessions, read_session
-from prefilltui.model import defaults
-from prefilltui.model.drift import drift, run_fit
-from prefilltui.model.types import server_info_from_session
+                                        analysis_options, err, say)
+from prefilltui.model.analysis import analyze
+from prefilltui.model.sanitize import clean
+from prefilltui.measure.runfile import load_baseline, read_run_sessions, read_session
+from prefilltui.model.fit import LinearFit
+from prefilltui.model.summary import RunSummary
+from prefilltui.model.types import ProbeResult, server_info_from_session
+from prefilltui.render.tables import format_depth
+from prefilltui.render.text import format_summary, summary_json
 from prefilltui.exit_codes import ExitCode
 
 
@@ -83,7 +85,7 @@ def _load(path: str, *, merge: bool = True, session: int | None = None):
                       "together with --merge-sessions")
     results = [r for s in sessions for r in s.results]
     for msg in problems[:5]:
-        print(f"prefilltui: {path}: {msg} (skipped)", file=sys.stderr)
+        err(f"{path}: {msg} (skipped)")
     if len(problems) > 5:
         print(f"prefilltui: {path}: {len(problems) - 5} more bad lines skipped", file=sys.stderr)
     if not results:
@@ -92,6 +94,7 @@ def _load(path: str, *, merge: bool = True, session: int | None = None):
 
 
 def run(args) -> int:
+    options = analysis_options(args)
     results, problem = _load(args.run_file, merge=args.merge_sessions, session=args.session)
     if problem:
         err(problem)
@@ -104,25 +107,23 @@ def run(args) -> int:
     gpu_names = session.get("gpu_names")
     gpu_names = ([n for n in gpu_names if isinstance(n, str) and n]
                  if isinstance(gpu_names, list) else None) or None
-    # probes after a deliberately cached prefix (--depth) have their own table
-    d = analyze([r for r in results if not is_depth_probe(r)], info, args,
-                gpu_names=gpu_names)
-    d["run_file"] = str(args.run_file)
-    d["depth"] = depth_table(results, d.get("model"))
-    if getattr(args, "baseline", None):
-        d["drift"] = _drift(args, results)
-    text = format_summary(d)
-    if d.get("drift"):
-        text += f"\nDrift vs baseline: {d['drift']}"
-    if d["depth"]:
-        text += "\n" + "\n".join(format_depth(d["depth"]))
+    baseline_fit, baseline_problem = _baseline(options.baseline, options.fit)
+    # probes after a deliberately cached prefix (--depth) go to their own table
+    d = analyze(results, info, options, gpu_names=gpu_names, baseline_fit=baseline_fit,
+                baseline_problem=baseline_problem, run_file=str(args.run_file))
+    text = clean(format_summary(d), multiline=True)  # run files hold servers' raw text
+    drift = d.diagnosis.drift if d.diagnosis is not None else None
+    if drift:
+        text += f"\nDrift vs baseline: {drift}"
+    if d.depth:
+        text += "\n" + "\n".join(format_depth(d.depth))
     code = _write_figures(args, results, d, text)
     if code:
         return code
     if args.format == "json":
-        print(json.dumps(d, indent=2, allow_nan=False, default=str))
+        print(summary_json(d))
     else:
-        print(text)
+        say(text)
         if not args.no_plot:
             plot = render_plot(results, d)
             if plot:
@@ -133,13 +134,13 @@ def run(args) -> int:
     return ExitCode.OK
 
 
-def _write_figures(args, results, d, text: str) -> int:
+def _write_figures(args, results: list[ProbeResult], d: RunSummary, text: str) -> int:
     """Write --svg / --html; ``ExitCode.FAILURE`` (with the reason) when a file cannot
     be written, else ``ExitCode.OK``."""
     from prefilltui.render.figure import html_page, svg_figure
 
-    for path, make in ((getattr(args, "svg", None), lambda: svg_figure(results, d)),
-                       (getattr(args, "html", None), lambda: html_page(
+    for path, make in ((args.svg, lambda: svg_figure(results, d)),
+                       (args.html, lambda: html_page(
                            results, d, text, title=f"prefilltui report: {args.run_file}"))):
         if not path:
             continue
@@ -153,18 +154,20 @@ def _write_figures(args, results, d, text: str) -> int:
     return ExitCode.OK
 
 
-def _drift(args, results) -> str | None:
-    """``drift.drift`` of the baseline run's fit and this run's (``drift.run_fit``, as
-    sweep and the TUI compute them), or None (no baseline fit, no worsening)."""
-    base, problem = _load(args.baseline)
-    if problem:
-        print(f"prefilltui: baseline not used: {problem}", file=sys.stderr)
-        return None
-    method = args.fit or defaults.FIT_METHOD
-    return drift(run_fit(base, method), run_fit(results, method))
+def _baseline(path: str | None, method: str) -> tuple[LinearFit | None, str | None]:
+    """The ``--baseline`` run's fit (``runfile.load_baseline``, as sweep and the TUI load
+    it), or None and why (also said on stderr)."""
+    if not path:
+        return None, None
+    try:
+        return load_baseline(path, method=method), None
+    except (OSError, ValueError) as e:
+        print(f"prefilltui: baseline not used: --baseline {path}: {e}", file=sys.stderr)
+        return None, f"--baseline {path}: {e}"
 
 
-def render_plot(results, d, *, width: int | None = None, height: int | None = None) -> str:
+def render_plot(results: list[ProbeResult], d: RunSummary, *, width: int | None = None,
+                height: int | None = None) -> str:
     """plotext scatter of TTFT (ms) vs prompt tokens, fit line over it; '' with no points."""
     import plotext as plt
 
@@ -178,17 +181,17 @@ def render_plot(results, d, *, width: int | None = None, height: int | None = No
     if not color:
         plt.theme("clear")
     plt.scatter([r.tokens for r in pts], [r.ttft_s * 1e3 for r in pts], label="TTFT (fit-eligible)")
-    f = d.get("fit") or {}
-    if f.get("n") is not None:
-        lo = max(f["knee_tokens"] or 0, min(r.tokens for r in pts))
+    f = d.fit
+    if f is not None:
+        lo = max(f.knee_tokens or 0, min(r.tokens for r in pts))
         hi = max(r.tokens for r in pts)
         xs = [lo + (hi - lo) * i / 40 for i in range(41)]
-        ys = [(f["intercept_s"] + f["slope_s_per_token"] * x) * 1e3 for x in xs]
-        plt.plot(xs, ys, label=f"{f['method']} fit: {f['prefill_tokens_per_s'] or 0:,.0f} tok/s")
-    q = d.get("quadratic")
-    if q and q.get("applies"):
-        xs = [q["x_min"] + (q["x_max"] - q["x_min"]) * i / 40 for i in range(41)]
-        ys = [(q["intercept_s"] + q["slope_s_per_token"] * x + q["c_s_per_token2"] * x * x) * 1e3
+        ys = [(f.intercept_s + f.slope_s_per_token * x) * 1e3 for x in xs]
+        plt.plot(xs, ys, label=f"{f.method} fit: {f.prefill_tokens_per_s or 0:,.0f} tok/s")
+    if d.quadratic is not None and d.quadratic.applies:
+        q = d.quadratic.fit
+        xs = [q.x_min + (q.x_max - q.x_min) * i / 40 for i in range(41)]
+        ys = [(q.intercept_s + q.slope_s_per_token * x + q.c_s_per_token2 * x * x) * 1e3
               for x in xs]
         plt.plot(xs, ys, label="quadratic fit")
     plt.xlabel("prompt tokens")

@@ -1,9 +1,10 @@
 """`prefilltui watch URL` (also `prefilltui URL`): the live TUI against a server.
 
-``run_tui(args, base_url, *, on_ready=None) -> int`` is shared with `prefilltui demo`:
-``args`` is a Namespace carrying the server, sweep, hardware, telemetry and analysis
-groups of commands/common.py plus ``--theme`` (``add_tui_args``); the objects come
-from ``prefilltui.session.build_session``, as for ``sweep``.  Probing runs
+``run_tui(options, display, base_url, *, on_ready=None) -> int`` is shared with
+`prefilltui demo`: ``options`` (``SessionOptions``) and ``display``
+(``DisplayOptions``, ``--theme``) are built from the command line once
+(``commands.common.session_options``, ``display_options``); the objects come from
+``prefilltui.session.build_session``, as for ``sweep``.  Probing runs
 continuously (the randomized sweep, cycled) in the runner's own thread, with an idle
 gap after each probe (``core.pacing.auto_pacing``: duty 0.5 by default) so the gauges
 show one spike per long probe; every probe is appended to the run file as it
@@ -14,20 +15,23 @@ from __future__ import annotations
 
 import argparse
 import csv
-import json
 import sys
 from pathlib import Path
 from typing import Any, Callable
 
 from prefilltui.commands.common import (
     add_analysis_args, add_hardware_args, add_server_args, add_sweep_args,
-    add_telemetry_args, err, server_url,
+    add_telemetry_args, err, server_url, session_options,
 )
 from prefilltui.model import defaults
 from prefilltui.model.analysis import analyze
+from prefilltui.model.redact import display_url
+from prefilltui.model.summary import LiveFacts
 from prefilltui.measure.prefix_cache import run_cache_check
 from prefilltui.measure.runfile import read_run
 from prefilltui.exit_codes import ExitCode
+from prefilltui.options import AnalysisOptions, DisplayOptions, SessionOptions
+from prefilltui.render.text import summary_json
 from prefilltui.session import Session, SessionError, build_session
 
 
@@ -38,6 +42,11 @@ def add_tui_args(p: argparse.ArgumentParser) -> None:
                    help="theme name (dark, light, high-contrast, or any loaded theme's name) "
                         "or a theme TOML file; extra themes are read from "
                         "<user config dir>/prefilltui/themes/*.toml; NO_COLOR is honoured")
+
+
+def display_options(args: argparse.Namespace) -> DisplayOptions:
+    """``add_tui_args``'s flags."""
+    return DisplayOptions(theme=args.theme)
 
 
 def register(sub) -> None:
@@ -56,14 +65,21 @@ def register(sub) -> None:
     add_telemetry_args(p)
     add_analysis_args(p)
     add_tui_args(p)
-    p.set_defaults(func=lambda args: run_tui(args, args.url))
+    p.set_defaults(func=run)
 
 
-def make_exporter(run_path: Path | None, info_fn: Callable[[], Any], args: Any,
+def run(args: argparse.Namespace) -> int:
+    """Entry point of ``prefilltui watch``."""
+    return run_tui(session_options(args), display_options(args), args.url)
+
+
+def make_exporter(run_path: Path | None, info_fn: Callable[[], Any],
+                  options: AnalysisOptions | None = None,
                   notices_fn: Callable[[], dict[str, str]] = dict):
-    """exporter(results, fit_snapshot) -> [csv path, json path] beside the run file.
-    ``notices_fn``: the session's notices (``SweepRunner.notices``), added to the
-    summary's notes.
+    """exporter(results, fit_snapshot) -> [csv path, json path] beside the run file: the
+    probes as CSV and the run's summary (the ``RunSummary`` JSON ``report`` prints).
+    ``notices_fn``: the session's notices (``SweepRunner.notices``), the summary's
+    ``live.notes``.
 
     Reads every probe back from the run file (the source of truth); falls back to the
     in-memory results when the file cannot be read.  Raises OSError on write failure.
@@ -86,18 +102,19 @@ def make_exporter(run_path: Path | None, info_fn: Callable[[], Any], args: Any,
             w = csv.DictWriter(f, fieldnames=fields, extrasaction="ignore")
             w.writeheader()
             w.writerows(rows)
-        summary = analyze(results, info_fn(), args)
-        summary.setdefault("run_file", str(run_path) if run_path else None)
-        summary["notes"] = list(summary.get("notes") or []) + list(notices_fn().values())
+        info = info_fn()
+        live = LiveFacts(base_url=display_url(info.base_url) if info else None,
+                         notes=tuple(notices_fn().values()))
+        summary = analyze(results, info, options,
+                          run_file=str(run_path) if run_path else None, live=live)
         with open(json_path, "w", encoding="utf-8") as f:
-            json.dump(summary, f, indent=2, default=str)
-            f.write("\n")
+            f.write(summary_json(summary) + "\n")
         return [csv_path, json_path]
 
     return export
 
 
-def make_watch_app(args: argparse.Namespace, base_url: str, *,
+def make_watch_app(options: SessionOptions, display: DisplayOptions, base_url: str, *,
                    on_ready: Callable[[Any], None] | None = None) -> tuple[Any, Session]:
     """The live app and its session for ``base_url`` (what ``run_tui`` runs; tests run
     it with ``app.run_test()``).  The caller closes the session.
@@ -109,13 +126,13 @@ def make_watch_app(args: argparse.Namespace, base_url: str, *,
     from prefilltui.tui.themes import load_themes, resolve_theme_arg, user_theme_dir
     from prefilltui.tui.viewmodel import roofline_analysis, with_baseline
 
-    session = build_session(args, base_url, continuous=True)
+    session = build_session(options, base_url, continuous=True)
     lengths = session.lengths
-    info_fn = lambda: getattr(session.runner, "server_info", None)  # noqa: E731
+    info_fn = lambda: session.runner.server_info if session.runner else None  # noqa: E731
     themes = load_themes(user_dir=user_theme_dir())
-    theme, problem = resolve_theme_arg(args.theme, themes)
+    theme, problem = resolve_theme_arg(display.theme, themes)
     problems = [problem] if problem else []
-    analysis = roofline_analysis(args)
+    analysis = roofline_analysis(options.analysis.roofline)
     if session.baseline is not None:
         analysis = with_baseline(analysis, session.baseline)
     if session.baseline_problem:
@@ -123,24 +140,25 @@ def make_watch_app(args: argparse.Namespace, base_url: str, *,
     cache_tokens = min(defaults.CACHE_CHECK_TOKENS, max(lengths))
     app = build_app(
         session.new_runner, session.sampler, analysis=analysis, theme=theme, themes=themes,
-        window=args.window, fit_method=args.fit,
+        window=options.analysis.window, fit_method=options.analysis.fit,
         sweep_range=(min(lengths), max(lengths)), run_path=session.run_path,
-        exporter=make_exporter(session.run_path, info_fn, args,
+        exporter=make_exporter(session.run_path, info_fn, options.analysis,
                                lambda: session.runner.notices if session.runner else {}),
         cache_checker=lambda: run_cache_check(session.new_client, cache_tokens).line,
-        probe_timeout_s=args.timeout, problems=problems, on_ready=on_ready,
+        # the same ProbeOptions the session's client was built from: one route
+        probe_timeout_s=options.probe.timeout_s, problems=problems, on_ready=on_ready,
         pacing=session.config.effective_pacing)
     return app, session
 
 
-def run_tui(args: argparse.Namespace, base_url: str, *,
+def run_tui(options: SessionOptions, display: DisplayOptions, base_url: str, *,
             on_ready: Callable[[Any], None] | None = None) -> int:
     """Run the live TUI against ``base_url`` until the user quits; returns the exit code
     (``ExitCode``: OK; USAGE, e.g. a bad --gpus; UNREACHABLE, the server was never
     reached or every probe failed; FAILURE, e.g. the run file cannot be created).
     ``on_ready(app)`` is called once the app is mounted and the runner started."""
     try:
-        app, session = make_watch_app(args, base_url, on_ready=on_ready)
+        app, session = make_watch_app(options, display, base_url, on_ready=on_ready)
     except SessionError as exc:
         err(str(exc))
         return exc.code

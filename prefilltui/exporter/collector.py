@@ -1,6 +1,7 @@
 """The exporter's Prometheus metrics, built from target snapshots at scrape time.
 
-Every series carries ``target`` (the target's name, else its URL) and ``model``
+Every series carries ``target`` (the target's name, else its URL, a password in it
+shown as ``***``) and ``model``
 labels.  Names follow the Prometheus conventions: base units (seconds, ratios),
 ``_total`` on counters, units in the name and never in label values.
 
@@ -8,7 +9,7 @@ labels.  Names follow the Prometheus conventions: base units (seconds, ratios),
 metric                                          type       meaning
 ==============================================  =========  ==================================
 prefilltui_build_info                           gauge      version, python_version; always 1
-prefilltui_target_info                          gauge      server_kind, api; always 1
+prefilltui_target_info                          gauge      server_kind, api, url (password ***); 1
 prefilltui_target_up                            gauge      1 last probe ok, 0 failed/unreachable
 prefilltui_target_ready                         gauge      1 probing (started, server found), 0 not yet
 prefilltui_probe_interval_seconds               gauge      shortest gap between probe starts
@@ -18,12 +19,24 @@ prefilltui_cached_tokens_total                  counter    prompt tokens those p
 prefilltui_prompt_tokens_total                  counter    prompt tokens of ok probes (the added load)
 prefilltui_last_probe_timestamp_seconds         gauge      unix time the last probe started
 prefilltui_last_success_timestamp_seconds       gauge      unix time the last ok probe started
+prefilltui_last_error_info                      gauge      error_kind, http_status of the last failure
+prefilltui_probe_in_flight_seconds              gauge      age of the probe in flight (0: none)
+prefilltui_probe_hang_threshold_seconds         gauge      in flight longer than this = a hang
+prefilltui_probe_timeout_seconds                gauge      the probe's time cap
 prefilltui_ttft_seconds                         histogram  TTFT, by requested ``prompt_tokens``
 prefilltui_prefill_fixed_cost_seconds           gauge      fit intercept a (+ _lower_/_upper_ 95 %)
 prefilltui_prefill_time_per_token_seconds       gauge      fit slope b
 prefilltui_prefill_throughput_tokens_per_second gauge      1/b (+ _lower_/_upper_ 95 % bounds)
 prefilltui_prefill_mfu_ratio                    gauge      MFU, 0..1 (+ _lower_/_upper_); needs a peak
 prefilltui_fit_window_probes                    gauge      probes in the window fit
+prefilltui_fit_window_size                      gauge      probes the window holds (``window``)
+prefilltui_fit_age_seconds                      gauge      since the fit's newest probe finished
+prefilltui_fit_stale                            gauge      1 when the age is over stale_after
+prefilltui_fit_stale_after_seconds              gauge      the stated staleness window
+prefilltui_prefill_throughput_expected_tokens_per_second
+                                                gauge      explicit baseline, by ``source``:
+                                                           config, baseline_run, roofline
+prefilltui_ttft_window_median_seconds           gauge      window median TTFT by prompt_tokens
 prefilltui_verdict                              stateset   analysis verdict level
 prefilltui_ttft_component_seconds               gauge      window median by ``component``:
                                                            overhead, queue, prefill
@@ -31,12 +44,15 @@ prefilltui_ttft_component_seconds               gauge      window median by ``co
 
 Fit series are absent until the window holds a fit (3 probes at 2+ lengths); an
 unbounded upper bound (the slope's interval reaches 0) is absent rather than +Inf.
+Ages are taken at scrape time, so a scrape that finds a probe hanging says so.
 Process metrics (``process_*``, ``python_*``) come from prometheus-client's collectors.
 """
 
 from __future__ import annotations
 
+import math
 import platform
+import time
 from typing import Iterable, Iterator, Sequence
 
 from prometheus_client.core import (CounterMetricFamily, GaugeMetricFamily,
@@ -45,7 +61,8 @@ from prometheus_client.core import (CounterMetricFamily, GaugeMetricFamily,
 from prometheus_client.registry import Collector
 
 from prefilltui import __version__
-from prefilltui.exporter.target import TTFT_BUCKETS_S, VERDICTS, TargetSnapshot
+from prefilltui.exporter.target import VERDICTS, TargetSnapshot
+from prefilltui.model.sanitize import clean
 
 LABELS = ("target", "model")
 
@@ -54,12 +71,14 @@ def _le(b: float) -> str:
     return f"{b:g}" if b != int(b) else f"{b:.1f}"
 
 
-def families(snaps: Sequence[TargetSnapshot]) -> list[Metric]:
-    """The metric families of ``snaps`` (targets' series only; no build/process info)."""
+def families(snaps: Sequence[TargetSnapshot], now: float | None = None) -> list[Metric]:
+    """The metric families of ``snaps`` (targets' series only; no build/process info);
+    ages are taken at unix time ``now`` (default: the current time)."""
+    now = time.time() if now is None else now
     g = lambda name, doc, labels=(): GaugeMetricFamily(name, doc, labels=LABELS + labels)  # noqa: E731
     c = lambda name, doc, labels=(): CounterMetricFamily(name, doc, labels=LABELS + labels)  # noqa: E731
-    info = InfoMetricFamily("prefilltui_target", "The probed server: kind (from discovery) "
-                            "and API flavour", labels=LABELS)
+    info = InfoMetricFamily("prefilltui_target", "The probed server: kind (from discovery), "
+                            "API flavour and URL (a password in it shown as ***)", labels=LABELS)
     up = g("prefilltui_target_up", "1 when the last probe succeeded, 0 when it failed or the "
            "server is unreachable")
     ready = g("prefilltui_target_ready", "1 when the target's prober runs and has discovered "
@@ -75,6 +94,26 @@ def families(snaps: Sequence[TargetSnapshot]) -> list[Metric]:
     last = g("prefilltui_last_probe_timestamp_seconds", "Unix time the last probe started")
     last_ok = g("prefilltui_last_success_timestamp_seconds", "Unix time the last successful "
                 "probe started")
+    error = InfoMetricFamily("prefilltui_last_error", "The last failed probe or discovery: "
+                             "error kind and HTTP status (empty when none)", labels=LABELS)
+    inflight = g("prefilltui_probe_in_flight_seconds", "Seconds the probe in flight has run "
+                 "(0 when none is): a hang shows here before the timeout")
+    hang = g("prefilltui_probe_hang_threshold_seconds", "A probe in flight longer than this is "
+             "a hang: hang_after, or 3x the slowest TTFT of the window when longer")
+    timeout = g("prefilltui_probe_timeout_seconds", "The probe's time cap (a probe over it fails "
+                "with error_kind timeout)")
+    age = g("prefilltui_fit_age_seconds", "Seconds since the newest probe of the window fit "
+            "finished")
+    stale = g("prefilltui_fit_stale", "1 when the window fit is older than "
+              "prefilltui_fit_stale_after_seconds (the alerts ignore it), else 0")
+    stale_after = g("prefilltui_fit_stale_after_seconds", "Age over which the window fit is stale")
+    expected = g("prefilltui_prefill_throughput_expected_tokens_per_second", "Explicit baseline "
+                 "of the prefill throughput in prompt tokens/s, by source: config "
+                 "(expected_throughput), baseline_run (a healthy run's fit), roofline (estimate)",
+                 ("source",))
+    medians = g("prefilltui_ttft_window_median_seconds", "Median TTFT of the window's probes at "
+                "each requested prompt length (exact, not from histogram buckets)",
+                ("prompt_tokens",))
     ttft = HistogramMetricFamily("prefilltui_ttft_seconds", "Time to first token of "
                                  "successful probes, by requested prompt length in tokens",
                                  labels=LABELS + ("prompt_tokens",))
@@ -95,13 +134,16 @@ def families(snaps: Sequence[TargetSnapshot]) -> list[Metric]:
     mfu_lo = g("prefilltui_prefill_mfu_lower_ratio", "Lower 95 % bound of the MFU")
     mfu_hi = g("prefilltui_prefill_mfu_upper_ratio", "Upper 95 % bound of the MFU")
     npts = g("prefilltui_fit_window_probes", "Probes in the window fit")
+    wsize = g("prefilltui_fit_window_size", "Probes the sliding window holds when full (the "
+              "window setting)")
     parts = g("prefilltui_ttft_component_seconds", "Median TTFT component over the window: "
               "client/network overhead, server queue, server prefill", ("component",))
     verdict = StateSetMetricFamily("prefilltui_verdict", "Prefill verdict of the window fit "
                                    "(healthy, below, wrong, ...; see docs/exporter.md)", labels=LABELS)
     for s in snaps:
-        lv = [s.target, s.model]
-        info.add_metric(lv, {"server_kind": s.server_kind or "unknown", "api": s.api})
+        lv = [clean(s.target), clean(s.model)]  # a server's model id: controls escaped
+        info.add_metric(lv, {"server_kind": s.server_kind or "unknown", "api": s.api,
+                             "url": clean(s.url)})
         if s.up is not None:
             up.add_metric(lv, 1.0 if s.up else 0.0)
         ready.add_metric(lv, 1.0 if s.ready else 0.0)
@@ -115,27 +157,47 @@ def families(snaps: Sequence[TargetSnapshot]) -> list[Metric]:
             last.add_metric(lv, s.last_probe_ts)
         if s.last_success_ts is not None:
             last_ok.add_metric(lv, s.last_success_ts)
+        if s.last_error is not None:
+            kind, status = s.last_error
+            error.add_metric(lv, {"error_kind": kind, "http_status": str(status or "")})
+        inflight.add_metric(lv, max(0.0, now - s.in_flight_since) if s.in_flight_since else 0.0)
+        hang.add_metric(lv, s.hang_threshold_s)
+        timeout.add_metric(lv, s.timeout_s)
+        stale_after.add_metric(lv, s.stale_after_s)
+        wsize.add_metric(lv, s.window_size)
+        if s.expected is not None:
+            expected.add_metric(lv + [s.expected.source], s.expected.tokens_per_s)
+        for n, m in s.length_medians_s:
+            medians.add_metric(lv + [str(n)], m)
         for h in s.histograms:
-            buckets = [(_le(bound), h.cumulative[i]) for i, bound in enumerate(TTFT_BUCKETS_S)]
+            buckets = [(_le(bound), h.cumulative[i]) for i, bound in enumerate(s.ttft_bounds_s)]
             buckets.append(("+Inf", h.count))
             ttft.add_metric(lv + [str(h.tokens)], buckets, h.sum_s)
         f = s.fit
         if f is not None:
+            roof = s.summary.roofline if s.summary is not None else None
+            m_lo, m_hi = (roof.mfu_ci or (None, None)) if roof is not None else (None, None)
             npts.add_metric(lv, f.n)
+            if s.fit_ts is not None:
+                a_s = max(0.0, now - s.fit_ts)
+                age.add_metric(lv, a_s)
+                stale.add_metric(lv, 1.0 if a_s > s.stale_after_s else 0.0)
             a.add_metric(lv, f.intercept_s)
             b.add_metric(lv, f.slope_s_per_token)
             for fam, v in ((a_lo, f.intercept_ci[0]), (a_hi, f.intercept_ci[1]),
-                           (tp, f.throughput_tok_s), (tp_lo, f.throughput_ci[0]),
-                           (tp_hi, f.throughput_ci[1]), (mfu, f.mfu), (mfu_lo, f.mfu_ci[0]),
-                           (mfu_hi, f.mfu_ci[1])):
-                if v is not None:
+                           (tp, f.prefill_tokens_per_s), (tp_lo, f.prefill_tokens_per_s_ci[0]),
+                           (tp_hi, f.prefill_tokens_per_s_ci[1]),
+                           (mfu, roof.mfu if roof is not None else None), (mfu_lo, m_lo),
+                           (mfu_hi, m_hi)):
+                if v is not None and math.isfinite(v):
                     fam.add_metric(lv, float(v))
         if s.verdict is not None:
             verdict.add_metric(lv, {v: v == s.verdict for v in VERDICTS})
         for name, v in s.parts_s:
             parts.add_metric(lv + [name], v)
-    return [info, up, ready, interval, probes, hit, cached, ptoks, last, last_ok, ttft, a, a_lo, a_hi,
-            b, tp, tp_lo, tp_hi, mfu, mfu_lo, mfu_hi, npts, verdict, parts]
+    return [info, up, ready, interval, probes, hit, cached, ptoks, last, last_ok, error,
+            inflight, hang, timeout, ttft, medians, a, a_lo, a_hi, b, tp, tp_lo, tp_hi, expected,
+            mfu, mfu_lo, mfu_hi, npts, wsize, age, stale, stale_after, verdict, parts]
 
 
 def build_info() -> Metric:

@@ -16,6 +16,10 @@ TOML layout (every key optional except ``url``; ``[defaults]`` applies to every
     model = "meta-llama/Llama-3.1-8B-Instruct"
     api_key_env = "GPU01_API_KEY"
     gpu = "H100 SXM"         # or peak_tflops = 989; MFU needs a peak and the params
+    expected_throughput = 18000   # prompt tokens/s the alerts compare against, or
+                             # "roofline"; or baseline_run = "healthy.jsonl" (its fit)
+    hang_after = 30          # a probe in flight this long (s) is a hang
+    stale_after = 60         # a fit older than this (s) is stale (default 4 x interval)
 
 API keys come only from the environment (``api_key_env`` names the variable); a key
 written in the file is refused, so it never sits in a config file or a process list.
@@ -23,9 +27,10 @@ written in the file is refused, so it never sits in a config file or a process l
 
 from __future__ import annotations
 
+import math
 import re
 import tomllib
-from dataclasses import dataclass, fields, replace
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any, Literal
 
@@ -33,6 +38,7 @@ from prefilltui.measure.server import url_problem
 from prefilltui.model import limits
 from prefilltui.model.catalog import known_names, lookup_gpu
 from prefilltui.model.redact import display_url
+from prefilltui.options import (AnalysisOptions, ProbeOptions, RooflineSpec, read_model_config)
 
 #: One probe start every 15 s per target: 4 probes/min, invisible next to any real
 #: workload (see docs/exporter.md for the load in requests and tokens).
@@ -45,38 +51,45 @@ DEFAULT_WINDOW = 40
 JITTER = 0.2
 #: Fastest interval accepted (a guard against hammering a production server by typo).
 MIN_INTERVAL_S = 0.05
-
-ApiKind = Literal["completions", "chat"]
+#: Run file rotation: 16 MiB (~25k probes, ~4 days at the default rate), 3 old files.
+RUN_FILE_MAX_BYTES = 16 * 2**20
+RUN_FILE_KEEP = 3
+#: A probe in flight longer than this (s) is a hang (``hang_after``), unless the window
+#: holds a probe a third as slow (``health.hang_threshold``): with the default 15 s
+#: interval, scrape and evaluation, ``PrefillProbeHung`` fires within 78 s of a hang.
+DEFAULT_HANG_AFTER_S = 30.0
+#: A fit whose newest probe is older than this many intervals is stale (``stale_after``
+#: default: 4 x 15 s = 60 s, three missed probes): the throughput alerts ignore it.
+STALE_INTERVALS = 4.0
 
 
 @dataclass(frozen=True, slots=True)
 class TargetConfig:
-    """One server to probe.  Times in seconds, lengths in prompt tokens.
+    """One server to probe: its ``probe`` options and ``roofline`` inputs (the same
+    types, and the same defaults, as every other command's), the lengths in prompt
+    tokens, the shortest gap between probe starts (``interval_s``) and the window.
 
-    The roofline fields (``gpu``, ``peak_tflops``, ``params``, ...) have the meaning
-    of the sweep's flags of the same names; without a peak there is no MFU.
+    Build one from file or command-line keys with ``target()``; ``check()`` validates
+    it.  The per-probe time cap is ``probe.timeout_s``, ``defaults.TIMEOUT_S`` unless set:
+    one cap for every tool, so a probe the sweep would wait for is not a failure here.
+
+    The alerts' inputs: ``expected_throughput`` (prompt tokens/s, or "roofline":
+    efficiency x peak / 2 x params) or ``baseline_run`` (a healthy run file whose fit
+    gives it) is the explicit baseline; ``hang_after_s`` the hang threshold's floor;
+    ``stale_after_s`` the age at which the window fit is stale (None: 4 intervals).
     """
 
     url: str
     name: str = ""
-    api: ApiKind = "completions"
-    model: str | None = None
-    api_key_env: str = "OPENAI_API_KEY"
+    probe: ProbeOptions = ProbeOptions()
+    roofline: RooflineSpec = RooflineSpec()
     lengths: tuple[int, ...] = DEFAULT_LENGTHS
-    interval: float = DEFAULT_INTERVAL_S
-    timeout: float = 60.0
+    interval_s: float = DEFAULT_INTERVAL_S
     window: int = DEFAULT_WINDOW
-    insecure: bool = False
-    gpu: str | None = None
-    peak_tflops: float | None = None
-    bandwidth_tbs: float | None = None
-    dtype: str = "bf16"
-    params: float | None = None
-    layers: int | None = None
-    hidden: int | None = None
-    attn_width: int | None = None
-    model_config: str | None = None
-    efficiency: float = 0.5
+    expected_throughput: float | Literal["roofline"] | None = None
+    baseline_run: str | None = None
+    hang_after_s: float = DEFAULT_HANG_AFTER_S
+    stale_after_s: float | None = None
 
     @property
     def shown_url(self) -> str:
@@ -91,19 +104,81 @@ class TargetConfig:
         return self.name or self.shown_url
 
     @property
+    def stale_window_s(self) -> float:
+        """Seconds after which the window fit is stale (``stale_after``, else 4 intervals)."""
+        return self.stale_after_s if self.stale_after_s is not None else STALE_INTERVALS * self.interval_s
+
+    @property
     def slug(self) -> str:
         """A file-name-safe form of the label (run file names)."""
         s = re.sub(r"^[a-z]+://", "", self.label)
         return re.sub(r"[^A-Za-z0-9._-]+", "_", s).strip("_.") or "target"
 
+    @property
+    def analysis(self) -> AnalysisOptions:
+        """How the window is analysed: the robust fit over ``window`` probes, with the
+        target's roofline inputs."""
+        return AnalysisOptions(window=self.window, roofline=self.roofline)
 
-_FIELDS = {f.name for f in fields(TargetConfig)}
+
+#: Every key a target takes (file and command line) -> where it goes: (record, field)
+#: pairs, record "" = the TargetConfig itself.  ``model`` is both the model requested
+#: and the name the roofline looks up, as on the command line.
+KEYS: dict[str, tuple[tuple[str, str], ...]] = {
+    "url": (("", "url"),), "name": (("", "name"),), "lengths": (("", "lengths"),),
+    "interval": (("", "interval_s"),), "window": (("", "window"),),
+    "api": (("probe", "api"),), "model": (("probe", "model"), ("roofline", "model")),
+    "api_key_env": (("probe", "api_key_env"),), "timeout": (("probe", "timeout_s"),),
+    "insecure": (("probe", "insecure"),),
+    "expected_throughput": (("", "expected_throughput"),), "baseline_run": (("", "baseline_run"),),
+    "hang_after": (("", "hang_after_s"),), "stale_after": (("", "stale_after_s"),),
+    **{k: (("roofline", k),) for k in ("gpu", "peak_tflops", "bandwidth_tbs", "dtype",
+                                       "params", "layers", "hidden", "attn_width",
+                                       "model_config", "efficiency")},
+}
 _FORBIDDEN = {"api_key", "key", "token", "password", "authorization"}
+_FLOATS = ("interval", "timeout", "peak_tflops", "bandwidth_tbs", "params", "efficiency",
+           "expected_throughput", "hang_after", "stale_after")
+
+
+def target(url: str, base: TargetConfig | None = None, **keys: Any) -> TargetConfig:
+    """A TargetConfig from ``base`` (default: every default) with ``keys`` set, keys
+    named as in the TOML file (``interval``, ``timeout``, ``gpu``, ...; see ``KEYS``).
+    Not validated: pass it to ``check``.
+
+    Raises:
+        ValueError: an unknown key.
+    """
+    cfg = replace(base or TargetConfig(url=url), url=url)
+    unknown = sorted(set(keys) - set(KEYS))
+    if unknown:
+        raise ValueError(f"unknown key {unknown[0]!r} (known: {', '.join(sorted(KEYS))})")
+    top: dict[str, Any] = {}
+    parts: dict[str, dict[str, Any]] = {"probe": {}, "roofline": {}}
+    for k, v in keys.items():
+        for record, name in KEYS[k]:
+            (parts[record] if record else top)[name] = v
+    if "model_config" in parts["roofline"]:  # a new file: read again in check()
+        parts["roofline"].update(config_shape=None, config_problem=None)
+    return replace(cfg, **top, probe=replace(cfg.probe, **parts["probe"]),
+                   roofline=replace(cfg.roofline, **parts["roofline"]))
+
+
+def _positive(v: Any) -> bool:
+    return isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v) and v > 0
+
+
+def _value(cfg: TargetConfig, key: str) -> Any:
+    """The value of TOML key ``key`` in ``cfg`` (``KEYS``: its first place)."""
+    record, name = KEYS[key][0]
+    return getattr(getattr(cfg, record) if record else cfg, name)
 
 
 def check(cfg: TargetConfig, where: str | None = None) -> TargetConfig:
-    """Validate every field of one target by type and range (``model.limits``);
-    returns it with ``lengths`` sorted and unique, and ints given for numbers as floats.
+    """Validate one target: every key by type and range (``model.limits``, the same
+    ranges as the command-line flags), then what ties keys together.  Returns it with
+    ``lengths`` sorted and unique and its ``model_config`` file read (once, here:
+    ``options.read_model_config``).
 
     Raises:
         ValueError: naming the target (``where``, default "target 'LABEL'"), the key
@@ -112,31 +187,48 @@ def check(cfg: TargetConfig, where: str | None = None) -> TargetConfig:
     if where is None:
         named = isinstance(cfg.name, str) and isinstance(cfg.url, str)
         where = f"target {cfg.label if named else '?'!r}"
-    changes: dict[str, Any] = {}
-    for f in fields(TargetConfig):
-        value = getattr(cfg, f.name)
-        if f.name == "name" and value == "":
+    for key in KEYS:
+        value = _value(cfg, key)
+        if key == "name" and value == "":
             continue  # unnamed: the label is the URL
         try:
-            checked = limits.check(f.name, value)
+            limits.check(key, value)
         except ValueError as e:
             raise ValueError(f"{where}: {e}") from None
-        if checked is not value:
-            changes[f.name] = checked
-    cfg = replace(cfg, **changes)
     problem = url_problem(cfg.url)
     if problem:
         raise ValueError(f"{where}: url {cfg.shown_url!r}: {problem}")
-    if cfg.interval < MIN_INTERVAL_S:
+    if cfg.probe.api not in ("completions", "chat"):
+        raise ValueError(f"{where}: api must be 'completions' or 'chat', not {cfg.probe.api!r}")
+    if not cfg.lengths or any(not isinstance(n, int) or isinstance(n, bool) or n <= 0
+                              for n in cfg.lengths):
+        raise ValueError(f"{where}: lengths must be positive integers")
+    for k, v in (("interval", cfg.interval_s), ("timeout", cfg.probe.timeout_s),
+                 ("hang_after", cfg.hang_after_s), ("stale_after", cfg.stale_after_s)):
+        if not _positive(v) and not (k == "stale_after" and v is None):
+            raise ValueError(f"{where}: {k} must be a positive number of seconds")
+    e = cfg.expected_throughput
+    if e is not None and e != "roofline" and not _positive(e):
+        raise ValueError(f"{where}: expected_throughput must be prompt tokens/s (a positive "
+                         f"number) or \"roofline\", not {e!r}")
+    if e is not None and cfg.baseline_run:
+        raise ValueError(f"{where}: give expected_throughput or baseline_run, not both")
+    if cfg.baseline_run is not None and (not isinstance(cfg.baseline_run, str)
+                                         or not cfg.baseline_run):
+        raise ValueError(f"{where}: baseline_run must be the path of a run file")
+    if cfg.interval_s < MIN_INTERVAL_S:
         raise ValueError(f"{where}: interval must be >= {MIN_INTERVAL_S} s")
-    if not re.fullmatch(r"[A-Za-z_][A-Za-z0-9_]*", cfg.api_key_env or ""):
+    if not isinstance(cfg.window, int) or isinstance(cfg.window, bool) or cfg.window < 3:
+        raise ValueError(f"{where}: window must be an integer >= 3 probes")
+    if not re.fullmatch(r"[A-Za-z_][A-Za-z0-9_]*", cfg.probe.api_key_env or ""):
         raise ValueError(f"{where}: api_key_env must be an environment variable name")
-    if cfg.gpu is not None and cfg.peak_tflops is None and lookup_gpu(cfg.gpu) is None:
-        raise ValueError(f"{where}: gpu = {cfg.gpu[:60]!r} is not in the catalog (known: "
+    roof = cfg.roofline
+    if roof.gpu is not None and roof.peak_tflops is None and lookup_gpu(roof.gpu) is None:
+        raise ValueError(f"{where}: gpu = {roof.gpu[:60]!r} is not in the catalog (known: "
                          f"{', '.join(known_names()['gpus'])}); give peak_tflops instead")
-    if cfg.model_config is not None and not Path(cfg.model_config).expanduser().is_file():
-        raise ValueError(f"{where}: model_config = {cfg.model_config[:200]!r}: no such file")
-    return cfg
+    if roof.model_config and roof.config_shape is None and roof.config_problem is None:
+        roof = read_model_config(roof)
+    return replace(cfg, lengths=tuple(sorted(set(cfg.lengths))), roofline=roof)
 
 
 def _coerce(d: dict[str, Any], where: str) -> dict[str, Any]:
@@ -144,16 +236,27 @@ def _coerce(d: dict[str, Any], where: str) -> dict[str, Any]:
     if bad:
         raise ValueError(f"{where}: {bad[0]!r} is not read from files: put the key in an "
                          "environment variable and name it with api_key_env")
-    unknown = sorted(set(d) - _FIELDS)
+    unknown = sorted(set(d) - set(KEYS))
     if unknown:
-        raise ValueError(f"{where}: unknown key {unknown[0]!r} (known: {', '.join(sorted(_FIELDS))})")
+        raise ValueError(f"{where}: unknown key {unknown[0]!r} (known: {', '.join(sorted(KEYS))})")
     out = dict(d)
     for k, v in d.items():  # by type and range here, so the message names the file
         try:
             out[k] = limits.check(k, v)
         except ValueError as e:
             raise ValueError(f"{where}: {e}") from None
+    for k in _FLOATS:
+        if isinstance(out.get(k), int) and not isinstance(out.get(k), bool):
+            out[k] = float(out[k])
     return out
+
+
+def _relative_to(path: str, d: dict[str, Any]) -> dict[str, Any]:
+    """``baseline_run`` read relative to the TOML file's directory (``~`` expanded)."""
+    run = d.get("baseline_run")
+    if isinstance(run, str) and run:
+        d["baseline_run"] = str(Path(path).parent / Path(run).expanduser())
+    return d
 
 
 def load_toml(path: str, base: TargetConfig | None = None) -> list[TargetConfig]:
@@ -176,7 +279,8 @@ def load_toml(path: str, base: TargetConfig | None = None) -> list[TargetConfig]
     if not isinstance(defaults, dict):
         raise ValueError(f"{path}: [defaults] must be a table")
     base = base or TargetConfig(url="http://unset")
-    base = replace(base, **_coerce({k: v for k, v in defaults.items()}, f"{path} [defaults]"))
+    kw = _relative_to(path, _coerce(dict(defaults), f"{path} [defaults]"))
+    base = target(kw.pop("url", base.url), base, **kw)
     targets = doc.get("target", [])
     if not isinstance(targets, list) or not all(isinstance(t, dict) for t in targets):
         raise ValueError(f"{path}: targets must be [[target]] tables")
@@ -185,10 +289,8 @@ def load_toml(path: str, base: TargetConfig | None = None) -> list[TargetConfig]
         where = f"{path} target {i}"
         if "url" not in t:
             raise ValueError(f"{where}: url is missing")
-        try:
-            out.append(check(replace(base, **{"name": "", **_coerce(t, where)}), where))
-        except TypeError as e:
-            raise ValueError(f"{where}: {e}") from None
+        keys = {"name": "", **_relative_to(path, _coerce(t, where))}
+        out.append(check(target(keys.pop("url"), base, **keys), where))
     return out
 
 

@@ -1,12 +1,18 @@
 """One target of the exporter: a paced, continuous sweep and its health, as snapshots.
 
 ``TargetProber(cfg, run_dir=...)`` owns a ``SweepRunner`` (continuous, one probe in
-flight, probe starts at least ``cfg.interval`` seconds apart plus up to 20 % jitter,
+flight, probe starts at least ``cfg.interval_s`` seconds apart plus up to 20 % jitter,
 lengths reshuffled every round) in its own thread, a size-rotated run file, and the
 state the ``/metrics`` page shows.  After every probe (in the runner's thread) it
-refits the sliding window -- the last ``cfg.window`` successful probes -- and
-publishes a new frozen ``TargetSnapshot``; a scrape only reads the newest snapshot,
+summarises the sliding window -- the last ``cfg.window`` successful probes -- with the
+same ``analysis.analyze`` as ``sweep`` and ``report`` (a ``RunSummary``) and publishes a
+new frozen ``TargetSnapshot``; a scrape only reads the newest snapshot,
 so a slow or dead target never delays a scrape or another target.
+
+Freshness is data: the snapshot carries when the fit's newest probe finished, when
+the probe in flight began, and the hang threshold; the collector turns them into
+ages at scrape time.  The alerts' other inputs (explicit baseline, per-length
+medians, hang threshold, buckets) are computed in ``health``.
 
 Memory is bounded whatever the uptime: the window (``cfg.window`` results), one
 histogram row per probed length, a few counters, and the runner's last
@@ -15,57 +21,43 @@ histogram row per probed length, a few counters, and the runner's last
 
 from __future__ import annotations
 
-import argparse
 import logging
-import math
 import threading
 import time
 from collections import deque
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
 
+from prefilltui.model import defaults
+from prefilltui.model.fit import LinearFit
+from prefilltui.model.summary import VERDICTS, RunSummary
 from prefilltui.model.types import ERROR_KINDS, ProbeResult, ServerInfo
-from prefilltui.exporter.config import JITTER, TargetConfig
+from prefilltui.exporter.config import (JITTER, RUN_FILE_KEEP, RUN_FILE_MAX_BYTES,
+                                        TargetConfig)
+from prefilltui.exporter.health import (Expected, explicit_baseline, hang_threshold,
+                                        length_medians, roofline_expected, ttft_buckets)
+from prefilltui.options import (RunFileOptions, SessionOptions, SweepDesign,
+                                TelemetryOptions)
 
 log = logging.getLogger(__name__)
 
-#: TTFT histogram bucket bounds in seconds, a 1-2-5 series from the fastest fixed cost
-#: a loopback server shows (~5 ms) to the default probe timeout (60 s).
-TTFT_BUCKETS_S = (0.005, 0.01, 0.02, 0.05, 0.1, 0.2, 0.5, 1.0, 2.0, 5.0, 10.0, 20.0, 60.0)
+#: TTFT histogram bucket bounds in seconds at the default probe time cap
+#: (``defaults.TIMEOUT_S``, 120 s): a 1-2-5 series from the fastest fixed cost a
+#: loopback server shows (~5 ms), closed by the cap (``health.ttft_buckets``), so no
+#: successful probe lands in +Inf.  A target's own cap gives its own bounds.
+TTFT_BUCKETS_S = ttft_buckets(defaults.TIMEOUT_S)
 #: Results the runner keeps in memory (the window holds its own).
 KEEP_RESULTS = 8
-#: Run file rotation defaults: 16 MiB (~25k probes, ~4 days at the default rate), 3 old files.
-RUN_FILE_MAX_BYTES = 16 * 2**20
-RUN_FILE_KEEP = 3
-
-Bound = tuple[float | None, float | None]
-
 
 @dataclass(frozen=True, slots=True)
 class LengthHistogram:
     """TTFT histogram of one requested prompt length: cumulative bucket counts (one per
-    ``TTFT_BUCKETS_S`` bound, then +Inf), sum in seconds, count."""
+    bound of the snapshot's ``ttft_bounds_s``, then +Inf), sum in seconds, count."""
 
     tokens: int
     cumulative: tuple[int, ...]
     sum_s: float
     count: int
-
-
-@dataclass(frozen=True, slots=True)
-class Fit:
-    """The window fit TTFT = a + b*n (seconds, tokens) with 95 % bounds; MFU when the
-    peak and the parameter count are known.  An upper bound of None = unbounded."""
-
-    n: int
-    intercept_s: float
-    intercept_ci: Bound
-    slope_s_per_token: float
-    throughput_tok_s: float | None
-    throughput_ci: Bound
-    mfu: float | None = None
-    mfu_ci: Bound = (None, None)
 
 
 @dataclass(frozen=True, slots=True)
@@ -76,8 +68,15 @@ class TargetSnapshot:
     unreachable or the last probe failed.  ``ready``: the target's prober runs and has
     discovered its server (False while queued to start, connecting, or failed to start).  ``probes``: ((outcome, error_kind), count)
     pairs with every kind present (zeros included, so rates work from the start).
-    ``parts_s``: median overhead / queue / prefill seconds over the window, where the
-    server publishes them.  ``verdict``: analysis verdict level, or None before a fit.
+    ``summary``: the window's ``RunSummary`` (None before the first successful probe);
+    ``fit``, ``verdict`` (level, None before a fit) and ``parts_s`` (median overhead /
+    queue / prefill seconds over the window, where the server publishes them) are its
+    parts the ``/metrics`` page shows.
+    Times are unix seconds: ``fit_ts`` when the newest probe of the fit finished,
+    ``in_flight_since`` when the probe in flight (if any) began; ages are taken at
+    scrape time from them.  ``expected``: the explicit baseline (config, healthy run or
+    roofline), None when the alerts must learn one.  ``last_error``: (error kind, HTTP
+    status where the status is the error) of the last failed probe or discovery.
     """
 
     target: str
@@ -85,6 +84,7 @@ class TargetSnapshot:
     server_kind: str
     api: str
     interval_s: float
+    url: str = ""
     state: str = "connecting"
     detail: str = ""
     up: bool | None = None
@@ -95,67 +95,69 @@ class TargetSnapshot:
     cache_hit_probes: int = 0
     cached_tokens: int = 0
     prompt_tokens: int = 0
+    ttft_bounds_s: tuple[float, ...] = TTFT_BUCKETS_S
     histograms: tuple[LengthHistogram, ...] = ()
-    fit: Fit | None = None
-    verdict: str | None = None
-    parts_s: tuple[tuple[str, float], ...] = ()
+    summary: RunSummary | None = None
+    length_medians_s: tuple[tuple[int, float], ...] = ()
+    fit_ts: float | None = None
+    window_size: int = 0
+    stale_after_s: float = 60.0
+    in_flight_since: float | None = None
+    hang_threshold_s: float = 30.0
+    timeout_s: float = defaults.TIMEOUT_S
+    expected: Expected | None = None
+    last_error: tuple[str, int | None] | None = None
     metrics_problem: str | None = None
     run_file: str | None = None
-    extra: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def fit(self) -> LinearFit | None:
+        return self.summary.fit if self.summary is not None else None
+
+    @property
+    def verdict(self) -> str | None:
+        return self.summary.verdict.level if self.summary is not None else None
+
+    @property
+    def parts_s(self) -> tuple[tuple[str, float], ...]:
+        b = self.summary.diagnosis.breakdown if self.summary and self.summary.diagnosis else None
+        med = b.median if b is not None else None
+        if med is None:
+            return ()
+        return tuple((name, float(v)) for name, v in (
+            ("overhead", med.overhead_s), ("queue", med.queue_s), ("prefill", med.prefill_s))
+            if v is not None)
 
 
-#: Every verdict level ``analysis.analyze`` can return (the state set's states).
-VERDICTS = ("healthy", "below", "short-prompts", "wrong", "impossible", "unknown-peak",
-            "unknown-model", "no-slope", "insufficient", "failed")
+__all__ = ["VERDICTS", "TTFT_BUCKETS_S", "LengthHistogram", "TargetSnapshot", "TargetProber",
+           "window_health"]
 
 
-def analysis_args(cfg: TargetConfig) -> argparse.Namespace:
-    """The roofline/analysis settings of ``cfg`` in the shape ``analysis.analyze`` reads."""
-    return argparse.Namespace(
-        fit="robust", window=cfg.window, efficiency=cfg.efficiency, model=cfg.model,
-        model_config=cfg.model_config, params=cfg.params, layers=cfg.layers, hidden=cfg.hidden,
-        attn_width=cfg.attn_width, gpu=cfg.gpu, peak_tflops=cfg.peak_tflops,
-        bandwidth_tbs=cfg.bandwidth_tbs, dtype=cfg.dtype)
+class _InFlight:
+    """A probe hook (first in the runner's list) that notes when each probe begins."""
 
+    def __init__(self, prober: "TargetProber") -> None:
+        self.prober = prober
 
-def _bound(ci) -> Bound:
-    if not ci:
-        return (None, None)
-    lo, hi = ci[0], ci[1] if len(ci) > 1 else None
-    f = lambda v: float(v) if v is not None and math.isfinite(v) else None  # noqa: E731
-    return (f(lo), f(hi))
+    async def before_probe(self, client) -> None:
+        self.prober._begin_probe()
+
+    async def after_probe(self, result: ProbeResult) -> None:
+        return None
 
 
 def window_health(window: list[ProbeResult], info: ServerInfo | None, cfg: TargetConfig
-                  ) -> tuple[Fit | None, str | None, tuple[tuple[str, float], ...]]:
-    """(fit, verdict level, median TTFT parts) of the window's results: the same
-    analysis ``sweep`` prints (``analysis.analyze``, robust fit) and the same breakdown
-    as ``diagnose`` (``diagnose.breakdown``).  Never raises for bad data."""
+                  ) -> RunSummary:
+    """The window's summary: the same analysis ``sweep`` prints (``analysis.analyze``,
+    robust fit, the target's roofline inputs) and its TTFT breakdown (``diagnosis``).
+    Never raises for bad data."""
     from prefilltui.model.analysis import analyze
-    from prefilltui.model.diagnose import breakdown
     from prefilltui.model.running_fit import RunningFit
 
     rf = RunningFit(window=max(3, len(window)))
     for r in window:
         rf.add(r)
-    a = analyze(window, info, analysis_args(cfg), running_fit=rf)
-    f = a.get("fit") or {}
-    fit = None
-    if f.get("n"):
-        roof = a.get("roofline") or {}
-        fit = Fit(n=int(f["n"]), intercept_s=float(f["intercept_s"]),
-                  intercept_ci=_bound(f.get("intercept_ci")),
-                  slope_s_per_token=float(f["slope_s_per_token"]),
-                  throughput_tok_s=f.get("prefill_tokens_per_s"),
-                  throughput_ci=_bound(f.get("prefill_tokens_per_s_ci")),
-                  mfu=roof.get("mfu"), mfu_ci=_bound(roof.get("mfu_ci")))
-    verdict = (a.get("verdict") or {}).get("level")
-    snap = rf.snapshot("all")
-    b = breakdown(window, snap.fit if snap else None, last=len(window) or 1)
-    med = b.get("median") or {}
-    parts = tuple((k.removesuffix("_s"), float(med[k])) for k in ("overhead_s", "queue_s", "prefill_s")
-                  if med.get(k) is not None)
-    return fit, verdict, parts
+    return analyze(window, info, cfg.analysis, running_fit=rf)
 
 
 class TargetProber:
@@ -172,7 +174,10 @@ class TargetProber:
     def __init__(self, cfg: TargetConfig, *, run_dir: str | Path,
                  run_max_bytes: int = RUN_FILE_MAX_BYTES, run_keep: int = RUN_FILE_KEEP,
                  seed: int | None = None) -> None:
+        """Raises ValueError (naming the target) when ``cfg.baseline_run`` holds no fit."""
         self.cfg = cfg
+        self._expected = explicit_baseline(cfg)
+        self._bounds = ttft_buckets(cfg.probe.timeout_s)
         self.run_dir = Path(run_dir)
         self.run_max_bytes = run_max_bytes
         self.run_keep = run_keep
@@ -186,27 +191,33 @@ class TargetProber:
         self._counts.update({("failed", k): 0 for k in ERROR_KINDS})
         self._hist: dict[int, list[float]] = {}  # tokens -> [per-bucket counts..., +Inf, sum]
         self._totals = {"cache_hit_probes": 0, "cached_tokens": 0, "prompt_tokens": 0}
-        self._health: tuple[Fit | None, str | None, tuple] = (None, None, ())
-        self._last: dict[str, Any] = {"up": None, "probe": None, "success": None}
+        self._health: RunSummary | None = None
+        self._up: bool | None = None  # the last probe or discovery answered
+        self._last_probe_ts: float | None = None
+        self._last_success_ts: float | None = None
+        self._fit_ts: float | None = None  # when the newest probe of the fit finished
+        self._in_flight_since: float | None = None  # when the probe in flight began
+        self._last_error: tuple[str, int | None] | None = None
+        self._medians: tuple[tuple[int, float], ...] = ()
         self.metrics_hook = None
         self._life = threading.Lock()  # start() and stop() never interleave
         self._stopped = False
         self.snapshot = self._make_snapshot("queued", "waiting for its turn to start")
 
     # -- wiring
-    def session_options(self) -> argparse.Namespace:
+    def session_options(self) -> SessionOptions:
         """The options ``session.build_session`` builds this target's probing from: the
-        probe client (URL, key variable, TLS, timeout), the ``/metrics`` hook, a
-        size-rotated run file, and the pacing.  No local telemetry: the exporter rarely
-        runs on the target's machine."""
+        probe client (the target's ``ProbeOptions``), a size-rotated run file, and the
+        pacing: the interval is the rate ceiling, with no duty-cycle idle (the TUI's
+        pacing).  No local telemetry: the exporter rarely runs on the target's machine."""
         cfg = self.cfg
-        return argparse.Namespace(
-            api=cfg.api, model=cfg.model, api_key_env=cfg.api_key_env, timeout=cfg.timeout,
-            insecure=cfg.insecure, seed=self.seed, lengths=list(cfg.lengths), warmup=1,
-            no_telemetry=True, out=str(self.run_dir / f"{cfg.slug}.jsonl"),
-            run_max_bytes=self.run_max_bytes, run_keep=self.run_keep,
-            pause=0.0,  # no duty-cycle idle (the TUI's pacing): the interval is the pacing
-            interval_s=cfg.interval, jitter=JITTER, keep_results=KEEP_RESULTS)
+        design = SweepDesign(lengths=cfg.lengths, pause_s=0.0, seed=self.seed,
+                             interval_s=cfg.interval_s, jitter=JITTER, keep_results=KEEP_RESULTS)
+        run_file = RunFileOptions(path=str(self.run_dir / f"{cfg.slug}.jsonl"),
+                                  max_bytes=self.run_max_bytes, keep=self.run_keep)
+        return SessionOptions(probe=cfg.probe, design=design,
+                              telemetry=TelemetryOptions(enabled=False), run_file=run_file,
+                              analysis=cfg.analysis)
 
     def start(self) -> "TargetProber":
         """Build the session and start probing.
@@ -225,12 +236,13 @@ class TargetProber:
             self.writer = self.session.writer
             self.runner = self.session.new_runner(on_result=self._on_result,
                                                   on_state=self._on_state)
+            self.runner.hooks.insert(0, _InFlight(self))  # first: its /metrics scrape counts
             self.runner.start()
         return self
 
     def mark_failed(self, why: str) -> None:
         """The prober could not start (``why``: one line): shown as state "failed"."""
-        self._last["up"] = False
+        self._up = False
         self.snapshot = self._make_snapshot("failed", why)
 
     def request_stop(self) -> None:
@@ -251,8 +263,8 @@ class TargetProber:
     # -- runner callbacks (runner thread)
     def _set_up(self, up: bool, why: str) -> None:
         """Record up/down; a change is logged once (one line on stderr / the journal)."""
-        was = self._last["up"]
-        self._last["up"] = up
+        was = self._up
+        self._up = up
         if was is not None and was != up:
             if up:
                 log.warning("target %s answers again", self.cfg.label)
@@ -265,19 +277,29 @@ class TargetProber:
         info = self.runner.server_info if self.runner is not None else None
         if state == "retrying" and info is None:
             self._set_up(False, detail)  # discovery failed: the server is unreachable
+            self._last_error = ("connect", None)
         self.snapshot = self._make_snapshot(state, detail)
+
+    def _begin_probe(self) -> None:
+        self._in_flight_since = time.time()
+        self.snapshot = self._make_snapshot(self.runner.state if self.runner else "probing",
+                                            self.runner.state_detail if self.runner else "")
 
     def _on_result(self, r: ProbeResult) -> None:
         self._info = self.runner.server_info if self.runner is not None else self._info
+        self._in_flight_since = None
         now = r.started_at or time.time()
-        self._last["probe"] = now
+        self._last_probe_ts = now
         self._set_up(bool(r.ok), f"{r.error_kind}: {r.error_message}")
         if r.ok:
-            self._last["success"] = now
+            self._last_success_ts = now
             self._counts[("ok", "")] += 1
         else:
             key = ("failed", r.error_kind or "protocol")
             self._counts[key] = self._counts.get(key, 0) + 1
+            # the status only where it is the error (a timeout's stream began with 200)
+            status = r.http_status if key[1] in ("http", "rate_limited", "context_length") else None
+            self._last_error = (key[1], status)
         if r.ok:
             if r.cache_hit:
                 self._totals["cache_hit_probes"] += 1
@@ -286,8 +308,10 @@ class TargetProber:
             if not r.warmup and r.ttft_s is not None:
                 self._observe(r.requested_tokens, r.ttft_s)
                 self._window.append(r)
+                self._medians = length_medians(self._window)
                 try:
                     self._health = window_health(list(self._window), self._info, self.cfg)
+                    self._fit_ts = time.time()
                 except Exception:  # a fit problem must never stop the probing
                     log.exception("window fit failed for %s", self.cfg.label)
         self.snapshot = self._make_snapshot(self.runner.state if self.runner else "probing",
@@ -296,13 +320,13 @@ class TargetProber:
     def _observe(self, tokens: int, ttft_s: float) -> None:
         row = self._hist.get(tokens)
         if row is None:
-            row = self._hist[tokens] = [0.0] * (len(TTFT_BUCKETS_S) + 2)
-        for i, b in enumerate(TTFT_BUCKETS_S):
+            row = self._hist[tokens] = [0.0] * (len(self._bounds) + 2)
+        for i, b in enumerate(self._bounds):
             if ttft_s <= b:
                 row[i] += 1
                 break
         else:
-            row[len(TTFT_BUCKETS_S)] += 1
+            row[len(self._bounds)] += 1
         row[-1] += ttft_s
 
     def _make_snapshot(self, state: str, detail: str) -> TargetSnapshot:
@@ -315,16 +339,26 @@ class TargetProber:
                 acc += int(c)
                 cum.append(acc)
             hists.append(LengthHistogram(tokens, tuple(cum), row[-1], acc))
-        fit, verdict, parts = self._health
-        hook = self.metrics_hook
+        hook, cfg = self.metrics_hook, self.cfg
+        expected = self._expected
+        if cfg.expected_throughput == "roofline":
+            tps = roofline_expected(self._health)
+            expected = Expected(tps, "roofline") if tps else None
+        has_fit = self._health is not None and self._health.fit is not None
         return TargetSnapshot(
-            target=self.cfg.label, model=self.cfg.model or (info.model if info else None) or "",
-            server_kind=info.kind if info else "", api=self.cfg.api,
-            interval_s=self.cfg.interval, state=state, detail=detail, up=self._last["up"],
+            target=cfg.label,
+            model=cfg.probe.model or (info.model if info else None) or "",
+            server_kind=info.kind if info else "", api=cfg.probe.api,
+            url=cfg.shown_url,
+            interval_s=cfg.interval_s, state=state, detail=detail, up=self._up,
             ready=self.runner is not None and self.runner.server_info is not None,
-            last_probe_ts=self._last["probe"], last_success_ts=self._last["success"],
-            probes=tuple(sorted(self._counts.items())), histograms=tuple(hists),
-            fit=fit, verdict=verdict, parts_s=parts,
+            last_probe_ts=self._last_probe_ts, last_success_ts=self._last_success_ts,
+            probes=tuple(sorted(self._counts.items())), ttft_bounds_s=self._bounds,
+            histograms=tuple(hists), summary=self._health, length_medians_s=self._medians,
+            fit_ts=self._fit_ts if has_fit else None, window_size=cfg.window,
+            stale_after_s=cfg.stale_window_s, in_flight_since=self._in_flight_since,
+            hang_threshold_s=hang_threshold(cfg, self._window), timeout_s=cfg.probe.timeout_s,
+            expected=expected, last_error=self._last_error,
             metrics_problem=hook.problem if hook is not None else None,
             run_file=str(self.writer.path) if self.writer is not None else None,
             **self._totals)

@@ -9,9 +9,9 @@ forever.  Here:
 * ``aiter_decoded(response)`` yields the body from the *raw* stream through a
   decompressor that never returns more than ``DECODE_CHUNK`` bytes per call
   (``zlib``'s ``max_length``), so memory is bounded by the caller's cap plus one chunk
-  whatever the compression ratio.  Encodings: identity, gzip, deflate (what
-  ``ACCEPT_ENCODING`` allows; a server sending another is refused with
-  ``httpx.DecodingError``).
+  whatever the compression ratio.  Encodings: identity, gzip, deflate and br (a
+  gateway may compress whatever ``ACCEPT_ENCODING`` says; a server sending another,
+  or stacked encodings, is refused with ``httpx.DecodingError``).
 * ``fetch(client, method, url, max_bytes=..., deadline_s=...)`` sends one request and
   reads at most ``max_bytes`` decoded bytes, all of it under ``asyncio.timeout``: the
   connect, the headers and every read share one deadline.  A longer body is cut
@@ -55,19 +55,25 @@ class Decoder:
     """Inflates one body's content-encoding in pieces of at most ``DECODE_CHUNK`` bytes.
 
     Raises:
-        httpx.DecodingError: an encoding other than identity/gzip/deflate, or corrupt data.
+        httpx.DecodingError: an encoding other than identity/gzip/deflate/br, or corrupt data.
     """
 
     def __init__(self, content_encoding: str | None) -> None:
         enc = (content_encoding or "identity").strip().lower()
         self.encoding = enc
         self._first = enc == "deflate"  # raw deflate is tried once if zlib-wrapped fails
+        self._br = None
         if enc in ("", "identity"):
             self._z = None
         elif enc in ("gzip", "x-gzip"):
             self._z = zlib.decompressobj(zlib.MAX_WBITS | 16)
         elif enc == "deflate":
             self._z = zlib.decompressobj()
+        elif enc == "br":  # gateways brotli-compress whatever Accept-Encoding says
+            import brotli
+
+            self._z = None
+            self._br = brotli.Decompressor()
         else:
             raise httpx.DecodingError(f"unsupported content-encoding {enc[:40]!r} "
                                       f"(prefilltui asks for {ACCEPT_ENCODING})")
@@ -75,6 +81,9 @@ class Decoder:
     def pieces(self, data: bytes) -> Iterator[bytes]:
         """The decoded pieces of ``data`` (each at most DECODE_CHUNK bytes), lazily: a
         consumer that stops early never inflates the rest."""
+        if self._br is not None:
+            yield from self._brotli(data)
+            return
         if self._z is None:
             for i in range(0, len(data), DECODE_CHUNK):
                 yield data[i:i + DECODE_CHUNK]
@@ -97,6 +106,22 @@ class Decoder:
                 piece = self._z.decompress(self._z.unconsumed_tail, DECODE_CHUNK)
             except zlib.error as e:
                 raise httpx.DecodingError(f"corrupt {self.encoding} body: {e}") from None
+
+
+    def _brotli(self, data: bytes) -> Iterator[bytes]:
+        import brotli
+
+        try:
+            # each call returns about DECODE_CHUNK (up to ~1.5x); empty input drains
+            # what the last one held back, until nothing is left
+            piece = self._br.process(data, output_buffer_limit=DECODE_CHUNK)
+            while piece:
+                yield piece
+                if self._br.is_finished():
+                    break
+                piece = self._br.process(b"", output_buffer_limit=DECODE_CHUNK)
+        except brotli.error as e:
+            raise httpx.DecodingError(f"corrupt br body: {e}") from None
 
 
 async def aiter_decoded(resp: httpx.Response) -> AsyncIterator[bytes]:

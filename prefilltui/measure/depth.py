@@ -12,7 +12,7 @@ whose load changes over the run does not pass for a depth effect.
 Every depth probe is checked: the server must report ``cached_tokens`` (usage
 ``prompt_tokens_details.cached_tokens`` or llama.cpp ``timings.cache_n``) within
 ``tolerance(D)`` of the prefix's own server-counted length; a probe that is not
-verified is flagged in its ``extra`` and left out of the depth fit.
+verified is flagged in its ``DepthInfo`` and left out of the depth fit.
 
 llama.cpp slots: a request goes to the idle slot whose cached tokens share the
 longest prefix with it (above ``--slot-prompt-similarity``), and a slot's state can
@@ -26,11 +26,13 @@ after D cached ones = 2*P*n + 4*L*d_attn*(D*n + n^2/2), i.e. per new token
 curve over the probes' own new-token counts, so the expected ratio between depths
 compares like with like (the n^2 part is the same at every depth).
 
-Run-file keys (in ``ProbeResult.extra``): ``depth`` (D requested, 0 for the cold
-reference), ``depth_role`` ("prefix" for the priming request, kept out of every fit as
-a warm-up; "probe"; these results stay out of the ordinary sweep's summary),
-``depth_prefix_tokens`` (the prefix's server count), ``depth_new_tokens``
-(prompt tokens - cached tokens), ``depth_verified`` (bool), ``depth_flag`` (why not).
+Each result carries a ``DepthInfo`` (``ProbeResult.depth``, model.probe_notes):
+``depth`` (D requested, 0 for the cold reference), ``role`` ("prefix" for the priming
+request, kept out of every fit as a warm-up; "probe"; these results stay out of the
+ordinary sweep's summary), ``prefix_tokens`` (the prefix's server count),
+``new_tokens`` (prompt tokens - cached tokens), ``verified`` and ``flag`` (why not).
+The run file keeps them under ``extra`` as ``depth``, ``depth_role``,
+``depth_prefix_tokens``, ``depth_new_tokens``, ``depth_verified``, ``depth_flag``.
 Imports no textual.
 """
 
@@ -41,6 +43,7 @@ from dataclasses import dataclass
 from typing import Any, Awaitable, Callable, Sequence
 
 from prefilltui.measure.prefix_cache import probe_with_cache
+from prefilltui.model.probe_notes import DepthInfo
 from prefilltui.model.depth import lengths_for_depth, verify
 from prefilltui.model.prompts import build_prompt
 from prefilltui.model.types import ProbeResult
@@ -64,8 +67,8 @@ async def prime(client: Any, depth: int) -> Prefix:
     text, _w, _c = await build_prompt(depth, client.builder, client.lengths, counter)
     r = await probe_with_cache(client, text, depth, True)
     r.warmup = True
-    r.extra.update(depth=int(depth), depth_role="prefix",
-                   depth_prefix_tokens=r.prompt_tokens if r.ok else None)
+    r.depth = DepthInfo(depth=int(depth), role="prefix",
+                        prefix_tokens=r.prompt_tokens if r.ok else None)
     return Prefix(int(depth), text, r.prompt_tokens if r.ok else None, r)
 
 
@@ -76,12 +79,10 @@ async def probe_at_depth(client: Any, prefix: Prefix, n: int) -> ProbeResult:
     tail, _w, _c = await build_prompt(n, client.builder, client.lengths, counter)
     r = await probe_with_cache(client, prefix.text + " " + tail, n, True)
     why = verify(r, prefix.tokens)
-    r.extra.update(depth=prefix.depth, depth_role="probe", depth_prefix_tokens=prefix.tokens,
-                   depth_verified=why is None)
-    if r.ok and r.prompt_tokens is not None and r.cached_tokens is not None:
-        r.extra["depth_new_tokens"] = r.prompt_tokens - r.cached_tokens
-    if why is not None:
-        r.extra["depth_flag"] = why
+    new = (r.prompt_tokens - r.cached_tokens
+           if r.ok and r.prompt_tokens is not None and r.cached_tokens is not None else None)
+    r.depth = DepthInfo(depth=prefix.depth, role="probe", prefix_tokens=prefix.tokens,
+                        new_tokens=new, verified=why is None, flag=why)
     return r
 
 
@@ -91,12 +92,9 @@ async def probe_cold(client: Any, n: int) -> ProbeResult:
     r = await client.probe(n)
     why = None if r.ok and not r.cache_hit else (
         f"failed: {r.error_kind}" if not r.ok else f"{r.cached_tokens:,} cached tokens")
-    r.extra.update(depth=0, depth_role="probe", depth_prefix_tokens=0,
-                   depth_verified=why is None)
-    if r.ok and r.prompt_tokens is not None:
-        r.extra["depth_new_tokens"] = r.prompt_tokens - (r.cached_tokens or 0)
-    if why is not None:
-        r.extra["depth_flag"] = why
+    new = r.prompt_tokens - (r.cached_tokens or 0) if r.ok and r.prompt_tokens is not None else None
+    r.depth = DepthInfo(depth=0, role="probe", prefix_tokens=0, new_tokens=new,
+                        verified=why is None, flag=why)
     return r
 
 
@@ -143,7 +141,7 @@ async def run_depths(client: Any, depths: Sequence[int], lengths: Sequence[int],
                 break
             r = await (probe_at_depth(client, prefixes[d], n) if d else probe_cold(client, n))
             sent[d] = sent.get(d, 0) + 1
-            flagged[d] = flagged.get(d, 0) + (not r.extra.get("depth_verified"))
+            flagged[d] = flagged.get(d, 0) + (not (r.depth and r.depth.verified))
             if on_result is not None:
                 await _maybe_await(on_result(r))
     for d in sorted(flagged):

@@ -202,7 +202,7 @@ class MetricsHook:
             self.last_sample = after or self.last_sample
             self.last_delta = d
             apply_delta(result, d, quiet_overhead_s=self.quiet_overhead_s)
-            if (result.extra.get("queue_source") == "idle" and result.overhead_s is not None
+            if (result.queue_source == "idle" and result.overhead_s is not None
                     and not result.warmup):
                 self._quiet.append(result.overhead_s)
                 del self._quiet[:-50]

@@ -14,7 +14,7 @@ import asyncio
 from dataclasses import asdict, dataclass, field
 from typing import Any, Callable, Literal
 
-from prefilltui.model.types import ProbeResult
+from prefilltui.model.types import JsonObject, ProbeResult
 from prefilltui.model.units import duration
 
 #: What a cache check found.
@@ -49,7 +49,7 @@ class CacheCheckResult:
     notes: list[str] = field(default_factory=list)
     unreachable: bool = False  # discovery failed: the server was never reached
 
-    def to_json(self) -> dict[str, Any]:
+    def to_json(self) -> JsonObject:
         return asdict(self)
 
 

@@ -9,10 +9,15 @@ request, its set-up time is recorded as ``connect_s`` and taken out of TTFB/TTFT
 (the clock starts when the connection is ready).  ``probe()`` never raises for
 server or network failures: it returns ``ok=False`` with an ``error_kind``.
 
-A probe's data is complete at ``data: [DONE]``, or once the token and its
-``finish_reason`` have come; what the server does after that (keep-alive comments,
-a close without the chunked terminator) is read for at most
-``POST_COMPLETION_GRACE_S``, never fails the probe, and is noted in ``extra``.
+A probe's data is complete at ``data: [DONE]``, once the token and its
+``finish_reason`` have come, at a second token (the server ignored ``max_tokens: 1``:
+closed at once), or ``TOKEN_TAIL_S`` after the token; what the server does after that
+(keep-alive comments, a close without the chunked terminator) is read for at most
+``POST_COMPLETION_GRACE_S``, never fails the probe, and is noted in ``notes``.  What
+gateways and proxies do (another content type, 307/308 redirects, compression,
+buffering, hidden tokens, HTML sign-in pages, the Responses API, proxies) is
+recognised here with ``gateway.py``, ``proxy.py`` and ``probe_kinds.py``
+(docs/measurement.md, "Gateways, proxies and unusual servers").
 
 Over 400 lines because one probe's timing, stream reading and failure classification
 interleave on the same read loop; SSE framing (``sse.py``), prompts (``prompts.py``)
@@ -22,6 +27,7 @@ and discovery (``server.py``) are apart.
 from __future__ import annotations
 
 import asyncio
+import base64
 import functools
 import json
 import math
@@ -34,11 +40,17 @@ import httpx
 
 from prefilltui.model import defaults
 from prefilltui.measure import bounded
+from prefilltui.measure import gateway
+from prefilltui.measure import probe_kinds as _kinds
 from prefilltui.measure import server as _server
+from prefilltui.measure.proxy import ProxyChoice, choose_proxy
 from prefilltui.model.prompts import LengthModel, PromptBuilder, build_prompt
-from prefilltui.model.redact import is_secret_param, scrub_secrets, split_credentials
-from prefilltui.measure.sse import SSEStreamDecoder, classify_chunk, error_message
-from prefilltui.model.types import ProbeResult, ServerInfo
+from prefilltui.measure.sse import (SSEStreamDecoder, classify_chunk, classify_response_event,
+                                    error_message)
+from prefilltui.model.redact import (display_url, is_secret_param, scrub_secrets,
+                                     split_credentials)
+from prefilltui.model.probe_notes import Redirect, RejectedField
+from prefilltui.model.types import JsonObject, ProbeResult, ServerInfo
 
 #: Cap on a streamed body (a one-token stream is a few KiB; 4 MiB means runaway).
 MAX_STREAM_BYTES = 4 * 1024 * 1024
@@ -49,7 +61,20 @@ MAX_ERROR_BYTES = 64 * 1024
 #: ``stream_options``) drops it: the probe is resent once without it, and later
 #: probes of the session never send it.  A field the user set (``extra_body``) is
 #: never dropped.
-OPTIONAL_FIELDS = ("stream_options", "ignore_eos", "cache_prompt", "temperature")
+OPTIONAL_FIELDS = ("stream_options", "ignore_eos", "cache_prompt", "temperature", "store")
+#: The token cap's field, rejected by some servers: replaced by (field, value) and
+#: resent, as an optional field is dropped.  ``max_tokens`` -> ``max_completion_tokens``
+#: (OpenAI's newer models: "Unsupported parameter: 'max_tokens' ... Use
+#: 'max_completion_tokens' instead"); ``max_output_tokens: 1`` -> 16 (the least the
+#: OpenAI Responses API accepts).  A rejected replacement is dropped: the probe then
+#: sends no cap, and the client closes the stream at the second token.
+CAP_REPLACEMENTS = {"max_tokens": ("max_completion_tokens", 1),
+                    "max_output_tokens": ("max_output_tokens", 16)}
+CAP_FIELDS = ("max_tokens", "max_completion_tokens", "max_output_tokens")
+#: After the first token, the rest of a one-token answer (finish_reason, usage,
+#: [DONE]) comes at once; a server that sends nothing more is closed this long
+#: after the token, and the probe stands (its TTFT is measured).
+TOKEN_TAIL_S = 1.0
 #: After a probe's data is complete ([DONE], or the token and its finish_reason),
 #: keep reading at most this long: enough for the closing bytes a server sends at
 #: once (the usage chunk after the finish chunk, [DONE], the chunked terminator
@@ -75,6 +100,32 @@ def shared_ssl_context(verify: bool) -> ssl.SSLContext:
     the CA bundle costs ~1 MiB and ~20 ms per context, which an exporter with hundreds
     of targets would pay once per target."""
     return httpx.create_ssl_context(verify=verify)
+
+
+class OriginCredentials(httpx.Auth):
+    """The credentials a server URL carried (``redact.split_credentials``), sent only to
+    that URL's own origin: its query parameters on every request, and its
+    ``user:password`` as the ``Authorization: Basic`` header (``basic``; None when an
+    API key is sent instead).  A request to another origin (a redirect elsewhere)
+    gets none of them."""
+
+    def __init__(self, root: str, basic: str | None,
+                 params: tuple[tuple[str, str], ...]) -> None:
+        self._origin = httpx.URL(root).copy_with(path="/", query=None, fragment=None)
+        self._basic = basic
+        self._params = params
+
+    def _same_origin(self, url: httpx.URL) -> bool:
+        o = self._origin
+        return (url.scheme, url.host, url.port) == (o.scheme, o.host, o.port)
+
+    def auth_flow(self, request: httpx.Request):
+        if self._same_origin(request.url):
+            if self._params:
+                request.url = request.url.copy_merge_params(self._params)
+            if self._basic is not None and "Authorization" not in request.headers:
+                request.headers["Authorization"] = self._basic
+        yield request
 
 
 class ResendOnStaleConnection(httpx.AsyncHTTPTransport):
@@ -153,9 +204,10 @@ class ProbeClient:
     def __init__(self, base_url: str, *, api: str = "completions", model: str | None = None,
                  api_key: str | None = None, timeout: float = defaults.TIMEOUT_S,
                  verify: bool = True,
-                 extra_body: dict | None = None, seed: int | None = None) -> None:
-        if api not in ("completions", "chat"):
-            raise ValueError(f"api must be 'completions' or 'chat', not {api!r}")
+                 extra_body: dict | None = None, seed: int | None = None,
+                 proxy: str | None = None) -> None:
+        if api not in API_PATHS:
+            raise ValueError(f"api must be one of {', '.join(API_PATHS)}, not {api!r}")
         #: Things about this session a reader must know, once each, in order:
         #: short label (status line) -> sentence (summary).  E.g. a field the
         #: server rejected, prompt lengths that are estimates.
@@ -165,6 +217,9 @@ class ProbeClient:
         url = base_url.strip()
         creds = split_credentials(url if "://" in url else "http://" + url)
         self.root, self.v1 = _server.split_base_url(creds.url)
+        #: the proxy requests go through (``measure.proxy``); ProxyError (a
+        #: ValueError) for an unusable --proxy or proxy variable
+        self.proxy: ProxyChoice = choose_proxy(self.root, proxy)
         self.api = api
         self.model = model
         self.timeout = float(timeout)
@@ -179,17 +234,19 @@ class ProbeClient:
         headers = {"Accept-Encoding": bounded.ACCEPT_ENCODING}
         if api_key:
             headers["Authorization"] = f"Bearer {api_key}"
-        auth = None
+        basic = None
         if creds.has_userinfo and api_key:
             self.notices["URL user:password not sent"] = (
                 "the URL's user:password is not sent: the API key is (Authorization: "
                 "Bearer), and a request carries one Authorization header")
         elif creds.has_userinfo:
-            auth = httpx.BasicAuth(creds.username or "", creds.password or "")
+            pair = f"{creds.username or ''}:{creds.password or ''}".encode()
+            basic = "Basic " + base64.b64encode(pair).decode("ascii")
             self.notices["Basic auth from the URL"] = (
                 "the URL's user:password is sent as HTTP Basic auth (no API key is set)")
         #: every secret this client sends, scrubbed from whatever the server says back
-        self._secrets = tuple(v for v in (api_key, creds.password, creds.username if auth else None,
+        self._secrets = tuple(v for v in (api_key, creds.password,
+                                          creds.username if basic else None,
                                           *(v for k, v in creds.params if is_secret_param(k)))
                               if v)
         self._transport = ResendOnStaleConnection(
@@ -197,15 +254,26 @@ class ProbeClient:
             # discovery asks up to 4 things at once; probes and scrapes go one at a
             # time, so one connection is kept (a long-running prober holds 1 fd, not 4)
             limits=httpx.Limits(max_connections=4, max_keepalive_connections=1,
-                                keepalive_expiry=300.0))
+                                keepalive_expiry=300.0),
+            proxy=self.proxy.url)
+        # GETs (discovery, /metrics) follow redirects (httpx drops the API key on a
+        # cross-origin one); a probe's POST follows only 307/308 itself (_send).  The
+        # URL's credentials go only to the server's own origin (``OriginCredentials``).
         self._http = httpx.AsyncClient(
-            headers=headers, transport=self._transport, auth=auth, params=creds.params,
-            timeout=httpx.Timeout(self.timeout, connect=10.0), follow_redirects=False,
-            trust_env=False)
+            headers=headers, transport=self._transport,
+            auth=OriginCredentials(self.root, basic, creds.params),
+            timeout=httpx.Timeout(self.timeout, connect=10.0), follow_redirects=True,
+            max_redirects=gateway.MAX_REDIRECTS, trust_env=False)
         self.builder = PromptBuilder(seed)
         self.lengths = LengthModel()
         self._dropped: set[str] = set()
         self._kept: set[str] = set()  # named in a 400 that was not about them
+        self._replaced: set[str] = set()  # cap fields replaced (CAP_REPLACEMENTS)
+        #: "streams" | "buffers" | "unknown" once a token-with-the-end probe asked
+        #: (``probe_kinds.check_streaming``); None before
+        self.streaming: str | None = None
+        #: whether the server answers /v1/responses (asked on a 404/405), None before
+        self.has_responses: bool | None = None
         self._last_error_body = ""
         self._last_calibration = ProbeResult(requested_tokens=0)
 
@@ -245,6 +313,12 @@ class ProbeClient:
             raise _server.ServerUnreachable(self._scrub(str(e))) from None
         if self.model is None:
             self.model = info.model
+        for n in info.notes:
+            if "pass --model" in n:  # several models listed, or none that generates
+                self.notices.setdefault(f"model {info.model}", n)
+        if self.proxy.url is not None:
+            info.proxy = display_url(self.proxy.url)
+            self.notices.setdefault("via proxy", self.proxy.sentence())
         self.info = info
         return info
 
@@ -320,15 +394,22 @@ class ProbeClient:
         return await _server.count_tokens(self._http, self.info, text)
 
     # -- the probe
-    def _body(self, prompt: str) -> dict[str, Any]:
-        body: dict[str, Any] = {"max_tokens": 1, "stream": True,
-                                "stream_options": {"include_usage": True}, "temperature": 0}
+    def _body(self, prompt: str, cap: int = 1) -> JsonObject:
+        body: JsonObject = {"stream": True, "temperature": 0}
         if self.model:
             body["model"] = self.model
+        if self.api == "responses":
+            body.update(max_output_tokens=cap, input=prompt, store=False)
+        else:
+            body.update(max_tokens=cap, stream_options={"include_usage": True})
         if self.api == "chat":
             body["messages"] = [{"role": "user", "content": prompt}]
-        else:
+        elif self.api == "completions":
             body["prompt"] = prompt
+        for old in self._replaced:
+            new, value = CAP_REPLACEMENTS[old]
+            body.pop(old, None)
+            body[new] = max(value, cap)
         kind = self.info.kind if self.info else "openai"
         if kind == "llama.cpp":
             body["cache_prompt"] = False
@@ -339,14 +420,16 @@ class ProbeClient:
             body.pop(k, None)
         return body
 
-    def _rejected_field(self, r: ProbeResult, body: dict[str, Any]) -> str | None:
+    def _rejected_field(self, r: ProbeResult, body: JsonObject) -> str | None:
         """The optional field a 400/422 answer names (itself or any of its sub-keys,
         in any wording: "Unknown field: stream_options", "extraneous key
         [include_usage] is not permitted", "streamOptions.includeUsage"), or None."""
         if r.http_status not in (400, 422) or r.error_kind != "http":
             return None
         said = {_norm(w) for w in _IDENT.findall(f"{r.error_message}\n{self._last_error_body}")}
-        for k in OPTIONAL_FIELDS:
+        for k in OPTIONAL_FIELDS + CAP_FIELDS:
+            if k in self._replaced and CAP_REPLACEMENTS[k][0] == k:
+                continue  # already at its replacement value
             if k in body and k not in self._dropped | self._kept and k not in self.extra_body:
                 if said & {_norm(n) for n in _names(k, body[k])}:
                     return k
@@ -357,7 +440,7 @@ class ProbeClient:
         """Fire one probe of ``requested_tokens`` server-counted prompt tokens.
 
         A probe the server rejects for an optional field we add is resent at once
-        without it (``extra["rejected_field"]`` keeps the rejection), and the
+        without it (``notes.rejected_field`` keeps the rejection), and the
         field is left out of every later probe of this client."""
         r = ProbeResult(requested_tokens=int(requested_tokens), warmup=warmup, burst=burst,
                         api=self.api, model=self.model)
@@ -373,41 +456,73 @@ class ProbeClient:
         body = self._body(prompt)
         await self._attempt(r, body)
         while (field := self._rejected_field(r, body)) is not None:
-            self._dropped.add(field)
-            said = self._scrub(r.error_message) or ""
-            self.notices.setdefault(
-                f"sent without {field}",
-                f"the server rejected {field} ({said[:200]}); probes are sent without it")
+            label, replaced = self._reject(field, r)
             first = r
             r = ProbeResult(requested_tokens=first.requested_tokens, warmup=warmup, burst=burst,
                             api=self.api, model=self.model)
-            r.extra["rejected_field"] = {"field": field, "http_status": first.http_status,
-                                         "message": said[:300]}
+            r.notes.rejected_field = RejectedField(
+                field=field, http_status=first.http_status,
+                message=(self._scrub(first.error_message) or "")[:300], replaced_by=replaced)
             body = self._body(prompt)
             await self._attempt(r, body)
             if r.http_status == first.http_status and r.error_message == first.error_message:
                 # the same answer without the field: it was quoted, not the cause
-                self._dropped.discard(field)
+                (self._replaced if replaced else self._dropped).discard(field)
                 self._kept.add(field)  # never retried for it again
-                self.notices.pop(f"sent without {field}", None)
-                r.extra.pop("rejected_field", None)
+                self.notices.pop(label, None)
+                r.notes.rejected_field = None
                 break
+        if r.notes.token_with_end and r.ok:
+            await _kinds.settle_buffered(self, r)
+        _kinds.note(self, r)
+        _kinds.model_hint(self, r)
         _vet(r)
-        if r.extra.get("ignored"):
+        if r.notes.ignored:
             self.notices.setdefault(
                 "server values ignored",
                 "the server sent counts or times that cannot be true ("
-                + "; ".join(r.extra["ignored"])[:300]
+                + "; ".join(r.notes.ignored)[:300]
                 + "): they are ignored, never fitted (each probe's extra.ignored says which)")
         self._learn(r, words, tok_count)
         r.error_message = self._scrub(r.error_message)
-        if "after_complete" in r.extra:
-            r.extra["after_complete"] = [self._scrub(m) for m in r.extra["after_complete"]]
+        r.notes.after_complete = [self._scrub(m) for m in r.notes.after_complete]
         return r
 
-    async def _attempt(self, r: ProbeResult, body: dict[str, Any]) -> None:
+    def _reject(self, field: str, r: ProbeResult) -> tuple[str, str | None]:
+        """Leave ``field`` out of later bodies (or replace it, CAP_REPLACEMENTS) and
+        say so once; returns (the notice's label, what replaced it or None)."""
+        said = (self._scrub(r.error_message) or "")[:200]
+        new = CAP_REPLACEMENTS.get(field)
+        if new is not None and field not in self._replaced and new[0] not in self._dropped:
+            self._replaced.add(field)
+            what = f"{new[0]}: {new[1]}" if new[0] != field else f"{field}: {new[1]}"
+            label = f"{what} for {field}" if new[0] != field else f"{field} {new[1]}"
+            self.notices.setdefault(label, f"the server rejected {field} ({said}); probes "
+                                           f"send {what} instead")
+            return label, what
+        self._dropped.add(field)
+        label = f"sent without {field}"
+        tail = (" (no token cap: the client closes each stream at the second token)"
+                if field in CAP_FIELDS else "")
+        self.notices.setdefault(label, f"the server rejected {field} ({said}); probes are "
+                                       f"sent without it{tail}")
+        return label, None
+
+    @property
+    def endpoint(self) -> str:
+        """The URL probes are POSTed to (``API_PATHS`` of the API flavour)."""
+        return self.v1 + API_PATHS[self.api]
+
+    @property
+    def token_cap(self) -> int | None:
+        """The output-token cap the probes send (1, or 16 on a Responses API that
+        needs it), or None when the server took none."""
+        body = self._body("", 1)
+        return next((body[k] for k in CAP_FIELDS if k in body), None)
+
+    async def _attempt(self, r: ProbeResult, body: JsonObject) -> None:
         """Send ``body`` once and fill ``r`` (never raises for server or network faults)."""
-        url = self.v1 + ("/chat/completions" if self.api == "chat" else "/completions")
+        url = self.endpoint
         self._last_error_body = ""
         try:
             # asyncio.timeout runs the stream in this task (wait_for would add a task
@@ -461,21 +576,45 @@ class ProbeClient:
             r.error_message = (self._scrub(message) or kind)[:1000]
         return r
 
+    async def _send(self, url: str, body: dict, r: ProbeResult,
+                    stamps: dict[str, float]) -> httpx.Response:
+        """POST ``body`` (streamed), following 307/308 redirects that keep the method
+        and body (at most ``gateway.MAX_REDIRECTS``; the API key only to the same
+        origin); ``notes.redirected`` says where to.  Other 3xx are answered
+        as they are (``_http_error`` explains them)."""
+        accept = {"Accept": "text/event-stream", "Accept-Encoding": "identity"}
+        req = self._http.build_request("POST", url, json=body, headers=accept,
+                                       extensions={"trace": _tracer(stamps)})
+        origin = req.url
+        resp = await self._http.send(req, stream=True, follow_redirects=False)
+        hops = 0
+        while resp.status_code in gateway.KEEP_METHOD and hops < gateway.MAX_REDIRECTS:
+            target = gateway.redirect_target(req, resp)
+            if target is None:
+                break
+            await resp.aclose()
+            hops += 1
+            req = self._http.build_request("POST", target, json=body, headers=accept,
+                                           extensions={"trace": _tracer(stamps)})
+            if not gateway.same_origin(origin, target):
+                req.headers.pop("Authorization", None)
+            r.notes.redirected = Redirect(status=resp.status_code, to=display_url(str(target)),
+                                          hops=hops, key_sent="Authorization" in req.headers)
+            resp = await self._http.send(req, stream=True, follow_redirects=False)
+        return resp
+
     async def _stream(self, url: str, body: dict, r: ProbeResult) -> None:
         stamps: dict[str, float] = {}
-        req = self._http.build_request(
-            "POST", url, json=body, headers={"Accept": "text/event-stream"},
-            extensions={"trace": _tracer(stamps)})
         r.started_at = time.time()
         resent = self._transport.resent
         t0 = r.t_send = time.perf_counter()
-        resp = await self._http.send(req, stream=True)
+        resp = await self._send(url, body, r, stamps)
         if self._transport.resent != resent:
-            r.extra["resent_on_stale_connection"] = True
+            r.notes.resent_on_stale_connection = True
         try:
             r.connect_s = _connect_time(stamps)
             if r.connect_s is not None:
-                r.extra["connect_excluded"] = True
+                r.notes.connect_excluded = True
             # TTFT runs from when the request's bytes start to go out (after pool
             # checkout and any connect), as a raw-socket client would time it.
             t0 = r.t_send = stamps.get("send", stamps.get("ready", t0))
@@ -483,43 +622,104 @@ class ProbeClient:
             if resp.status_code != 200:
                 await self._http_error(resp, r)
                 return
+            enc = resp.headers.get("content-encoding", "")
+            if enc and enc.lower() != "identity":
+                r.notes.content_encoding = enc  # decoded, bounded (measure.bounded)
             ctype = resp.headers.get("content-type", "")
-            if "text/event-stream" not in ctype:
-                head = await self._read_scrubbed(resp, MAX_ERROR_BYTES)
-                self._classify_body_error(r, head, f"server did not stream (content-type {ctype!r})")
-                return
-            await self._read_events(resp, r, t0)
+            first = chunks = None
+            if "text/event-stream" not in ctype.lower():
+                chunks = bounded.aiter_decoded(resp).__aiter__()
+                try:
+                    head = await chunks.__anext__()
+                except StopAsyncIteration:
+                    head = b""
+                first = (time.perf_counter(), head)
+                if not gateway.looks_like_sse(head):
+                    await self._not_a_stream(resp, r, ctype, head, chunks)
+                    return
+                r.notes.content_type = ctype or "(none)"
+            await self._read_events(resp, r, t0, first, chunks)
         finally:
             await resp.aclose()
 
-    async def _read_events(self, resp: httpx.Response, r: ProbeResult, t0: float) -> None:
+    async def _not_a_stream(self, resp: httpx.Response, r: ProbeResult, ctype: str,
+                            head: bytes, chunks) -> None:
+        """A 200 answer that is no event stream: an HTML page (sign-in portal), one
+        JSON completion (the server ignored ``stream: true``: buffered, TTFT cannot
+        be known), a JSON error, or anything else (protocol)."""
+        buf = bytearray(head)
+        async for chunk in chunks:
+            buf += chunk
+            if len(buf) > MAX_ERROR_BYTES + _SCRUB_MARGIN:
+                break
+        r.t_end = time.perf_counter()
+        # scrubbed before the cut: a key straddling it is masked whole
+        text = (self._scrub(bytes(buf[:MAX_ERROR_BYTES + _SCRUB_MARGIN]).decode(
+            "utf-8", "replace")) or "")[:MAX_ERROR_BYTES]
+        self._last_error_body = text
+        if gateway.looks_like_html(ctype, text):
+            self._fail(r, "html_page", gateway.html_message(200, text))
+            return
+        try:
+            obj = json.loads(text)
+        except ValueError:
+            obj = None
+        if isinstance(obj, dict) and isinstance(obj.get("choices") or obj.get("output"), list):
+            r.arrival_s = r.t_end - r.t_send if r.t_send is not None else None
+            self._fail(r, "buffered", f"the server did not stream (content-type {ctype!r}): one "
+                       "JSON body came at the end, so TTFT cannot be known; "
+                       + _kinds.BUFFER_ADVICE)
+            return
+        self._classify_body_error(r, text, f"server did not stream (content-type {ctype!r})")
+
+    async def _read_events(self, resp: httpx.Response, r: ProbeResult, t0: float,
+                           first: tuple[float, bytes] | None = None, rest=None) -> None:
         """Read the stream, stamping TTFT at the read that completes the first token
-        event.  The data is complete at ``[DONE]`` (t_end is stamped there) or once
-        the token and a ``finish_reason`` have come; the stream is then read for at
-        most POST_COMPLETION_GRACE_S more, and nothing after completion fails the
-        probe: it is noted in ``extra["stream_end"]``."""
+        event (``first``: a read already taken, with its time; ``rest``: the
+        byte iterator it came from).  The data is
+        complete at ``[DONE]`` (t_end is stamped there), once the token and a
+        ``finish_reason`` have come, at a second token (the server ignored the
+        cap: noted in ``notes.cap_ignored``, closed at once), or TOKEN_TAIL_S
+        after the token; the stream is then read for at most
+        POST_COMPLETION_GRACE_S more, and nothing after completion fails the
+        probe: it is noted in ``notes.stream_end``.  A token with no visible
+        text (only ``usage.completion_tokens``) is timed at the first event of the
+        answer (``notes.token_channel = "hidden"``); a token whose read also
+        brought the end is marked ``notes.token_with_end`` (``probe_kinds``
+        decides whether the path buffers)."""
         dec = SSEStreamDecoder()
-        size = 0
-        done = finished = False
+        classify = classify_response_event if self.api == "responses" else classify_chunk
+        size = reads = 0
+        done = finished = stop = False
         deadline: float | None = None  # set when the data is complete
+        tail_note: str | None = None  # why reading stops at ``deadline`` before the end
         t_done: float | None = None
         t_data = t0  # the read that brought the last event with data
-        chunks = bounded.aiter_decoded(resp).__aiter__()
+        token_read = done_read = last_data_read = 0
+        t_answer: float | None = None  # the first event of the answer (not role-only)
+        chunks = rest if rest is not None else bounded.aiter_decoded(resp).__aiter__()
         while True:
             try:
-                if deadline is None:
+                if first is not None:
+                    (now, chunk), first = first, None
+                elif deadline is None:
                     chunk = await chunks.__anext__()
+                    now = time.perf_counter()
                 else:
                     async with asyncio.timeout(max(0.0, deadline - time.perf_counter())):
                         chunk = await chunks.__anext__()
+                    now = time.perf_counter()
             except StopAsyncIteration:
+                if not done and token_read and token_read == last_data_read and \
+                        time.perf_counter() - t_data < _kinds.BUFFER_EOF_S:
+                    r.notes.token_with_end = True  # the body ended with the token's read
                 break
             except (TimeoutError, httpx.HTTPError) as e:
-                if deadline is None:
-                    raise  # before the data is complete: the probe's own failure
-                r.extra["stream_end"] = _after_complete(e, done)
+                if deadline is None or (tail_note is not None and not isinstance(e, TimeoutError)):
+                    raise  # before the data is complete (a cut after the token, too)
+                r.notes.stream_end = tail_note or _after_complete(e, done)
                 break
-            now = time.perf_counter()
+            reads += 1
             if r.ttfb_s is None and chunk:
                 r.ttfb_s = now - t0
             if done:
@@ -530,11 +730,11 @@ class ProbeClient:
                 return
             for ev in dec.feed(chunk):
                 if ev.data.strip() == "[DONE]":
-                    done, t_done = True, now
-                    deadline = now + POST_COMPLETION_GRACE_S
+                    done, t_done, done_read = True, now, reads
+                    deadline, tail_note = now + POST_COMPLETION_GRACE_S, None
                     break
-                t_data = now
-                late = deadline is not None  # after the token and its finish_reason
+                t_data, last_data_read = now, reads
+                late = deadline is not None and tail_note is None  # after the finish_reason
                 if ev.event == "error":
                     try:
                         msg = error_message(json.loads(ev.data))
@@ -554,7 +754,7 @@ class ProbeClient:
                     else:
                         self._fail(r, "protocol", msg)
                     continue
-                info = classify_chunk(obj)
+                info = classify(obj)
                 if info.error is not None and late:
                     _note_late(r, self._scrub(info.error) or "")
                     continue
@@ -564,17 +764,41 @@ class ProbeClient:
                 if info.error is not None:
                     self._fail(r, "protocol", info.error)
                     continue
+                if info.has_token and r.ttft_s is not None and r.notes.token_channel != "hidden":
+                    if (self.token_cap or 1) > 1:
+                        continue  # a cap over 1 (Responses API: 16): read on, within the tail
+                    _kinds.second_token(r, now, self.token_cap)
+                    stop = True  # the data a probe needs is complete: close at once
+                    break
                 if info.has_token and r.ttft_s is None:
-                    r.ttft_s = now - t0
+                    r.ttft_s, token_read = now - t0, reads
+                    r.notes.token_channel = info.channel
+                    if deadline is None:
+                        deadline = now + TOKEN_TAIL_S
+                        tail_note = (f"no end of the answer within {TOKEN_TAIL_S:g} s of the "
+                                     "token (no finish_reason, no [DONE]); closed by the client")
+                if t_answer is None and (info.finish_reason or info.completion_tokens):
+                    t_answer = now
+                if r.ttft_s is None and info.completion_tokens:
+                    # a token the server counts but shows no text of (hidden reasoning,
+                    # a special token): timed at the first event of the answer
+                    r.ttft_s, token_read = (t_answer or now) - t0, reads
+                    r.notes.token_channel = "hidden"
+                if info.completion_tokens is not None:
+                    _kinds.count_tokens(r, info.completion_tokens, self.token_cap)
                 finished = finished or info.finish_reason is not None
                 _take_usage(r, info.usage, info.timings,
                             _ceiling(self.info.context_tokens if self.info else None))
-            if deadline is None and finished and r.ttft_s is not None:
-                deadline = now + POST_COMPLETION_GRACE_S
+            if stop:
+                break
+            if (tail_note is not None or deadline is None) and finished and r.ttft_s is not None:
+                deadline, tail_note = now + POST_COMPLETION_GRACE_S, None
+        if done_read and done_read == token_read:
+            r.notes.token_with_end = True  # the token and [DONE] in one read
         if t_done is not None:
             r.t_end = t_done
-        elif "stream_end" in r.extra:
-            r.t_end = t_data  # the grace ran out: the data ended with its last event
+        elif r.notes.stream_end is not None or stop:
+            r.t_end = t_data  # the data ended with its last event
         else:
             r.t_end = time.perf_counter()
         r.total_s = r.t_end - t0
@@ -593,12 +817,29 @@ class ProbeClient:
         r.t_end = time.perf_counter()
         if r.t_send is not None:
             r.total_s = r.t_end - r.t_send
-        if resp.status_code in (429, 503):
+        status = resp.status_code
+        ctype = resp.headers.get("content-type", "")
+        target = gateway.redirect_target(resp.request, resp) if 300 <= status < 400 else None
+        if gateway.looks_like_html(ctype, text):
+            self._fail(r, "html_page", gateway.html_message(
+                status, text, str(target) if target is not None else None))
+            return
+        if 300 <= status < 400:
+            self._fail(r, "redirect", gateway.redirect_message(
+                status, target, r.notes.redirected.hops if r.notes.redirected else 0))
+            return
+        if status in (429, 503):
             r.retry_after_s = parse_retry_after(resp.headers.get("retry-after"))
             kind = "rate_limited"
         else:
             kind = "http"
-        self._classify_body_error(r, text, f"HTTP {resp.status_code}", default_kind=kind)
+        self._classify_body_error(r, text, f"HTTP {status}", default_kind=kind)
+        red = r.notes.redirected
+        if status in (401, 403) and red and not red.key_sent:
+            r.error_message = (f"{r.error_message} (redirected to {red.to}, another origin: "
+                               "the API key is not sent there; use that URL as the server URL)")
+        if status in (404, 405) and self.api != "responses":
+            await _kinds.responses_hint(self, r)
 
     async def _read_scrubbed(self, resp: httpx.Response, cap: int) -> str:
         """At most ``cap`` characters of the body, scrubbed *before* the cut: a secret
@@ -633,15 +874,18 @@ class ProbeClient:
             if n_prompt and n_ctx:
                 msg = f"prompt too long for the context: {n_prompt} > {n_ctx} tokens ({msg})"
             if n_ctx:
-                r.extra["n_ctx"] = n_ctx
+                r.notes.n_ctx = n_ctx
             if n_prompt:
-                r.extra["n_prompt_tokens"] = n_prompt
+                r.notes.n_prompt_tokens = n_prompt
             self._fail(r, "context_length", msg)
             return
         self._fail(r, default_kind, msg)
 
 
 _IDENT = re.compile(r"[A-Za-z_][A-Za-z0-9_-]*")
+#: The endpoint of each ``--api`` under ``/v1``.
+API_PATHS = {"completions": "/completions", "chat": "/chat/completions",
+             "responses": "/responses"}
 
 
 def _norm(name: str) -> str:
@@ -660,7 +904,7 @@ def _names(field: str, value: Any) -> list[str]:
 
 #: Largest token count accepted from a server whose context is unknown (the longest
 #: context windows offered are 10 M tokens, e.g. Llama 4 Scout's model card); a
-#: larger, negative or non-integer count is ignored and noted in ``extra``.
+#: larger, negative or non-integer count is ignored and noted in ``notes.ignored``.
 MAX_PLAUSIBLE_TOKENS = 10_000_000
 #: How much longer than the client's own TTFT a server prefill time may be
 #: (seconds): the two clocks start apart, but the server cannot have spent much
@@ -679,7 +923,7 @@ def _bad(r: ProbeResult, field: str, v: Any, why: str = "is not a token count") 
     """Note an ignored server value.  A number is quoted; anything else is described
     by its type and size, never copied: a server echoing a secret into a count
     field must not get it into the summary or the run file."""
-    r.extra.setdefault("ignored", []).append(f"{field} {_describe_value(v)} {why}")
+    r.notes.ignored.append(f"{field} {_describe_value(v)} {why}")
 
 
 def _describe_value(v: Any) -> str:
@@ -706,7 +950,7 @@ def _take_usage(r: ProbeResult, usage: dict | None, timings: dict | None,
     Values that are not plausible (negative, bool, non-integer, over ``ceiling``
     = the server's context or MAX_PLAUSIBLE_TOKENS, non-finite or negative times)
     are ignored, so they never reach the fit, the length model or the run file;
-    each is named in ``extra["ignored"]``.  ``_vet`` checks what needs the whole
+    each is named in ``notes.ignored``.  ``_vet`` checks what needs the whole
     stream (cached vs prompt tokens, server time vs TTFT)."""
     if usage:
         pt = usage.get("prompt_tokens")
@@ -745,7 +989,7 @@ def _take_usage(r: ProbeResult, usage: dict | None, timings: dict | None,
 
 
 def _vet(r: ProbeResult) -> None:
-    """Drop what contradicts the rest of the probe, noted in ``extra["ignored"]``:
+    """Drop what contradicts the rest of the probe, noted in ``notes.ignored``:
     more cached tokens than prompt tokens (not a count: the probe stays a miss and
     stays in the fit), and a server prefill time longer than the client's TTFT +
     SERVER_TIME_TOLERANCE_S (or any server time on a probe without a TTFT)."""
@@ -764,7 +1008,7 @@ def _vet(r: ProbeResult) -> None:
 
 def _note_late(r: ProbeResult, message: str) -> None:
     """An error after the token and its finish_reason: noted, the probe stands."""
-    r.extra.setdefault("after_complete", []).append(str(message)[:200])
+    r.notes.after_complete.append(str(message)[:200])
 
 
 def _after_complete(e: BaseException, done: bool) -> str:

@@ -27,7 +27,7 @@ import httpx
 
 from prefilltui.measure import bounded
 from prefilltui.model.redact import display_url
-from prefilltui.model.types import ServerInfo
+from prefilltui.model.types import JsonObject, ServerInfo
 
 
 #: Bytes of ``/metrics`` discovery reads to recognise the server by its metric names
@@ -116,10 +116,11 @@ async def discover(client: httpx.AsyncClient, base_url: str, *, model: str | Non
     entry: dict = {}
     if isinstance(models, dict) and isinstance(models.get("data"), list) and models["data"]:
         ids = [m for m in models["data"] if isinstance(m, dict)]
+        info.models = [i for i in (_str(m.get("id")) for m in ids) if i]
         if model:
             entry = next((m for m in ids if m.get("id") == model), {})
         elif ids:
-            entry = ids[0]
+            entry = pick_model(ids, info)
             info.model = _str(entry.get("id"))
     elif models_r.truncated:
         info.notes.append(f"/v1/models answered over {bounded.MAX_MODELS_BYTES // 2**20} MiB: "
@@ -180,6 +181,61 @@ async def discover(client: httpx.AsyncClient, base_url: str, *, model: str | Non
     return info
 
 
+#: Words in a model id, or values of its ``type``/``task``/``mode``/``model_type``
+#: metadata (Together, LM Studio, LiteLLM, Infinity), that name a model which
+#: cannot generate text: embedding, reranking, speech, image and moderation models.
+NON_GENERATIVE = ("embed", "embedding", "embeddings", "rerank", "reranker", "reranking",
+                  "classify", "classification", "score", "moderation", "whisper",
+                  "transcription", "tts", "speech", "audio", "image", "dall-e", "clip",
+                  "bge", "e5", "gte", "colbert", "splade", "sentence-transformers",
+                  "minilm", "mpnet")
+_WORD = __import__("re").compile(r"[a-z0-9]+(?:-[a-z0-9]+)*")
+
+
+def cannot_generate(m: dict) -> str | None:
+    """Why a /v1/models entry cannot generate text ("embedding model", ...), or None.
+
+    Metadata first (``type``, ``task``, ``mode``, ``model_type``, ``capabilities``),
+    then the id's words (``NON_GENERATIVE``: "text-embedding-3-small",
+    "bge-reranker-v2-m3", "whisper-1")."""
+    for k in ("type", "task", "mode", "model_type"):
+        v = m.get(k)
+        if isinstance(v, str) and v and v.lower() not in ("llm", "vlm", "chat", "completion",
+                                                          "completions", "language", "text",
+                                                          "generate", "code", "model"):
+            if any(w in v.lower() for w in NON_GENERATIVE):
+                return f"{v.lower()} model ({k})"
+    caps = m.get("capabilities")
+    if isinstance(caps, dict) and caps and not any(
+            caps.get(k) for k in ("completion", "completions", "chat", "chat_completion",
+                                  "generate", "text_generation")) and any(caps.values()):
+        return "no text generation (capabilities)"
+    mid = str(m.get("id") or "").lower()
+    words = set(_WORD.findall(mid.rsplit("/", 1)[-1])) | set(
+        w for part in _WORD.findall(mid) for w in part.split("-"))
+    hit = next((w for w in NON_GENERATIVE if w in words), None)
+    return f"{hit} model (name)" if hit else None
+
+
+def pick_model(entries: list[dict], info: ServerInfo) -> dict:
+    """The first listed model that can generate text (``cannot_generate``); notes in
+    ``info.notes`` which were passed over.  When none can, the first entry, noted."""
+    skipped = [(str(m.get("id")), why) for m in entries if (why := cannot_generate(m))]
+    chosen = next((m for m in entries if not cannot_generate(m)), None)
+    if chosen is None:
+        info.notes.append(
+            "every model the server lists looks unable to generate text ("
+            + ", ".join(f"{i}: {w}" for i, w in skipped[:6])
+            + f"); probing {entries[0].get('id')!s} anyway: pass --model NAME to choose")
+        return entries[0]
+    if skipped:
+        info.notes.append(
+            f"{len(entries)} models listed; probing {chosen.get('id')!s}, passed over "
+            + ", ".join(f"{i} ({w})" for i, w in skipped[:6])
+            + ": they cannot generate text; pass --model NAME to choose another")
+    return chosen
+
+
 #: Tokenize endpoints: (path under the root, request style).  Styles: "llama.cpp"
 #: ``{"content", "add_special"}`` -> ``{"tokens": [...]}``; "openai" (vLLM, SGLang)
 #: ``{"model", "prompt"}`` -> ``{"count", "tokens", "max_model_len"}``; "tgi"
@@ -224,12 +280,12 @@ async def find_tokenize(client: httpx.AsyncClient, info: ServerInfo, timeout: fl
             return
 
 
-def _tokenize_body(style: str, model: str | None, text: str) -> dict[str, Any]:
+def _tokenize_body(style: str, model: str | None, text: str) -> JsonObject:
     if style == "llama.cpp":
         return {"content": text, "add_special": True}
     if style == "tgi":
         return {"inputs": text}
-    body: dict[str, Any] = {"prompt": text}
+    body: JsonObject = {"prompt": text}
     if model:
         body["model"] = model
     return body

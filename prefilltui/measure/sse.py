@@ -124,16 +124,24 @@ class ChunkInfo:
     """What one ``data:`` JSON chunk carries.
 
     has_token: a generated token on any channel (text, content, reasoning, tool call).
+    channel: where the token was: "text" (completions ``text``), "content" (chat
+    ``content``/``refusal``, Responses ``output_text``), "reasoning" (``reasoning_content``,
+    ``reasoning``, ``thinking``: hidden reasoning), "tool_call" (``tool_calls``,
+    ``function_call``); None without a token.
     error: the server's error message when the chunk is an error object.
-    usage / timings: the raw dicts when present (usage-only chunks have no token).
+    usage / timings: the raw dicts when present (usage-only chunks have no token);
+    a Responses API usage is given in chat names (``prompt_tokens``, ...).
+    completion_tokens: ``usage.completion_tokens`` when it is an int, else None.
     """
 
     has_token: bool = False
+    channel: str | None = None
     error: str | None = None
     error_obj: Any = None
     usage: dict | None = None
     timings: dict | None = None
     finish_reason: str | None = None
+    completion_tokens: int | None = None
 
 
 def _nonempty(v: Any) -> bool:
@@ -146,13 +154,30 @@ def _nonempty(v: Any) -> bool:
     return True
 
 
+#: Delta keys that carry a generated token, with the channel each names (vLLM and
+#: SGLang ``reasoning_content``, OpenRouter/Ollama ``reasoning``, ``thinking`` of
+#: gateways that relay Anthropic-style thinking, tool calls old and new).
+TOKEN_KEYS = (("content", "content"), ("refusal", "content"),
+              ("reasoning_content", "reasoning"), ("reasoning", "reasoning"),
+              ("thinking", "reasoning"), ("tool_calls", "tool_call"),
+              ("function_call", "tool_call"))
+
+
+def _set_usage(info: ChunkInfo, usage: Any) -> None:
+    if isinstance(usage, dict):
+        info.usage = usage
+        ct = usage.get("completion_tokens")
+        if isinstance(ct, int) and not isinstance(ct, bool) and ct >= 0:
+            info.completion_tokens = ct
+
+
 def classify_chunk(obj: Any) -> ChunkInfo:
     """Classify a decoded JSON chunk from /v1/completions or /v1/chat/completions.
 
     A token counts when any choice has non-empty ``text`` (completions) or a
-    ``delta``/``message`` with non-empty ``content``, ``reasoning_content``,
-    ``reasoning`` or ``tool_calls``.  A role-only delta, empty strings, and chunks
-    with empty/missing ``choices`` (usage-only, progress) never count.
+    ``delta``/``message`` with a non-empty key of ``TOKEN_KEYS`` (``channel`` says
+    which).  A role-only delta, empty strings, and chunks with empty/missing
+    ``choices`` (usage-only, progress) never count.
     """
     info = ChunkInfo()
     if not isinstance(obj, dict):
@@ -163,9 +188,7 @@ def classify_chunk(obj: Any) -> ChunkInfo:
         info.error_obj = err
         info.error = error_message(err)
         return info
-    usage = obj.get("usage")
-    if isinstance(usage, dict):
-        info.usage = usage
+    _set_usage(info, obj.get("usage"))
     timings = obj.get("timings")
     if isinstance(timings, dict):
         info.timings = timings
@@ -177,14 +200,64 @@ def classify_chunk(obj: Any) -> ChunkInfo:
             if ch.get("finish_reason"):
                 info.finish_reason = str(ch["finish_reason"])
             if _nonempty(ch.get("text")):
-                info.has_token = True
+                info.has_token, info.channel = True, info.channel or "text"
             for key in ("delta", "message"):
                 d = ch.get(key)
-                if isinstance(d, dict) and any(
-                    _nonempty(d.get(k))
-                    for k in ("content", "reasoning_content", "reasoning", "tool_calls")
-                ):
-                    info.has_token = True
+                if not isinstance(d, dict):
+                    continue
+                for k, channel in TOKEN_KEYS:
+                    if _nonempty(d.get(k)):
+                        info.has_token, info.channel = True, info.channel or channel
+                        break
+    return info
+
+
+#: Responses API (``/v1/responses``) stream events that carry a generated token,
+#: with their channel (OpenAI's "Streaming events" reference).
+RESPONSES_TOKEN_EVENTS = {
+    "response.output_text.delta": "content", "response.refusal.delta": "content",
+    "response.reasoning_text.delta": "reasoning",
+    "response.reasoning_summary_text.delta": "reasoning",
+    "response.function_call_arguments.delta": "tool_call",
+}
+
+
+def classify_response_event(obj: Any) -> ChunkInfo:
+    """Classify a decoded JSON event of a Responses API stream (``type`` names it).
+
+    A token: an event of ``RESPONSES_TOKEN_EVENTS`` with a non-empty ``delta``.  The
+    end: ``response.completed`` / ``response.incomplete`` (``finish_reason`` is the
+    response's status), whose ``response.usage`` (``input_tokens``,
+    ``output_tokens``, ``input_tokens_details.cached_tokens``) is given in chat
+    names.  ``error`` and ``response.failed`` events are errors.
+    """
+    info = ChunkInfo()
+    if not isinstance(obj, dict):
+        info.error = f"stream event is {type(obj).__name__}, not an object"
+        return info
+    kind = obj.get("type")
+    if kind == "error" or ("error" in obj and obj["error"] not in (None, "")
+                           and kind is None):
+        info.error_obj = obj.get("error") or obj
+        info.error = error_message(info.error_obj)
+        return info
+    resp = obj.get("response") if isinstance(obj.get("response"), dict) else {}
+    if kind == "response.failed":
+        info.error_obj = resp.get("error") or {"message": "response.failed"}
+        info.error = error_message(info.error_obj)
+        return info
+    if kind in RESPONSES_TOKEN_EVENTS and _nonempty(obj.get("delta")):
+        info.has_token, info.channel = True, RESPONSES_TOKEN_EVENTS[kind]
+    if kind in ("response.completed", "response.incomplete"):
+        info.finish_reason = str(resp.get("status") or kind.rsplit(".", 1)[1])
+        u = resp.get("usage")
+        if isinstance(u, dict):
+            usage: dict[str, Any] = {"prompt_tokens": u.get("input_tokens"),
+                                     "completion_tokens": u.get("output_tokens")}
+            det = u.get("input_tokens_details")
+            if isinstance(det, dict) and "cached_tokens" in det:
+                usage["prompt_tokens_details"] = {"cached_tokens": det["cached_tokens"]}
+            _set_usage(info, usage)
     return info
 
 

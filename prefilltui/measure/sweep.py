@@ -465,7 +465,7 @@ class SweepRunner:
             if kind != "rate_limited":
                 backoff = 1.0
             if kind == "context_length":
-                n_ctx = result.extra.get("n_ctx")
+                n_ctx = result.notes.n_ctx
                 new = cap_for_context(n_ctx) if n_ctx else int(length * 0.9)
                 self._cap = min(self._cap or new, new, max(1, length - 1))
                 self._set_state("probing", f"context limit: capping prompts at {self._cap} tokens")

@@ -1,181 +1,175 @@
-"""The run summary: fits, roofline comparison and verdict, as JSON-ready dict and text.
+"""The run summary: fits, roofline comparison and verdict, as a ``RunSummary``.
 
-``analyze(results, server_info, args)`` is shared by ``sweep`` (end of run),
-``report`` (a saved run file) and the TUI's export; ``assess`` (slope choice, MFU,
-verdict) is the one place a fit is judged, also for the TUI's stats panel.  Data in seconds; the text
-from ``format_summary`` shows ms.  Every roofline figure is an estimate (catalog /
-datasheet values, 2*P FLOPs per token) and is labelled so.
+``analyze(results, server_info, options)`` is shared by ``sweep`` (end of run),
+``report`` (a saved run file), the TUI's export and the exporter's window;
+``assess`` (slope choice, MFU, verdict) is the one place a fit is judged, also for the
+TUI's stats panel.  Data in seconds; the text views are in ``render/text.py``.  Every
+roofline figure is an estimate (catalog / datasheet values, 2*P FLOPs per token) and is
+labelled so.
 """
 
 from __future__ import annotations
 
 from collections import Counter
 from dataclasses import dataclass
-from typing import Any, Iterable
+from typing import Iterable
 
-from prefilltui.model import defaults, intercept, percentiles, roofline
-from prefilltui.model.catalog import resolve_gpu, resolve_model
+from prefilltui.model import intercept, percentiles, roofline
+from prefilltui.model.catalog import Hardware, ModelShape
+from prefilltui.model.depth import depth_table, is_depth_probe
+from prefilltui.model.diagnose import summarize_diagnosis
 from prefilltui.model.fit import LinearFit
 from prefilltui.model.running_fit import FitSnapshot, RunningFit
+from prefilltui.model.spec import AnalysisOptions, resolve_gpu, resolve_model
+from prefilltui.model.summary import (LiveFacts, ProbeCounts, QuadraticFit, RooflineSummary,
+                                      RunSummary, ServerFacts, Verdict, WindowSummary)
 from prefilltui.model.types import ProbeResult, ServerInfo
-from prefilltui.model import units
-from prefilltui.model.redact import display_url
-from prefilltui.model.units import MISSING
-
-SCHEMA = "prefilltui.analysis/1"
-FIT_KEYS = ("method", "intercept_s", "intercept_ci", "slope_s_per_token", "slope_ci",
-            "prefill_tokens_per_s", "prefill_tokens_per_s_ci", "r2", "n", "n_offered",
-            "outliers", "sampled", "x_min", "x_max", "resid_std_s", "rel_scale", "knee_tokens")
-ESTIMATE_NOTE = ("Roofline figures are estimates: datasheet peaks, 2*P FLOPs per prompt token "
-                 "plus 2*L*d_attn*n^2 for attention.")
 
 
-def _fit_json(fit: LinearFit | None) -> dict[str, Any]:
-    return fit.to_json() if fit is not None else {k: None for k in FIT_KEYS}
-
-
-def _probe_counts(results: list[ProbeResult]) -> dict[str, Any]:
+def _probe_counts(results: list[ProbeResult]) -> ProbeCounts:
     errs = Counter(r.error_kind or "unknown" for r in results if not r.ok)
     toks = [r.tokens for r in results if r.fit_eligible]
-    return {
-        "total": len(results), "ok": sum(r.ok for r in results),
-        "failed": sum(not r.ok for r in results), "warmup": sum(r.warmup for r in results),
-        "cache_hit": sum(r.ok and r.cache_hit for r in results),
-        "fit_eligible": len(toks), "errors": dict(errs),
+    return ProbeCounts(
+        total=len(results), ok=sum(r.ok for r in results),
+        failed=sum(not r.ok for r in results), warmup=sum(r.warmup for r in results),
+        cache_hits=sum(r.ok and r.cache_hit for r in results),
+        fit_eligible=len(toks), errors=dict(errs),
         # prompt lengths the server did not count (no usage/timings/tokenize)
-        "estimated_lengths": sum(1 for r in results
-                                 if r.fit_eligible and r.prompt_tokens_source == "estimate"),
-        "tokens_min": min(toks) if toks else None, "tokens_max": max(toks) if toks else None,
-    }
+        estimated_lengths=sum(1 for r in results
+                              if r.fit_eligible and r.prompt_tokens_source == "estimate"),
+        tokens_min=min(toks) if toks else None, tokens_max=max(toks) if toks else None)
 
 
 def analyze(results: Iterable[ProbeResult], server_info: ServerInfo | None = None,
-            args: Any = None, *, gpu_names: list[str] | None = None,
-            running_fit: RunningFit | None = None) -> dict[str, Any]:
-    """Summarise a run.  ``args`` may be an argparse Namespace from any command (missing
-    attributes take their defaults: --fit robust, --window 50, --efficiency 0.5) or None.
-    ``gpu_names`` = NVML device names from telemetry; ``running_fit`` = a live RunningFit
-    to reuse (the TUI) instead of refitting.  Never raises for bad data; an unreadable
-    --model-config becomes a note.  Returns a JSON-ready dict (see format_summary)."""
+            options: AnalysisOptions | None = None, *, gpu_names: list[str] | None = None,
+            running_fit: RunningFit | None = None, baseline_fit: LinearFit | None = None,
+            baseline_problem: str | None = None, metrics_problem: str | None = None,
+            run_file: str | None = None, live: LiveFacts | None = None) -> RunSummary:
+    """Summarise a run (see ``RunSummary``).
+
+    results: every probe of the run, warm-ups and failures included; probes of a
+        ``--depth`` phase go to the depth table only.
+    options: the fit shown, the window and the roofline inputs (None: every default).
+    gpu_names: NVML device names from telemetry; running_fit: a live RunningFit over the
+        same probes to reuse (the TUI, the exporter) instead of refitting.
+    baseline_fit / baseline_problem: the ``options.baseline`` run's fit, loaded by the
+        caller, or why there is none; metrics_problem: why /metrics gave nothing.
+    run_file, live: carried into the summary as they are.
+    Never raises for bad data; an unreadable --model-config becomes a note.
+    """
     results = list(results)
-    g = lambda k, d=None: getattr(args, k, d) if args is not None else d  # noqa: E731
-    method = g("fit") or defaults.FIT_METHOD
-    window = int(g("window") or defaults.WINDOW)
-    efficiency = float(g("efficiency") or defaults.EFFICIENCY)
+    plain = [r for r in results if not is_depth_probe(r)]
+    options = options or AnalysisOptions()
+    method, window, spec = options.fit, options.window, options.roofline
     rf = running_fit
     if rf is None:
         rf = RunningFit(window=max(window, 3))
-        for r in results:
+        for r in plain:
             rf.add(r)
     snap = rf.snapshot("all", method)
     win = rf.snapshot("window", method)
     notes: list[str] = []
-    try:
-        model, mnotes = resolve_model(args, server_info)
-    except (OSError, ValueError) as e:
-        model, mnotes = None, [f"--model-config not used: {e}"]
-    hw, hnotes = resolve_gpu(args, gpu_names)
+    if spec.config_problem:
+        model, mnotes = None, [f"--model-config not used: {spec.config_problem}"]
+    else:
+        model, mnotes = resolve_model(spec, server_info)
+    hw, hnotes = resolve_gpu(spec, gpu_names)
     notes += mnotes + hnotes
     fit = snap.fit if snap else None
-    fixed = intercept.fixed_cost(fit, intercept.server_fixed_cost(results))
+    fixed = intercept.fixed_cost(fit, intercept.server_fixed_cost(plain))
     if fixed is not None and fixed.note:
         notes.append(fixed.note)
     if fit is not None and fit.knee_tokens:
         notes.append(f"the intercept is the line's above the knee at {fit.knee_tokens:,} tokens, "
                      "not TTFT(0)")
-    out: dict[str, Any] = {
-        "schema": SCHEMA,
-        "estimate_note": ESTIMATE_NOTE,
-        "server": None if server_info is None else {
-            "base_url": display_url(server_info.base_url), "kind": server_info.kind,
-            "model": server_info.model},
-        "probes": _probe_counts(results),
-        "fit": _fit_json(fit),
-        "ols": _fit_json(snap.ols) if snap else None,
-        "robust": _fit_json(snap.robust) if snap else None,
-        "knee_tokens": snap.knee_tokens if snap else None,
-        "fixed_cost": fixed.to_json() if fixed else None,
-        "percentiles": percentiles.ttft_percentiles(results),
-        "quadratic": None,
-        "window": _window_json(win, snap, window),
-        "model": model.to_json() if model else None,
-        "hardware": hw.to_json() if hw else None,
-        "roofline": None,
-        "verdict": None,
-        "notes": notes,
-    }
-    if out["probes"]["estimated_lengths"] and out["fit"].get("n"):
-        out["fit"]["lengths"] = "estimated"  # its x axis is the client's estimate
-    if snap and snap.quadratic is not None:
-        out["quadratic"] = {**snap.quadratic.to_json(), "applies": snap.quadratic_applies}
-    out["roofline"] = _roofline(snap, model, hw, efficiency)
-    out["verdict"] = _verdict(snap, model, hw, out["roofline"], out["probes"])
-    return out
+    probes = _probe_counts(plain)
+    roof = _roofline(snap, model, hw, spec.efficiency)
+    return RunSummary(
+        server=ServerFacts.of(server_info) if server_info is not None else None,
+        probes=probes, fit=fit, ols=snap.ols if snap else None,
+        robust=snap.robust if snap else None, knee_tokens=snap.knee_tokens if snap else None,
+        quadratic=(QuadraticFit(snap.quadratic, snap.quadratic_applies)
+                   if snap and snap.quadratic is not None else None),
+        fixed_cost=fixed, percentiles=percentiles.ttft_percentiles(plain),
+        overhead_median_s=percentiles.median_overhead_s(plain),
+        window=_window(win, snap, window), model=model, hardware=hw, roofline=roof,
+        verdict=_verdict(snap, model, hw, roof, probes), notes=tuple(notes),
+        fit_lengths_estimated=bool(probes.estimated_lengths and fit is not None),
+        depth=depth_table(results, model),
+        diagnosis=summarize_diagnosis(plain, server_info, baseline=options.baseline,
+                                      baseline_fit=baseline_fit,
+                                      baseline_problem=baseline_problem,
+                                      metrics_problem=metrics_problem, method=method),
+        run_file=run_file, live=live)
 
 
-def _window_json(win: FitSnapshot | None, snap: FitSnapshot | None, size: int) -> dict[str, Any]:
-    d = {"size": size, "n": win.n_points if win else 0, "fit": _fit_json(win.fit if win else None),
-         "throughput_change": None}
+def _window(win: FitSnapshot | None, snap: FitSnapshot | None, size: int) -> WindowSummary:
     a = snap.fit.prefill_tokens_per_s if snap and snap.fit else None
     b = win.fit.prefill_tokens_per_s if win and win.fit else None
+    change = None
     if a and b and win.n_points < (snap.n_points if snap else 0):
-        d["throughput_change"] = b / a - 1.0
-    return d
+        change = b / a - 1.0
+    return WindowSummary(size=size, n=win.n_points if win else 0,
+                         fit=win.fit if win else None, throughput_change=change)
 
 
-def _roofline(snap, model, hw, efficiency) -> dict[str, Any] | None:
+def _roofline(snap: FitSnapshot | None, model: ModelShape | None, hw: Hardware | None,
+              efficiency: float) -> RooflineSummary | None:
     if model is None or not model.params:
         return None
     P, L, d_attn = model.params, model.layers, model.d_attn
     peak = hw.peak_flops if hw else None
     bw = hw.bandwidth_bytes_s if hw else None
-    r: dict[str, Any] = {"estimate": True, "peak_flops": peak, "ridge_point": hw.ridge_point if hw else None,
-                         "efficiency": efficiency}
+    base = RooflineSummary(peak_flops=peak, ridge_point=hw.ridge_point if hw else None,
+                           efficiency=efficiency)
     fit = snap.fit if snap else None
     if fit is None:
-        return r
+        return base
     n_top = fit.x_max
+    expected = measured = None
     if L and d_attn:
-        r["expected_at_max"] = roofline.estimate(P, L, d_attn, max(int(n_top), 1), hidden=model.hidden,
-                                                 peak_flops=peak, bandwidth_bytes_s=bw,
-                                                 efficiency=efficiency)
-        r["measured_ttft_at_max_s"] = fit.predict(n_top)
-    b, r["slope_source"], source = pick_slope(snap)
+        expected = roofline.estimate(P, L, d_attn, max(int(n_top), 1), hidden=model.hidden,
+                                     peak_flops=peak, bandwidth_bytes_s=bw, efficiency=efficiency)
+        measured = fit.predict(n_top)
+    b, slope_source, source = pick_slope(snap)
     quad = snap.quadratic if snap.quadratic_applies else None
     ach = roofline.achieved_flops(b, P)
-    r["achieved_flops"] = ach
-    r["mfu"] = roofline.mfu(b, P, peak)
     lo, hi = source.slope_ci
-    r["mfu_ci"] = None
+    mfu_ci = None
     if peak and lo > 0:
-        r["mfu_ci"] = [roofline.mfu(hi, P, peak), roofline.mfu(lo, P, peak)]
+        mfu_ci = (roofline.mfu(hi, P, peak), roofline.mfu(lo, P, peak))
     elif peak and hi > 0:
-        r["mfu_ci"] = [roofline.mfu(hi, P, peak), None]
+        mfu_ci = (roofline.mfu(hi, P, peak), None)
+    c_exp = c_ratio = mfu_att = None
     if quad is not None and ach and L and d_attn:
         c_exp = 2.0 * L * d_attn / ach
-        r["c_expected_s_per_token2"] = c_exp
-        r["c_ratio"] = quad.c_s_per_token2 / c_exp
-        r["mfu_with_attention_at_max"] = roofline.mfu_with_attention(
+        c_ratio = quad.c_s_per_token2 / c_exp
+        mfu_att = roofline.mfu_with_attention(
             (quad.intercept_s, quad.slope_s_per_token, quad.c_s_per_token2), n_top, P, L, d_attn, peak)
-    return r
+    return RooflineSummary(
+        peak_flops=peak, ridge_point=base.ridge_point, efficiency=efficiency,
+        expected_at_max=expected, measured_ttft_at_max_s=measured, slope_source=slope_source,
+        achieved_flops=ach, mfu=roofline.mfu(b, P, peak), mfu_ci=mfu_ci,
+        c_expected_s_per_token2=c_exp, c_ratio=c_ratio, mfu_with_attention_at_max=mfu_att)
 
 
-def _verdict(snap, model, hw, roof, probes) -> dict[str, str]:
+def _verdict(snap: FitSnapshot | None, model: ModelShape | None, hw: Hardware | None,
+             roof: RooflineSummary | None, probes: ProbeCounts) -> Verdict:
     if snap is None or snap.fit is None:
-        n = probes["fit_eligible"]
-        if probes["total"] and not probes["ok"]:
-            return {"level": "failed", "text": "Every probe failed: no fit."}
-        return {"level": "insufficient",
-                "text": f"Too few usable probes for a fit ({n}; need 3 at 2 or more lengths)."}
+        n = probes.fit_eligible
+        if probes.total and not probes.ok:
+            return Verdict("failed", "Every probe failed: no fit.")
+        return Verdict("insufficient",
+                       f"Too few usable probes for a fit ({n}; need 3 at 2 or more lengths).")
     fit = snap.fit
     if fit.prefill_tokens_per_s is None:
-        return {"level": "no-slope", "text": "TTFT does not grow with prompt length here: no "
-                "throughput (prompts too short, or a prefix cache the server does not report?)."}
+        return Verdict("no-slope", "TTFT does not grow with prompt length here: no "
+                       "throughput (prompts too short, or a prefix cache the server does not report?).")
     a = assess(snap, model, hw)
     if roof is None or a is None:
-        return {"level": "unknown-model", "text": f"{fit.prefill_tokens_per_s:,.0f} prompt tok/s. "
-                "Model shape unknown: FLOP/s and MFU need --params (or --model-config)."}
-    return {"level": a.level, "text": a.text}
+        return Verdict("unknown-model", f"{fit.prefill_tokens_per_s:,.0f} prompt tok/s. "
+                       "Model shape unknown: FLOP/s and MFU need --params (or --model-config).")
+    return Verdict(a.level, a.text)
 
 
 def pick_slope(snap: FitSnapshot) -> tuple[float, str, LinearFit]:
@@ -203,7 +197,8 @@ class Assessment:
     text: str
 
 
-def assess(snap: FitSnapshot | None, model: Any, hw: Any) -> Assessment | None:
+def assess(snap: FitSnapshot | None, model: ModelShape | None, hw: Hardware | None
+           ) -> Assessment | None:
     """The one place that judges a fit (``analyze`` and the TUI both call it).  None
     without a fit, a positive slope or the model's parameter count."""
     if snap is None or snap.fit is None or model is None or not model.params:
@@ -221,134 +216,26 @@ def assess(snap: FitSnapshot | None, model: Any, hw: Any) -> Assessment | None:
     return Assessment(b, source, ach, mfu, level, text)
 
 
-# ---------------------------------------------------------------- text
+def plain_summary(results: Iterable[ProbeResult], server_info: ServerInfo | None = None, *,
+                  run_file: str | None = None, live: LiveFacts | None = None) -> RunSummary:
+    """A summary without the analysis, for when ``analyze`` failed (a bug) and a finished
+    sweep must still be reported: the counts, the per-length table and the plain robust
+    fit (OLS when it fails) of TTFT over prompt tokens; verdict level "error"."""
+    from prefilltui.model.fit import fit_ols, fit_robust
 
-
-def _sig(v: float) -> str:
-    """About 3 significant digits, never in exponent notation (screen text)."""
-    a = abs(v)
-    if a >= 100:
-        return f"{v:,.0f}"
-    if a >= 10:
-        return f"{v:.1f}"
-    if a >= 1:
-        return f"{v:.2f}"
-    return f"{v:.3g}"
-
-
-
-
-def _ci(ci, fmt) -> str:
-    if not ci or ci[0] is None:
-        return ""
-    return f"[{fmt(ci[0])} to {'inf' if ci[1] is None else fmt(ci[1])}]"
-
-
-def format_fit_lines(f: dict[str, Any], indent: str = "  ",
-                     fixed: dict[str, Any] | None = None) -> list[str]:
-    """Lines for one fit dict (``_fit_json`` shape); ms on screen.  With ``fixed``
-    (``intercept.FixedCost.to_json()``) the intercept is shown as it allows: "not
-    pinned", or clamped at 0, never as a confident negative number."""
-    if f is None or f.get("n") is None:
-        return [indent + "no fit (too few usable probes)"]
-    tp = lambda v: f"{v:,.0f}"  # noqa: E731
-    ms = lambda v: f"{v * 1e3:.2f}"  # noqa: E731
-    us = lambda v: _sig(v * 1e6)  # noqa: E731  (s/token -> µs/token, as the TUI shows it)
-    a_txt, a_line = units.ms(f["intercept_s"], 2), f"{ms(f['intercept_s'])} ms"
-    if fixed is not None and not fixed["pinned"]:
-        a_txt = a_line = "a (not pinned)"
-    elif fixed is not None and fixed["clamped"]:
-        a_txt = "0 ms"
-        a_line = f"0 ms (fit {ms(f['intercept_s'])} ms, clamped)"
-    a_ci = intercept.physical_ci(f["intercept_ci"])  # cut at 0: never a negative cost
-    lines = [
-        f"{indent}TTFT = {a_txt} + {us(f['slope_s_per_token'])} µs x n"
-        f"      R² {f['r2']:.3f}, n = {f['n']}"
-        + (f" ({f['outliers']} outliers set aside)" if f.get("outliers") else ""),
-        f"{indent}intercept    {a_line}   95% {_ci(a_ci, ms)} ms",
-        f"{indent}slope        {us(f['slope_s_per_token'])} µs/token   95% "
-        f"{_ci(f['slope_ci'], us)} µs/token",
-    ]
-    if f.get("prefill_tokens_per_s"):
-        lines.append(f"{indent}throughput   {tp(f['prefill_tokens_per_s'])} prompt tok/s   95% "
-                     f"{_ci(f['prefill_tokens_per_s_ci'], tp)} tok/s")
-    else:
-        lines.append(f"{indent}throughput   {MISSING} (slope <= 0)")
-    if f.get("knee_tokens"):
-        lines.append(f"{indent}knee: TTFT flat below ~{f['knee_tokens']:,} tokens; line fitted above it")
-    return lines
-
-
-def format_summary(d: dict[str, Any], *, percentile_table: bool = True) -> str:
-    """Plain-text summary of an ``analyze`` dict (ms on screen; estimates labelled).
-    ``percentile_table=False`` gives only the overall TTFT percentiles (the sweep's
-    own table has them per length)."""
-    p = d["probes"]
-    out = [f"Probes: {p['total']} total, {p['ok']} ok, {p['failed']} failed, {p['warmup']} warm-up, "
-           f"{p['cache_hit']} cache hits; {p['fit_eligible']} in the fit"
-           + (f" ({p['tokens_min']:,}-{p['tokens_max']:,} tokens)" if p["tokens_min"] else "")]
-    if p["errors"]:
-        out.append("  errors: " + ", ".join(f"{k} {v}" for k, v in sorted(p["errors"].items())))
-    f = d["fit"]
-    est = ", prompt lengths estimated" if f.get("lengths") == "estimated" else ""
-    out.append(f"Fit ({f.get('method') or 'none'}, all-time{est}):")
-    fixed = d.get("fixed_cost")
-    out += format_fit_lines(f, fixed=fixed)
-    out += intercept.format_lines(fixed)
-    q = d.get("quadratic")
-    if q and q.get("applies"):
-        roof = d.get("roofline") or {}
-        line = (f"  curvature: c = {q['c_s_per_token2'] * 1e9:.3g} ms per (1k tokens)² "
-                f"(95% {_ci(q['c_ci'], lambda v: f'{v * 1e9:.3g}')})")
-        if roof.get("c_expected_s_per_token2"):
-            line += (f"; attention expects {roof['c_expected_s_per_token2'] * 1e9:.3g} "
-                     f"(ratio {roof['c_ratio']:.2f}, estimate)")
-        out.append(line)
-        if q.get("prefill_tokens_per_s"):
-            out.append(f"  TTFT curves up with n: the line above averages over the range; the "
-                       f"linear term alone gives {q['prefill_tokens_per_s']:,.0f} prompt tok/s "
-                       f"95% {_ci(q['prefill_tokens_per_s_ci'], lambda v: f'{v:,.0f}')}")
-    w = d["window"]
-    if w["fit"].get("n") is not None and w["n"] < p["fit_eligible"]:
-        tp = w["fit"].get("prefill_tokens_per_s")
-        chg = w.get("throughput_change")
-        out.append(f"Window (last {w['size']} probes): "
-                   + (f"{tp:,.0f} prompt tok/s {_ci(w['fit']['prefill_tokens_per_s_ci'], lambda v: f'{v:,.0f}')}"
-                      if tp else "no throughput")
-                   + (f", {chg:+.1%} vs all-time" if chg is not None else ""))
-    roof, m, hw = d.get("roofline"), d.get("model"), d.get("hardware")
-    if m or hw:
-        hw_txt = "hardware of unknown peak"
-        if hw and hw.get("peak_tflops"):
-            hw_txt = f"{hw['name']} {hw['dtype']} {hw['peak_tflops']:g} TFLOP/s"
-            if hw.get("bandwidth_tbs"):
-                hw_txt += f", {hw['bandwidth_tbs']:g} TB/s, ridge {hw['ridge_point']:.0f} FLOP/byte"
-            if hw.get("uncertain") or str(hw.get("matched_by", "")).endswith("(?)"):
-                hw_txt += " (?)"
-        m_txt = "model unknown" if not m else (
-            f"{m['name']} ({m['params'] / 1e9:.3g} B params" if m.get("params") else f"{m['name']} (params ?")
-        if m:
-            m_txt += f", L={m['layers']}, d_attn={m['attn_width']})" + (" (?)" if m.get("uncertain") else "")
-        out.append(f"Roofline (estimates): {m_txt} on {hw_txt}")
-    if roof and roof.get("achieved_flops"):
-        line = f"  achieved {roof['achieved_flops'] / 1e12:.3g} TFLOP/s (from the {roof['slope_source']} slope)"
-        if roof.get("mfu") is not None:
-            line += f" = MFU {roof['mfu']:.1%}"
-            if roof.get("mfu_ci"):
-                line += " " + _ci(roof["mfu_ci"], lambda v: f"{v:.1%}")
-        out.append(line)
-        e = roof.get("expected_at_max")
-        if e and e.get("time_at_peak_s"):
-            out.append(f"  at {e['tokens']:,} tokens: {e['flops'] / 1e12:.3g} TFLOP, expected "
-                       f"{units.ms(e['time_at_peak_s'])} at peak, {units.ms(e['time_at_efficiency_s'])} at "
-                       f"{e['efficiency']:.0%}; fitted TTFT {units.ms(roof['measured_ttft_at_max_s'])}")
-    out += percentiles.format_lines(d.get("percentiles"), by_length=percentile_table)
-    v = d.get("verdict")
-    if v:
-        out.append(f"Verdict: {v['text']}")
-    shown = {fixed.get("note")} if fixed else set()
-    for n in d.get("notes", []):
-        if n in shown:
-            continue
-        out.append(f"  note: {n}")
-    return "\n".join(out)
+    plain = [r for r in results if not is_depth_probe(r)]
+    pts = [(float(r.tokens), float(r.ttft_s)) for r in plain if r.fit_eligible]
+    fit = None
+    if len(pts) >= 3 and len({x for x, _ in pts}) >= 2:
+        xs, ys = [p[0] for p in pts], [p[1] for p in pts]
+        fit = fit_robust(xs, ys) or fit_ols(xs, ys)
+    probes = _probe_counts(plain)
+    return RunSummary(
+        server=ServerFacts.of(server_info) if server_info is not None else None,
+        probes=probes, fit=fit, ols=None, robust=None, knee_tokens=None, quadratic=None,
+        fixed_cost=None, percentiles=percentiles.ttft_percentiles(plain),
+        overhead_median_s=percentiles.median_overhead_s(plain),
+        window=WindowSummary(size=0), model=None, hardware=None, roofline=None,
+        verdict=Verdict("error", "The analysis failed (see the notes): only the plain fit."),
+        fit_lengths_estimated=bool(probes.estimated_lengths and fit is not None),
+        run_file=run_file, live=live)

@@ -8,10 +8,9 @@ accumulate rates); NVML names as seen in vLLM fused_moe config file names and pu
 ``nvidia-smi -L`` outputs; model shapes from each model's config.json on the HF hub.
 Dense = no structured sparsity.  Fields named in ``uncertain`` are marked (?) on screen.
 
-Precedence (see commands/common.py): command-line flag > server metadata > catalog.
+Resolution (flags > --model-config > server metadata > catalog) is ``model.spec``.
 
-Over 400 lines because most of it is data: the GPU and model tables, each row with
-its source; the code that resolves them is about a third.
+Most of it is data: the GPU and model tables, each row with its source.
 """
 
 from __future__ import annotations
@@ -22,6 +21,8 @@ import re
 from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
+
+from prefilltui.model.types import JsonObject
 
 GPU_SOURCE = "stas00/ml-engineering accelerator table; NVML name from vLLM config names / nvidia-smi -L"
 MODEL_SOURCE = "the model's config.json (HF hub)"
@@ -68,7 +69,7 @@ class Hardware:
         peak = self.fp8_tflops if dtype == "fp8" else self.bf16_tflops
         return replace(self, dtype=dtype, peak_tflops=peak)
 
-    def to_json(self) -> dict[str, Any]:
+    def to_json(self) -> JsonObject:
         return {
             "key": self.key, "name": self.name, "dtype": self.dtype,
             "peak_tflops": self.peak_tflops, "bandwidth_tbs": self.bandwidth_tbs,
@@ -212,7 +213,7 @@ class ModelShape:
             return self.heads * self.head_dim
         return self.hidden
 
-    def to_json(self) -> dict[str, Any]:
+    def to_json(self) -> JsonObject:
         return {
             "key": self.key, "name": self.name, "params": self.params, "layers": self.layers,
             "hidden": self.hidden, "heads": self.heads, "kv_heads": self.kv_heads,
@@ -367,84 +368,6 @@ def model_from_config(path: str | Path) -> ModelShape:
                       max_pos=get("max_position_embeddings") or None,
                       total_params=float(layers * (attn + total_mlp) + emb),
                       source=f"computed from {path}", notes=("params computed from config.json",))
-
-
-# ---------------------------------------------------------------- resolution
-
-
-def resolve_model(args: Any, server_info: Any = None) -> tuple[ModelShape | None, list[str]]:
-    """Model shape from flags > --model-config > server metadata > catalog (by --model
-    / server model id).  Returns (shape or None, notes).  Raises OSError/ValueError for
-    an unreadable --model-config."""
-    notes: list[str] = []
-    a = lambda k: getattr(args, k, None) if args is not None else None  # noqa: E731
-    shape: ModelShape | None = None
-    if a("model_config"):
-        shape = model_from_config(a("model_config"))
-    names = [a("model")] + ([getattr(server_info, "model", None)] if server_info else [])
-    if shape is None:
-        for nm in names:
-            if nm and (shape := lookup_model(nm)) is not None:
-                notes.append(f"model {nm!r} -> catalog {shape.name} ({shape.source})")
-                break
-    si = server_info
-    if si is not None and (si.params or si.hidden or si.layers):
-        upd = {k: v for k, v in (("params", si.params), ("hidden", si.hidden),
-                                  ("layers", si.layers)) if v}
-        if shape is None:
-            shape = ModelShape(key="server", name=str(si.model or "server model"), params=None,
-                               layers=None, hidden=None, source="server metadata",
-                               uncertain=frozenset({"attn_width"}),
-                               notes=("attention width assumed = hidden (?)",))
-        if "hidden" in upd and shape.hidden and upd["hidden"] != shape.hidden:
-            upd["attn_width"] = None
-        shape = replace(shape, **upd, source=shape.source + " + server metadata")
-        notes.append("model shape from the server's metadata (" + ", ".join(sorted(upd)) + ")")
-    flags = {k: a(f) for k, f in (("params", "params"), ("layers", "layers"),
-                                  ("hidden", "hidden"), ("attn_width", "attn_width")) if a(f)}
-    if flags:
-        if shape is None:
-            shape = ModelShape(key="flags", name="given by flags", params=None, layers=None,
-                               hidden=None, source="command-line flags")
-        if "layers" in flags:
-            flags["layers"] = int(flags["layers"])
-        shape = replace(shape, **flags)
-        notes.append("model shape overridden by " + ", ".join("--" + k.replace("_", "-") for k in flags))
-    return shape, notes
-
-
-def resolve_gpu(args: Any, nvml_names: list[str] | None = None) -> tuple[Hardware | None, list[str]]:
-    """Hardware from --gpu > the first NVML name > None, with --peak-tflops /
-    --bandwidth-tbs overriding (or standing alone).  Returns (hardware or None, notes);
-    hardware.peak_tflops None means the peak is unknown."""
-    notes: list[str] = []
-    a = lambda k: getattr(args, k, None) if args is not None else None  # noqa: E731
-    dtype = a("dtype") or "bf16"
-    hw = None
-    if a("gpu"):
-        hw = lookup_gpu(a("gpu"))
-        if hw is None:
-            notes.append(f"GPU {a('gpu')!r} is not in the catalog; give --peak-tflops and --bandwidth-tbs")
-    elif nvml_names:
-        hw = lookup_gpu(nvml_names[0])
-        if hw is None:
-            notes.append(f"GPU {nvml_names[0]!r} is not in the catalog; MFU needs --peak-tflops")
-        if len(set(nvml_names)) > 1:
-            notes.append("several GPU models visible; using the first")
-    if hw is not None:
-        hw = hw.for_dtype(dtype)
-        if hw.matched_by.endswith("(?)"):
-            notes.append(f"GPU matched to {hw.name} by family (?)")
-        if hw.peak_tflops is None:
-            notes.append(f"{hw.name} has no {dtype} peak in the catalog")
-    if a("peak_tflops") or a("bandwidth_tbs"):
-        if hw is None:
-            hw = Hardware(key="flags", name="hardware from flags:", source="command-line flags",
-                          dtype=dtype, matched_by="flags")
-        hw = replace(hw, peak_tflops=a("peak_tflops") or hw.peak_tflops,
-                     bandwidth_tbs=a("bandwidth_tbs") or hw.bandwidth_tbs)
-        notes.append("peak/bandwidth overridden by flags")
-    return hw, notes
 
 
 def known_names() -> dict[str, list[str]]:

@@ -5,7 +5,7 @@ Every value here is also the documented default of a command-line flag.
 
 from __future__ import annotations
 
-from prefilltui.model.types import FitMethod
+from prefilltui.model.types import Dtype, FitMethod
 
 #: Shortest prompt of the default sweep (tokens), ``--min-tokens``.  TTFT(0), the
 #: fixed cost, is an extrapolation; prompts of a few tokens put points next to it, so
@@ -29,3 +29,10 @@ SAMPLE_HZ = 10.0
 FIT_METHOD: FitMethod = "robust"
 #: Prompt length of the prefix-cache check (tokens), ``cache-check --tokens``.
 CACHE_CHECK_TOKENS = 512
+#: Probes per length, ``--repeats``.
+REPEATS = 1
+#: Warm-up probes (recorded, kept out of the fit), ``--warmup``: the first request
+#: of a session pays for lazy initialisation on many servers.
+WARMUP = 1
+#: The datatype whose catalog peak the roofline uses, ``--dtype``.
+DTYPE: Dtype = "bf16"

@@ -9,10 +9,17 @@ from __future__ import annotations
 
 import math
 import statistics
-from typing import Any, Iterable, Sequence
+from dataclasses import dataclass, replace
+from typing import TYPE_CHECKING, Iterable, Sequence
 
-from prefilltui.model.types import ProbeResult
-from prefilltui.model.units import MISSING
+from prefilltui.model.fit import LinearFit
+from prefilltui.model.types import JsonObject, ProbeResult
+
+if TYPE_CHECKING:
+    from prefilltui.model.catalog import ModelShape
+
+#: What the depth table's formula column compares against (an estimate).
+FORMULA = "per new token at depth D: 2*P + 4*L*d_attn*(D + n/2) FLOPs (estimate)"
 
 #: Cached tokens may differ from the prefix's own count by this many tokens, or this
 #: fraction of it, whichever is larger: a chat template's closing tokens are not part
@@ -29,14 +36,13 @@ def tolerance(prefix_tokens: int) -> int:
 
 def depth_of(r: ProbeResult) -> int:
     """The context depth a probe was sent at (0 for an ordinary probe)."""
-    d = r.extra.get("depth")
-    return d if isinstance(d, int) and not isinstance(d, bool) and d > 0 else 0
+    return r.depth.depth if r.depth is not None and r.depth.depth > 0 else 0
 
 
 def is_depth_probe(r: ProbeResult) -> bool:
     """True for a probe (or prefix) of the depth phase, depth 0 included: these have
     their own table and stay out of the ordinary sweep's summary."""
-    return "depth_role" in r.extra
+    return r.depth is not None
 
 
 def verify(r: ProbeResult, prefix_tokens: int | None) -> str | None:
@@ -73,6 +79,12 @@ def expected_slope(xs: Sequence[float], depth: int, params: float, layers: int,
     return 2.0 * params + 4.0 * layers * d_attn * depth + 2.0 * layers * d_attn * cov / var
 
 
+def _verified(r: ProbeResult) -> bool:
+    """A depth probe's cache proof held (an ordinary probe standing in for depth 0
+    counts as verified)."""
+    return r.depth is None or r.depth.verified is not False
+
+
 def _points(results: Iterable[ProbeResult]) -> dict[int, list[tuple[int, float, ProbeResult]]]:
     """(new tokens, TTFT s, result) per depth, from the depth phase's probes; depth 0
     falls back to the ordinary sweep's fit-eligible probes when the phase has none."""
@@ -81,28 +93,74 @@ def _points(results: Iterable[ProbeResult]) -> dict[int, list[tuple[int, float, 
     for r in results:
         if r.warmup:
             continue
-        if r.extra.get("depth_role") == "probe":
-            new = r.extra.get("depth_new_tokens")
+        if r.depth is not None and r.depth.role == "probe":
             by.setdefault(depth_of(r), []).append(
-                (int(new) if isinstance(new, int) else 0,
-                 r.ttft_s if r.ttft_s is not None else math.nan, r))
-        elif "depth_role" not in r.extra and r.fit_eligible and r.tokens:
+                (r.depth.new_tokens or 0, r.ttft_s if r.ttft_s is not None else math.nan, r))
+        elif r.depth is None and r.fit_eligible and r.tokens:
             plain.append((int(r.tokens), r.ttft_s, r))
     if by and 0 not in by and plain:
         by[0] = plain
     return by
 
 
-def depth_table(results: Iterable[ProbeResult], model: dict[str, Any] | None = None
-                ) -> dict[str, Any] | None:
-    """Slope vs depth: one row per depth, or None when the run has no depth probes.
+@dataclass(frozen=True, slots=True)
+class DepthRow:
+    """One context depth D (tokens of cached prefix; 0 = cold prompts).
 
-    ``model``: the analysis' model dict (``params``, ``layers``, ``attn_width``) for the
-    formula's expected ratio.  Rows: depth, prefix_tokens, cached_tokens (median of the
-    verified probes), probes, verified, flagged, fit (LinearFit JSON over new tokens,
-    None with too few points), ratio (slope / depth-0 slope), expected_ratio (formula,
-    estimate), per_token_flops (formula 2P + 4 L d_attn (D + mean n / 2), estimate).
+    prefix_tokens: the prefix's server count (median); cached_tokens: the cached-token
+    count of the verified probes (median; None at depth 0); probes sent, verified,
+    flagged (not verified, left out) and the flags' reasons; fit: TTFT over new tokens
+    (None with too few points); mean_new_tokens; ratio: slope / depth-0 slope;
+    expected_ratio: the formula's ratio and per_token_flops: 2P + 4 L d_attn (D + mean
+    n / 2) (both estimates).
     """
+
+    depth: int
+    prefix_tokens: int | None
+    cached_tokens: int | None
+    probes: int
+    verified: int
+    flagged: int
+    flags: tuple[str, ...]
+    fit: LinearFit | None
+    mean_new_tokens: float | None
+    ratio: float | None = None
+    expected_ratio: float | None = None
+    per_token_flops: float | None = None
+
+    @property
+    def slope_s_per_token(self) -> float | None:
+        return self.fit.slope_s_per_token if self.fit is not None else None
+
+    def to_json(self) -> JsonObject:
+        return {"depth": self.depth, "prefix_tokens": self.prefix_tokens,
+                "cached_tokens": self.cached_tokens, "probes": self.probes,
+                "verified": self.verified, "flagged": self.flagged, "flags": list(self.flags),
+                "fit": self.fit.to_json() if self.fit is not None else None,
+                "slope_s_per_token": self.slope_s_per_token,
+                "mean_new_tokens": self.mean_new_tokens, "ratio": self.ratio,
+                "expected_ratio": self.expected_ratio, "per_token_flops": self.per_token_flops}
+
+
+@dataclass(frozen=True, slots=True)
+class DepthTable:
+    """Slope vs depth: one row per depth, sorted; ``notes`` say what is missing (no
+    depth-0 row); ``formula`` names the FLOP model of the expected ratios."""
+
+    rows: tuple[DepthRow, ...]
+    notes: tuple[str, ...] = ()
+    formula: str = FORMULA
+    estimate: bool = True
+
+    def to_json(self) -> JsonObject:
+        return {"rows": [r.to_json() for r in self.rows], "estimate": self.estimate,
+                "notes": list(self.notes), "formula": self.formula}
+
+
+def depth_table(results: Iterable[ProbeResult], model: ModelShape | None = None
+                ) -> DepthTable | None:
+    """Slope vs depth (``DepthTable``), or None when the run has no depth probes.
+    ``model``: the resolved model shape, for the formula's expected ratio."""
     from prefilltui.model import fit as fitmod
 
     results = list(results)
@@ -110,12 +168,13 @@ def depth_table(results: Iterable[ProbeResult], model: dict[str, Any] | None = N
     if not any(d > 0 for d in by):
         return None
     P = L = da = None
-    if model:
-        P, L, da = model.get("params"), model.get("layers"), model.get("attn_width")
-    rows: list[dict[str, Any]] = []
+    if model is not None:
+        P, L, da = model.params, model.layers, model.d_attn
+    rows: list[DepthRow] = []
+    xs_of: dict[int, list[float]] = {}
     for d in sorted(by):
         pts = by[d]
-        ok = lambda p: p[2].extra.get("depth_verified", True) and math.isfinite(p[1])  # noqa: E731
+        ok = lambda p: _verified(p[2]) and math.isfinite(p[1])  # noqa: E731
         good = [p for p in pts if ok(p)]
         bad = [p for p in pts if not ok(p)]
         xs = [float(p[0]) for p in good]
@@ -123,75 +182,30 @@ def depth_table(results: Iterable[ProbeResult], model: dict[str, Any] | None = N
         f = None
         if len(good) >= 3 and len(set(xs)) >= 2:
             f = fitmod.fit_robust(xs, ys) or fitmod.fit_ols(xs, ys)
-        pref = [p[2].extra.get("depth_prefix_tokens") for p in pts]
-        pref = [v for v in pref if isinstance(v, int)]
+        pref = [p[2].depth.prefix_tokens for p in pts if p[2].depth is not None]
+        pref = [v for v in pref if v is not None]
         cached = [p[2].cached_tokens for p in good if d > 0 and p[2].cached_tokens is not None]
-        row: dict[str, Any] = {
-            "depth": d, "prefix_tokens": int(statistics.median(pref)) if pref else None,
-            "cached_tokens": int(statistics.median(cached)) if cached else None,
-            "probes": len(pts), "verified": len(good),
-            "flagged": len(bad), "flags": sorted({str(p[2].extra.get("depth_flag")) for p in bad}),
-            "fit": f.to_json() if f is not None else None,
-            "slope_s_per_token": f.slope_s_per_token if f is not None else None,
-            "mean_new_tokens": statistics.fmean(xs) if xs else None,
-            "ratio": None, "expected_ratio": None, "per_token_flops": None,
-            "_xs": xs,
-        }
-        if P and L and da and xs:
-            row["per_token_flops"] = 2.0 * P + 4.0 * L * da * (d + row["mean_new_tokens"] / 2)
-        rows.append(row)
-    base = rows[0] if rows[0]["depth"] == 0 else None
-    e0 = expected_slope(base["_xs"], 0, P, L, da) if base is not None and P and L and da else None
+        mean_new = statistics.fmean(xs) if xs else None
+        rows.append(DepthRow(
+            depth=d, prefix_tokens=int(statistics.median(pref)) if pref else None,
+            cached_tokens=int(statistics.median(cached)) if cached else None,
+            probes=len(pts), verified=len(good), flagged=len(bad),
+            flags=tuple(sorted({str(p[2].depth.flag if p[2].depth else None) for p in bad})),
+            fit=f, mean_new_tokens=mean_new,
+            per_token_flops=(2.0 * P + 4.0 * L * da * (d + mean_new / 2)
+                             if P and L and da and mean_new is not None else None)))
+        xs_of[d] = xs
+    base = rows[0] if rows[0].depth == 0 else None
+    e0 = expected_slope(xs_of[0], 0, P, L, da) if base is not None and P and L and da else None
+    out = []
     for row in rows:
-        xs = row.pop("_xs")
-        if base is None:
-            continue
-        if base["slope_s_per_token"] and row["slope_s_per_token"] is not None:
-            row["ratio"] = row["slope_s_per_token"] / base["slope_s_per_token"]
-        e = expected_slope(xs, row["depth"], P, L, da) if e0 else None
-        if e0 and e:
-            row["expected_ratio"] = e / e0
-    notes = []
-    if base is None:
-        notes.append("no depth-0 probes: ratios need the ordinary sweep")
-    return {"rows": rows, "estimate": True, "notes": notes,
-            "formula": "per new token at depth D: 2*P + 4*L*d_attn*(D + n/2) FLOPs (estimate)"}
-
-
-def format_depth(t: dict[str, Any] | None) -> list[str]:
-    """Text lines for a ``depth_table`` (ms/µs on screen); [] for None."""
-    if not t:
-        return []
-    out = ["Prefill at context depth (x = new tokens after a cached prefix of D tokens):",
-           f"  {'depth':>6} {'prefix':>7} {'cached':>7} {'probes':>7}  "
-           f"{'slope µs/token [95%]':<26} {'tok/s':>7} {'ratio':>6} {'formula':>8}"]
-    for r in t["rows"]:
-        f = r["fit"]
-        if f and f.get("slope_s_per_token") is not None:
-            lo, hi = f["slope_ci"] or (None, None)
-            ci = f"[{lo * 1e6:,.0f} to {hi * 1e6:,.0f}]" if lo is not None and hi is not None else ""
-            slope = f"{f['slope_s_per_token'] * 1e6:,.0f} {ci}"
-            tps = f"{f['prefill_tokens_per_s']:,.0f}" if f.get("prefill_tokens_per_s") else MISSING
-        else:
-            slope, tps = "too few probes", MISSING
-        probes = f"{r['verified']}/{r['probes']}"
-        cached = MISSING if not r["depth"] else (f"{r['cached_tokens']:,}" if r["cached_tokens"]
-                                             is not None else "?")
-        prefix = f"{r['prefix_tokens']:,}" if r["prefix_tokens"] else MISSING
-        out.append(f"  {r['depth']:>6,} {prefix:>7} {cached:>7} {probes:>7}  "
-                   f"{slope:<26} {tps:>7} "
-                   f"{_x(r['ratio']):>6} {_x(r['expected_ratio']):>8}")
-    out.append("  prefix, cached: server-counted tokens; probes: verified/sent; ratio: slope / "
-               "depth-0 slope;")
-    out.append("  formula: the same ratio from 2P + 4·L·d_attn·(D + n/2) FLOPs per new token "
-               "(estimate)")
-    for r in t["rows"]:
-        if r["flagged"]:
-            out.append(f"  depth {r['depth']:,}: {r['flagged']} probe(s) left out: "
-                       + "; ".join(r["flags"][:3]))
-    out += [f"  note: {n}" for n in t.get("notes", [])]
-    return out
-
-
-def _x(v: float | None) -> str:
-    return MISSING if v is None else f"{v:.2f}×"
+        ratio = expected = None
+        if base is not None:
+            if base.slope_s_per_token and row.slope_s_per_token is not None:
+                ratio = row.slope_s_per_token / base.slope_s_per_token
+            e = expected_slope(xs_of[row.depth], row.depth, P, L, da) if e0 else None
+            if e0 and e:
+                expected = e / e0
+        out.append(replace(row, ratio=ratio, expected_ratio=expected))
+    notes = () if base is not None else ("no depth-0 probes: ratios need the ordinary sweep",)
+    return DepthTable(tuple(out), notes)

@@ -45,6 +45,8 @@ from dataclasses import dataclass, field, replace
 from functools import lru_cache
 from typing import Any
 
+from prefilltui.model.types import JsonObject
+
 import numpy as np
 
 
@@ -184,7 +186,7 @@ class LinearFit:
             y = y + self.c_s_per_token2 * np.asarray(n, dtype=float) ** 2
         return float(y) if np.ndim(y) == 0 else y
 
-    def to_json(self) -> dict[str, Any]:
+    def to_json(self) -> JsonObject:
         ci = lambda p: None if p is None else [_fnum(p[0]), _fnum(p[1])]  # noqa: E731
         d = {
             "method": self.method,

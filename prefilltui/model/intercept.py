@@ -22,17 +22,18 @@ from __future__ import annotations
 import math
 import statistics
 from dataclasses import dataclass
-from typing import Any, Iterable
+from typing import Iterable
 
 from prefilltui.model.fit import LinearFit, fit_robust
-from prefilltui.model.types import ProbeResult
+from prefilltui.model.types import JsonObject, ProbeResult
 
 PIN_FLOOR_S = 0.010  # see the module docstring
 PIN_REL = 0.25
 NOT_PINNED = "fixed cost not pinned: add short prompts / more repeats"
 
 
-def physical_ci(ci: Any) -> tuple[float | None, float | None] | None:
+def physical_ci(ci: tuple[float | None, float | None] | list[float | None] | None
+                ) -> tuple[float | None, float | None] | None:
     """The 95 % interval of a fixed cost as shown on screen: the fit's interval cut at
     0 (a fixed cost is never negative; the data keep the fit's own bounds).  ``ci`` is
     ``(lo, hi)`` in seconds, either may be None; None stays None."""
@@ -52,13 +53,38 @@ def _f(v: float | None) -> float | None:
 
 
 @dataclass(frozen=True, slots=True)
+class ServerFixedCost:
+    """The fixed cost from the server's own prefill times (``server_fixed_cost``),
+    seconds: ``fixed_cost_s`` = ``prefill_intercept_s`` (the server prefill time's
+    intercept, clamped at 0; ``prefill_intercept_raw_s`` unclamped, with its 95 %
+    ``prefill_intercept_ci``) + ``outside_prefill_s`` (median of TTFT - server prefill).
+    ``pinned``: the prefill intercept's interval is within the same bound as the fit's;
+    ``n``: probes used."""
+
+    fixed_cost_s: float
+    pinned: bool
+    prefill_intercept_s: float
+    prefill_intercept_raw_s: float | None
+    prefill_intercept_ci: tuple[float | None, float | None]
+    outside_prefill_s: float
+    n: int
+
+    def to_json(self) -> JsonObject:
+        return {"fixed_cost_s": self.fixed_cost_s, "pinned": self.pinned,
+                "prefill_intercept_s": self.prefill_intercept_s,
+                "prefill_intercept_raw_s": self.prefill_intercept_raw_s,
+                "prefill_intercept_ci": list(self.prefill_intercept_ci),
+                "outside_prefill_s": self.outside_prefill_s, "n": self.n}
+
+
+@dataclass(frozen=True, slots=True)
 class FixedCost:
     """The fit's intercept as a fixed cost (seconds).
 
     ``shown_s``: the value to show -- None when not pinned, else the intercept
     clamped at 0 (``clamped`` then True).  ``half_width_s`` of the 95 % interval
     (inf when it has none) against ``bound_s``.  ``note``: one sentence for a summary
-    (not pinned, clamped), or None.  ``server``: ``server_fixed_cost``'s dict or None.
+    (not pinned, clamped), or None.  ``server``: ``server_fixed_cost``'s, or None.
     """
 
     intercept_s: float
@@ -69,16 +95,16 @@ class FixedCost:
     shown_s: float | None
     clamped: bool
     note: str | None
-    server: dict[str, Any] | None = None
+    server: ServerFixedCost | None = None
 
-    def to_json(self) -> dict[str, Any]:
+    def to_json(self) -> JsonObject:
         return {"intercept_s": _f(self.intercept_s), "intercept_ci": [_f(self.ci[0]), _f(self.ci[1])],
                 "half_width_s": _f(self.half_width_s), "bound_s": self.bound_s,
                 "pinned": self.pinned, "shown_s": _f(self.shown_s), "clamped": self.clamped,
-                "note": self.note, "server": self.server}
+                "note": self.note, "server": self.server.to_json() if self.server else None}
 
 
-def fixed_cost(fit: LinearFit | None, server: dict[str, Any] | None = None) -> FixedCost | None:
+def fixed_cost(fit: LinearFit | None, server: ServerFixedCost | None = None) -> FixedCost | None:
     """``FixedCost`` of a fit (None without one).  Never raises for odd values."""
     if fit is None:
         return None
@@ -107,16 +133,11 @@ def fixed_cost(fit: LinearFit | None, server: dict[str, Any] | None = None) -> F
                      pinned=pinned, shown_s=shown, clamped=clamped, note=note, server=server)
 
 
-def server_fixed_cost(results: Iterable[ProbeResult]) -> dict[str, Any] | None:
-    """The fixed cost from the server's own prefill times (see the module docstring).
-
-    Uses fit-eligible probes with a server prefill time; None with fewer than 3 such
-    probes or lengths spanning less than 2x (the prefill intercept would be a long
-    extrapolation).  Returns ``{"fixed_cost_s", "prefill_intercept_s" (clamped at 0),
-    "prefill_intercept_raw_s", "prefill_intercept_ci", "outside_prefill_s" (median of
-    TTFT - server prefill), "pinned" (the prefill intercept's interval within the
-    same bound as the fit's), "n"}``.
-    """
+def server_fixed_cost(results: Iterable[ProbeResult]) -> ServerFixedCost | None:
+    """The fixed cost from the server's own prefill times (see the module docstring and
+    ``ServerFixedCost``).  Uses fit-eligible probes with a server prefill time; None with
+    fewer than 3 such probes or lengths spanning less than 2x (the prefill intercept
+    would be a long extrapolation)."""
     pts = [r for r in results if r.fit_eligible and r.server_prefill_s is not None]
     if len(pts) < 3:
         return None
@@ -131,37 +152,7 @@ def server_fixed_cost(results: Iterable[ProbeResult]) -> dict[str, Any] | None:
     lo, hi = pf.intercept_ci
     pinned = bool(math.isfinite(lo) and math.isfinite(hi)
                   and (hi - lo) / 2 <= pin_bound_s(a_p + outside))
-    return {"fixed_cost_s": a_p + outside, "pinned": pinned, "prefill_intercept_s": a_p,
-            "prefill_intercept_raw_s": _f(pf.intercept_s),
-            "prefill_intercept_ci": [_f(pf.intercept_ci[0]), _f(pf.intercept_ci[1])],
-            "outside_prefill_s": outside, "n": len(pts)}
-
-
-def format_lines(fc: dict[str, Any] | None, indent: str = "  ") -> list[str]:
-    """Text lines for ``FixedCost.to_json()`` (ms on screen)."""
-    if not fc:
-        return []
-    ms = lambda v: f"{v * 1e3:.1f} ms"  # noqa: E731
-    lo, hi = physical_ci(fc["intercept_ci"])
-    if fc["pinned"]:
-        line = (f"{indent}fixed cost   {ms(fc['shown_s'])} (fit, 95% {lo * 1e3:.1f} to "
-                f"{hi * 1e3:.1f} ms; pinned: +-{fc['half_width_s'] * 1e3:.1f} <= "
-                f"{fc['bound_s'] * 1e3:.0f} ms)")
-    else:
-        line = f"{indent}{fc['note']}"
-    out = [line]
-    if fc["pinned"] and fc.get("note"):
-        out.append(f"{indent}  {fc['note']}")
-    s = fc.get("server")
-    if s and not s.get("pinned", True):
-        lo, hi = physical_ci(s["prefill_intercept_ci"])
-        out.append(f"{indent}server-side  not pinned either: prefill at n=0 95% {lo * 1e3:,.0f} to "
-                   f"{hi * 1e3:,.0f} ms; outside prefill {ms(s['outside_prefill_s'])} (median "
-                   f"TTFT - server prefill, {s['n']} probes)")
-    elif s:
-        raw = s.get("prefill_intercept_raw_s")
-        clamp = f" (fit {raw * 1e3:.1f} ms, shown as 0)" if raw is not None and raw < 0 else ""
-        out.append(f"{indent}server-side  {ms(s['fixed_cost_s'])} = prefill at n=0 "
-                   f"{ms(s['prefill_intercept_s'])}{clamp} + outside prefill "
-                   f"{ms(s['outside_prefill_s'])} (median TTFT - server prefill, {s['n']} probes)")
-    return out
+    return ServerFixedCost(fixed_cost_s=a_p + outside, pinned=pinned, prefill_intercept_s=a_p,
+                           prefill_intercept_raw_s=_f(pf.intercept_s),
+                           prefill_intercept_ci=(_f(pf.intercept_ci[0]), _f(pf.intercept_ci[1])),
+                           outside_prefill_s=outside, n=len(pts))

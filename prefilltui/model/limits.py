@@ -10,7 +10,9 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, get_args
+
+from prefilltui.model.types import Dtype
 
 #: Longest prompt a setting may ask for (tokens): the longest context window offered
 #: (Llama 4 Scout, 10 M tokens, its model card).  Building it takes ~2.3 s and ~175 MiB
@@ -23,7 +25,7 @@ UNKNOWN_CONTEXT_MAX_TOKENS = 1_048_576
 #: Most lengths in one list (a sweep or a target).
 MAX_LENGTHS = 1000
 #: Dtypes whose catalog peak can be used.
-DTYPES = ("bf16", "fp16", "fp8")
+DTYPES: tuple[str, ...] = get_args(Dtype)
 
 
 @dataclass(frozen=True, slots=True)
@@ -68,7 +70,7 @@ RANGES: dict[str, Range] = {
     "attn_width": Range("int", 1, 10_000_000),
     "efficiency": Range("number", 0, 1.5, lo_open=True, unit="(fraction of peak)"),
     "dtype": Range("choice", choices=DTYPES),
-    "api": Range("choice", choices=("completions", "chat")),
+    "api": Range("choice", choices=("completions", "chat", "responses")),
     "insecure": Range("bool"),
     "name": Range("str"), "model": Range("str"), "gpu": Range("str"),
     "model_config": Range("str"), "url": Range("str"), "api_key_env": Range("str"),

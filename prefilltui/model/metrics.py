@@ -290,19 +290,18 @@ def apply_delta(result: ProbeResult, d: MetricsDelta | None, *,
     - Servers without a queue metric (llama.cpp): when the server was idle around the
       probe, queue_s = 0; when other requests were running or waiting and a quiet
       overhead is known (median overhead of probes on an idle server),
-      queue_s = max(0, ttft − prefill − quiet overhead) (``extra["queue_source"]`` =
+      queue_s = max(0, ttft − prefill − quiet overhead) (``result.queue_source`` =
       "estimated").
     """
     if not result.ok or result.ttft_s is None:
         return
-    extra = result.extra
     server_ttft = None
     if d is not None:
         server_ttft = d.only("ttft")
         q = d.only("queue")
         if q is not None:
             result.queue_s = q
-            extra["queue_source"] = "metrics"
+            result.queue_source = "metrics"
         if result.server_prefill_s is None:
             p = d.only("prefill")
             if p is not None:
@@ -310,7 +309,7 @@ def apply_delta(result: ProbeResult, d: MetricsDelta | None, *,
         result.server_running = d.gauge("running")
         result.server_waiting = d.gauge("waiting")
         if server_ttft is not None:
-            extra["server_ttft_s"] = server_ttft
+            result.server_ttft_s = server_ttft
     if server_ttft is not None:
         result.overhead_s = result.ttft_s - server_ttft
         return
@@ -322,8 +321,8 @@ def apply_delta(result: ProbeResult, d: MetricsDelta | None, *,
         if busy <= 0 and (result.server_running is not None
                           or result.server_waiting is not None):
             result.queue_s = 0.0
-            extra["queue_source"] = "idle"
+            result.queue_source = "idle"
         elif busy > 0 and quiet_overhead_s is not None:
             result.queue_s = max(0.0, rest - quiet_overhead_s)
-            extra["queue_source"] = "estimated"
+            result.queue_source = "estimated"
     result.overhead_s = rest - (result.queue_s or 0.0)

@@ -12,9 +12,12 @@ All figures are estimates; callers must label them so.
 
 from __future__ import annotations
 
-from typing import Any
+from dataclasses import asdict, dataclass
+from typing import Any, Literal
 
 import numpy as np
+
+from prefilltui.model.types import JsonObject
 
 #: MFU thresholds for the verdict.  Tuned engines reach ~40-55 % of dense peak on
 #: prompts >= 2k tokens and plain matmuls ~80 % ("MAMF", reference file), so >= 40 %
@@ -60,17 +63,49 @@ def ridge_point(peak_flops: float, bandwidth_bytes_s: float) -> float:
     return peak_flops / bandwidth_bytes_s
 
 
+@dataclass(frozen=True, slots=True)
+class PrefillEstimate:
+    """A back-of-envelope prefill estimate for one prompt of ``tokens`` tokens (every
+    value an estimate).  FLOPs: ``flops`` = ``linear_flops`` (2*P*n) +
+    ``attention_flops`` (2*L*d_attn*n^2); ``attention_share`` = attention / linear,
+    ``attention_fraction`` = attention / total, ``attention_equal_tokens`` where they
+    are equal.  ``arithmetic_intensity`` (FLOP/byte, d = ``arithmetic_intensity_d``)
+    against ``ridge_point``: ``bound`` "compute" | "memory" (None without a ridge).
+    Times in seconds at the peak and at ``efficiency`` of it, ``tokens_per_s`` at the
+    efficiency; None when the peak is unknown."""
+
+    tokens: int
+    flops: float
+    linear_flops: float
+    attention_flops: float
+    attention_share: float
+    attention_fraction: float
+    attention_equal_tokens: float
+    arithmetic_intensity: float
+    arithmetic_intensity_d: int
+    ridge_point: float | None
+    bound: Literal["compute", "memory"] | None
+    peak_flops: float | None
+    efficiency: float
+    time_at_peak_s: float | None
+    time_at_efficiency_s: float | None
+    tokens_per_s: float | None
+    linear_time_at_peak_s: float | None
+    linear_time_at_efficiency_s: float | None
+    estimate: bool = True
+
+    def to_json(self) -> JsonObject:
+        return asdict(self)
+
+
 def estimate(params: float, layers: int, d_attn: int, tokens: int, *, hidden: int | None = None,
              peak_flops: float | None = None, bandwidth_bytes_s: float | None = None,
-             efficiency: float = 0.5) -> dict[str, Any]:
-    """Back-of-envelope prefill estimate for one prompt (all values estimates).
+             efficiency: float = 0.5) -> PrefillEstimate:
+    """Back-of-envelope prefill estimate for one prompt (``PrefillEstimate``; all values
+    estimates).  Times/ridge are None when the peak/bandwidth is unknown.
 
-    Keys: flops, linear_flops, attention_flops, attention_share (attention / linear),
-    attention_fraction (attention / total), attention_equal_tokens,
-    arithmetic_intensity (d = ``hidden``, or d_attn), ridge_point, bound ("compute" |
-    "memory" | None), time_at_peak_s, time_at_efficiency_s, tokens_per_s (at the
-    efficiency), efficiency.  Times/ridge are None when the peak/bandwidth is unknown.
-    Raises ValueError for non-positive inputs.
+    Raises:
+        ValueError: for non-positive inputs or an efficiency outside (0, 1.5].
     """
     if min(params, layers, d_attn, tokens) <= 0 or not 0 < efficiency <= 1.5:
         raise ValueError("params, layers, d_attn and tokens must be > 0, efficiency in (0, 1.5]")
@@ -82,19 +117,17 @@ def estimate(params: float, layers: int, d_attn: int, tokens: int, *, hidden: in
     ridge = ridge_point(peak_flops, bandwidth_bytes_s) if peak_flops and bandwidth_bytes_s else None
     t_peak = flops / peak_flops if peak_flops else None
     t_eff = flops / (peak_flops * efficiency) if peak_flops else None
-    return {
-        "tokens": int(tokens), "flops": flops, "linear_flops": lin, "attention_flops": att,
-        "attention_share": att / lin, "attention_fraction": att / flops,
-        "attention_equal_tokens": attention_equal_tokens(params, layers, d_attn),
-        "arithmetic_intensity": ai, "arithmetic_intensity_d": d, "ridge_point": ridge,
-        "bound": None if ridge is None else ("compute" if ai >= ridge else "memory"),
-        "peak_flops": peak_flops, "efficiency": efficiency,
-        "time_at_peak_s": t_peak, "time_at_efficiency_s": t_eff,
-        "tokens_per_s": tokens / t_eff if t_eff else None,
-        "linear_time_at_peak_s": lin / peak_flops if peak_flops else None,
-        "linear_time_at_efficiency_s": lin / (peak_flops * efficiency) if peak_flops else None,
-        "estimate": True,
-    }
+    return PrefillEstimate(
+        tokens=int(tokens), flops=flops, linear_flops=lin, attention_flops=att,
+        attention_share=att / lin, attention_fraction=att / flops,
+        attention_equal_tokens=attention_equal_tokens(params, layers, d_attn),
+        arithmetic_intensity=ai, arithmetic_intensity_d=d, ridge_point=ridge,
+        bound=None if ridge is None else ("compute" if ai >= ridge else "memory"),
+        peak_flops=peak_flops, efficiency=efficiency,
+        time_at_peak_s=t_peak, time_at_efficiency_s=t_eff,
+        tokens_per_s=tokens / t_eff if t_eff else None,
+        linear_time_at_peak_s=lin / peak_flops if peak_flops else None,
+        linear_time_at_efficiency_s=lin / (peak_flops * efficiency) if peak_flops else None)
 
 
 def achieved_flops(slope_s_per_token: float, params: float) -> float | None:

@@ -19,7 +19,6 @@ from __future__ import annotations
 import math
 import random
 from dataclasses import dataclass, replace
-from typing import Any
 
 import numpy as np
 
@@ -27,7 +26,7 @@ from prefilltui.model.fit import (
     LinearFit, detect_knee, fit_ols, fit_ols_moments, fit_quadratic, fit_robust,
 )
 from prefilltui.model import defaults
-from prefilltui.model.types import FitMethod, FitScope, ProbeResult
+from prefilltui.model.types import FitMethod, FitScope, JsonObject, ProbeResult
 
 QUAD_MIN_SHARE = 0.05  # quadratic used when c*n_max^2 is >= 5 % of TTFT at n_max
 
@@ -51,7 +50,7 @@ class FitSnapshot:
     n_points: int
     sampled: bool
 
-    def to_json(self) -> dict[str, Any]:
+    def to_json(self) -> JsonObject:
         j = lambda f: None if f is None else f.to_json()  # noqa: E731
         return {
             "which": self.which, "method": self.method, "n_points": self.n_points,

@@ -11,9 +11,13 @@ import dataclasses
 from dataclasses import dataclass, field
 from typing import Any, Literal, get_args
 
+from prefilltui.model.jsontypes import JsonObject
+from prefilltui.model.probe_notes import (DepthInfo, ProbeNotes, QueueSource, number, text)
+
 #: Why a probe failed (``ProbeResult.error_kind``).
 ErrorKind = Literal["connect", "timeout", "http", "rate_limited", "context_length",
-                    "stream_error", "no_token", "protocol"]
+                    "stream_error", "no_token", "protocol", "buffered", "html_page",
+                    "redirect"]
 #: Where ``ProbeResult.prompt_tokens`` came from: the response's ``usage``, llama.cpp
 #: ``timings``, or the server's tokenize endpoint (counted by the server); or
 #: "estimate": the server reports no count, the length is the client's prediction
@@ -23,6 +27,8 @@ PromptTokensSource = Literal["usage", "timings", "tokenize", "estimate"]
 #: the gap after a probe, "burst" back-to-back probes at the longest length (core.pacing).
 RunnerState = Literal["connecting", "probing", "idle", "burst", "retrying", "paused",
                       "stopped", "done", "failed"]
+#: The datatypes whose dense peak the GPU catalog holds (``--dtype``).
+Dtype = Literal["bf16", "fp16", "fp8"]
 #: Which estimator a fit shown to the user comes from (``--fit``).
 FitMethod = Literal["robust", "ols"]
 #: Which probes a fit covers: every eligible probe, or the sliding window.
@@ -45,6 +51,9 @@ ERROR_KINDS: tuple[ErrorKind, ...] = (
     "stream_error",  # an error object or `event: error` inside a 200 stream
     "no_token",  # the stream ended without any generated token
     "protocol",  # malformed SSE / JSON, or a body over the size cap
+    "buffered",  # the answer came all at once (a buffering gateway): TTFT unknown
+    "html_page",  # an HTML page (sign-in portal, web UI) instead of an API answer
+    "redirect",  # a redirect the POST cannot follow (301/302/303, a loop, no Location)
 )
 
 
@@ -71,6 +80,16 @@ class ProbeResult:
     Telemetry fields are joined in after the probe from the sampler's samples in
     the request window [t_send, t_end] (``telemetry_device`` names what was sampled,
     e.g. "GPU 0" or "CPU").
+
+    Declared notes, kept in the run file's ``extra`` object under their old keys:
+      server_ttft_s -- the server's own TTFT (its histogram), when it reports one;
+      queue_source  -- where ``queue_s`` came from (``QueueSource``);
+      power_mean_w / energy_source -- mean power over the window and how ``energy_j``
+                  was found ("counter" | "integrated");
+      arrival_s -- when a buffered answer arrived (never a TTFT: ``error_kind`` "buffered");
+      notes     -- ``ProbeNotes``: stream end, ignored server values, rejected fields...;
+      depth     -- ``DepthInfo`` for a probe of the ``--depth`` phase, else None.
+    ``extra`` holds only what this version does not know (a newer file's keys).
     """
 
     seq: int = 0
@@ -107,7 +126,15 @@ class ProbeResult:
     util_mean_pct: float | None = None
     power_peak_w: float | None = None
     energy_j: float | None = None
-    extra: dict[str, Any] = field(default_factory=dict)
+    # declared notes (the run file's ``extra`` object, see the class docstring)
+    server_ttft_s: float | None = None
+    queue_source: QueueSource | None = None
+    power_mean_w: float | None = None
+    energy_source: str | None = None
+    arrival_s: float | None = None
+    notes: ProbeNotes = field(default_factory=ProbeNotes)
+    depth: DepthInfo | None = None
+    extra: JsonObject = field(default_factory=dict)
 
     @property
     def cache_hit(self) -> bool:
@@ -134,27 +161,56 @@ class ProbeResult:
             return self.prompt_tokens
         return self.requested_tokens or None
 
-    def to_json(self) -> dict[str, Any]:
-        """A JSON-ready dict (the run file's line schema)."""
-        d = dataclasses.asdict(self)
-        if not d["extra"]:
-            d.pop("extra")
+    def to_json(self) -> JsonObject:
+        """A JSON-ready dict (the run file's line schema, docs/runfile.md): the line
+        fields, and the declared notes under ``extra`` with their keys."""
+        d: JsonObject = {k: getattr(self, k) for k in LINE_FIELDS}
+        extra: JsonObject = {k: v for k, v in ((k, getattr(self, k)) for k in _EXTRA_SCALARS)
+                             if v is not None}
+        extra.update(self.notes.to_extra())
+        if self.depth is not None:
+            extra.update(self.depth.to_extra())
+        extra.update((k, v) for k, v in self.extra.items() if k not in extra)
+        if extra:
+            d["extra"] = extra
         return d
 
     @classmethod
-    def from_json(cls, d: dict[str, Any]) -> "ProbeResult":
-        """Build from a run-file line.  Unknown keys go into ``extra``.
+    def from_json(cls, d: JsonObject) -> "ProbeResult":
+        """Build from a run-file line.  The ``extra`` object's known keys fill the
+        declared notes (a value of the wrong type is left in ``extra``); keys this
+        version does not know go into ``extra``.
 
         Raises:
             TypeError: when ``d`` is not a dict.
         """
         if not isinstance(d, dict):
             raise TypeError(f"run-file line is {type(d).__name__}, not an object")
-        names = {f.name for f in dataclasses.fields(cls)}
-        known = {k: v for k, v in d.items() if k in names and k != "extra"}
-        extra = dict(d.get("extra") or {})
-        extra.update({k: v for k, v in d.items() if k not in names})
-        return cls(**known, extra=extra)
+        known = {k: v for k, v in d.items() if k in _LINE_SET}
+        raw = d.get("extra")
+        extra: JsonObject = dict(raw) if isinstance(raw, dict) else {}
+        extra.update({k: v for k, v in d.items() if k not in _LINE_SET and k != "extra"})
+        r = cls(**known)
+        r.server_ttft_s = number(extra.get("server_ttft_s"))
+        source = text(extra.get("queue_source"))
+        r.queue_source = source if source in get_args(QueueSource) else None
+        r.power_mean_w = number(extra.get("power_mean_w"))
+        r.energy_source = text(extra.get("energy_source"))
+        r.arrival_s = number(extra.get("arrival_s"))
+        took = {k for k in _EXTRA_SCALARS if getattr(r, k) is not None}
+        r.notes, n_took = ProbeNotes.from_extra(extra)
+        r.depth, d_took = DepthInfo.from_extra(extra)
+        r.extra = {k: v for k, v in extra.items() if k not in took | n_took | d_took}
+        return r
+
+
+#: The run file's top-level probe fields (docs/runfile.md), in order.
+LINE_FIELDS = tuple(f.name for f in dataclasses.fields(ProbeResult)
+                    if f.name not in ("server_ttft_s", "queue_source", "power_mean_w",
+                                      "energy_source", "arrival_s", "notes", "depth", "extra"))
+_LINE_SET = frozenset(LINE_FIELDS)
+#: Declared notes kept as plain values under ``extra``.
+_EXTRA_SCALARS = ("server_ttft_s", "queue_source", "power_mean_w", "energy_source", "arrival_s")
 
 
 @dataclass(slots=True)
@@ -184,8 +240,12 @@ class ServerInfo:
     tokenize_style: str | None = None  # "llama.cpp" | "openai" | "tgi" (core.server)
     metrics_url: str | None = None
     notes: list[str] = field(default_factory=list)
+    #: every model id /v1/models lists (raw server text; shown through model.sanitize)
+    models: list[str] = field(default_factory=list)
+    #: the proxy requests go through, as it may be shown (``measure.proxy``), or None
+    proxy: str | None = None
 
-    def to_json(self) -> dict[str, Any]:
+    def to_json(self) -> JsonObject:
         return dataclasses.asdict(self)
 
 
@@ -194,7 +254,7 @@ SESSION_SERVER_FIELDS = ("kind", "model", "context_tokens", "params", "hidden", 
                          "n_batch", "n_ubatch")
 
 
-def session_facts(info: ServerInfo) -> dict[str, Any]:
+def session_facts(info: ServerInfo) -> JsonObject:
     """The part of ``info`` a run file keeps in its session line."""
     return {k: getattr(info, k) for k in SESSION_SERVER_FIELDS}
 
@@ -202,7 +262,7 @@ def session_facts(info: ServerInfo) -> dict[str, Any]:
 def server_info_from_session(facts: Any, *, model: str | None = None) -> ServerInfo:
     """A ServerInfo from a session line's ``server`` object (bad values dropped), with
     ``model`` as the fallback model name."""
-    kw: dict[str, Any] = {}
+    kw: JsonObject = {}
     if isinstance(facts, dict):
         for k in SESSION_SERVER_FIELDS:
             v = facts.get(k)

@@ -32,7 +32,7 @@ from typing import Any, Callable
 import numpy as np
 
 from prefilltui.model.running_fit import analyze_points
-from prefilltui.model.types import ProbeResult
+from prefilltui.model.types import JsonObject, ProbeResult
 
 SPREAD_EVERY = 4  # every 4th pick: the least-probed length
 
@@ -58,7 +58,7 @@ class Progress:
     budget_probes: int | None = None
     budget_s: float | None = None
 
-    def to_json(self) -> dict[str, Any]:
+    def to_json(self) -> JsonObject:
         d = asdict(self)
         if d["half_width_pct"] is not None and not math.isfinite(d["half_width_pct"]):
             d["half_width_pct"] = None

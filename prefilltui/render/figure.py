@@ -3,9 +3,9 @@
 ``svg_figure(results, d)`` draws TTFT (ms) against prompt tokens: the probes in the
 fit, the fitted line, probes left out (warm-up, cache hits) and, when the run has
 ``--depth`` probes, one series per context depth against the *new* tokens after the
-cached prefix, each with its own fitted line.  ``d`` is the ``analyze`` dict with an
-optional ``"depth"`` key (``core.depth.depth_table``).  ``html_page`` embeds the same
-SVG, a per-length table, the depth table and the text summary.  Plain strings, no
+cached prefix, each with its own fitted line.  ``d`` is the run's ``RunSummary``
+(``model.analysis.analyze``; its ``depth`` table when the run has one).  ``html_page``
+embeds the same SVG, the summary's per-length table, the depth table and the text summary.  Plain strings, no
 external resources (fonts, scripts, images), so a file opens anywhere, offline.
 Data in seconds; the figure shows ms (and µs per token).
 """
@@ -14,12 +14,15 @@ from __future__ import annotations
 
 import html
 import math
-import statistics
-from typing import Any, Iterable, Sequence
+from dataclasses import dataclass
+from typing import Iterable, Literal, Sequence
 
 from prefilltui.model.depth import depth_of, is_depth_probe
+from prefilltui.model.fit import LinearFit
+from prefilltui.model.summary import RunSummary
 from prefilltui.model.types import ProbeResult
 from prefilltui.model.units import MISSING, ms
+from prefilltui.render.text import finite
 
 #: Series colours (colour-blind-safe Okabe-Ito palette): depth 0, then deeper.
 COLORS = ("#0072B2", "#D55E00", "#009E73", "#CC79A7", "#E69F00", "#56B4E9", "#000000")
@@ -53,52 +56,61 @@ def _esc(s: str) -> str:
     return html.escape(str(s), quote=True)
 
 
-def _series(results: Sequence[ProbeResult], d: dict[str, Any]) -> list[dict[str, Any]]:
-    """Plot series: label, colour, points [(x tokens, y ms)], fit dict, kind."""
-    out: list[dict[str, Any]] = []
+@dataclass(frozen=True, slots=True)
+class Series:
+    """One plot series: its legend label, colour, points (x tokens, y ms), the fit drawn
+    through them (or None) and its kind."""
+
+    label: str
+    color: str
+    points: list[tuple[float, float]]
+    fit: LinearFit | None
+    kind: Literal["main", "sweep", "depth", "excluded"]
+
+
+def _series(results: Sequence[ProbeResult], d: RunSummary) -> list[Series]:
+    """The plot's series (see ``Series``)."""
+    out: list[Series] = []
     sweep = [r for r in results if not is_depth_probe(r)]
     pts = [(float(r.tokens), r.ttft_s * 1e3) for r in sweep if r.fit_eligible]
-    f = d.get("fit") or {}
-    tps = f.get("prefill_tokens_per_s")
+    f = d.fit
+    tps = finite(f.prefill_tokens_per_s) if f is not None else None
     fit_label = (f" · fit {tps:,.0f} tok/s" if tps else " · fit (slope ≤ 0)") \
-        if f.get("n") is not None else ""
-    depth = d.get("depth")
+        if f is not None else ""
+    depth = d.depth
     if not depth:
-        out.append({"label": "probes in the fit" + fit_label, "color": COLORS[0], "points": pts,
-                    "fit": f if f.get("n") is not None else None, "kind": "main"})
+        out.append(Series("probes in the fit" + fit_label, COLORS[0], pts, f, "main"))
     else:
-        phase = [r for r in results if r.extra.get("depth_role") == "probe"]
+        phase = [r for r in results if r.depth is not None and r.depth.role == "probe"]
         phase0 = any(depth_of(r) == 0 for r in phase)
         if phase0 and pts:
-            out.append({"label": "sweep probes" + fit_label.replace("fit", "their fit"),
-                        "color": "#a6c8e0", "points": pts, "fit": None, "kind": "sweep"})
-        for i, row in enumerate(depth["rows"]):
-            dd = row["depth"]
+            out.append(Series("sweep probes" + fit_label.replace("fit", "their fit"),
+                              "#a6c8e0", pts, None, "sweep"))
+        for i, row in enumerate(depth.rows):
+            dd = row.depth
             if dd == 0 and not phase0:
                 dp = pts
             else:
-                dp = [(float(r.extra.get("depth_new_tokens") or 0), r.ttft_s * 1e3) for r in phase
-                      if depth_of(r) == dd and r.extra.get("depth_verified") and r.ttft_s is not None]
-            rf = row.get("fit") or {}
+                dp = [(float(r.depth.new_tokens or 0), r.ttft_s * 1e3) for r in phase
+                      if depth_of(r) == dd and r.depth.verified and r.ttft_s is not None]
             lab = "depth 0 (cold prompt)" if dd == 0 else f"depth {dd:,} (cached prefix)"
-            if rf.get("prefill_tokens_per_s"):
-                lab += f" · {rf['prefill_tokens_per_s']:,.0f} tok/s"
-            if dd and row.get("ratio"):
-                lab += f" · slope ×{row['ratio']:.2f}"
-            out.append({"label": lab, "color": COLORS[i % len(COLORS)], "points": dp,
-                        "fit": row.get("fit"), "kind": "depth"})
+            if row.fit is not None and finite(row.fit.prefill_tokens_per_s):
+                lab += f" · {row.fit.prefill_tokens_per_s:,.0f} tok/s"
+            if dd and row.ratio:
+                lab += f" · slope ×{row.ratio:.2f}"
+            out.append(Series(lab, COLORS[i % len(COLORS)], dp, row.fit, "depth"))
     left = [(float(r.tokens), r.ttft_s * 1e3) for r in sweep
             if r.ok and not r.fit_eligible and r.ttft_s is not None and r.tokens]
-    left += [(float(r.extra.get("depth_new_tokens") or r.requested_tokens), r.ttft_s * 1e3)
-             for r in results if r.extra.get("depth_role") == "probe" and r.ok
-             and not r.extra.get("depth_verified") and r.ttft_s is not None]
+    left += [(float(r.depth.new_tokens or r.requested_tokens), r.ttft_s * 1e3)
+             for r in results if r.depth is not None and r.depth.role == "probe" and r.ok
+             and not r.depth.verified and r.ttft_s is not None]
     if left:
-        out.append({"label": "left out (warm-up, cache hit, not verified)", "color": MUTED,
-                    "points": left, "fit": None, "kind": "excluded"})
+        out.append(Series("left out (warm-up, cache hit, not verified)", MUTED, left, None,
+                          "excluded"))
     return out
 
 
-def svg_figure(results: Iterable[ProbeResult], d: dict[str, Any], *, width: int = 820,
+def svg_figure(results: Iterable[ProbeResult], d: RunSummary, *, width: int = 820,
                height: int = 500, title: str | None = None) -> str:
     """The figure as an SVG document (a string).  Never raises for a run without
     points: it then says "no usable probes" in the plot area."""
@@ -107,7 +119,7 @@ def svg_figure(results: Iterable[ProbeResult], d: dict[str, Any], *, width: int 
     W, H = width, height
     left, right, top, bottom = 72, 20, 58, 54
     pw, ph = W - left - right, H - top - bottom
-    allpts = [p for s in series for p in s["points"]]
+    allpts = [p for s in series for p in s.points]
     xmax = max((p[0] for p in allpts), default=1.0)
     ymax = max((p[1] for p in allpts), default=1.0)
     xt = nice_ticks(0.0, max(xmax, 1.0))
@@ -115,24 +127,24 @@ def svg_figure(results: Iterable[ProbeResult], d: dict[str, Any], *, width: int 
     x1, y1 = xt[-1], yt[-1]
     sx = lambda x: left + pw * x / x1  # noqa: E731
     sy = lambda y: top + ph * (1 - y / y1)  # noqa: E731
-    model = (d.get("server") or {}).get("model") or (d.get("model") or {}).get("name") or ""
+    model = ((d.server.model if d.server else None) or (d.model.name if d.model else None)
+             or "")
     model = model.replace("\\", "/").rsplit("/", 1)[-1]  # a GGUF path: its file name
     if len(model) > 48:
         model = model[:47] + "…"
-    p = d.get("probes") or {}
     title = title or "TTFT vs prompt tokens" + (f" — {model}" if model else "")
-    f = d.get("fit") or {}
+    f = d.fit
     sub = ""
-    if f.get("n") is not None and f.get("slope_s_per_token") is not None:
-        fc = d.get("fixed_cost") or {}
-        a = ("a (not pinned)" if fc.get("pinned") is False  # as the summary says it
-             else f"{max(0.0, f['intercept_s']) * 1e3:.1f} ms")
-        sub = (f"TTFT = {a} + {f['slope_s_per_token'] * 1e6:,.1f} µs × n"
-               f" · R² {f['r2']:.3f} · {f['n']} probes in the fit")
-        if f.get("prefill_tokens_per_s"):
-            sub += f" · prefill {f['prefill_tokens_per_s']:,.0f} tok/s"
-    elif p:
-        sub = f"{p.get('ok', 0)} probes ok, no fit"
+    if f is not None and finite(f.slope_s_per_token) is not None:
+        fc = d.fixed_cost
+        a = ("a (not pinned)" if fc is not None and not fc.pinned  # as the summary says it
+             else f"{max(0.0, f.intercept_s) * 1e3:.1f} ms")
+        sub = (f"TTFT = {a} + {f.slope_s_per_token * 1e6:,.1f} µs × n"
+               f" · R² {f.r2:.3f} · {f.n} probes in the fit")
+        if finite(f.prefill_tokens_per_s):
+            sub += f" · prefill {f.prefill_tokens_per_s:,.0f} tok/s"
+    else:
+        sub = f"{d.probes.ok} probes ok, no fit"
     o: list[str] = [
         f'<svg xmlns="http://www.w3.org/2000/svg" width="{W}" height="{H}" '
         f'viewBox="0 0 {W} {H}" font-family="{FONT}" font-size="12">',
@@ -152,7 +164,7 @@ def svg_figure(results: Iterable[ProbeResult], d: dict[str, Any], *, width: int 
         o.append(f'<text x="{left - 6}" y="{Y + 4:.1f}" text-anchor="end" fill="#333">{_fmt(v)}</text>')
     o.append(f'<rect x="{left}" y="{top}" width="{pw}" height="{ph}" fill="none" stroke="#888"/>')
     xl = "prompt tokens" + (" (new tokens after the prefix, for depth series)"
-                            if d.get("depth") else " (as the server counts them)")
+                            if d.depth else " (as the server counts them)")
     o.append(f'<text x="{left + pw / 2:.1f}" y="{H - 14}" text-anchor="middle" fill="#222">'
              f"{_esc(xl)}</text>")
     o.append(f'<text transform="translate(18 {top + ph / 2:.1f}) rotate(-90)" '
@@ -160,54 +172,35 @@ def svg_figure(results: Iterable[ProbeResult], d: dict[str, Any], *, width: int 
     o.append(f'<clipPath id="plot"><rect x="{left}" y="{top}" width="{pw}" height="{ph}"/></clipPath>')
     o.append('<g clip-path="url(#plot)">')
     for s in series:
-        fit = s["fit"]
-        if fit and fit.get("slope_s_per_token") is not None and s["points"]:
-            xs = [q[0] for q in s["points"]]
-            lo = max(float(fit.get("knee_tokens") or 0), min(xs))
+        fit = s.fit
+        if fit is not None and finite(fit.slope_s_per_token) is not None and s.points:
+            xs = [q[0] for q in s.points]
+            lo = max(float(fit.knee_tokens or 0), min(xs))
             hi = max(xs)
-            a, b = fit["intercept_s"] * 1e3, fit["slope_s_per_token"] * 1e3
+            a, b = fit.intercept_s * 1e3, fit.slope_s_per_token * 1e3
             o.append(f'<line x1="{sx(lo):.1f}" y1="{sy(a + b * lo):.1f}" x2="{sx(hi):.1f}" '
-                     f'y2="{sy(a + b * hi):.1f}" stroke="{s["color"]}" stroke-width="2"/>')
-        for x, y in s["points"]:
-            if s["kind"] == "excluded":
+                     f'y2="{sy(a + b * hi):.1f}" stroke="{s.color}" stroke-width="2"/>')
+        for x, y in s.points:
+            if s.kind == "excluded":
                 o.append(f'<circle cx="{sx(x):.1f}" cy="{sy(y):.1f}" r="3.5" fill="none" '
-                         f'stroke="{s["color"]}" stroke-width="1.2"/>')
+                         f'stroke="{s.color}" stroke-width="1.2"/>')
             else:
-                o.append(f'<circle cx="{sx(x):.1f}" cy="{sy(y):.1f}" r="3.2" fill="{s["color"]}" '
+                o.append(f'<circle cx="{sx(x):.1f}" cy="{sy(y):.1f}" r="3.2" fill="{s.color}" '
                          'fill-opacity="0.8"/>')
     o.append("</g>")
     if not allpts:
         o.append(f'<text x="{left + pw / 2:.1f}" y="{top + ph / 2:.1f}" text-anchor="middle" '
                  f'font-size="14" fill="#666">no usable probes</text>')
     ly = top + 10
-    lw = 30 + 7 * max((len(s["label"]) for s in series), default=0)
+    lw = 30 + 7 * max((len(s.label) for s in series), default=0)
     o.append(f'<rect x="{left + 6}" y="{ly - 5}" width="{lw}" height="{18 * len(series) + 6}" '
              'fill="#ffffff" fill-opacity="0.85" stroke="#dddddd"/>')
     for s in series:
-        o.append(f'<circle cx="{left + 16}" cy="{ly + 4}" r="4" fill="{s["color"]}"/>')
-        o.append(f'<text x="{left + 26}" y="{ly + 8}" fill="#222">{_esc(s["label"])}</text>')
+        o.append(f'<circle cx="{left + 16}" cy="{ly + 4}" r="4" fill="{s.color}"/>')
+        o.append(f'<text x="{left + 26}" y="{ly + 8}" fill="#222">{_esc(s.label)}</text>')
         ly += 18
     o.append("</svg>")
     return "\n".join(o) + "\n"
-
-
-def length_rows(results: Iterable[ProbeResult]) -> list[dict[str, Any]]:
-    """Per requested length (ordinary probes in the fit): counted tokens (median),
-    probes, TTFT median / min (s), server prefill median (s) when reported."""
-    by: dict[int, list[ProbeResult]] = {}
-    for r in results:
-        if r.fit_eligible and not is_depth_probe(r):
-            by.setdefault(r.requested_tokens, []).append(r)
-    rows = []
-    for n in sorted(by):
-        rs = by[n]
-        sp = [r.server_prefill_s for r in rs if r.server_prefill_s is not None]
-        rows.append({"requested_tokens": n,
-                     "prompt_tokens": int(statistics.median(r.tokens for r in rs)),
-                     "n": len(rs), "ttft_median_s": statistics.median(r.ttft_s for r in rs),
-                     "ttft_min_s": min(r.ttft_s for r in rs),
-                     "server_prefill_median_s": statistics.median(sp) if sp else None})
-    return rows
 
 
 _CSS = """body{font-family:DejaVu Sans,Helvetica,Arial,sans-serif;margin:24px;color:#222;
@@ -225,42 +218,44 @@ def _table(head: Sequence[str], rows: Iterable[Sequence[str]]) -> str:
 
 
 
-def html_page(results: Iterable[ProbeResult], d: dict[str, Any], summary_text: str, *,
+def html_page(results: Iterable[ProbeResult], d: RunSummary, summary_text: str, *,
               title: str = "prefilltui report") -> str:
-    """A standalone HTML page: the SVG figure, the per-length table, the depth table
-    (when present) and ``summary_text`` (the text summary)."""
+    """A standalone HTML page: the SVG figure, the summary's per-length table, the depth
+    table (when present) and ``summary_text`` (the text summary)."""
     results = list(results)
     parts = [f"<!DOCTYPE html><html lang=\"en\"><head><meta charset=\"utf-8\">"
              f"<title>{_esc(title)}</title><style>{_CSS}</style></head><body>",
              f"<h1>{_esc(title)}</h1>"]
-    if d.get("run_file"):
-        parts.append(f'<p class="note">run file: {_esc(d["run_file"])}</p>')
+    if d.run_file:
+        parts.append(f'<p class="note">run file: {_esc(d.run_file)}</p>')
     parts.append(svg_figure(results, d))
-    rows = length_rows(results)
     parts.append("<h2>Probes per length</h2>")
     parts.append(_table(["requested tokens", "counted", "probes", "TTFT median (ms)",
                          "TTFT min (ms)", "server prefill median (ms)"],
-                        [[f"{r['requested_tokens']:,}", f"{r['prompt_tokens']:,}", str(r["n"]),
-                          ms(r["ttft_median_s"], unit=False), ms(r["ttft_min_s"], unit=False),
-                          ms(r["server_prefill_median_s"], unit=False)] for r in rows]))
-    dt = d.get("depth")
+                        [[f"{r.requested_tokens:,}",
+                          MISSING if r.prompt_tokens is None else f"{r.prompt_tokens:,}",
+                          str(r.n), ms(r.ttft.p50_s, unit=False), ms(r.ttft_min_s, unit=False),
+                          ms(r.server_prefill_median_s, unit=False)]
+                         for r in d.percentiles.by_length if r.n]))
+    dt = d.depth
     if dt:
         parts.append("<h2>Prefill at context depth</h2>")
         body = []
-        for r in dt["rows"]:
-            f = r.get("fit") or {}
-            slope = f.get("slope_s_per_token")
-            body.append([f"{r['depth']:,}", MISSING if not r["prefix_tokens"] else f"{r['prefix_tokens']:,}",
-                         MISSING if not r["depth"] or r["cached_tokens"] is None else f"{r['cached_tokens']:,}",
-                         f"{r['verified']}/{r['probes']}",
+        for r in dt.rows:
+            f = r.fit
+            slope = finite(f.slope_s_per_token) if f is not None else None
+            tps = finite(f.prefill_tokens_per_s) if f is not None else None
+            body.append([f"{r.depth:,}", MISSING if not r.prefix_tokens else f"{r.prefix_tokens:,}",
+                         MISSING if not r.depth or r.cached_tokens is None else f"{r.cached_tokens:,}",
+                         f"{r.verified}/{r.probes}",
                          MISSING if slope is None else f"{slope * 1e6:,.1f}",
-                         MISSING if not f.get("prefill_tokens_per_s") else f"{f['prefill_tokens_per_s']:,.0f}",
-                         MISSING if r.get("ratio") is None else f"{r['ratio']:.2f}×",
-                         MISSING if r.get("expected_ratio") is None else f"{r['expected_ratio']:.2f}×"])
+                         MISSING if not tps else f"{tps:,.0f}",
+                         MISSING if r.ratio is None else f"{r.ratio:.2f}×",
+                         MISSING if r.expected_ratio is None else f"{r.expected_ratio:.2f}×"])
         parts.append(_table(["depth", "prefix tokens", "cached tokens", "probes (verified/sent)",
                              "slope (µs/token)", "prefill tok/s", "ratio vs depth 0",
                              "formula ratio (estimate)"], body))
-        parts.append(f'<p class="note">{_esc(dt.get("formula", ""))}</p>')
+        parts.append(f'<p class="note">{_esc(dt.formula)}</p>')
     parts.append("<h2>Summary</h2>")
     parts.append(f"<pre>{_esc(summary_text)}</pre>")
     parts.append("</body></html>")

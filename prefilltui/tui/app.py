@@ -32,9 +32,11 @@ from textual.widgets import Footer, Static
 
 from prefilltui.model import defaults
 from prefilltui.model.pacing import Pacing
+from prefilltui.model.sanitize import clean
 from prefilltui.measure.telemetry import TelemetrySnapshot
 from prefilltui.model.types import FitMethod, ProbeResult, RunnerState, ServerInfo
 from prefilltui.model.units import MISSING
+from prefilltui.model.until_ci import Progress
 from prefilltui.exit_codes import ExitCode
 from prefilltui.tui.help import HelpScreen
 from prefilltui.tui.workers import WorkerActions
@@ -71,7 +73,7 @@ class Runner(Protocol):
     @property
     def lengths(self) -> list[int]: ...
     @property
-    def progress(self) -> Any: ...
+    def progress(self) -> Progress | None: ...
 
     def start(self) -> None: ...
     def stop(self, timeout: float | None = ...) -> None: ...
@@ -119,7 +121,8 @@ class PrefillApp(WorkerActions, App[int]):
     def __init__(self, runner_factory: RunnerFactory, *, sampler: TelemetrySource | None = None,
                  fit: Any = None, analysis: Analysis = no_analysis,
                  themes: ThemeSet | None = None, theme: str | None = None,
-                 sweep_range: tuple[int, int] = (32, 4096), context_cap: int | None = None,
+                 sweep_range: tuple[int, int] = (defaults.MIN_TOKENS, defaults.MAX_TOKENS),
+                 context_cap: int | None = None,
                  fit_method: FitMethod = defaults.FIT_METHOD, run_path: Path | None = None,
                  exporter: Callable[[list[ProbeResult], Any], list[Path]] | None = None,
                  cache_checker: Callable[[], str] | None = None,
@@ -224,7 +227,14 @@ class PrefillApp(WorkerActions, App[int]):
         self.post_message(ProbeDone(result))
 
     def _runner_state(self, state: str, detail: str = "") -> None:
-        self.post_message(RunnerStateChanged(state, detail))
+        # a state's detail quotes servers (errors): control characters escaped here
+        self.post_message(RunnerStateChanged(state, clean(detail)))
+
+    def notify(self, message: str, **kw: Any) -> None:  # type: ignore[override]
+        """Textual's notify, with control characters escaped (``model.sanitize``) and
+        markup off unless asked for: notifications quote servers' words."""
+        kw.setdefault("markup", False)
+        super().notify(clean(message, multiline=True), **kw)
 
     def on_probe_done(self, message: ProbeDone) -> None:
         r = message.result

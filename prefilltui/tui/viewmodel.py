@@ -1,8 +1,8 @@
 """Plain functions that turn core objects into what the widgets show.
 
 No textual import, no I/O: the app calls these on its throttled tick and hands the
-results to the widgets.  The roofline part is an ``Analysis`` object: the CLI builds
-one from the command-line args (``roofline_analysis``); tests pass fixed ones.
+results to the widgets.  The roofline part is an ``Analysis`` object: the watch command
+builds one from its ``RooflineSpec`` (``roofline_analysis``); tests pass fixed ones.
 """
 
 from __future__ import annotations
@@ -12,11 +12,14 @@ from collections import deque
 from dataclasses import dataclass, field
 from typing import Any, Callable
 
-from prefilltui.model import defaults, intercept
+from prefilltui.model import intercept
 from prefilltui.model.percentiles import quantiles
 from prefilltui.model.analysis import assess
 from prefilltui.model.fit import LinearFit
+from prefilltui.model.sanitize import clean
 from prefilltui.model.running_fit import FitSnapshot
+from prefilltui.model.spec import RooflineSpec
+from prefilltui.model.until_ci import Progress
 from prefilltui.model.types import FitMethod, FitScope, ProbeResult, ServerInfo
 from prefilltui.model.units import MISSING
 
@@ -51,7 +54,7 @@ class StatsView:
     overhead_s: float | None = None
     queue_s: float | None = None
     prefill_s: float | None = None
-    queue_estimated: bool = False  # queue_s inferred (extra["queue_source"] idle/estimated)
+    queue_estimated: bool = False  # queue_s inferred (queue_source idle/estimated)
     probes: int = 0
     failed: int = 0
     #: the fixed cost: pinned (core.intercept) or not; None = judge from intercept_ci
@@ -184,7 +187,7 @@ def build_stats(snap: FitSnapshot | LinearFit | None, *, which: FitScope, method
     if info is not None:
         v.server_kind = info.kind
         # llama.cpp reports the GGUF path as the model id: the panel shortens it
-        v.model = info.model or None
+        v.model = clean(info.model) if info.model else None
     v.device = device
     if last is not None:
         v.requested = last.requested_tokens
@@ -193,8 +196,7 @@ def build_stats(snap: FitSnapshot | LinearFit | None, *, which: FitScope, method
         v.overhead_s = last.overhead_s
         v.queue_s = last.queue_s
         v.prefill_s = last.server_prefill_s
-        source = last.extra.get("queue_source")
-        v.queue_estimated = source in ("idle", "estimated")
+        v.queue_estimated = last.queue_source in ("idle", "estimated")
     if roof is not None:
         v.achieved_tflops = roof.achieved_tflops
         v.mfu = roof.mfu
@@ -212,20 +214,20 @@ def _fixed_cost(v: StatsView, fit: Any, counters: Counters) -> None:
         v.fixed_pinned = fc.pinned
     if counters.server_timed:
         server = intercept.server_fixed_cost(list(counters.server_timed))
-        if server is not None and server["pinned"]:
-            v.server_fixed_s = server["fixed_cost_s"]
+        if server is not None and server.pinned:
+            v.server_fixed_s = server.fixed_cost_s
 
 
 def _percentiles(v: StatsView, counters: Counters, last: ProbeResult | None) -> None:
     if not counters.ttft:
         return
     q = quantiles(list(counters.ttft))
-    v.pct_all = (q["n"], q["p50_s"], q["p90_s"], q["p99_s"])
+    v.pct_all = (q.n, q.p50_s, q.p90_s, q.p99_s)
     if last is not None:
         vals = counters.ttft_by_length.get(int(last.requested_tokens))
         if vals:
             q = quantiles(list(vals))
-            v.pct_len = (int(last.requested_tokens), q["n"], q["p50_s"], q["p90_s"], q["p99_s"])
+            v.pct_len = (int(last.requested_tokens), q.n, q.p50_s, q.p90_s, q.p99_s)
 
 
 def drop_repeat(note: str, phrase: str | None) -> str:
@@ -246,7 +248,7 @@ def drop_repeat(note: str, phrase: str | None) -> str:
 
 def status_line(state: str, detail: str, counters: Counters, rng: tuple[int, int],
                 which: str, paused: bool, notices: tuple[str, ...] = (), *,
-                progress: Any = None, cap_note: str | None = None) -> str:
+                progress: Progress | None = None, cap_note: str | None = None) -> str:
     """The always-visible connection/progress line (markup).  ``notices``: the
     session's short labels (``SweepRunner.notices``, e.g. "lengths estimated",
     "sent without stream_options"), shown last, in the warning colour.  ``progress``:
@@ -271,7 +273,7 @@ def status_line(state: str, detail: str, counters: Counters, rng: tuple[int, int
     if counters.failed:
         parts.append(f"[$error]{counters.failed} failed[/]")
     parts.append(f"{rng[0]}–{rng[1]} tok" + (" [$warning](context cap)[/]" if cap_note else ""))
-    if progress is not None and getattr(progress, "target_pct", None) is not None and shown != "done":
+    if progress is not None and progress.target_pct is not None and shown != "done":
         hw = progress.half_width_pct
         now = MISSING if hw is None else ("∞" if hw == float("inf") else f"±{hw:.1f}")
         parts.append(f"CI {now}→±{progress.target_pct:g} %")
@@ -281,7 +283,9 @@ def status_line(state: str, detail: str, counters: Counters, rng: tuple[int, int
 
 
 def _escape(text: str) -> str:
-    return text.replace("[", r"\[")
+    """``text`` safe in markup: control characters escaped (``model.sanitize``), ``[``
+    escaped (a server's words never become markup)."""
+    return clean(text).replace("[", r"\[")
 
 
 #: Short words for roofline.verdict levels (the full sentence is shown below them).
@@ -292,9 +296,9 @@ VERDICT_WORDS = {
 }
 
 
-def roofline_analysis(args: Any) -> Analysis:
-    """An Analysis built from the command-line args (core.catalog, core.roofline, and
-    ``core.analysis.assess`` for the slope choice, MFU and verdict, as in ``analyze``).
+def roofline_analysis(spec: RooflineSpec) -> Analysis:
+    """An Analysis built from the roofline inputs (model.spec, model.roofline, and
+    ``model.analysis.assess`` for the slope choice, MFU and verdict, as in ``analyze``).
 
     Model shape: flags > --model-config > server metadata > catalog; hardware: --gpu >
     the telemetry's first NVML name; resolved once per (server, device names) and
@@ -302,23 +306,21 @@ def roofline_analysis(args: Any) -> Analysis:
     (formulas: shared/reference/hardware-and-models.md).
     """
     from prefilltui.model import roofline
-    from prefilltui.model.catalog import resolve_gpu, resolve_model
+    from prefilltui.model.spec import resolve_gpu, resolve_model
 
-    efficiency = float(getattr(args, "efficiency", None) or defaults.EFFICIENCY)
+    efficiency = spec.efficiency
     cache: dict[Any, Any] = {}
 
     def resolve(info: ServerInfo | None, names: list[str]):
         key = (id(info), info.model if info else None, info.params if info else None,
                tuple(n for n in names if n))
         if key not in cache:
-            notes: list[str] = []
-            try:
-                model, n1 = resolve_model(args, info)
-                notes += n1
-            except (OSError, ValueError) as exc:
-                model, notes = None, [f"model shape: {exc}"]
+            if spec.config_problem:
+                model, notes = None, [f"model shape: {spec.config_problem}"]
+            else:
+                model, notes = resolve_model(spec, info)
             gpu_names = [n for n in names if n and not n.upper().startswith("CPU")]
-            hw, n2 = resolve_gpu(args, gpu_names)
+            hw, n2 = resolve_gpu(spec, gpu_names)
             cache.clear()
             cache[key] = (model, hw, notes + n2)
         return cache[key]

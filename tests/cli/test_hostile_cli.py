@@ -119,7 +119,6 @@ import pytest  # noqa: E402
     ("insecure = 1", "insecure = 1: must be true or false"),
     ('gpu = "H999 Ultra"', "gpu = 'H999 Ultra' is not in the catalog"),
     ("layers = 0", "layers = 0: must be an integer >= 1"),
-    ('model_config = "/nonexistent/config.json"', "no such file"),
 ])
 @pytest.mark.parametrize("table", ["[[target]]\nurl = \"http://a\"\n", "[defaults]\n"])
 def test_exporter_config_values_by_type_and_range(tmp_path, capsys, line, words, table):

@@ -52,7 +52,7 @@ def test_report_baseline(tmp_path, capsys):
     p = write_run(tmp_path / "run.jsonl")
     assert main(["report", str(p), "--baseline", str(p), "--format", "json", "--no-plot"]) == 0
     d = json.loads(capsys.readouterr().out)
-    assert "drift" in d and d["drift"] is None  # same run: no drift
+    assert d["diagnosis"]["baseline_used"] and d["diagnosis"]["drift"] is None  # same run
 
 
 def test_report_errors(tmp_path, capsys):

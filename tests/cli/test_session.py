@@ -14,7 +14,8 @@ import pytest
 
 from tests.fakeserver import Reply, models_reply
 from prefilltui.cli import build_parser
-from prefilltui.commands.watch import make_watch_app
+from prefilltui.commands.common import session_options
+from prefilltui.commands.watch import display_options, make_watch_app
 from prefilltui.session import SessionError, build_session
 from prefilltui.tui.widgets.stats import StatsPanel
 from tests.unit.test_metrics_sweep import QUEUE_S, FakeVllm
@@ -42,14 +43,16 @@ class KeyedVllm(FakeVllm):
 
 
 def _watch_args(url, tmp_path, *extra):
-    return build_parser().parse_args(
+    """The typed options of ``prefilltui watch URL ...`` (as the command builds them)."""
+    args = build_parser().parse_args(
         ["watch", url, "--no-telemetry", "--out", str(tmp_path / "run.jsonl"),
          "--lengths", "100,400,1600", "--warmup", "0", "--timeout", "10", *extra])
+    return session_options(args), display_options(args)
 
 
 async def _watch_breakdown(args, url):
     """Run the watch app until 3 probes are back; the stats view and the session."""
-    app, session = make_watch_app(args, url)
+    app, session = make_watch_app(*args, url)
     try:
         async with app.run_test(size=(120, 40)) as pilot:
             for _ in range(200):
@@ -102,7 +105,7 @@ async def test_insecure_reaches_the_metrics_scraper(fake_server, tmp_path, monke
 def test_session_builds_one_set_of_objects(tmp_path, monkeypatch):
     monkeypatch.setenv("OPENAI_API_KEY", KEY)
     args = _watch_args("http://127.0.0.1:9", tmp_path)
-    s = build_session(args, "http://127.0.0.1:9")
+    s = build_session(args[0], "http://127.0.0.1:9")
     try:
         assert s.lengths == [100, 400, 1600] and s.sampler is None
         assert s.hooks == [s.metrics] and s.run_path == tmp_path / "run.jsonl"
@@ -115,7 +118,7 @@ def test_session_builds_one_set_of_objects(tmp_path, monkeypatch):
 def test_session_errors_carry_the_exit_code(tmp_path, monkeypatch):
     monkeypatch.setenv("OPENAI_API_KEY", "bad\x01key")
     with pytest.raises(SessionError) as e:
-        build_session(_watch_args("http://127.0.0.1:9", tmp_path), "http://127.0.0.1:9")
+        build_session(_watch_args("http://127.0.0.1:9", tmp_path)[0], "http://127.0.0.1:9")
     assert e.value.code == 2 and "bad" not in str(e.value)
 
 
@@ -130,7 +133,7 @@ def test_cache_check_command_and_tui_key_share_one_check(fake_server, tmp_path, 
     srv = fake_server({**llama_routes(n_ctx=200), "POST /v1/completions": CachingLlama()})
     assert main(["cache-check", srv.base_url, "--tokens", "512", "--format", "json"]) == 0
     from_command = json.loads(capsys.readouterr().out)
-    app, session = make_watch_app(_watch_args(srv.base_url, tmp_path), srv.base_url)
+    app, session = make_watch_app(*_watch_args(srv.base_url, tmp_path), srv.base_url)
     try:
         line = app.cache_checker()  # what the c key runs in its worker thread
     finally:

@@ -38,9 +38,11 @@ def test_json_summary_and_key_never_leaks(fake_server, tmp_path, capsys, monkeyp
     cap = capsys.readouterr()
     assert rc == 0, cap.err
     d = json.loads(cap.out)
-    assert d["server"] == {"kind": "vllm", "model": "m", "context_tokens": 8192,
-                           "base_url": srv.base_url}
-    assert d["probes"] + d["failed"] == 7 and d["errors"] == {"stream_error": d["failed"]}
+    assert d["schema"] == "prefilltui.summary/2"
+    assert d["server"] == {"kind": "vllm", "model": "m", "context_tokens": 8192}
+    assert d["live"]["base_url"] == srv.base_url
+    p = d["probes"]
+    assert p["total"] == p["ok"] + p["failed"] == 7 and p["errors"] == {"stream_error": p["failed"]}
     assert set(d["fit"]) >= {"intercept_s", "slope_s_per_token", "prefill_tokens_per_s", "r2", "n"}
     assert d["fit"]["slope_s_per_token"] > 0
     # the key was sent, and is nowhere else
@@ -125,7 +127,7 @@ def test_capped_lengths_are_said_never_promised(fake_server, tmp_path, capsys):
     rc = main(["sweep", srv.base_url, "--lengths", "4500,5000", "--warmup", "0", "--format",
                "json", "--out", str(tmp_path / "r2.jsonl")])
     d = json.loads(capsys.readouterr().out)
-    assert any("capped to 4007" in n for n in d["notes"])
+    assert any("capped to 4007" in n for n in d["live"]["notes"])
 
 
 def test_until_ci_stops_at_the_target_and_says_how_many_probes(fake_server, tmp_path, capsys):
@@ -135,7 +137,7 @@ def test_until_ci_stops_at_the_target_and_says_how_many_probes(fake_server, tmp_
     cap = capsys.readouterr()
     assert rc == 0, cap.err
     d = json.loads(cap.out)
-    u = d["until_ci"]
+    u = d["live"]["until_ci"]
     assert u["target_pct"] == 5 and u["probes"] <= 60
     if u["reason"] == "target reached":
         assert u["half_width_pct"] <= 5
@@ -184,10 +186,10 @@ def test_a_password_in_the_url_is_never_shown(fake_server, tmp_path, capsys):
     assert "hunter2secretpw" not in cap.out + cap.err + (tmp_path / "r.jsonl").read_text()
     # the credentials left the URL where it entered: what is shown has none at all
     d = json.loads(cap.out)
-    assert d["server"]["base_url"] == srv.base_url
+    assert d["live"]["base_url"] == srv.base_url
     # with no API key they are sent as Basic auth, and the summary says so
     assert srv.requests[0].headers["authorization"].startswith("Basic ")
-    assert any("sent as HTTP Basic auth" in n for n in d["notes"])
+    assert any("sent as HTTP Basic auth" in n for n in d["live"]["notes"])
     rc = main(["sweep", "http://user:hunter2secretpw@127.0.0.1:9", "--lengths", "16"])
     err = capsys.readouterr().err
     assert rc == 3 and "hunter2secretpw" not in err and "cannot reach http://127.0.0.1:9" in err

@@ -29,14 +29,14 @@ def test_depth_prefix_is_reused_and_verified(llama_server):
 
     got, notes = asyncio.run(go())
     assert notes == [], notes
-    (prefix,) = [r for r in got if r.extra.get("depth_role") == "prefix"]
+    (prefix,) = [r for r in got if r.depth and r.depth.role == "prefix"]
     assert prefix.ok and abs(prefix.prompt_tokens - 512) <= 16, prefix
-    probes = [r for r in got if r.extra.get("depth_role") == "probe" and r.extra["depth"]]
+    probes = [r for r in got if r.depth and r.depth.role == "probe" and r.depth.depth]
     assert len(probes) == 6
     for r in probes:
-        assert r.ok and r.extra["depth_verified"], r.extra
+        assert r.ok and r.depth.verified, r.depth
         assert abs(r.cached_tokens - prefix.prompt_tokens) <= D.tolerance(prefix.prompt_tokens)
-        assert abs(r.extra["depth_new_tokens"] - r.requested_tokens) <= 4, r
+        assert abs(r.depth.new_tokens - r.requested_tokens) <= 4, r
     t = D.depth_table(got)
-    assert [row["depth"] for row in t["rows"]] == [0, 512]
-    assert [row["verified"] for row in t["rows"]] == [6, 6] and t["rows"][1]["fit"] is not None
+    assert [row.depth for row in t.rows] == [0, 512]
+    assert [row.verified for row in t.rows] == [6, 6] and t.rows[1].fit is not None

@@ -18,7 +18,7 @@ import httpx
 import pytest
 
 from prefilltui.demo.server import LlamaServer
-from prefilltui.model.diagnose import breakdown
+from prefilltui.model.breakdown import breakdown
 from prefilltui.model.metrics import delta
 from prefilltui.measure.metrics_hook import MetricsHook, MetricsReader
 from prefilltui.measure.prefix_cache import cache_check
@@ -55,7 +55,7 @@ async def test_breakdown_sums_to_client_ttft(llama_server):
         print(f"\n{r.tokens} tok: ttft {r.ttft_s:.4f} prompt_ms {r.server_prefill_s:.4f} "
               f"metrics delta {prompt_s} overhead {r.overhead_s * 1000:.1f} ms")
     for r, prompt_s in rows:
-        assert r.queue_s == 0.0 and r.extra["queue_source"] == "idle"
+        assert r.queue_s == 0.0 and r.queue_source == "idle"
         assert r.server_running == 0 and r.server_waiting == 0
         total = r.overhead_s + r.queue_s + r.server_prefill_s
         assert abs(total - r.ttft_s) < 1e-9
@@ -71,7 +71,7 @@ async def test_breakdown_sums_to_client_ttft(llama_server):
                       for r, _ in rows))
     assert over < 0.030
     b = breakdown([r for r, _ in rows])
-    assert b["available"] and b["max_sum_error_s"] < 1e-9
+    assert b.available and b.max_sum_error_s < 1e-9
 
 
 async def test_cache_check_on_real_server(llama_server):
@@ -129,12 +129,12 @@ async def test_loaded_server_shows_queueing(llama_server_binary, demo_gguf):
     print("\nidle:   " + " | ".join(fmt(r) for r in idle))
     print("loaded: " + " | ".join(fmt(r) for r in loaded))
     b = breakdown(loaded)
-    print(b["cause"])
+    print(b.cause)
     for r in loaded:
         assert r.server_running >= 1
-        assert r.extra["queue_source"] == "estimated"
+        assert r.queue_source == "estimated"
         assert r.queue_s > r.server_prefill_s  # the wait, not the prefill, dominates
         assert r.queue_s > 0.2
     idle_prefill = statistics.median(r.server_prefill_s for r in idle)
     assert statistics.median(r.server_prefill_s for r in loaded) < 2.5 * idle_prefill
-    assert "mostly queueing" in b["cause"]
+    assert "mostly queueing" in b.cause

@@ -127,13 +127,13 @@ def test_prometheus_reads_the_sweeps_throughput(one_thread_server, prometheus_bi
     load, so alternating probe by probe gives both the same load.  Prometheus'
     throughput series must be within 10 % of ``prefilltui report``'s fit over the
     sweeps' probes (the fit ``sweep`` prints)."""
-    from prefilltui.exporter.config import TargetConfig, check
+    from prefilltui.exporter.config import check, target
     from prefilltui.exporter.http import MetricsServer
     from prefilltui.exporter.target import TargetProber
 
     url = one_thread_server.base_url
-    cfg = check(TargetConfig(url=url, lengths=tuple(int(n) for n in LENGTHS.split(",")),
-                             interval=0.2, window=WINDOW, timeout=120))
+    cfg = check(target(url, lengths=tuple(int(n) for n in LENGTHS.split(",")),
+                       interval=0.2, window=WINDOW, timeout=120))
     prober = TargetProber(cfg, run_dir=tmp_path / "runs", seed=5)
     server = MetricsServer("127.0.0.1", 0, [prober]).start()
     prom_port = _free_port()

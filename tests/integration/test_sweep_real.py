@@ -76,6 +76,6 @@ def test_cli_json_prints_a_fit(llama_server, tmp_path, capsys):
     cap = capsys.readouterr()
     assert rc == 0, cap.err
     d = json.loads(cap.out)
-    assert d["server"]["kind"] == "llama.cpp" and d["failed"] == 0 and d["cache_hits"] == 0
+    assert d["server"]["kind"] == "llama.cpp" and d["probes"]["failed"] == 0 and d["probes"]["cache_hits"] == 0
     assert d["fit"] and d["fit"]["slope_s_per_token"] > 0 and d["fit"]["n"] >= 3
     assert d["overhead_median_s"] is not None and d["overhead_median_s"] >= 0

@@ -35,6 +35,8 @@ def make_result(seq: int, tokens: int, *, a: float = 0.020, b: float = 45e-6,
 #: A fixed run: 1 warm-up, 14 probes over 32..4096 with small deterministic noise,
 #: 1 cache hit, 1 failure.
 LENGTHS = [32, 64, 128, 256, 512, 1024, 2048, 4096]
+#: The sweep range of the fake runs (the app's own default is the sweep's, 4-4096).
+FAKE_RANGE = (min(LENGTHS), max(LENGTHS))
 
 
 def fixed_results() -> list[ProbeResult]:

@@ -93,6 +93,7 @@ def _read_count(path: str) -> int:
 def _child(opts) -> int:
     from prefilltui.model.types import ServerInfo
     from prefilltui.tui.app import build_app
+    from prefilltui.model.spec import RooflineSpec
     from prefilltui.tui.viewmodel import roofline_analysis
     from tests.tui.fakes import LENGTHS, FakeRunner, make_result
 
@@ -128,7 +129,7 @@ def _child(opts) -> int:
         from prefilltui.measure.telemetry import make_sampler
 
         smp = make_sampler(None, hz=opts.hz).start()
-    app = build_app(factory, smp, analysis=roofline_analysis(argparse.Namespace()),
+    app = build_app(factory, smp, analysis=roofline_analysis(RooflineSpec()),
                     sweep_range=(min(LENGTHS), max(LENGTHS)))
     prof = None
     if opts.profile:

@@ -13,6 +13,7 @@ from tests.tui.fakes import NOW, FakeRunner, FakeSampler, fixed_results, make_re
 
 from prefilltui.cli import main
 from prefilltui.measure.runfile import RunWriter
+from prefilltui.model.probe_notes import DepthInfo
 from prefilltui.tui.app import build_app
 
 
@@ -21,13 +22,13 @@ def depth_run(path: Path) -> Path:
     rs = fixed_results()
     seq = len(rs)
     prefix = make_result(seq, 1024, warmup=True)
-    prefix.extra.update(depth=1024, depth_role="prefix", depth_prefix_tokens=1025)
+    prefix.depth = DepthInfo(depth=1024, role="prefix", prefix_tokens=1025)
     rs.append(prefix)
     for i, n in enumerate([32, 128, 512, 1024, 2048] * 2):
         r = make_result(seq + 1 + i, n, b=60e-6, cached=1025, noise=(-1) ** i * 0.001)
         r.prompt_tokens = n + 1025
-        r.extra.update(depth=1024, depth_role="probe", depth_prefix_tokens=1025,
-                       depth_verified=True, depth_new_tokens=n)
+        r.depth = DepthInfo(depth=1024, role="probe", prefix_tokens=1025, verified=True,
+                            new_tokens=n)
         rs.append(r)
     with RunWriter(path) as w:
         for r in rs:

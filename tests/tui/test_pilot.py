@@ -6,7 +6,8 @@ import asyncio
 import json
 import threading
 
-from tests.tui.fakes import NOW, FakeRunner, FakeSampler, fixed_results, gpu_snapshot, make_result
+from tests.tui.fakes import (FAKE_RANGE, NOW, FakeRunner, FakeSampler, fixed_results,
+                             gpu_snapshot, make_result)
 
 from prefilltui.tui.app import PrefillApp, build_app
 from prefilltui.tui.help import HelpScreen
@@ -23,6 +24,7 @@ def _app(preload=(), interval=None, **kw) -> tuple[PrefillApp, dict]:
         return holder["runner"]
 
     kw.setdefault("clock", lambda: NOW)
+    kw.setdefault("sweep_range", FAKE_RANGE)
     return build_app(factory, kw.pop("sampler", FakeSampler()), **kw), holder
 
 
@@ -213,7 +215,10 @@ async def test_export_writes_csv_and_summary(tmp_path):
     assert csv_text.splitlines()[0].startswith("seq,")
     assert len(csv_text.splitlines()) == len(fixed_results()) + 1
     summary = json.loads((tmp_path / "run.summary.json").read_text())
-    assert summary["notes"].count("the server reports no prompt token count") == 1
+    # the summary report prints (schema 2), with the session's notices as the live notes
+    assert summary["schema"] == "prefilltui.summary/2" and summary["run_file"] == str(run)
+    assert summary["live"]["notes"].count("the server reports no prompt token count") == 1
+    assert summary["probes"]["total"] == len(fixed_results())
 
 
 async def test_gauges_show_na_and_gpu_rows():

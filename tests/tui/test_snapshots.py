@@ -6,7 +6,7 @@ and look at the SVGs (snapshot_report.html shows the differences).
 
 from __future__ import annotations
 
-from tests.tui.fakes import (NOW, FakeRunner, FakeSampler, demo_results, demo_snapshot,
+from tests.tui.fakes import (FAKE_RANGE, NOW, FakeRunner, FakeSampler, demo_results, demo_snapshot,
                              fixed_results, gpu_snapshot)
 
 from prefilltui.tui.app import build_app
@@ -26,6 +26,7 @@ def _roofline(_snap, _info, _names):
 
 
 def _app(sampler=None, **kw):
+    kw.setdefault("sweep_range", FAKE_RANGE)
     return build_app(lambda r, s: FakeRunner(r, s, preload=fixed_results()),
                      sampler or FakeSampler(), clock=lambda: NOW, analysis=_roofline, **kw)
 

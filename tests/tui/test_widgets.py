@@ -76,7 +76,7 @@ def test_stats_units_noise_queue_and_model():
                                              slope_s=1e-4)).plain
     last = make_result(1, 512)
     last.queue_s = 0.0
-    last.extra["queue_source"] = "idle"
+    last.queue_source = "idle"
     info = ServerInfo(base_url="http://x", kind="llama.cpp",
                       model="/home/u/.cache/prefilltui/models/SmolLM2-135M-Instruct.Q4_1.gguf")
     v = build_stats(None, which="all", method="robust", info=info, last=last,

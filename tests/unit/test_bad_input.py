@@ -16,7 +16,8 @@ from prefilltui.cli import main
 from prefilltui.commands.common import _efficiency, _non_negative_float, _positive_float, _sample_hz
 from prefilltui.measure import server as srv
 from prefilltui.model.catalog import model_from_config
-from prefilltui.model.diagnose import format_diagnosis, summarize_diagnosis
+from prefilltui.model.diagnose import summarize_diagnosis
+from prefilltui.render.tables import format_diagnosis
 from prefilltui.measure.probe import ProbeClient, parse_retry_after
 from prefilltui.measure.runfile import RunWriter, read_run
 from prefilltui.model.types import ProbeResult
@@ -124,7 +125,7 @@ def test_implausible_prompt_tokens_are_ignored_and_noted(fake_server, usage):
     r = _run(_probe(s.base_url))
     # no usable count: the length is the client's estimate, labelled so
     assert r.ok and r.prompt_tokens_source == "estimate" and r.tokens == 16
-    assert r.extra["ignored"] and "prompt_tokens" in r.extra["ignored"][0]
+    assert r.notes.ignored and "prompt_tokens" in r.notes.ignored[0]
 
 
 def test_bigint_prompt_tokens_do_not_crash_the_length_model(fake_server):
@@ -176,7 +177,7 @@ def test_cached_tokens_above_prompt_tokens_are_not_a_cache_hit(fake_server, usag
     assert r.ok and r.prompt_tokens_source == "usage" and r.prompt_tokens > 0
     assert r.cached_tokens is None and r.fit_eligible
     assert any("cached tokens" in x and f"{r.prompt_tokens} prompt tokens" in x
-               for x in r.extra["ignored"])
+               for x in r.notes.ignored)
 
 
 def test_huge_server_timings_never_reach_the_result_or_the_length_model(fake_server):
@@ -198,7 +199,7 @@ def test_huge_server_timings_never_reach_the_result_or_the_length_model(fake_ser
     words = len(s.requests[-1].json["prompt"].split())
     assert r.prompt_tokens_source == "timings" and r.prompt_tokens == words
     assert c.lengths.ratio < 10  # learned nothing from 1e8 tokens
-    ig = " | ".join(r.extra["ignored"])
+    ig = " | ".join(r.notes.ignored)
     assert "timings.cache_n '99999999'" in ig and "server prefill (s) '1e+305'" in ig
     assert "server values ignored" in c.notices
 
@@ -211,7 +212,7 @@ def test_cache_n_over_context_or_ceiling_is_not_a_count(fake_server, cache_n, ct
                          {"prompt_tokens": 20}, {"prompt_n": 20, "cache_n": cache_n})})
     r = _run(_probe(s.base_url))
     assert r.ok and r.prompt_tokens == 20 and r.cached_tokens is None
-    assert f"timings.cache_n '{cache_n}' is not a token count" in r.extra["ignored"]
+    assert f"timings.cache_n '{cache_n}' is not a token count" in r.notes.ignored
 
 
 def test_server_prefill_longer_than_ttft_is_dropped(fake_server):

@@ -70,8 +70,23 @@ def test_decoder_inflates_gzip_and_deflate_in_bounded_pieces():
 def test_decoder_refuses_an_encoding_it_did_not_ask_for():
     from prefilltui.measure import bounded
 
-    with pytest.raises(httpx.DecodingError, match="unsupported content-encoding 'br'"):
-        bounded.Decoder("br")
+    with pytest.raises(httpx.DecodingError, match="unsupported content-encoding 'compress'"):
+        bounded.Decoder("compress")
+    with pytest.raises(httpx.DecodingError, match="unsupported content-encoding 'gzip, br'"):
+        bounded.Decoder("gzip, br")
+
+
+def test_a_brotli_bomb_is_inflated_in_bounded_pieces():
+    import brotli
+
+    from prefilltui.measure import bounded
+
+    data = bytes(8 * 2**20)
+    wire = brotli.compress(data)
+    pieces = bounded.Decoder("br").pieces(wire)
+    first = next(pieces)
+    assert len(first) <= 2 * bounded.DECODE_CHUNK  # the rest is never inflated
+    assert b"".join([first, *pieces]) == data
 
 
 def test_decoder_stops_inflating_when_the_reader_stops():

@@ -2,14 +2,14 @@
 
 from __future__ import annotations
 
-import argparse
 import json
 
 import pytest
 
 from prefilltui.model.catalog import (
-    GPUS, MODELS, lookup_gpu, lookup_model, model_from_config, resolve_gpu, resolve_model,
+    GPUS, MODELS, lookup_gpu, lookup_model, model_from_config,
 )
+from prefilltui.model.spec import RooflineSpec, resolve_gpu, resolve_model
 from prefilltui.model.types import ServerInfo
 
 
@@ -103,10 +103,7 @@ def test_model_from_config_smollm2_and_mixtral(tmp_path):
 
 
 def ns(**kw):
-    base = dict(gpu=None, peak_tflops=None, bandwidth_tbs=None, dtype="bf16", params=None,
-                layers=None, hidden=None, attn_width=None, model_config=None, model=None)
-    base.update(kw)
-    return argparse.Namespace(**base)
+    return RooflineSpec(**kw)
 
 
 def test_resolve_model_precedence():

@@ -276,9 +276,11 @@ def test_demo_command_headless_runs_sweep_then_stops(fake_binary, fake_gguf, mon
 
     seen = {}
 
-    def fake_run_sweep(args, base_url):
+    def fake_run_sweep(options, base_url, as_json=False):
         seen["url"] = base_url
-        seen["lengths"] = (args.min_tokens, args.max_tokens, args.points)
+        d = options.design
+        seen["lengths"] = (d.min_tokens, d.max_tokens, d.points)
+        seen["processes"] = options.telemetry.processes
         with urllib.request.urlopen(base_url + "/health", timeout=5) as r:
             seen["health"] = r.status
         # this test's server only: a session-scoped llama_server fixture may be a child too
@@ -293,6 +295,7 @@ def test_demo_command_headless_runs_sweep_then_stops(fake_binary, fake_gguf, mon
     assert seen["health"] == 200
     assert seen["lengths"] == (4, 1024, 10)  # anchored from a few tokens
     assert seen["url"].startswith("http://127.0.0.1:")
+    assert seen["processes"] == (("llama-server", seen["pid"]),)  # its own CPU gauge
     assert gone(seen["pid"])
     assert "llama-server ready at http://127.0.0.1:" in capsys.readouterr().err
 
@@ -301,7 +304,7 @@ def test_demo_command_tui_path(fake_binary, fake_gguf, monkeypatch):
     import prefilltui.commands.watch as watch_cmd
 
     calls = []
-    monkeypatch.setattr(watch_cmd, "run_tui", lambda args, url: calls.append(url) or 0,
+    monkeypatch.setattr(watch_cmd, "run_tui", lambda opts, display, url: calls.append(url) or 0,
                         raising=False)
     assert cli.main(["demo", "--llama-server", str(fake_binary), "--gguf", str(fake_gguf)]) == 0
     assert len(calls) == 1
@@ -310,7 +313,7 @@ def test_demo_command_tui_path(fake_binary, fake_gguf, monkeypatch):
 def test_demo_command_reports_start_failure(fake_binary, fake_gguf, monkeypatch, capsys):
     import prefilltui.commands.sweep as sweep_cmd
 
-    monkeypatch.setattr(sweep_cmd, "run_sweep", lambda a, u: 0, raising=False)
+    monkeypatch.setattr(sweep_cmd, "run_sweep", lambda o, u, as_json=False: 0, raising=False)
     monkeypatch.setenv("FAKE_LLAMA_MODE", "fail")
     rc = cli.main(["demo", "--headless", "--llama-server", str(fake_binary),
                    "--gguf", str(fake_gguf)])
@@ -338,7 +341,7 @@ def test_demo_command_sigterm_stops_server(fake_binary, fake_gguf):
     code = textwrap.dedent("""
         import sys, time
         import prefilltui.commands.sweep as s
-        def slow(args, url):
+        def slow(options, url, as_json=False):
             print("SWEEPING", flush=True)
             time.sleep(60)
             return 0

@@ -9,7 +9,9 @@ from prefilltui.cli import main
 from prefilltui.measure import depth as DM
 from prefilltui.model import depth as D
 from prefilltui.measure.probe import ProbeClient
+from prefilltui.model.catalog import ModelShape
 from prefilltui.model.types import ProbeResult
+from prefilltui.render.tables import format_depth
 
 
 class AttentionLlama:
@@ -60,42 +62,43 @@ async def test_depth_probes_reuse_the_prefix_and_slope_rises(fake_server):
     srv = fake_server({**llama_routes(), "POST /v1/completions": h})
     got, notes = await _run(srv, [0, 300], [20, 60, 120])
     assert notes == []
-    prefixes = [r for r in got if r.extra.get("depth_role") == "prefix"]
+    prefixes = [r for r in got if r.depth and r.depth.role == "prefix"]
     assert len(prefixes) == 1 and prefixes[0].warmup and not prefixes[0].fit_eligible
-    probes = [r for r in got if r.extra.get("depth_role") == "probe"]
-    deep = [r for r in probes if r.extra["depth"] == 300]
-    assert len(probes) == 12 and all(r.extra["depth_verified"] for r in probes)
+    probes = [r for r in got if r.depth and r.depth.role == "probe"]
+    deep = [r for r in probes if r.depth.depth == 300]
+    assert len(probes) == 12 and all(r.depth.verified for r in probes)
     assert len(deep) == 6 and all(r.cached_tokens == prefixes[0].prompt_tokens for r in deep)
-    assert all(r.extra["depth_new_tokens"] == r.prompt_tokens - r.cached_tokens for r in probes)
+    assert all(r.depth.new_tokens == r.prompt_tokens - r.cached_tokens for r in probes)
     # prefix caching asked for exactly on the depth requests; depth 0 interleaved
     flags = [b.get("cache_prompt") for b in h.bodies]
     assert flags[0] is True and flags.count(True) == 7 and flags.count(False) == 6
     assert flags[1:7] != [False] * 6 and flags[1:7] != [True] * 6
-    cold = [r for r in probes if r.extra["depth"] == 0]
+    cold = [r for r in probes if r.depth.depth == 0]
     assert len(cold) == 6 and all(r.cached_tokens == 0 for r in cold)
-    t = D.depth_table(got, {"params": 1e6, "layers": 2, "attn_width": 100})
-    r0, r1 = t["rows"]
-    assert (r0["depth"], r1["depth"]) == (0, 300)
-    assert r1["verified"] == 6 and r1["flagged"] == 0
-    assert r1["cached_tokens"] == r1["prefix_tokens"] == prefixes[0].prompt_tokens
+    shape = ModelShape(key="m", name="m", params=1e6, layers=2, hidden=100)
+    t = D.depth_table(got, shape)
+    r0, r1 = t.rows
+    assert (r0.depth, r1.depth) == (0, 300)
+    assert r1.verified == 6 and r1.flagged == 0
+    assert r1.cached_tokens == r1.prefix_tokens == prefixes[0].prompt_tokens
     # 0.2 ms + 1 µs x position per word: LS slope ~ 200 + D + 140 µs/word -> ratio ~1.9
-    assert 1.3 < r1["ratio"] < 3.0, r1
-    assert r1["expected_ratio"] > 1 and r1["per_token_flops"] > r0["per_token_flops"]
-    text = "\n".join(D.format_depth(t))
+    assert 1.3 < r1.ratio < 3.0, r1
+    assert r1.expected_ratio > 1 and r1.per_token_flops > r0.per_token_flops
+    text = "\n".join(format_depth(t))
     assert "Prefill at context depth" in text and "6/6" in text
-    json.dumps(t)
+    json.dumps(t.to_json(), allow_nan=False)
 
 
 async def test_unreused_prefix_is_flagged_and_left_out(fake_server):
     srv = fake_server({**llama_routes(), "POST /v1/completions": AttentionLlama(honour=False)})
     got, notes = await _run(srv, [200], [20, 60, 120], repeats=1)
     assert any("not verified" in n for n in notes)
-    probes = [r for r in got if r.extra.get("depth_role") == "probe" and r.extra["depth"]]
-    assert probes and not any(r.extra["depth_verified"] for r in probes)
-    assert "0 cached tokens, prefix has" in probes[0].extra["depth_flag"]
-    row = D.depth_table(got)["rows"][1]
-    assert row["fit"] is None and row["flagged"] == 3 and row["verified"] == 0
-    assert "left out" in "\n".join(D.format_depth(D.depth_table(got)))
+    probes = [r for r in got if r.depth and r.depth.role == "probe" and r.depth.depth]
+    assert probes and not any(r.depth.verified for r in probes)
+    assert "0 cached tokens, prefix has" in probes[0].depth.flag
+    row = D.depth_table(got).rows[1]
+    assert row.fit is None and row.flagged == 3 and row.verified == 0
+    assert "left out" in "\n".join(format_depth(D.depth_table(got)))
 
 
 def test_verify_rules():
@@ -135,7 +138,7 @@ def test_cli_depth_json_and_text(fake_server, tmp_path, capsys):
     assert rows[0]["verified"] == 6  # the cold reference, measured in the depth phase
     assert rows[1]["ratio"] > 1.2
     # depth probes stay out of the ordinary summary (no cache-hit warning, no fit change)
-    assert d["cache_hits"] == 0 and d["probes"] == 7
+    assert d["probes"]["cache_hits"] == 0 and d["probes"]["ok"] == d["probes"]["total"] == 7
     lines = [json.loads(x) for x in out.read_text().splitlines()]
     assert sum(x.get("extra", {}).get("depth_role") == "probe" for x in lines) == 12
     # the report re-reads the depth table from the run file

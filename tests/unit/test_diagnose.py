@@ -12,7 +12,9 @@ import pytest
 
 
 from tests.fakeserver import Reply, llama_routes, sse_data, sse_done
+from prefilltui.model import breakdown as B
 from prefilltui.model import diagnose as D
+from prefilltui.render.tables import format_breakdown, format_diagnosis
 from prefilltui.model import drift as DR
 from prefilltui.measure import prefix_cache as PC
 from prefilltui.model.fit import fit_ols
@@ -29,35 +31,35 @@ def _r(seq, n, ttft, prefill=None, queue=None, overhead=None, **kw) -> ProbeResu
 def test_breakdown_sums_and_names_prefill():
     rs = [_r(i, n, 0.010 + 1e-4 * n, prefill=0.004 + 1e-4 * n, queue=0.0, overhead=0.006)
           for i, n in enumerate([64, 128, 256, 512, 1024, 2048])]
-    b = D.breakdown(rs)
-    assert b["available"] and b["max_sum_error_s"] == pytest.approx(0.0, abs=1e-12)
-    assert b["median"]["overhead_s"] == pytest.approx(0.006)
-    assert "mostly prefill" in b["cause"]
-    ic = b["intercept"]
-    assert ic["intercept_s"] == pytest.approx(0.010, abs=1e-6)
-    assert ic["prefill_s"] == pytest.approx(0.004, abs=1e-6)
-    assert ic["overhead_s"] == pytest.approx(0.006, abs=1e-6)
+    b = B.breakdown(rs)
+    assert b.available and b.max_sum_error_s == pytest.approx(0.0, abs=1e-12)
+    assert b.median.overhead_s == pytest.approx(0.006)
+    assert "mostly prefill" in b.cause
+    ic = b.intercept
+    assert ic.intercept_s == pytest.approx(0.010, abs=1e-6)
+    assert ic.prefill_s == pytest.approx(0.004, abs=1e-6)
+    assert ic.overhead_s == pytest.approx(0.006, abs=1e-6)
 
 
 def test_breakdown_names_queueing_under_load():
     rs = [_r(i, 256, 1.5 + 0.01 * i, prefill=0.03, queue=1.46 + 0.01 * i, overhead=0.01,
              server_running=4, server_waiting=2) for i in range(6)]
-    b = D.breakdown(rs)
-    assert "mostly queueing" in b["cause"] and "4 running, 2 waiting" in b["cause"]
+    b = B.breakdown(rs)
+    assert "mostly queueing" in b.cause and "4 running, 2 waiting" in b.cause
     assert D.load_line(rs[0]) == "4 running, 2 waiting"
 
 
 def test_breakdown_without_server_timings_says_so():
-    b = D.breakdown([_r(1, 100, 0.1), _r(2, 200, 0.2)])
-    assert not b["available"] and "cannot be split" in b["cause"]
-    assert D.breakdown([])["cause"] == "no successful probes yet"
+    b = B.breakdown([_r(1, 100, 0.1), _r(2, 200, 0.2)])
+    assert not b.available and "cannot be split" in b.cause
+    assert B.breakdown([]).cause == "no successful probes yet"
 
 
 def test_breakdown_from_server_ttft_and_queue():
-    r = _r(1, 512, 0.530, queue=0.004, overhead=0.018, extra={"server_ttft_s": 0.512})
-    p = D.probe_parts(r)
-    assert p["prefill_s"] == pytest.approx(0.508)
-    assert p["sum_error_s"] == pytest.approx(0.0, abs=1e-12)
+    r = _r(1, 512, 0.530, queue=0.004, overhead=0.018, server_ttft_s=0.512)
+    p = B.probe_parts(r)
+    assert p.prefill_s == pytest.approx(0.508)
+    assert p.sum_error_s == pytest.approx(0.0, abs=1e-12)
 
 
 def _steps(chunk, step, a=0.02, b=1e-4, noise=0.01, n=120, hi=4096, seed=1):
@@ -200,10 +202,10 @@ async def test_cache_check_failure_is_reported(fake_server):
 def test_format_breakdown_and_llamacpp_chunk_note():
     rs = [_r(i, n, 0.010 + 1e-4 * n, prefill=0.004 + 1e-4 * n, queue=0.0, overhead=0.006)
           for i, n in enumerate([64, 128, 256, 512])]
-    text = D.format_breakdown(D.breakdown(rs))
+    text = format_breakdown(B.breakdown(rs))
     assert text.startswith("TTFT breakdown (median): overhead 6 ms, queue 0 ms")
     assert "intercept 10 ms = server prefill 4 ms" in text
-    assert D.format_breakdown(D.breakdown([])) == "TTFT breakdown: no successful probes yet"
+    assert format_breakdown(B.breakdown([])) == "TTFT breakdown: no successful probes yet"
     x, y = _steps(512, 0.0)
     c = D.detect_chunking(x=x, y=y, server_info=ServerInfo(kind="llama.cpp"))
     assert c.chunk_tokens is None and "-b/-ub" in c.line
@@ -220,21 +222,21 @@ def test_summarize_diagnosis_with_baseline(tmp_path):
     live.append(_r(99, 512, 0.001, cached_tokens=500))
     d = D.summarize_diagnosis(live, ServerInfo(kind="llama.cpp"), baseline=str(p),
                               baseline_fit=load_baseline(str(p)), metrics_problem="no metrics")
-    assert d["drift"].startswith("prefill throughput −33 %")
-    assert "seq 99" in d["cache_warning"] and d["notes"] == ["no metrics"]
-    text = D.format_diagnosis(d)
+    assert d.drift.startswith("prefill throughput −33 %")
+    assert "seq 99" in d.cache_warning and d.notes == ("no metrics",)
+    text = format_diagnosis(d)
     assert "drift: prefill throughput −33 %" in text and "note: no metrics" in text
-    json.dumps(d)
+    json.dumps(d.to_json())
     with pytest.raises(OSError) as e:
         load_baseline(str(tmp_path / "nope.jsonl"))
     d2 = D.summarize_diagnosis(live, baseline=str(tmp_path / "nope.jsonl"),
                                baseline_problem=str(e.value))
-    assert d2["drift"] is None and d2["notes"][0].startswith("baseline not used")
+    assert d2.drift is None and d2.notes[0].startswith("baseline not used")
 
 
 def test_no_intercept_split_from_one_length():
     rs = [_r(i, 256 + i % 2, 7.0 + 0.5 * i, prefill=6.9 + 0.5 * i, queue=0.0, overhead=0.03)
           for i in range(5)]
-    b = D.breakdown(rs)
-    assert b["available"] and b["intercept"] is None
-    assert "intercept" not in D.format_breakdown(b)
+    b = B.breakdown(rs)
+    assert b.available and b.intercept is None
+    assert "intercept" not in format_breakdown(b)

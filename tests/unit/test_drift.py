@@ -10,6 +10,7 @@ import random
 import pytest
 
 from prefilltui.cli import build_parser, main
+from prefilltui.commands.common import session_options
 from prefilltui.model import drift as DR
 from prefilltui.model.diagnose import summarize_diagnosis
 from prefilltui.model.fit import fit_ols, t_ppf
@@ -78,16 +79,16 @@ def test_report_sweep_and_tui_give_one_verdict(tmp_path, capsys, slower):
     # report --baseline
     assert main(["report", str(live_path), "--baseline", str(base_path), "--format", "json",
                  "--no-plot"]) == 0
-    from_report = json.loads(capsys.readouterr().out)["drift"]
+    from_report = json.loads(capsys.readouterr().out)["diagnosis"]["drift"]
 
     # sweep --baseline: the session loads the baseline, the diagnosis compares
     args = build_parser().parse_args(["sweep", "http://127.0.0.1:9", "--no-telemetry",
                                       "--out", str(tmp_path / "s.jsonl"),
                                       "--baseline", str(base_path)])
-    session = build_session(args, args.url)
+    session = build_session(session_options(args), args.url)
     session.close()
     from_sweep = summarize_diagnosis(live, baseline=str(base_path),
-                                     baseline_fit=session.baseline)["drift"]
+                                     baseline_fit=session.baseline).drift
 
     # the TUI: the app's RunningFit snapshot against the session's baseline
     rf = RunningFit()

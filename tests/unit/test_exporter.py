@@ -20,7 +20,7 @@ from prefilltui.measure.probe import ProbeClient
 from prefilltui.measure.runfile import RotatingRunWriter, read_run, read_session
 from prefilltui.measure.sweep import SweepConfig, SweepRunner
 from prefilltui.model.types import ProbeResult
-from prefilltui.exporter.config import TargetConfig, check, load_toml, unique
+from prefilltui.exporter.config import TargetConfig, check, load_toml, target, unique
 from prefilltui.exporter.http import MetricsServer
 from prefilltui.exporter.target import TargetProber
 
@@ -75,9 +75,11 @@ def test_toml_targets_defaults_and_overrides(tmp_path):
                  'peak_tflops = 989\n\n[[target]]\nurl = "https://b/v1"\ninterval = 30\n')
     base = TargetConfig(url="http://unset", window=25)
     a, b = load_toml(str(f), base)
-    assert (a.label, a.interval, a.lengths, a.api_key_env, a.peak_tflops, a.window) == (
-        "gpu-a", 20.0, (64, 512), "A_KEY", 989.0, 25)
-    assert (b.label, b.interval, b.slug) == ("https://b/v1", 30.0, "b_v1")
+    assert (a.label, a.interval_s, a.lengths, a.probe.api_key_env, a.roofline.peak_tflops,
+            a.window) == ("gpu-a", 20.0, (64, 512), "A_KEY", 989.0, 25)
+    assert (b.label, b.interval_s, b.slug) == ("https://b/v1", 30.0, "b_v1")
+    # one probe time cap for every tool: the sweep's default, not a shorter one
+    assert a.probe.timeout_s == b.probe.timeout_s == 120.0
 
 
 @pytest.mark.parametrize("body,words", [
@@ -97,11 +99,11 @@ def test_toml_errors_name_the_field(tmp_path, body, words):
 
 
 def test_duplicate_targets_refused():
-    t = check(TargetConfig(url="http://a:1"))
+    t = check(target("http://a:1"))
     with pytest.raises(ValueError, match="twice"):
         unique([t, t])
     with pytest.raises(ValueError, match="run file"):
-        unique([check(TargetConfig(url="http://a/b")), check(TargetConfig(url="http://a_b"))])
+        unique([check(target("http://a/b")), check(target("http://a_b"))])
 
 
 # ------------------------------------------------------------------ rotation
@@ -176,10 +178,9 @@ def exporter(fake_server, tmp_path):
     port; yields (server, probers, live fake server)."""
     live = prefill_server(fake_server)
     stall = fake_server({"GET /v1/models": Reply.sse([(60.0, b"")])})
-    cfgs = [check(TargetConfig(url=live.base_url, name="live", lengths=(64, 256, 1024),
-                               interval=0.05, timeout=30, window=12, params=8e9,
-                               peak_tflops=989)),
-            check(TargetConfig(url=stall.base_url, name="stalled", interval=0.05, timeout=30))]
+    cfgs = [check(target(live.base_url, name="live", lengths=(64, 256, 1024),
+                         interval=0.05, timeout=30, window=12, params=8e9, peak_tflops=989)),
+            check(target(stall.base_url, name="stalled", interval=0.05, timeout=30))]
     probers = [TargetProber(c, run_dir=tmp_path / "runs", seed=1).start() for c in cfgs]
     server = MetricsServer("127.0.0.1", 0, probers).start()
     yield server, probers, live
@@ -241,7 +242,7 @@ def test_probe_endpoint_is_one_target(exporter):
 
 def test_window_and_histograms_stay_bounded(fake_server, tmp_path):
     srv = prefill_server(fake_server)
-    cfg = check(TargetConfig(url=srv.base_url, lengths=(16, 64), interval=0.05, window=5))
+    cfg = check(target(srv.base_url, lengths=(16, 64), interval=0.05, window=5))
     p = TargetProber(cfg, run_dir=tmp_path, seed=2).start()
     try:
         assert _wait(lambda: p.snapshot.probes and dict(p.snapshot.probes)[("ok", "")] >= 14,
@@ -262,7 +263,7 @@ def test_cache_hits_counted_and_kept_out_of_the_fit(fake_server, tmp_path):
         return Reply.sse([(0.002, sse_text("x")), (0.003, sse_data({"choices": [], "usage": usage})),
                           (0.004, sse_done())])
     srv = fake_server({"GET /v1/models": models_reply("m"), "POST /v1/completions": complete})
-    p = TargetProber(check(TargetConfig(url=srv.base_url, lengths=(16, 64), interval=0.05)),
+    p = TargetProber(check(target(srv.base_url, lengths=(16, 64), interval=0.05)),
                      run_dir=tmp_path).start()
     try:
         assert _wait(lambda: p.snapshot.cache_hit_probes >= 3)
@@ -297,8 +298,8 @@ def test_refused_target_is_down_and_logged_once(tmp_path):
     handler.emit = records.append
     logger = logging.getLogger("prefilltui.exporter.target")
     logger.addHandler(handler)
-    p = TargetProber(check(TargetConfig(url=f"http://127.0.0.1:{port}", name="gone",
-                                        interval=0.05)), run_dir=tmp_path).start()
+    p = TargetProber(check(target(f"http://127.0.0.1:{port}", name="gone", interval=0.05)),
+                     run_dir=tmp_path).start()
     try:
         assert _wait(lambda: p.snapshot.up is False, timeout=10)
     finally:

@@ -3,7 +3,12 @@ renders them in Chromium)."""
 
 import xml.etree.ElementTree as ET
 
-from prefilltui.render.figure import html_page, length_rows, nice_ticks, svg_figure
+import pytest
+from dataclasses import replace
+
+from prefilltui.model.analysis import analyze
+from prefilltui.model.summary import ServerFacts
+from prefilltui.render.figure import html_page, nice_ticks, svg_figure
 from prefilltui.model.types import ProbeResult
 
 NS = "{http://www.w3.org/2000/svg}"
@@ -23,9 +28,8 @@ def test_nice_ticks():
 
 
 def test_svg_is_wellformed_with_points_fit_and_escaped_title():
-    d = {"fit": {"n": 8, "intercept_s": 0.01, "slope_s_per_token": 1e-4, "r2": 1.0,
-                 "prefill_tokens_per_s": 10000.0, "knee_tokens": None},
-         "server": {"model": "a<b&c"}, "probes": {"ok": 9}}
+    d = replace(analyze(_runs()), server=ServerFacts("vllm", "a<b&c", None))
+    assert d.fit.prefill_tokens_per_s == pytest.approx(10000.0)
     svg = svg_figure(_runs(), d)
     root = ET.fromstring(svg)
     assert root.tag == NS + "svg"
@@ -36,14 +40,17 @@ def test_svg_is_wellformed_with_points_fit_and_escaped_title():
 
 
 def test_svg_without_points_says_so():
-    root = ET.fromstring(svg_figure([], {}))
+    root = ET.fromstring(svg_figure([], analyze([])))
     assert any(t.text == "no usable probes" for t in root.iter(NS + "text"))
 
 
 def test_html_has_figure_tables_and_escaped_summary():
-    page = html_page(_runs(), {"fit": {}}, "summary <x>", title="t & t")
+    d = analyze(_runs())
+    page = html_page(_runs(), d, "summary <x>", title="t & t")
     assert page.startswith("<!DOCTYPE html>") and page.count("<svg") == 1
     assert "summary &lt;x&gt;" in page and "<title>t &amp; t</title>" in page
-    rows = length_rows(_runs())
-    assert [r["requested_tokens"] for r in rows] == [16, 64, 256, 1024]
-    assert rows[1]["n"] == 2  # the warm-up is not counted
+    # the table is the summary's per-length table (the one sweep and report print)
+    rows = d.percentiles.by_length
+    assert [r.requested_tokens for r in rows] == [16, 64, 256, 1024]
+    assert rows[1].n == 2  # the warm-up is not counted
+    assert "<td>1,024</td><td>1,025</td><td>2</td>" in page

@@ -2,15 +2,16 @@
 
 from __future__ import annotations
 
-import argparse
 import json
 
 import numpy as np
 import pytest
 
-from prefilltui.model.analysis import analyze, format_summary
+from prefilltui.model.analysis import analyze
 from prefilltui.model.running_fit import RunningFit
+from prefilltui.model.spec import AnalysisOptions, RooflineSpec, read_model_config
 from prefilltui.model.types import ProbeResult, ServerInfo
+from prefilltui.render.text import format_summary
 
 LENGTHS = [128, 256, 512, 1024, 2048, 4096, 8192]
 
@@ -31,39 +32,38 @@ def run(n=40, a=0.03, b=1 / 25000, c=0.0, seed=0, lengths=LENGTHS, model=None):
 
 def test_too_few_points_gives_null_fit():
     d = analyze(run(n=2), None, None)
-    json.dumps(d, allow_nan=False)
-    f = d["fit"]
-    for k in ("intercept_s", "slope_s_per_token", "prefill_tokens_per_s", "r2", "n"):
-        assert k in f and f[k] is None
-    assert d["verdict"]["level"] == "insufficient"
+    j = d.to_json()
+    json.dumps(j, allow_nan=False)
+    assert d.fit is None and j["fit"] is None  # one shape: no fit is null, not a dict of nulls
+    assert d.verdict.level == "insufficient"
     assert "Too few" in format_summary(d)
 
 
 def test_all_failed():
     d = analyze([ProbeResult(ok=False, error_kind="connect")] * 3, None, None)
-    assert d["verdict"]["level"] == "failed"
-    assert d["probes"]["errors"] == {"connect": 3}
+    assert d.verdict.level == "failed"
+    assert d.probes.errors == {"connect": 3}
 
 
 def test_gpu_run_with_mfu_and_verdict():
-    args = argparse.Namespace(gpu="h100-sxm", model="llama-3-8b", fit="robust", window=20,
-                              efficiency=0.5, dtype="bf16")
-    d = analyze(run(b=1 / 40000), ServerInfo(model="x"), args)
-    json.dumps(d, allow_nan=False)
-    p = d["probes"]
-    assert (p["total"], p["failed"], p["warmup"], p["cache_hit"], p["fit_eligible"]) == (43, 1, 1, 1, 40)
-    f = d["fit"]
-    assert f["method"] == "robust" and f["n"] <= 40
-    assert f["prefill_tokens_per_s"] == pytest.approx(40000, rel=0.03)
-    lo, hi = f["prefill_tokens_per_s_ci"]
-    assert lo < f["prefill_tokens_per_s"] < hi
-    assert d["ols"]["method"] == "ols" and d["robust"]["method"] == "robust"
-    assert d["window"]["size"] == 20 and d["window"]["n"] == 20
-    r = d["roofline"]
-    assert r["estimate"] is True
-    assert r["mfu"] == pytest.approx(2 * 8.03e9 * 40000 / 989.4e12, rel=0.03)
-    assert r["mfu_ci"][0] < r["mfu"] < r["mfu_ci"][1]
-    assert d["verdict"]["level"] == "healthy"  # 65 % of dense peak
+    opts = AnalysisOptions(fit="robust", window=20, roofline=RooflineSpec(
+        gpu="h100-sxm", model="llama-3-8b", efficiency=0.5, dtype="bf16"))
+    d = analyze(run(b=1 / 40000), ServerInfo(model="x"), opts)
+    json.dumps(d.to_json(), allow_nan=False)
+    p = d.probes
+    assert (p.total, p.failed, p.warmup, p.cache_hits, p.fit_eligible) == (43, 1, 1, 1, 40)
+    f = d.fit
+    assert f.method == "robust" and f.n <= 40
+    assert f.prefill_tokens_per_s == pytest.approx(40000, rel=0.03)
+    lo, hi = f.prefill_tokens_per_s_ci
+    assert lo < f.prefill_tokens_per_s < hi
+    assert d.ols.method == "ols" and d.robust.method == "robust"
+    assert d.window.size == 20 and d.window.n == 20
+    r = d.roofline
+    assert r.estimate is True
+    assert r.mfu == pytest.approx(2 * 8.03e9 * 40000 / 989.4e12, rel=0.03)
+    assert r.mfu_ci[0] < r.mfu < r.mfu_ci[1]
+    assert d.verdict.level == "healthy"  # 65 % of dense peak
     text = format_summary(d)
     assert "estimate" in text and "MFU" in text and "ms" in text and "95%" in text
 
@@ -71,18 +71,18 @@ def test_gpu_run_with_mfu_and_verdict():
 def test_cpu_run_says_peak_unknown():
     si = ServerInfo(model="/x/SmolLM2-135M-Instruct.Q4_1.gguf", params=134515008, hidden=576, layers=30)
     d = analyze(run(b=1 / 3000), si, None)
-    assert d["verdict"]["level"] == "unknown-peak"
-    assert "--peak-tflops" in d["verdict"]["text"]
-    assert d["roofline"]["achieved_flops"] == pytest.approx(2 * 134515008 * 3000, rel=0.05)
-    assert d["roofline"]["mfu"] is None
-    d2 = analyze(run(b=1 / 3000), si, argparse.Namespace(peak_tflops=2.0))
-    assert d2["roofline"]["mfu"] == pytest.approx(2 * 134515008 * 3000 / 2e12, rel=0.05)
+    assert d.verdict.level == "unknown-peak"
+    assert "--peak-tflops" in d.verdict.text
+    assert d.roofline.achieved_flops == pytest.approx(2 * 134515008 * 3000, rel=0.05)
+    assert d.roofline.mfu is None
+    d2 = analyze(run(b=1 / 3000), si, AnalysisOptions(roofline=RooflineSpec(peak_tflops=2.0)))
+    assert d2.roofline.mfu == pytest.approx(2 * 134515008 * 3000 / 2e12, rel=0.05)
 
 
 def test_unknown_model_still_gives_throughput():
     d = analyze(run(), ServerInfo(model="mystery-model"), None)
-    assert d["roofline"] is None
-    assert d["verdict"]["level"] == "unknown-model" and "--params" in d["verdict"]["text"]
+    assert d.roofline is None
+    assert d.verdict.level == "unknown-model" and "--params" in d.verdict.text
 
 
 def test_quadratic_compared_with_attention_expectation():
@@ -91,9 +91,9 @@ def test_quadratic_compared_with_attention_expectation():
     c = 2 * L * dattn / (2 * P / b)  # attention at the same achieved FLOP/s
     lengths = [64, 128, 256, 512, 1024, 2048, 4096, 8192]
     d = analyze(run(n=64, a=0.01, b=b, c=c, lengths=lengths), ServerInfo(model="SmolLM2-135M"), None)
-    assert d["quadratic"]["applies"]
-    assert d["roofline"]["slope_source"].startswith("quadratic")
-    assert d["roofline"]["c_ratio"] == pytest.approx(1.0, rel=0.15)
+    assert d.quadratic.applies
+    assert d.roofline.slope_source.startswith("quadratic")
+    assert d.roofline.c_ratio == pytest.approx(1.0, rel=0.15)
     assert "attention expects" in format_summary(d)
 
 
@@ -102,8 +102,9 @@ def test_reuses_a_running_fit_and_bad_model_config():
     rf = RunningFit(window=10)
     for r in rs:
         rf.add(r)
-    d = analyze(rs, None, argparse.Namespace(model_config="/nonexistent/config.json"), running_fit=rf)
-    assert d["fit"]["n"] is not None
-    assert any("model-config" in n for n in d["notes"])
-    d = analyze(rs, None, argparse.Namespace(fit="ols"))
-    assert d["fit"]["method"] == "ols"
+    spec = read_model_config(RooflineSpec(model_config="/nonexistent/config.json"))
+    d = analyze(rs, None, AnalysisOptions(roofline=spec), running_fit=rf)
+    assert d.fit is not None
+    assert any("model-config" in n for n in d.notes)
+    d = analyze(rs, None, AnalysisOptions(fit="ols"))
+    assert d.fit.method == "ols"

@@ -3,14 +3,18 @@ non-negative parts, and TTFT percentiles (core.intercept, core.percentiles)."""
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import numpy as np
 import pytest
 
 from prefilltui.model import intercept, percentiles
-from prefilltui.model.analysis import analyze, format_summary
-from prefilltui.model.diagnose import breakdown, format_breakdown
-from prefilltui.model.fit import fit_robust
+from prefilltui.model.analysis import analyze
+from prefilltui.model.breakdown import breakdown
+from prefilltui.model.fit import LinearFit, fit_robust
 from prefilltui.model.types import ProbeResult
+from prefilltui.render.tables import format_breakdown
+from prefilltui.render.text import format_fixed_cost, format_percentiles, format_summary
 
 
 def _r(seq, n, ttft, prefill=None, **kw) -> ProbeResult:
@@ -41,9 +45,9 @@ def test_anchored_run_is_pinned_and_matches_server_side():
     fit = fit_robust([r.tokens for r in rs], [r.ttft_s for r in rs])
     fc = intercept.fixed_cost(fit, intercept.server_fixed_cost(rs))
     assert fc.pinned and fc.note is None and fc.shown_s == pytest.approx(0.010, abs=0.005)
-    assert fc.server["fixed_cost_s"] == pytest.approx(0.010, abs=0.004) and fc.server["pinned"]
-    assert fc.server["outside_prefill_s"] == pytest.approx(0.008, abs=1e-9)
-    text = "\n".join(intercept.format_lines(fc.to_json()))
+    assert fc.server.fixed_cost_s == pytest.approx(0.010, abs=0.004) and fc.server.pinned
+    assert fc.server.outside_prefill_s == pytest.approx(0.008, abs=1e-9)
+    text = "\n".join(format_fixed_cost(fc))
     assert "fixed cost" in text and "server-side" in text and "pinned" in text
 
 
@@ -52,9 +56,9 @@ def test_long_prompts_only_on_a_noisy_run_say_not_pinned():
     extrapolation; the summary says so instead of a confident (negative) number."""
     rs = _run([128, 256, 512, 1024], a=0.010, b=1 / 170, noise=0.15, seed=4, reps=1)
     d = analyze(rs)
-    fc = d["fixed_cost"]
-    assert fc["pinned"] is False and fc["shown_s"] is None
-    assert intercept.NOT_PINNED in fc["note"] and fc["note"] in d["notes"]
+    fc = d.fixed_cost
+    assert fc.pinned is False and fc.shown_s is None
+    assert intercept.NOT_PINNED in fc.note and fc.note in d.notes
     text = format_summary(d)
     assert intercept.NOT_PINNED in text and "a (not pinned)" in text
     assert text.count(intercept.NOT_PINNED) == 1  # not repeated as a note
@@ -76,10 +80,10 @@ def test_breakdown_never_shows_a_negative_part():
         pre = max(1e-3, -0.060 + n / 170 * (1 + 0.01 * rng.standard_normal()))
         rs.append(_r(i + 1, n, pre + 0.010, prefill=pre, overhead_s=0.010))
     b = breakdown(rs)
-    ic = b["intercept"]
-    assert ic["prefill_s"] >= 0 and (ic["overhead_s"] is None or ic["overhead_s"] >= 0)
-    assert ic["intercept_s"] >= 0 or not ic["pinned"]
-    assert ic["notes"]
+    ic = b.intercept
+    assert ic.prefill_s >= 0 and (ic.overhead_s is None or ic.overhead_s >= 0)
+    assert ic.intercept_s >= 0 or not ic.pinned
+    assert ic.notes
     text = format_breakdown(b)
     assert "-" not in text.split("intercept", 1)[-1].split("\n")[0].replace("- ", "")
 
@@ -90,23 +94,26 @@ def test_percentiles_per_length_and_overall_with_counts():
     rs.append(_r(9, 4, 9.0, warmup=True))  # warm-up: not counted
     rs.append(ProbeResult(seq=10, ok=False, requested_tokens=4, error_kind="timeout"))
     p = percentiles.ttft_percentiles(rs)
-    assert p["overall"]["n"] == 5
-    by = {r["requested_tokens"]: r for r in p["by_length"]}
-    assert by[4]["n"] == 3 and by[4]["p50_s"] == pytest.approx(0.02)
-    assert by[4]["p90_s"] == pytest.approx(0.028) and by[4]["p99_s"] == pytest.approx(0.0298)
-    assert by[100]["n"] == 2 and by[100]["prompt_tokens"] == 100
-    lines = percentiles.format_lines(p)
+    assert p.overall.n == 5
+    by = {r.requested_tokens: r for r in p.by_length}
+    assert by[4].n == 3 and by[4].ttft.p50_s == pytest.approx(0.02)
+    assert by[4].ttft.p90_s == pytest.approx(0.028) and by[4].ttft.p99_s == pytest.approx(0.0298)
+    assert by[4].ttft_min_s == 0.01
+    assert by[100].n == 2 and by[100].prompt_tokens == 100
+    lines = format_percentiles(p)
     assert lines[0].startswith("TTFT percentiles") and lines[-1].split()[0] == "all"
-    assert len(percentiles.format_lines(p, by_length=False)) == 3
-    assert percentiles.quantiles([])["p50_s"] is None
+    assert len(format_percentiles(p, by_length=False)) == 3
+    assert percentiles.quantiles([]).p50_s is None
 
 
 def test_analyze_json_carries_percentiles_and_fixed_cost():
     rs = _run([4, 9, 19, 40, 87, 188, 406, 878], a=0.010, b=1 / 170, noise=0.03)
     d = analyze(rs)
-    assert d["percentiles"]["overall"]["n"] == len(rs)
-    assert len(d["percentiles"]["by_length"]) == 8
-    assert d["fixed_cost"]["server"]["n"] == len(rs)
+    assert d.percentiles.overall.n == len(rs)
+    assert len(d.percentiles.by_length) == 8
+    assert d.fixed_cost.server.n == len(rs)
+    j = d.to_json()
+    assert j["percentiles"]["overall"]["n"] == len(rs) and j["fixed_cost"]["server"]["n"] == len(rs)
     text = format_summary(d)
     assert "TTFT percentiles" in text and "p99" in text and "server-side" in text
 
@@ -126,8 +133,11 @@ def test_figure_says_not_pinned_as_the_summary_does():
 
     results = [ProbeResult(seq=i, requested_tokens=n, prompt_tokens=n, ok=True, ttft_s=t)
                for i, (n, t) in enumerate([(4, 0.4), (64, 0.2), (256, 2.0), (1024, 7.5)])]
-    d = {"fit": {"n": 4, "intercept_s": 0.0463, "slope_s_per_token": 7.5023e-3, "r2": 0.822,
-                 "prefill_tokens_per_s": 133.3},
-         "fixed_cost": {"pinned": False, "intercept_ci": [-0.02178, 0.11446]}}
+    fit = LinearFit(intercept_s=0.0463, slope_s_per_token=7.5023e-3,
+                    intercept_ci=(-0.02178, 0.11446), slope_ci=(5e-3, 1e-2),
+                    prefill_tokens_per_s=133.3, prefill_tokens_per_s_ci=(100.0, 200.0),
+                    r2=0.822, n=4, method="robust")
+    d = replace(analyze(results), fit=fit, fixed_cost=intercept.fixed_cost(fit))
+    assert not d.fixed_cost.pinned
     svg = svg_figure(results, d)
     assert "TTFT = a (not pinned) + 7,502.3 µs × n" in svg and "46.3 ms" not in svg

@@ -122,7 +122,7 @@ async def test_hook_fills_breakdown_from_vllm_histograms():
     assert r.queue_s == pytest.approx(0.004)
     assert r.server_prefill_s == pytest.approx(0.43)
     assert r.overhead_s == pytest.approx(0.530 - 0.512)
-    assert r.extra["server_ttft_s"] == pytest.approx(0.512)
+    assert r.server_ttft_s == pytest.approx(0.512)
     assert r.server_running == 0 and r.server_waiting == 0
 
 
@@ -147,11 +147,11 @@ async def test_hook_llamacpp_idle_then_loaded_estimates_queue():
         await hook.after_probe(loaded)
         await hook.aclose()
     assert idle.queue_s == 0.0 and idle.overhead_s == pytest.approx(0.005)
-    assert idle.extra["queue_source"] == "idle"
+    assert idle.queue_source == "idle"
     assert loaded.server_running == 4 and loaded.server_waiting == 2
     assert loaded.queue_s == pytest.approx(1.5)
     assert loaded.overhead_s == pytest.approx(0.005)
-    assert loaded.extra["queue_source"] == "estimated"
+    assert loaded.queue_source == "estimated"
 
 
 async def test_hook_never_raises_without_metrics():

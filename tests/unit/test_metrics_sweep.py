@@ -6,7 +6,7 @@ from __future__ import annotations
 import threading
 
 from tests.fakeserver import Reply, models_reply, sse_data, sse_done, sse_text
-from prefilltui.model.diagnose import breakdown
+from prefilltui.model.breakdown import breakdown
 from prefilltui.measure.metrics_hook import MetricsHook
 from prefilltui.measure.probe import ProbeClient
 from prefilltui.measure.sweep import SweepConfig, SweepRunner
@@ -66,4 +66,4 @@ def test_sweep_with_metrics_hook_fills_breakdown(fake_server):
         assert 0 <= r.overhead_s < 0.05  # loopback + fake-server scheduling
         assert r.server_running == 0 and r.server_waiting == 0
     b = breakdown(runner.results)
-    assert b["available"] and b["max_sum_error_s"] < 1e-9
+    assert b.available and b.max_sum_error_s < 1e-9

@@ -45,7 +45,7 @@ def sweep(srv_url, tmp_path, capsys, *extra, fmt="json"):
 def fitted(d) -> int:
     """Probes that entered the fit (a robust fit may still reject an outlier)."""
     assert d["fit"] and d["fit"]["n"] >= 3
-    return d["analysis"]["probes"]["fit_eligible"]
+    return d["probes"]["fit_eligible"]
 
 
 async def one_probe(srv, n=50, **kw):
@@ -112,7 +112,7 @@ async def test_what_follows_complete_data_never_fails_the_probe(fake_server, nam
     assert r.prompt_tokens == 50 and r.prompt_tokens_source == "usage"
     assert r.total_s <= 0.35  # the data ended at 0.11-0.12 s
     assert wall < 2.0  # not the 8 s timeout, not the 30 s of comments
-    assert note in r.extra["stream_end"]
+    assert note in r.notes.stream_end
 
 
 async def test_an_error_after_the_finish_reason_is_a_note_not_a_failure(fake_server):
@@ -124,7 +124,7 @@ async def test_an_error_after_the_finish_reason_is_a_note_not_a_failure(fake_ser
                            (0.13, sse_done())])})
     r, _ = await one_probe(srv, api_key=REAL_KEY)
     assert r.ok and 0.09 <= r.ttft_s <= 0.3 and r.prompt_tokens == 50
-    assert r.extra["after_complete"] == ["late failure ***"]
+    assert r.notes.after_complete == ["late failure ***"]
 
 
 @pytest.mark.parametrize("name", list(ENDINGS))
@@ -132,7 +132,7 @@ def test_sweep_of_such_servers_has_4_of_4_and_a_fit(fake_server, tmp_path, capsy
     srv = fake_server({"GET /v1/models": models_reply("m"), "POST /tokenize": word_tokenize,
                        "POST /v1/completions": ENDINGS[name][0]})
     d, _, _ = sweep(srv.base_url, tmp_path, capsys)
-    assert d["probes"] == 4 and d["failed"] == 0 and fitted(d) == 4
+    assert d["probes"]["ok"] == 4 and d["probes"]["failed"] == 0 and fitted(d) == 4
 
 
 # ------------------------------------------------------------- rejected optional fields
@@ -154,13 +154,13 @@ def test_gateway_rejecting_a_sub_key_gives_4_of_4_and_says_so_once(fake_server, 
     srv = fake_server({"GET /v1/models": models_reply("m"), "POST /tokenize": word_tokenize,
                        "POST /v1/completions": gateway})
     d, _, out = sweep(srv.base_url, tmp_path, capsys)
-    assert d["probes"] == 4 and d["failed"] == 0 and fitted(d) == 4
-    notes = [n for n in d["notes"] if "stream_options" in n]
+    assert d["probes"]["ok"] == 4 and d["probes"]["failed"] == 0 and fitted(d) == 4
+    notes = [n for n in d["live"]["notes"] if "stream_options" in n]
     assert len(notes) == 1 and "ValidationException" in notes[0]
     posts = [q.json for q in srv.requests if q.path == "/v1/completions"]
     assert ["stream_options" in b for b in posts] == [True, False, False, False, False]
     back, _ = read_run(out)
-    assert back[0].extra["rejected_field"]["field"] == "stream_options"
+    assert back[0].notes.rejected_field.field == "stream_options"
     text, _, _ = sweep(srv.base_url, tmp_path, capsys, fmt="text")
     assert text.count("rejected stream_options") == 1
 
@@ -186,8 +186,8 @@ async def test_any_wording_naming_a_field_or_sub_key_drops_it(fake_server, field
         await c.discover()
         r1, r2 = await c.probe(16), await c.probe(16)
         notices = dict(c.notices)
-    assert r1.ok and r1.extra["rejected_field"]["field"] == field
-    assert r2.ok and "rejected_field" not in r2.extra
+    assert r1.ok and r1.notes.rejected_field.field == field
+    assert r2.ok and r2.notes.rejected_field is None
     assert f"sent without {field}" in notices
 
 
@@ -209,7 +209,7 @@ async def test_a_400_that_only_quotes_the_field_is_not_taken_for_a_rejection(fak
         r = await c.probe(16, prompt="x y")
         r2 = await c.probe(16, prompt="x y")
         assert not c.notices
-    assert r.error_kind == "http" and "rejected_field" not in r.extra
+    assert r.error_kind == "http" and r.notes.rejected_field is None
     posts = [q.json for q in srv.requests if q.method == "POST"]
     # one retry without it; the same answer, so the field stays, and is not retried again
     assert ["stream_options" in b for b in posts] == [True, False, True]
@@ -312,9 +312,9 @@ def test_no_count_at_all_still_fits_labelled_estimated(fake_server, tmp_path, ca
                           (0.003, sse_done())])
     srv = fake_server({"GET /v1/models": models_reply("m"), "POST /v1/completions": complete})
     d, _, out = sweep(srv.base_url, tmp_path, capsys)
-    assert d["probes"] == 4 and d["failed"] == 0
+    assert d["probes"]["ok"] == 4 and d["probes"]["failed"] == 0
     assert fitted(d) == 4 and d["fit"]["lengths"] == "estimated"
-    assert sum("estimates" in n for n in d["notes"]) == 1
+    assert sum("estimates" in n for n in d["live"]["notes"] + d["notes"]) == 1
     back, _ = read_run(out)
     assert [r.prompt_tokens_source for r in back] == ["estimate"] * 4
     assert sorted(r.prompt_tokens for r in back) == [50, 100, 200, 400]
@@ -323,7 +323,8 @@ def test_no_count_at_all_still_fits_labelled_estimated(fake_server, tmp_path, ca
     assert text.count("lengths are estimates") == 1
     assert "(50 estimated)" in text  # the progress line does not call it counted
     assert "Fit (robust, all-time, prompt lengths estimated)" in text
-    assert main(["report", str(out), "--no-plot"]) == 0  # the run file says it too
+    # the run file says it too (two sweeps wrote to it: report them together)
+    assert main(["report", str(out), "--no-plot", "--merge-sessions"]) == 0
     assert "prompt lengths estimated" in capsys.readouterr().out
 
 

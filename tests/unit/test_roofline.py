@@ -20,16 +20,16 @@ def est(tokens, eff=0.5):
 
 def test_llama3_8b_2000_tokens_on_h100_sxm():
     e = est(2000)
-    assert e["linear_flops"] == pytest.approx(32.12e12, rel=1e-3)  # the lesson's "32 TFLOP"
-    assert e["flops"] == pytest.approx(32e12, rel=0.05)  # + 3 % attention
-    assert e["linear_time_at_peak_s"] == pytest.approx(0.032, rel=0.03)  # 32 ms at peak
-    assert e["time_at_peak_s"] == pytest.approx(0.032, rel=0.05)
-    assert e["linear_time_at_efficiency_s"] == pytest.approx(0.065, rel=0.01)  # 65 ms at 50 %
-    assert e["time_at_efficiency_s"] == pytest.approx(0.065, rel=0.05)
-    assert e["tokens_per_s"] == pytest.approx(30_000, rel=0.05)  # ~30k prompt tok/s
-    assert e["ridge_point"] == pytest.approx(295, abs=1)
-    assert e["bound"] == "compute"
-    assert e["estimate"] is True
+    assert e.linear_flops == pytest.approx(32.12e12, rel=1e-3)  # the lesson's "32 TFLOP"
+    assert e.flops == pytest.approx(32e12, rel=0.05)  # + 3 % attention
+    assert e.linear_time_at_peak_s == pytest.approx(0.032, rel=0.03)  # 32 ms at peak
+    assert e.time_at_peak_s == pytest.approx(0.032, rel=0.05)
+    assert e.linear_time_at_efficiency_s == pytest.approx(0.065, rel=0.01)  # 65 ms at 50 %
+    assert e.time_at_efficiency_s == pytest.approx(0.065, rel=0.05)
+    assert e.tokens_per_s == pytest.approx(30_000, rel=0.05)  # ~30k prompt tok/s
+    assert e.ridge_point == pytest.approx(295, abs=1)
+    assert e.bound == "compute"
+    assert e.estimate is True
 
 
 @pytest.mark.parametrize("n,ai", [(1, 1.0), (500, 402), (2000, 1012)])
@@ -40,7 +40,7 @@ def test_arithmetic_intensity_d4096(n, ai):
 def test_arithmetic_intensity_vectorised_and_memory_bound():
     v = roofline.arithmetic_intensity(np.array([1, 500, 2000]), 4096)
     assert v.shape == (3,)
-    assert est(100)["bound"] == "memory"
+    assert est(100).bound == "memory"
 
 
 def test_ridge_points_of_the_reference_table():
@@ -55,8 +55,8 @@ def test_attention_share():
     assert roofline.attention_share(2000, P, L, d) == pytest.approx(0.033, abs=0.002)
     assert 0.45 <= roofline.attention_share(32768, P, L, d) <= 0.6  # "about half" at 32k
     assert 57_000 <= roofline.attention_equal_tokens(P, L, d) <= 62_000  # equal near 60k
-    assert est(2000)["attention_share"] == pytest.approx(0.033, abs=0.002)
-    assert roofline.prefill_flops(2000, P, L, d) == pytest.approx(est(2000)["flops"])
+    assert est(2000).attention_share == pytest.approx(0.033, abs=0.002)
+    assert roofline.prefill_flops(2000, P, L, d) == pytest.approx(est(2000).flops)
 
 
 def test_mfu_and_achieved():

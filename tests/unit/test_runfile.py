@@ -1,5 +1,6 @@
 """Run file: round trip, bad lines reported, each line flushed (kill -9 safe)."""
 
+import json
 import os
 import signal
 import subprocess
@@ -9,18 +10,42 @@ import textwrap
 import pytest
 
 from prefilltui.measure.runfile import RunWriter, default_run_path, read_run
+from prefilltui.model.probe_notes import DepthInfo
 from prefilltui.model.types import ProbeResult
 
 
 def test_round_trip(tmp_path):
     p = tmp_path / "sub" / "run.jsonl"
     rs = [ProbeResult(seq=i, requested_tokens=64 * i, prompt_tokens=64 * i, ttft_s=0.01 * i, ok=True,
-                      extra={"n_ctx": 4096} if i == 2 else {}) for i in range(1, 4)]
+                      extra={"from_a_newer_version": [1]} if i == 3 else {}) for i in range(1, 4)]
+    rs[1].notes.n_ctx = 4096
+    rs[1].notes.ignored.append("cached tokens '9' is more than the 8 prompt tokens")
+    rs[1].queue_source = "idle"
+    rs[2].depth = DepthInfo(depth=512, role="probe", prefix_tokens=515, new_tokens=64,
+                            verified=False, flag="no cached-token count")
     with RunWriter(p) as w:
         for r in rs:
             w.append(r)
     back, problems = read_run(p)
     assert problems == [] and back == rs
+    # the declared notes keep the run file's keys under "extra" (docs/runfile.md)
+    lines = [json.loads(x) for x in p.read_text().splitlines() if '"record"' not in x]
+    assert "extra" not in lines[0]
+    assert lines[1]["extra"] == {"n_ctx": 4096, "queue_source": "idle",
+                                 "ignored": ["cached tokens '9' is more than the 8 prompt tokens"]}
+    assert lines[2]["extra"] == {"depth": 512, "depth_role": "probe", "depth_prefix_tokens": 515,
+                                 "depth_new_tokens": 64, "depth_verified": False,
+                                 "depth_flag": "no cached-token count",
+                                 "from_a_newer_version": [1]}
+
+
+def test_notes_of_the_wrong_type_are_kept_untyped_and_the_line_loads():
+    r = ProbeResult.from_json({"seq": 1, "ok": True, "ttft_s": 0.1,
+                               "extra": {"n_ctx": "big", "queue_source": "guessed",
+                                         "ignored": "x", "depth_role": "probe", "depth": 64}})
+    assert r.notes.n_ctx is None and r.queue_source is None and r.notes.ignored == []
+    assert r.depth.depth == 64 and r.depth.verified is None
+    assert r.extra == {"n_ctx": "big", "queue_source": "guessed", "ignored": "x"}
 
 
 def test_bad_lines_reported(tmp_path):

@@ -235,23 +235,22 @@ def test_pacing_rules():
 def test_session_pacing_defaults():
     """The TUI paces by default (duty 0.5, the sensor's idle floor); the headless sweep
     keeps back-to-back probing unless --duty is given; --pause 0 is back-to-back."""
-    from argparse import Namespace
-
+    from prefilltui.options import SweepDesign
     from prefilltui.session import SessionError, session_pacing
 
     class Cpu:  # a CPU sampler at 10 Hz: one period is its window
         period_s = sensor_window_s = 0.1
 
-    tui = session_pacing(Namespace(), Cpu(), continuous=True)
+    tui = session_pacing(SweepDesign(), Cpu(), continuous=True)
     assert (tui.duty, tui.idle_floor_s) == (0.5, 0.2) and abs(tui.burst_min_s - 3.358) < 1e-3
-    assert session_pacing(Namespace(), None, continuous=True).idle_floor_s == 2.0
-    assert session_pacing(Namespace(pause=0.0), Cpu(), continuous=True).idle_after(9.0) == 0
-    assert session_pacing(Namespace(), Cpu(), continuous=False) is None
-    assert session_pacing(Namespace(duty=0.25), None, continuous=False).idle_after(1.0) == 3.0
+    assert session_pacing(SweepDesign(), None, continuous=True).idle_floor_s == 2.0
+    assert session_pacing(SweepDesign(pause_s=0.0), Cpu(), continuous=True).idle_after(9.0) == 0
+    assert session_pacing(SweepDesign(), Cpu(), continuous=False) is None
+    assert session_pacing(SweepDesign(duty=0.25), None, continuous=False).idle_after(1.0) == 3.0
     import pytest
 
     with pytest.raises(SessionError):
-        session_pacing(Namespace(duty=2.0), None, continuous=True)
+        session_pacing(SweepDesign(duty=2.0), None, continuous=True)
 
 
 def test_pacing_describe():

@@ -4,18 +4,19 @@ failed calibration request is said at once, never a silent extra timeout."""
 
 from __future__ import annotations
 
-import argparse
 import time
 
+from prefilltui.options import (ProbeOptions, RunFileOptions, SessionOptions, SweepDesign,
+                                TelemetryOptions)
 from prefilltui.session import build_session
 from tests.fakeserver import Reply, llama_routes, models_reply, sse_data, sse_done, sse_text
 
 
-def _options(tmp_path, **kw) -> argparse.Namespace:
-    base = dict(lengths=[16], warmup=0, timeout=2.0, no_telemetry=True,
-                out=str(tmp_path / "run.jsonl"))
-    base.update(kw)
-    return argparse.Namespace(**base)
+def _options(tmp_path, timeout: float = 2.0) -> SessionOptions:
+    return SessionOptions(probe=ProbeOptions(timeout_s=timeout),
+                          design=SweepDesign(lengths=(16,), warmup=0),
+                          telemetry=TelemetryOptions(enabled=False),
+                          run_file=RunFileOptions(path=str(tmp_path / "run.jsonl")))
 
 
 def _ok_stream(req) -> Reply:

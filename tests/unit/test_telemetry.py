@@ -61,7 +61,7 @@ def test_energy_counter_window():
     r = ProbeResult(t_send=0.0, t_end=60.0)
     s.attribute(r)
     assert r.telemetry_device == "GPU 0" and round(r.energy_j, 1) == 952.5
-    assert round(r.extra["power_mean_w"], 1) == 15.9
+    assert round(r.power_mean_w, 1) == 15.9
 
 
 def test_gpu1_power_not_supported_gpu0_normal():
@@ -286,7 +286,7 @@ def test_attribution_window_scripted():
     assert r.util_mean_pct == pytest.approx((95 + 99 + 97 + 10) / 4)
     assert r.power_peak_w == 610.0
     # no energy counter: trapezoid over interpolated power from 0.95 to 1.25
-    assert r.extra["energy_source"] == "integrated"
+    assert r.energy_source == "integrated"
     expected = ((280 + 500) / 2 * 0.05 + (500 + 610) / 2 * 0.1 + (610 + 550) / 2 * 0.1
                 + (550 + 305) / 2 * 0.05)
     assert r.energy_j == pytest.approx(expected)

@@ -111,7 +111,7 @@ def test_rapl_power_energy_and_wraparound(tmp_path):
     r = ProbeResult(t_send=0.1, t_end=1.1)
     s.attribute(r)
     assert r.telemetry_device == "CPU"
-    assert r.energy_j == pytest.approx(10.000001) and r.extra["energy_source"] == "counter"
+    assert r.energy_j == pytest.approx(10.000001) and r.energy_source == "counter"
 
 
 def test_rapl_becomes_unreadable_mid_run(tmp_path):

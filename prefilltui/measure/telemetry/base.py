@@ -341,7 +341,7 @@ class Sampler:
     def attribute(self, result: ProbeResult) -> None:
         """Fill result.telemetry_device, util_peak_pct, util_mean_pct, power_peak_w and
         energy_j from the samples in [result.t_send, result.t_end]; the mean power goes
-        to ``result.extra["power_mean_w"]``.  Leaves them None when the window is
+        to ``result.power_mean_w``.  Leaves them None when the window is
         missing or nothing was sampled.  Never raises."""
         if result.t_send is None or result.t_end is None:
             return
@@ -356,10 +356,8 @@ class Sampler:
         result.util_mean_pct = w.util_mean_pct
         result.power_peak_w = w.power_peak_w
         result.energy_j = w.energy_j
-        if w.power_mean_w is not None:
-            result.extra["power_mean_w"] = w.power_mean_w
-        if w.energy_source is not None:
-            result.extra["energy_source"] = w.energy_source
+        result.power_mean_w = w.power_mean_w
+        result.energy_source = w.energy_source
 
     # -- ProbeHook -----------------------------------------------------------------
     async def before_probe(self, client: Any) -> None:

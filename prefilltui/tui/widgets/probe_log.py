@@ -29,6 +29,7 @@ from textual.reactive import Reactive
 from textual.scroll_view import ScrollView
 from textual.strip import Strip
 
+from prefilltui.model.sanitize import clean
 from prefilltui.model.types import ProbeResult
 from prefilltui.model.units import MISSING
 
@@ -89,7 +90,7 @@ def probe_message(r: ProbeResult) -> str:
         if r.energy_j is not None:
             head += f", {r.energy_j:.2f} J"
         return head
-    msg = r.error_message or "no message"
+    msg = clean(r.error_message or "no message")  # a server's words: controls escaped
     status = f" (HTTP {r.http_status})" if r.http_status else ""
     return f"{head}; failed: {r.error_kind}{status}: {msg}"
 

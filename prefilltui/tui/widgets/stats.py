@@ -10,6 +10,7 @@ from rich.text import Text
 from textual.widgets import Static
 
 from prefilltui.model.intercept import physical_ci, pin_bound_s
+from prefilltui.model.sanitize import clean
 from prefilltui.model.units import MISSING
 from prefilltui.tui.viewmodel import StatsView
 
@@ -132,7 +133,7 @@ def stats_text(v: StatsView) -> Text:
                  + (f", last {v.last_cached_tokens}" if v.last_cached_tokens else "")
                  + "\n", style="bold")
     for note in v.notes:
-        t.append(note + "\n", style="italic")
+        t.append(clean(note, multiline=True) + "\n", style="italic")
     t.rstrip()
     return t
 

@@ -1,0 +1,97 @@
+"""What the exporter computes for the alerts from a target's probes and settings: the
+explicit baseline, the per-length TTFT figures, the hang threshold and the histogram
+buckets (the window's fit and verdict are ``analysis.analyze``'s ``RunSummary``).
+
+Pure computation on results and a ``TargetConfig`` (``explicit_baseline`` alone reads
+a file: the healthy run of ``baseline_run``).  Never raises for bad probe data.
+"""
+
+from __future__ import annotations
+
+import math
+import statistics
+from dataclasses import dataclass
+from typing import Iterable, Literal
+
+from prefilltui.exporter.config import TargetConfig
+from prefilltui.model.summary import RunSummary
+from prefilltui.model.types import ProbeResult
+
+BaselineSource = Literal["config", "baseline_run", "roofline"]
+
+#: The 1-2-5 series the TTFT histogram's bounds are taken from (s): from the fastest
+#: fixed cost a loopback server shows (~5 ms) up; the probe timeout closes the list.
+_SERIES_S = (0.005, 0.01, 0.02, 0.05, 0.1, 0.2, 0.5, 1.0, 2.0, 5.0, 10.0, 20.0, 50.0, 100.0,
+             200.0, 500.0, 1000.0)
+#: A probe in flight longer than this many times the slowest TTFT of the window is a
+#: hang even when ``hang_after`` is shorter (a CPU target's long prompts take tens of s).
+HANG_SLOWEST_FACTOR = 3.0
+
+
+def ttft_buckets(timeout_s: float) -> tuple[float, ...]:
+    """Histogram bounds (s) for probes capped at ``timeout_s``: the 1-2-5 series below
+    the timeout, then the timeout itself, so every successful probe has a finite bucket
+    (a probe over the timeout fails and is counted as a timeout, not observed)."""
+    return tuple(b for b in _SERIES_S if b < timeout_s * 0.999) + (float(timeout_s),)
+
+
+@dataclass(frozen=True, slots=True)
+class Expected:
+    """An explicit expected prefill throughput (prompt tokens/s) and where it came
+    from: the config's number, a healthy run's fit, or the roofline (an estimate)."""
+
+    tokens_per_s: float
+    source: BaselineSource
+
+
+def explicit_baseline(cfg: TargetConfig) -> Expected | None:
+    """The config's expected throughput: ``expected_throughput`` (a number), else the
+    fit of ``baseline_run``; None for "roofline" (known once the model is) or none.
+
+    Raises:
+        ValueError: naming the target, when ``baseline_run`` cannot be read or holds
+            no fit (fewer than 3 usable probes, one length, or no slope).
+    """
+    if isinstance(cfg.expected_throughput, (int, float)):
+        return Expected(float(cfg.expected_throughput), "config")
+    if not cfg.baseline_run:
+        return None
+    from prefilltui.measure.runfile import load_baseline
+
+    try:
+        fit = load_baseline(cfg.baseline_run)
+    except (OSError, ValueError) as e:
+        raise ValueError(f"target {cfg.label!r}: baseline_run {cfg.baseline_run}: {e}") from None
+    tps = fit.prefill_tokens_per_s
+    if not tps or not math.isfinite(tps) or tps <= 0:
+        raise ValueError(f"target {cfg.label!r}: baseline_run {cfg.baseline_run}: its fit has "
+                         "no prefill throughput (TTFT does not grow with the prompt)")
+    return Expected(float(tps), "baseline_run")
+
+
+def hang_threshold(cfg: TargetConfig, window: Iterable[ProbeResult]) -> float:
+    """Seconds a probe may be in flight before it is a hang: ``cfg.hang_after_s``, or
+    ``HANG_SLOWEST_FACTOR`` x the slowest TTFT in the window when that is longer."""
+    slowest = max((r.ttft_s for r in window if r.ttft_s is not None), default=0.0)
+    return max(cfg.hang_after_s, HANG_SLOWEST_FACTOR * slowest)
+
+
+def length_medians(window: Iterable[ProbeResult]) -> tuple[tuple[int, float], ...]:
+    """(requested tokens, median TTFT in s) of the window's probes, by length: exact
+    figures from the probes themselves (the dashboard's TTFT by length)."""
+    by: dict[int, list[float]] = {}
+    for r in window:
+        if r.ttft_s is not None and r.requested_tokens:
+            by.setdefault(int(r.requested_tokens), []).append(float(r.ttft_s))
+    return tuple((n, statistics.median(v)) for n, v in sorted(by.items()))
+
+
+def roofline_expected(summary: RunSummary | None) -> float | None:
+    """The roofline's expected prefill throughput (prompt tokens/s) of a window summary:
+    ``efficiency`` x the peak FLOP/s over 2 x params FLOPs per token (linear FLOPs: an
+    estimate), or None without a peak and a parameter count."""
+    if summary is None or summary.roofline is None or summary.model is None:
+        return None
+    peak, eff = summary.roofline.peak_flops, summary.roofline.efficiency
+    params = summary.model.params
+    return eff * peak / (2.0 * params) if params and peak and eff else None

@@ -1,0 +1,220 @@
+"""What a probe noticed about the server's path, and what the session says once.
+
+``ProbeClient`` (``probe.py``) marks what it saw on a probe in ``ProbeResult.notes``
+(``model.probe_notes``; the run file keeps each under its key in ``extra``); ``note``
+turns each kind into one session notice (the summary says it once).  The vocabulary
+(docs/measurement.md, docs/runfile.md):
+
+  note / extra key     meaning                                              notice label
+  cap_ignored          a 2nd token (or usage > 1) with max_tokens 1:        max_tokens ignored
+                       the stream is closed at the 2nd token, TTFT stands
+  content_type         a valid event stream under another content type      stream labelled ...
+  content_encoding     a compressed stream (decoded)                        compressed stream
+  redirected           the POST followed a 307/308 (``to``, ``hops``)       redirected
+  token_channel        where the first token was: text, content,            token not text
+                       reasoning, tool_call, hidden (only counted)
+  token_with_end       the token's read also brought the end                (see below)
+  arrival_s            a buffered answer's time (never a TTFT; ProbeResult.arrival_s)
+  rejected_field       a field the server rejected (``replaced_by``)        sent without / for
+
+A token that arrives together with the end is the mark of a buffering gateway, but
+an unbuffered proxy can also coalesce a one-token answer.  ``settle_buffered``
+decides once per client (``check_streaming``: one request for ``CHECK_TOKENS``
+tokens; a streaming path spreads them over reads, a buffering one releases them
+at once): on a buffering path, or when the check cannot tell, such a probe fails
+as ``buffered`` (out of the fit, its time kept as ``arrival_s``, never shown as
+TTFT or prefill).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import time
+from typing import Protocol
+
+import httpx
+
+from prefilltui.measure import bounded
+from prefilltui.measure.sse import SSEStreamDecoder, classify_chunk, classify_response_event
+from prefilltui.model.types import JsonObject, ProbeResult, ServerInfo
+
+
+class ProbeClient(Protocol):
+    """What these helpers use of ``probe.ProbeClient`` (a protocol: no import cycle)."""
+
+    notices: dict[str, str]
+    streaming: str | None
+    has_responses: bool | None
+    timeout: float
+    api: str
+    v1: str
+    model: str | None
+    info: ServerInfo | None
+
+    @property
+    def endpoint(self) -> str: ...
+    @property
+    def http(self) -> httpx.AsyncClient: ...
+    def _body(self, prompt: str, cap: int = 1) -> JsonObject: ...
+    async def _send(self, url: str, body: dict, r: ProbeResult,
+                    stamps: dict[str, float]) -> httpx.Response: ...
+
+#: A read that ends the body this soon after the token's read ends it "together"
+#: (an unbuffered server sends its finish chunk and terminator as separate writes).
+BUFFER_EOF_S = 0.002
+#: Tokens the streaming check asks for, and the least spread of their arrival
+#: that proves a streaming path (decode steps of real servers take >= ~2 ms each).
+CHECK_TOKENS = 8
+BUFFER_SPREAD_S = 0.002
+#: What a user can do about a buffering path.
+BUFFER_ADVICE = ("turn off response buffering on the gateway or proxy (nginx: "
+                 "proxy_buffering off, or the X-Accel-Buffering: no header) or probe the server "
+                 "directly; such probes stay out of the fit")
+_CHECK_PROMPT = "Count from one to twenty in words, separated by spaces:"
+
+
+def second_token(r: ProbeResult, now: float, cap: int | None) -> None:
+    """Note the second token event of a one-token probe (the stream is closed)."""
+    first = (r.t_send or 0.0) + (r.ttft_s or 0.0)
+    after = f" {max(0.0, now - first) * 1e3:.0f} ms after the first" if r.t_send else ""
+    if cap == 1:
+        r.notes.cap_ignored = (f"a second token came{after}: the server ignored max_tokens 1; "
+                               "the client closed the stream")
+    else:
+        why = f"the cap is {cap}" if cap else "the server takes no token cap"
+        r.notes.stream_end = f"closed by the client at the second token ({why})"
+
+
+def count_tokens(r: ProbeResult, n: int, cap: int | None) -> None:
+    """``usage.completion_tokens`` over the cap of 1 proves it was ignored."""
+    if cap == 1 and n > 1 and r.notes.cap_ignored is None:
+        r.notes.cap_ignored = f"usage says {n} completion tokens for max_tokens 1"
+
+
+_CHANNEL_WORDS = {
+    "reasoning": "hidden reasoning (reasoning_content, reasoning or thinking deltas)",
+    "tool_call": "a tool call",
+    "hidden": "counted by the server (usage.completion_tokens) but sent as no text",
+}
+
+
+def note(client: ProbeClient, r: ProbeResult) -> None:
+    """Say each kind this probe showed once in ``client.notices``."""
+    n, x = client.notices, r.notes
+    if x.cap_ignored is not None:
+        n.setdefault("max_tokens ignored",
+                     f"the server streams past max_tokens 1 ({x.cap_ignored}): each probe's "
+                     "stream is closed at the second token and its TTFT stands (run file: "
+                     "extra.cap_ignored)")
+    if x.content_type is not None:
+        n.setdefault(f"stream labelled {x.content_type}",
+                     f"the server labels its event stream {x.content_type!r}, not "
+                     "text/event-stream; it is read as SSE (run file: extra.content_type)")
+    if x.content_encoding is not None:
+        n.setdefault("compressed stream",
+                     f"the server compresses the stream ({x.content_encoding}) although "
+                     "probes ask for identity; it is decoded as it arrives")
+    if x.redirected is not None:
+        red = x.redirected
+        n.setdefault("redirected",
+                     f"probes are redirected (HTTP {red.status}) to {red.to}: TTFT is "
+                     "timed from the redirected request; use that URL to save the round trip")
+    channel = x.token_channel
+    if r.ok and channel in _CHANNEL_WORDS:
+        how = ("TTFT is timed at the first event of the answer (finish_reason or usage)"
+               if channel == "hidden" else "TTFT is timed at it")
+        n.setdefault("token not text",
+                     f"a probe's generated token was not visible text but "
+                     f"{_CHANNEL_WORDS[channel]}: {how} (run file: extra.token_channel)")
+    if r.error_kind == "buffered":
+        n.setdefault("buffered",
+                     "the answer arrives all at once (a gateway or proxy buffers the stream): "
+                     "TTFT cannot be known; " + BUFFER_ADVICE)
+
+
+async def settle_buffered(client: ProbeClient, r: ProbeResult) -> None:
+    """Decide a probe whose token came with the end (see the module docstring)."""
+    if client.streaming is None:
+        client.streaming = await check_streaming(client)
+    if client.streaming == "streams":
+        return
+    arrival = r.ttft_s
+    r.arrival_s = arrival
+    r.ttft_s = None
+    r.ok = False
+    r.error_kind = "buffered"
+    seen = ("a check got 8 tokens in one read" if client.streaming == "buffers"
+            else "the token came in the same read as the end of the stream")
+    r.error_message = (f"the answer arrived all at once ({seen}, "
+                       f"{(arrival or 0) * 1e3:.0f} ms after the request): a gateway or proxy "
+                       "buffers the stream, so TTFT cannot be known; " + BUFFER_ADVICE)
+
+
+async def check_streaming(client: ProbeClient) -> str:
+    """"streams", "buffers" or "unknown": one request for CHECK_TOKENS tokens, read
+    until they came (bounded by the client's timeout); never raises."""
+    body = client._body(_CHECK_PROMPT, CHECK_TOKENS)
+    classify = classify_response_event if client.api == "responses" else classify_chunk
+    times: list[float] = []
+    scratch = ProbeResult()
+    try:
+        async with asyncio.timeout(client.timeout):
+            resp = await client._send(client.endpoint, body, scratch, {})
+            try:
+                if resp.status_code != 200:
+                    return "unknown"
+                dec, size = SSEStreamDecoder(), 0
+                async for chunk in bounded.aiter_decoded(resp):
+                    now = time.perf_counter()
+                    size += len(chunk)
+                    for ev in dec.feed(chunk):
+                        try:
+                            if classify(json.loads(ev.data)).has_token:
+                                times.append(now)
+                        except ValueError:
+                            continue
+                    if len(times) >= CHECK_TOKENS or size > 1_000_000:
+                        break
+            finally:
+                await resp.aclose()
+    except (httpx.HTTPError, TimeoutError):
+        pass
+    if len(times) < 2:
+        return "unknown"
+    return "streams" if times[-1] - times[0] >= BUFFER_SPREAD_S else "buffers"
+
+
+async def responses_hint(client: ProbeClient, r: ProbeResult) -> None:
+    """On a 404/405 from the completions or chat endpoint: does the server answer
+    ``/v1/responses`` (the Responses API) instead?  Asked once per client with an
+    empty body (a server that has it answers 400/422); the answer is added to the
+    message and said once."""
+    if client.has_responses is None:
+        client.has_responses = False
+        try:
+            resp = await bounded.fetch(client.http, "POST", client.v1 + "/responses", json={},
+                                       max_bytes=bounded.MAX_META_BYTES,
+                                       deadline_s=min(10.0, client.timeout))
+            client.has_responses = resp.status in (200, 400, 401, 403, 422)
+        except (httpx.HTTPError, TimeoutError):
+            pass
+    if client.has_responses:
+        r.error_message = (f"{r.error_message}; the server answers /v1/responses (the Responses "
+                           "API) instead: use --api responses")
+        client.notices.setdefault(
+            "use --api responses",
+            f"the server has no /v1{'/chat' if client.api == 'chat' else ''}/completions but "
+            "answers /v1/responses: run with --api responses")
+
+
+def model_hint(client: ProbeClient, r: ProbeResult) -> None:
+    """A 4xx on a server that lists several models: name them and ``--model`` (the
+    one probed may be an embedding or reranker model the listing did not reveal)."""
+    info = client.info
+    if (r.ok or r.error_kind != "http" or not r.http_status or not 400 <= r.http_status < 500
+            or info is None or len(info.models) < 2 or r.http_status in (401, 403)):
+        return
+    others = [m for m in info.models if m != client.model][:5]
+    r.error_message = (f"{r.error_message} (model {client.model}; the server also lists "
+                       f"{', '.join(others)}: pass --model NAME to probe another)")
