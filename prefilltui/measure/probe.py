@@ -352,7 +352,7 @@ class ProbeClient:
             n = round(self.lengths.predict(words))
             n = min(n, ctx // 2) if ctx else n
             failed = await self._calibration_probe(
-                n, f"{i} of {len(CALIBRATION_WORDS)}", "its prompt token count", on_step)
+                n, f"{i} of {len(CALIBRATION_WORDS)}", "the server's token count", on_step)
             if failed is not None:
                 return failed
             if self._last_calibration.prompt_tokens_source not in ("usage", "timings"):
@@ -363,8 +363,8 @@ class ProbeClient:
                                  on_step: Callable[[str], None] | None) -> ProbeResult | None:
         """One calibration request; the failed result (noted once) or None."""
         if on_step is not None:
-            on_step(f"calibrating prompt lengths: request {which} (~{tokens} tokens) to "
-                    f"learn {learns}, waiting up to {self.timeout:g} s")
+            on_step(f"calibrating prompt lengths (request {which}, ~{tokens} tokens, up to "
+                    f"{self.timeout:g} s): learning {learns}")
         r = self._last_calibration = await self.probe(tokens, warmup=True)
         if r.ok:
             return None

@@ -401,8 +401,8 @@ class SweepRunner:
             if calibrate is not None:  # before the first probe, warm-up or not
                 failed = await calibrate(on_step=lambda d: self._set_state("connecting", d))
                 if failed is not None:  # said at once (a note), not a silent wait
-                    self._plan_changed(
-                        "", extra=f"the calibration request ({failed.requested_tokens} tokens) "
+                    self._add_note(
+                        f"the calibration request ({failed.requested_tokens} tokens) "
                         f"failed after {(failed.total_s or 0):.1f} s ({failed.error_kind}: "
                         f"{failed.error_message}); prompt lengths start from the built-in "
                         "estimate")
@@ -532,13 +532,16 @@ class SweepRunner:
         self._set_state("burst", f"done: {text}")
         return elapsed
 
-    def _plan_changed(self, why: str, extra: str | None = None, *, reserve: bool = True
-                      ) -> None:
+    def _add_note(self, note: str) -> None:
+        """One more note about the session, said at once (``on_plan``)."""
+        if note not in self.notes:
+            self.notes.append(note)
+        self._report_plan()
+
+    def _plan_changed(self, why: str, *, reserve: bool = True) -> None:
         """Say which requested lengths the context cap changes (notes, cap_note) and
-        report the lengths that will run (``on_plan``); ``extra``: one more note;
-        ``reserve``: the cap keeps CONTEXT_RESERVE and 2 % free (a context cap)."""
-        if extra and extra not in self.notes:
-            self.notes.append(extra)
+        report the lengths that will run (``on_plan``); ``reserve``: the cap keeps
+        CONTEXT_RESERVE and 2 % free (a context cap)."""
         cap = self._cap
         over = [x for x in self._lengths if cap is not None and x > cap]
         if over:
@@ -554,7 +557,10 @@ class SweepRunner:
                        if merged else ""))
             if note not in self.notes:
                 self.notes.append(note)
-            self.cap_note = f"capped at {cap} tok (context)"
+            self.cap_note = f"capped at {cap} tok ({'context' if reserve else 'context unknown'})"
+        self._report_plan()
+
+    def _report_plan(self) -> None:
         if self.on_plan is not None:
             try:
                 self.on_plan(self.lengths, list(self.notes))

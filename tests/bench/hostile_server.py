@@ -16,6 +16,8 @@ with ``usage`` on ``/v1/completions``.  The options make it hostile:
                         ``get`` (every discovery GET), ``all`` (those and POST /tokenize)
 ``--trickle-metrics S`` ``/metrics`` sends one byte every S seconds, never ending
 ``--models-mb M``       ``/v1/models`` is a valid JSON list of M MiB of model entries
+``--no-tokenize``       no ``/tokenize`` (the client calibrates with two requests)
+``--stall-completions S`` completions answer only after S seconds
 Used by ``tests/bench/bench_hostile.py``; loopback only.
 """
 
@@ -126,7 +128,7 @@ class Hostile:
                                             "total_slots": 1}).encode()))
         elif method == b"GET" and path == b"/metrics":
             w.write(_reply(200, METRICS, "text/plain"))
-        elif method == b"POST" and path.endswith(b"/tokenize"):
+        elif method == b"POST" and path.endswith(b"/tokenize") and not self.o.no_tokenize:
             try:
                 text = json.loads(body).get("content") or ""
             except (ValueError, AttributeError):
@@ -134,6 +136,8 @@ class Hostile:
             w.write(_reply(200, json.dumps({"tokens": list(range(len(text.split()) + 1))})
                            .encode()))
         elif method == b"POST" and path.endswith(b"/completions"):
+            if self.o.stall_completions:
+                await asyncio.sleep(self.o.stall_completions)
             try:
                 n = len(str(json.loads(body).get("prompt", "")).split()) + 1
             except (ValueError, AttributeError):
@@ -165,6 +169,8 @@ def main(argv: list[str] | None = None) -> None:
     p.add_argument("--paths", choices=("models", "get", "all"), default="models")
     p.add_argument("--trickle-metrics", type=float, default=0)
     p.add_argument("--models-mb", type=float, default=0)
+    p.add_argument("--no-tokenize", action="store_true")
+    p.add_argument("--stall-completions", type=float, default=0)
     opts = p.parse_args(argv)
     try:
         asyncio.run(main_async(opts))

@@ -12,9 +12,9 @@ from prefilltui.session import build_session
 from tests.fakeserver import Reply, llama_routes, models_reply, sse_data, sse_done, sse_text
 
 
-def _options(tmp_path, timeout: float = 2.0) -> SessionOptions:
+def _options(tmp_path, timeout: float = 2.0, lengths=(16,)) -> SessionOptions:
     return SessionOptions(probe=ProbeOptions(timeout_s=timeout),
-                          design=SweepDesign(lengths=(16,), warmup=0),
+                          design=SweepDesign(lengths=tuple(lengths), warmup=0),
                           telemetry=TelemetryOptions(enabled=False),
                           run_file=RunFileOptions(path=str(tmp_path / "run.jsonl")))
 
@@ -62,14 +62,18 @@ def test_calibration_says_what_it_waits_for_and_a_failure_is_noted(fake_server, 
     stuck = Reply.sse([(30.0, sse_done())])
     srv = fake_server({"GET /v1/models": models_reply("m", max_model_len=4096),
                        "POST /v1/completions": stuck})
-    runner, states, took = _run(build_session(_options(tmp_path, timeout=1.0), srv.base_url), 60)
+    opts = _options(tmp_path, timeout=1.0, lengths=(16, 8000))  # 8000: over the context
+    runner, states, took = _run(build_session(opts, srv.base_url), 60)
     waits = [d for _, s, d in states if s == "connecting" and d.startswith("calibrating")]
-    assert waits and "request 1 of 2" in waits[0] and "waiting up to 1 s" in waits[0]
-    assert "prompt token count" in waits[0]
-    # one failed calibration request stops calibrating (no second request) and is said
+    assert waits and "(request 1 of 2, ~58 tokens, up to 1 s)" in waits[0]
+    assert "learning the server's token count" in waits[0]
+    # one failed calibration request stops calibrating (no second request) and is said,
+    # without disturbing the other notes (the context cap's stays as it was)
     assert len(waits) == 1
     said = [n for n in runner.notes if "calibration request" in n]
     assert said and "timeout" in said[0] and "failed after 1." in said[0]
+    cap = [n for n in runner.notes if "capped to" in n]
+    assert len(cap) == 1 and "(the server's context is 4096 tokens;" in cap[0], runner.notes
     assert "calibration failed" in runner.notices
     # the connecting state names what it does and its limit
     assert any(s == "connecting" and "discovering the server (up to 1 s a request)" in d
