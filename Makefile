@@ -10,7 +10,7 @@ BIN    := $(VENV)/bin
 ARGS        ?=
 PYTEST_ARGS ?=
 
-.PHONY: setup target demo test bench
+.PHONY: setup target demo test bench torch-venv
 
 # The venv, with the project installed editable plus its test extras.
 $(BIN)/prefilltui: pyproject.toml
@@ -34,3 +34,10 @@ test: target
 # the llama-server agreement figure is skipped, with a message, when the target is not built
 bench: setup
 	$(BIN)/python -m tests.bench $(ARGS)
+
+# A python with torch (the CPU wheel: "+cpu" so pip can never pick a CUDA build) and transformers for the live FLOP-counter test
+# (tests/flopcount/): its own venv in the cache, never the app's.
+TORCH_VENV := $(or $(XDG_CACHE_HOME),$(HOME)/.cache)/prefilltui/torch-cpu
+torch-venv:
+	test -x $(TORCH_VENV)/bin/python || $(PYTHON) -m venv $(TORCH_VENV)
+	$(TORCH_VENV)/bin/pip install --disable-pip-version-check 'torch==2.13.0+cpu' transformers

@@ -16,6 +16,7 @@ and is also the documented default of its flag.
 - ``AnalysisOptions``, ``RooflineSpec`` (``model.spec``) the fit shown and the roofline
                        inputs: defined in the model, which reads them, and re-exported
                        here so this module names every option.
+- ``LoadOptions``      the background load (``--load``, ``--load-levels``), off by default.
 - ``DisplayOptions``   what only the TUI reads.
 - ``SessionOptions``   what ``session.build_session`` needs: the records above together.
 
@@ -28,10 +29,11 @@ from dataclasses import dataclass
 from typing import Literal
 
 from prefilltui.model import defaults
+from prefilltui.model.loadspec import LoadSpec
 from prefilltui.model.spec import AnalysisOptions, RooflineSpec, read_model_config
 
 __all__ = ["ApiKind", "ProbeOptions", "SweepDesign", "TelemetryOptions", "RunFileOptions",
-           "DisplayOptions", "SessionOptions", "AnalysisOptions", "RooflineSpec",
+           "LoadOptions", "LoadSpec", "DisplayOptions", "SessionOptions", "AnalysisOptions", "RooflineSpec",
            "read_model_config", "API_KEY_ENV"]
 
 #: Which endpoint a probe uses: /v1/completions, /v1/chat/completions or /v1/responses.
@@ -119,6 +121,27 @@ class RunFileOptions:
 
 
 @dataclass(frozen=True, slots=True)
+class LoadOptions:
+    """The background load (docs/load.md): ``spec`` (``--load``; None: no load, the
+    default: nothing is sent unasked) and ``levels`` (``--load-levels``: the sweep runs
+    once per level, decode streams or requests/s as the spec's kind says)."""
+
+    spec: LoadSpec | None = None
+    levels: tuple[float, ...] = ()
+
+    def effective(self) -> LoadSpec | None:
+        """The load the session runs: the spec at the highest level when levels are
+        given (a decode load when no spec is), else the spec; None for no load.
+
+        Raises:
+            ValueError: a level the spec's kind does not take (``LoadSpec.at``).
+        """
+        if not self.levels:
+            return self.spec
+        return (self.spec or LoadSpec("decode", 1.0)).at(max(self.levels))
+
+
+@dataclass(frozen=True, slots=True)
 class DisplayOptions:
     """What only the TUI reads: ``theme`` (a theme name or a theme TOML file)."""
 
@@ -134,3 +157,4 @@ class SessionOptions:
     telemetry: TelemetryOptions = TelemetryOptions()
     run_file: RunFileOptions = RunFileOptions()
     analysis: AnalysisOptions = AnalysisOptions()
+    load: LoadOptions = LoadOptions()

@@ -19,6 +19,8 @@ from pathlib import Path
 from typing import Callable
 
 from prefilltui.model.fit import LinearFit
+from prefilltui.measure.load import LoadGenerator
+from prefilltui.measure.load_hook import LoadHook
 from prefilltui.measure.metrics_hook import MetricsHook
 from prefilltui.model.pacing import Pacing, auto_pacing
 from prefilltui.measure.probe import ProbeClient
@@ -29,6 +31,11 @@ from prefilltui.measure.telemetry import Sampler
 from prefilltui.model.types import ProbeResult
 from prefilltui.exit_codes import ExitCode
 from prefilltui.options import ProbeOptions, SessionOptions, SweepDesign
+
+
+#: Prompt seed offset between successive runners of one session (the first keeps
+#: ``--seed`` itself; depth probes use +1, the load +2 and +7).
+RUNNER_SEED_STRIDE = 100
 
 
 class SessionError(Exception):
@@ -62,7 +69,8 @@ def client_factory(probe: ProbeOptions, base_url: str, seed: int | None = None
     """A factory of probe clients for ``base_url`` with ``probe``'s API flavour, model,
     API key, time cap (``timeout_s``: the one route of ``--timeout`` to the client), TLS
     verification and proxy (``measure.proxy``), and the prompt seed ``seed``
-    (``seed_offset`` added, for a second client whose prompts must differ).
+    (``seed_offset`` added, for a second client whose prompts must differ;
+    ``max_connections``: the pool's size, raised for the background load's streams).
 
     Raises:
         SessionError: (USAGE) an API key that cannot be sent, or an unusable proxy.
@@ -75,11 +83,12 @@ def client_factory(probe: ProbeOptions, base_url: str, seed: int | None = None
     except ProxyError as exc:
         raise SessionError(str(exc), ExitCode.USAGE) from None
 
-    def new_client(seed_offset: int = 0) -> ProbeClient:
+    def new_client(seed_offset: int = 0, max_connections: int = 4) -> ProbeClient:
         return ProbeClient(base_url, api=probe.api, model=probe.model, api_key=api_key,
                            timeout=probe.timeout_s, verify=not probe.insecure,
                            proxy=probe.proxy,
-                           seed=None if seed is None else seed + seed_offset)
+                           seed=None if seed is None else seed + seed_offset,
+                           max_connections=max_connections)
 
     return new_client
 
@@ -147,6 +156,10 @@ class Session:
     baseline_problem: str | None = None
     runner: SweepRunner | None = None
     hooks: list[ProbeHook] = field(default_factory=list)
+    #: the background load (``--load``), not started; None unless asked for
+    load: LoadGenerator | None = None
+    load_hook: LoadHook | None = None
+    _runners: int = 0
 
     @property
     def run_path(self) -> Path:
@@ -156,14 +169,39 @@ class Session:
                    on_state: Callable[[str, str], None] | None = None, *,
                    on_plan: Callable[[list[int], list[str]], None] | None = None
                    ) -> SweepRunner:
-        """The session's SweepRunner (one per session; not started)."""
-        self.runner = SweepRunner(self.new_client, self.config, on_result=on_result,
+        """The session's SweepRunner (not started).  A new one (the next load level)
+        replaces the last; the metrics hook then reads through the new client."""
+        factory = self.new_client
+        if self.runner is not None:
+            self.metrics.rebind()
+            # new prompts for each runner: a level's probes must never hit the prefix
+            # cache with an earlier level's prompts (same --seed, same words)
+            self._runners += 1
+            offset = RUNNER_SEED_STRIDE * self._runners
+            factory = lambda: self.new_client(seed_offset=offset)  # noqa: E731
+        self.runner = SweepRunner(factory, self.config, on_result=on_result,
                                   on_state=on_state, on_plan=on_plan, runfile=self.writer,
                                   hooks=self.hooks)
         return self.runner
 
+    def start_load(self, *, wait_s: float = 60.0, min_tokens: int = 4) -> bool:
+        """Start the background load (when configured) and wait up to ``wait_s`` for it
+        to reach its level (every decode stream ``min_tokens`` tokens in); returns whether it did (False: no load, a fault, or still
+        starting; ``load.fault`` / ``load.detail`` say why)."""
+        if self.load is None:
+            return False
+        if self.load.state == "off":
+            self.load.start()
+        return self.load.wait_steady(wait_s, min_tokens) if wait_s > 0 else self.load.alive
+
     def close(self) -> None:
-        """Stop the runner and the sampler and close the run file (idempotent)."""
+        """Stop the load, the runner and the sampler and close the run file
+        (idempotent)."""
+        if self.load is not None:
+            try:
+                self.load.stop(timeout=5.0)
+            except Exception:  # noqa: BLE001 - shutting down
+                pass
         if self.runner is not None:
             try:
                 self.runner.stop(timeout=5.0)
@@ -227,6 +265,18 @@ def build_session(options: SessionOptions, base_url: str, *, continuous: bool = 
     session = Session(base_url=base_url, options=options, new_client=new_client,
                       lengths=lengths, config=config, writer=writer, sampler=sampler,
                       metrics=metrics, hooks=[metrics] + ([sampler] if sampler else []))
+    try:
+        spec = options.load.effective()
+    except ValueError as exc:
+        writer.close()
+        if sampler is not None:
+            sampler.stop()
+        raise SessionError(f"--load-levels: {exc}", ExitCode.USAGE) from None
+    if spec is not None:
+        session.load = LoadGenerator(spec, new_client, runfile=writer, seed=design.seed)
+        session.load_hook = LoadHook(session.load, metrics)
+        session.hooks.append(session.load_hook)
+        writer.set_session(load=spec.to_json())
     path = options.analysis.baseline
     if path:
         try:

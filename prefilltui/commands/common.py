@@ -14,9 +14,9 @@ from typing import get_args
 from prefilltui.model import defaults, limits
 from prefilltui.model.sanitize import clean
 from prefilltui.model.types import FIT_METHODS, Dtype
-from prefilltui.options import (API_KEY_ENV, AnalysisOptions, ProbeOptions, RooflineSpec,
-                                RunFileOptions, SessionOptions, SweepDesign, TelemetryOptions,
-                                read_model_config)
+from prefilltui.options import (API_KEY_ENV, AnalysisOptions, LoadOptions, ProbeOptions,
+                                RooflineSpec, RunFileOptions, SessionOptions, SweepDesign,
+                                TelemetryOptions, read_model_config)
 
 
 def _int_list(text: str) -> list[int]:
@@ -307,6 +307,44 @@ def add_analysis_args(p: argparse.ArgumentParser) -> None:
                    help="a saved run to compare the live fit against (drift warning)")
 
 
+def _load_spec(text: str):
+    from prefilltui.model.loadspec import parse_load
+
+    try:
+        return parse_load(text)
+    except ValueError as e:
+        raise argparse.ArgumentTypeError(str(e))
+
+
+def _load_levels(text: str) -> tuple[float, ...]:
+    from prefilltui.model.loadspec import parse_levels
+
+    try:
+        return parse_levels(text)
+    except ValueError as e:
+        raise argparse.ArgumentTypeError(str(e))
+
+
+def add_load_args(p: argparse.ArgumentParser, *, levels: bool = False) -> None:
+    """``--load`` (and, for the headless sweep, ``--load-levels``): background load on
+    the target while probing.  Off unless given: a monitor never loads a server
+    unasked (docs/load.md says what it costs the target)."""
+    g = p.add_argument_group("background load (opt-in; docs/load.md)")
+    g.add_argument("--load", type=_load_spec, metavar="SPEC",
+                   help="keep load on the server while probing and measure what each "
+                        "prefill costs it: decode:N (N decode streams: short prompts, long "
+                        "outputs, restarted when they end; every token's arrival recorded) "
+                        "or rate:R,tokens:L (Poisson arrivals, R requests/s of L-token "
+                        "prompts); bounded: add ,requests:K and/or ,for:10m (default "
+                        "5000 requests, 1h); probes under load never enter the idle fit")
+    if levels:
+        g.add_argument("--load-levels", type=_load_levels, metavar="L,L,...",
+                       help="run the sweep once per load level (decode streams, or "
+                            "requests/s with --load rate:...), e.g. 0,1,2,4,8: TTFT split "
+                            "into queue/prefill/overhead, the fit, decode ITL p50/p99 and "
+                            "stall per level, and where queueing takes over")
+
+
 def add_output_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--format", choices=("text", "json"), default="text",
                    help="text summary (default) or one JSON object on stdout")
@@ -357,11 +395,17 @@ def telemetry_options(args: argparse.Namespace) -> TelemetryOptions:
                             sample_hz=args.sample_hz)
 
 
-def session_options(args: argparse.Namespace, *, depths: list[int] | None = None
-                    ) -> SessionOptions:
+def load_options(args: argparse.Namespace, *, levels: bool = False) -> LoadOptions:
+    """``add_load_args``'s flags (``--load-levels`` where ``levels``)."""
+    return LoadOptions(spec=args.load, levels=tuple(args.load_levels or ()) if levels else ())
+
+
+def session_options(args: argparse.Namespace, *, depths: list[int] | None = None,
+                    load: LoadOptions = LoadOptions()) -> SessionOptions:
     """The options of a measuring command (server, sweep, hardware, telemetry and
-    analysis groups, ``--out``)."""
+    analysis groups, ``--out``; ``load``: the command's ``load_options``, none by
+    default)."""
     return SessionOptions(probe=probe_options(args), design=sweep_design(args, depths=depths),
                           telemetry=telemetry_options(args),
                           run_file=RunFileOptions(path=args.out),
-                          analysis=analysis_options(args))
+                          analysis=analysis_options(args), load=load)

@@ -24,10 +24,12 @@ from prefilltui.commands.common import (
     add_depth_arg,
     add_hardware_args,
     add_output_args,
+    add_load_args,
     add_server_args,
     add_sweep_args,
     add_telemetry_args,
     err,
+    load_options,
     session_options,
 )
 from prefilltui.commands.watch import add_tui_args, display_options
@@ -92,6 +94,7 @@ def register(sub) -> None:
     add_hardware_args(p)
     add_telemetry_args(p)
     add_analysis_args(p)
+    add_load_args(p, levels=True)  # --load-levels with --headless
     add_output_args(p)
     add_tui_args(p)  # --theme, shared with `prefilltui watch`
     p.set_defaults(func=run)
@@ -130,7 +133,8 @@ def run(args: argparse.Namespace) -> int:
             if args.prepare_only:
                 print(f"llama-server: {binary}\nmodel: {gguf}")
                 return ExitCode.OK
-            options = session_options(args, depths=args.depth)
+            options = session_options(args, depths=args.depth,
+                                      load=load_options(args, levels=args.headless))
             job = _job(args)
             print(f"prefilltui: starting llama-server ({binary.name}, {gguf.name}, "
                   f"-c {args.ctx}, -t {args.threads or os.cpu_count()})", file=sys.stderr,

@@ -21,7 +21,7 @@ import threading
 from dataclasses import replace
 from pathlib import Path
 
-from prefilltui.commands.common import (_int_list, _positive_float, _positive_int,
+from prefilltui.commands.common import (_int_list, add_load_args, _positive_float, _positive_int,
                                         add_hardware_args, add_server_args, probe_options,
                                         roofline_spec, server_url)
 from prefilltui.exit_codes import ExitCode
@@ -70,6 +70,7 @@ def register(sub) -> None:
     r.add_argument("--run-file-keep", type=int, default=RUN_FILE_KEEP, metavar="K",
                    help=f"rotated run files kept per target (default {RUN_FILE_KEEP})")
     add_hardware_args(p)
+    add_load_args(p)  # every target's default; a target's own load key wins
     p.set_defaults(func=run)
 
 
@@ -107,7 +108,7 @@ def targets_from_args(args) -> list[TargetConfig]:
     / OSError (the file)."""
     base = TargetConfig(url="http://unset", probe=probe_options(args),
                         roofline=roofline_spec(args), lengths=tuple(args.lengths),
-                        interval_s=args.interval, window=args.window)
+                        interval_s=args.interval, window=args.window, load=args.load)
     targets = [check(replace(base, url=u)) for u in args.urls]
     if args.config:
         targets += load_toml(args.config, base)

@@ -18,6 +18,7 @@ import re
 import shutil
 import sys
 from collections import Counter
+from pathlib import Path
 
 from prefilltui.commands.common import (add_analysis_args, add_hardware_args, add_output_args,
                                         analysis_options, err, say)
@@ -29,6 +30,11 @@ from prefilltui.model.summary import RunSummary
 from prefilltui.model.types import ProbeResult, server_info_from_session
 from prefilltui.render.tables import format_depth
 from prefilltui.render.text import format_summary, summary_json
+from prefilltui.commands.load_sweep import with_load
+from prefilltui.measure.runfile import read_load
+from prefilltui.model.load_summary import facts_of_run, main_results
+from prefilltui.model.loadspec import LoadSpec
+from prefilltui.render.load_text import load_block
 from prefilltui.exit_codes import ExitCode
 
 
@@ -108,15 +114,24 @@ def run(args) -> int:
     gpu_names = ([n for n in gpu_names if isinstance(n, str) and n]
                  if isinstance(gpu_names, list) else None) or None
     baseline_fit, baseline_problem = _baseline(options.baseline, options.fit)
-    # probes after a deliberately cached prefix (--depth) go to their own table
-    d = analyze(results, info, options, gpu_names=gpu_names, baseline_fit=baseline_fit,
+    # probes after a deliberately cached prefix (--depth) go to their own table; probes
+    # under background load are fitted per load level (the idle fit keeps none of them)
+    main, under = main_results(results)
+    d = analyze(main, info, options, gpu_names=gpu_names, baseline_fit=baseline_fit,
                 baseline_problem=baseline_problem, run_file=str(args.run_file))
+    traces, bad = read_load(args.run_file)
+    for msg in bad[:5]:
+        err(f"{args.run_file}: {msg} (skipped)")
+    d = with_load(d, results, traces, under=under,
+                  facts=facts_of_run(LoadSpec.from_json(session.get("load")), traces),
+                  chunk_tokens=info.n_batch or info.n_ubatch, baseline=baseline_fit)
     text = clean(format_summary(d), multiline=True)  # run files hold servers' raw text
     drift = d.diagnosis.drift if d.diagnosis is not None else None
     if drift:
         text += f"\nDrift vs baseline: {drift}"
     if d.depth:
         text += "\n" + "\n".join(format_depth(d.depth))
+    text += "\n\n" + clean(load_block(d.load, d.ttft_verdict), multiline=True)
     code = _write_figures(args, results, d, text)
     if code:
         return code
@@ -139,9 +154,20 @@ def _write_figures(args, results: list[ProbeResult], d: RunSummary, text: str) -
     be written, else ``ExitCode.OK``."""
     from prefilltui.render.figure import html_page, svg_figure
 
-    for path, make in ((args.svg, lambda: svg_figure(results, d)),
-                       (args.html, lambda: html_page(
-                           results, d, text, title=f"prefilltui report: {args.run_file}"))):
+    load_svg = None
+    if d.load is not None and (d.load.stall is not None or d.load.levels is not None):
+        from prefilltui.render.load_figure import load_figure
+
+        load_svg = load_figure(d.load.stall, d.load.levels,
+                               title=f"Prefill under background load — {args.run_file}")
+    jobs = [(args.svg, lambda: svg_figure(results, d)),
+            (args.html, lambda: html_page(results, d, text,
+                                          title=f"prefilltui report: {args.run_file}",
+                                          extra_svg=load_svg))]
+    if args.svg and load_svg:  # the load figure beside the main one: NAME-load.svg
+        jobs.append((str(Path(args.svg).with_name(Path(args.svg).stem + "-load.svg")),
+                     lambda: load_svg))
+    for path, make in jobs:
         if not path:
             continue
         try:

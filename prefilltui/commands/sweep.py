@@ -16,9 +16,12 @@ from collections import Counter
 from dataclasses import replace
 
 from prefilltui.commands.common import (add_analysis_args, add_depth_arg, add_hardware_args,
-                                        add_output_args, add_server_args, add_sweep_args,
-                                        add_telemetry_args, err, say, server_url,
-                                        session_options)
+                                        add_load_args, add_output_args, add_server_args,
+                                        add_sweep_args, add_telemetry_args, err, load_options,
+                                        say, server_url, session_options)
+from prefilltui.commands.load_sweep import (LoadFailed, run_probes, session_facts_of_load,
+                                            stall_part, with_load)
+from prefilltui.model.load_summary import main_results
 from prefilltui.model.analysis import analyze, plain_summary
 from prefilltui.model.redact import display_url
 from prefilltui.model.summary import LiveFacts, RunSummary
@@ -26,6 +29,7 @@ from prefilltui.model.types import ProbeResult
 from prefilltui.exit_codes import ExitCode
 from prefilltui.options import SessionOptions, SweepDesign
 from prefilltui.render.tables import format_depth, format_diagnosis
+from prefilltui.render.load_text import load_block
 from prefilltui.render.text import format_summary, format_sweep, summary_json
 from prefilltui.measure.sweep import SweepRunner
 from prefilltui.session import Session, SessionError, build_session
@@ -45,6 +49,7 @@ def register(sub) -> None:
     add_hardware_args(p)
     add_telemetry_args(p)
     add_analysis_args(p)
+    add_load_args(p, levels=True)
     add_output_args(p)
     p.set_defaults(func=run)
 
@@ -74,7 +79,7 @@ def _progress_line(r: ProbeResult, total: int | None, index: int | None = None) 
             f" ({r.prompt_tokens} estimated)" if r.prompt_tokens_source == "estimate"
             else f" ({r.prompt_tokens} counted)")
         cache = f"  CACHE HIT {r.cached_tokens}" if r.cache_hit else ""
-        return f"{head}{cnt}  TTFT {r.ttft_s * 1e3:.1f} ms{sp}{cache}"
+        return f"{head}{cnt}  TTFT {r.ttft_s * 1e3:.1f} ms{sp}{cache}{stall_part(r)}"
     return f"{head}  FAILED {r.error_kind}: {r.error_message}"
 
 
@@ -133,8 +138,9 @@ def _run_depth_phase(design: SweepDesign, session: Session, lengths: list[int], 
 
 def run(args) -> int:
     """Entry point of ``prefilltui sweep``; returns the exit code (see the module doc)."""
-    return run_sweep(session_options(args, depths=args.depth), args.url,
-                     as_json=args.format == "json")
+    return run_sweep(session_options(args, depths=args.depth,
+                                     load=load_options(args, levels=True)),
+                     args.url, as_json=args.format == "json")
 
 
 def run_sweep(options: SessionOptions, base_url: str, *, as_json: bool = False) -> int:
@@ -155,6 +161,8 @@ def run_sweep(options: SessionOptions, base_url: str, *, as_json: bool = False) 
     notes_said = 0  # the plan's notes already printed
 
     def on_result(r: ProbeResult) -> None:
+        runner = session.runner  # the level now running (one runner per load level)
+        assert runner is not None
         total = None if until else design.warmup + len(runner.lengths) * design.repeats
         if total is not None and budget_probes:
             total = min(total, budget_probes)
@@ -189,24 +197,27 @@ def run_sweep(options: SessionOptions, base_url: str, *, as_json: bool = False) 
         if state in ("retrying",) or (state == "probing" and detail.startswith("context")):
             say(f"  {detail}", stream)
 
-    runner = session.new_runner(on_result, on_state, on_plan=on_plan)
     depth_results: list[ProbeResult] = []
     depth_notes: list[str] = []
-    runner.start()
     try:
-        while runner.alive:
-            runner.join(0.2)
+        results, runner, level_notes = run_probes(
+            session, options.load.levels,
+            lambda: session.new_runner(on_result, on_state, on_plan=on_plan), stream)
+        if session.load is not None:
+            session.load.stop(timeout=5.0)  # the load never outlives the probes
         if depths and runner.state == "done":
             depth_results, depth_notes = _run_depth_phase(
-                design, session, runner.lengths, stream,
-                max((r.seq for r in runner.results), default=0))
+                design, session, runner.lengths, stream, max((r.seq for r in results), default=0))
     except KeyboardInterrupt:
-        runner.stop(10)
         err("interrupted")
         return ExitCode.INTERRUPTED
+    except LoadFailed as e:
+        err(f"no probe sent: the background load did not run ({e})")
+        return ExitCode.FAILURE
     finally:
         session.close()
-    results = runner.results
+    all_results = results
+    results, under = main_results(results)
     if runner.state == "failed" and not any(r.ok for r in results):
         err(runner.state_detail or "the sweep failed")
         return ExitCode.UNREACHABLE
@@ -230,11 +241,16 @@ def run_sweep(options: SessionOptions, base_url: str, *, as_json: bool = False) 
                      until_ci=runner.progress, telemetry=telemetry, telemetry_reason=reason,
                      stopped_early=runner.state_detail if runner.state == "failed" else None,
                      # what discovery noticed (a model list over its cap, ...), then
-                     # the plan's and the session's notes, each once
+                     # the plan's, the load levels' and the session's notes, each once
                      notes=tuple(dict.fromkeys((*(info.notes if info else ()), *runner.notes,
-                                                *runner.notices.values()))))
+                                                *level_notes, *runner.notices.values()))))
     summary, analysed = _summarize(options, session, results, depth_results, runner, live,
                                    gpu_names)
+    info = runner.server_info
+    summary = with_load(summary, all_results, session.load.traces() if session.load else (),
+                        facts=session_facts_of_load(session), under=under,
+                        chunk_tokens=(info.n_batch or info.n_ubatch) if info else None,
+                        baseline=session.baseline)
     if depths:
         if summary.depth is not None:
             summary = replace(summary, depth=replace(
@@ -249,10 +265,14 @@ def run_sweep(options: SessionOptions, base_url: str, *, as_json: bool = False) 
                   # the table above has the percentiles per length
                   format_summary(summary, percentile_table=False) if analysed else "",
                   "\n".join(format_depth(summary.depth)),
-                  format_diagnosis(summary.diagnosis) if summary.diagnosis is not None else ""]
+                  format_diagnosis(summary.diagnosis) if summary.diagnosis is not None else "",
+                  load_block(summary.load, summary.ttft_verdict)]
         if runner.state == "failed":
             blocks.append(f"stopped early: {runner.state_detail}")
         say("\n" + "\n\n".join(b for b in blocks if b), stream)
+    if session.load is not None and session.load.fault:
+        err(f"the background load stopped on a fault: {session.load.fault}")
+        return ExitCode.FAILURE
     return ExitCode.OK
 
 

@@ -20,8 +20,8 @@ from pathlib import Path
 from typing import Any, Callable
 
 from prefilltui.commands.common import (
-    add_analysis_args, add_hardware_args, add_server_args, add_sweep_args,
-    add_telemetry_args, err, server_url, session_options,
+    add_analysis_args, add_hardware_args, add_load_args, add_server_args, add_sweep_args,
+    add_telemetry_args, err, load_options, server_url, session_options,
 )
 from prefilltui.model import defaults
 from prefilltui.model.analysis import analyze
@@ -55,8 +55,8 @@ def register(sub) -> None:
         description="Open the live TUI: continuous one-token probes across the sweep, the "
                     "TTFT scatter with the running fit, roofline lines, GPU/CPU gauges and "
                     "the probe log.  Keys: space pause, r reset fit, w window fit, b burst, "
-                    "+/- sweep range, e export, s save screen (SVG), c cache check, t theme, ? help, "
-                    "q quit.")
+                    "+/- sweep range, e export, s save screen (SVG), c cache check, t theme, "
+                    "l background load on/off (with --load), ? help, q quit.")
     p.add_argument("url", type=server_url,
                    help="server base URL, e.g. http://127.0.0.1:8000 (with or without /v1)")
     add_server_args(p)
@@ -64,13 +64,15 @@ def register(sub) -> None:
     add_hardware_args(p)
     add_telemetry_args(p)
     add_analysis_args(p)
+    add_load_args(p)
     add_tui_args(p)
     p.set_defaults(func=run)
 
 
 def run(args: argparse.Namespace) -> int:
     """Entry point of ``prefilltui watch``."""
-    return run_tui(session_options(args), display_options(args), args.url)
+    return run_tui(session_options(args, load=load_options(args)), display_options(args),
+                   args.url)
 
 
 def make_exporter(run_path: Path | None, info_fn: Callable[[], Any],
@@ -147,7 +149,9 @@ def make_watch_app(options: SessionOptions, display: DisplayOptions, base_url: s
         cache_checker=lambda: run_cache_check(session.new_client, cache_tokens).line,
         # the same ProbeOptions the session's client was built from: one route
         probe_timeout_s=options.probe.timeout_s, problems=problems, on_ready=on_ready,
-        pacing=session.config.effective_pacing)
+        pacing=session.config.effective_pacing, load=session.load)
+    if session.load is not None:
+        session.load.start()  # its own thread; the decode row and status line show it
     return app, session
 
 

@@ -40,6 +40,25 @@ prefilltui_ttft_window_median_seconds           gauge      window median TTFT by
 prefilltui_verdict                              stateset   analysis verdict level
 prefilltui_ttft_component_seconds               gauge      window median by ``component``:
                                                            overhead, queue, prefill
+prefilltui_ttft_cause                           stateset   why TTFT is high (model.verdict):
+                                                           queueing, head_of_line, ...
+prefilltui_ttft_cause_seconds                   gauge      seconds of TTFT each cause that
+                                                           holds explains, by ``cause``
+==============================================  =========  ==================================
+
+Only for a target whose config asks for background load (``load = "decode:2"``;
+never by default), with ``kind`` (decode, rate) and ``load_level`` labels:
+
+==============================================  =========  ==================================
+prefilltui_load_level                           gauge      decode streams / requests/s now
+prefilltui_load_requests_total                  counter    load requests sent (the cost)
+prefilltui_load_tokens_total                    counter    tokens the load received
+prefilltui_decode_stall_seconds                 gauge      window median: longest decode gap
+                                                           over a probe's prefill - quiet gap
+prefilltui_decode_excess_seconds                gauge      window median: extra decode time
+                                                           a probe's prefill cost each stream
+prefilltui_decode_itl_seconds                   gauge      decode gaps of the last minute, by
+                                                           ``quantile`` 0.5 / 0.99
 ==============================================  =========  ==================================
 
 Fit series are absent until the window holds a fit (3 probes at 2+ lengths); an
@@ -63,6 +82,7 @@ from prometheus_client.registry import Collector
 from prefilltui import __version__
 from prefilltui.exporter.target import VERDICTS, TargetSnapshot
 from prefilltui.model.sanitize import clean
+from prefilltui.model.verdict import CAUSES
 
 LABELS = ("target", "model")
 
@@ -130,7 +150,8 @@ def families(snaps: Sequence[TargetSnapshot], now: float | None = None) -> list[
     tp_hi = g("prefilltui_prefill_throughput_upper_tokens_per_second",
               "Upper 95 % bound of the prefill throughput (absent when unbounded)")
     mfu = g("prefilltui_prefill_mfu_ratio", "Model FLOPs utilisation of prefill, 0..1 "
-            "(estimate: 2*params FLOPs per token over the dense peak)")
+            "(estimate: the matmul FLOPs per prompt token, counted from the model shape, over "
+            "the dense peak)")
     mfu_lo = g("prefilltui_prefill_mfu_lower_ratio", "Lower 95 % bound of the MFU")
     mfu_hi = g("prefilltui_prefill_mfu_upper_ratio", "Upper 95 % bound of the MFU")
     npts = g("prefilltui_fit_window_probes", "Probes in the window fit")
@@ -140,6 +161,23 @@ def families(snaps: Sequence[TargetSnapshot], now: float | None = None) -> list[
               "client/network overhead, server queue, server prefill", ("component",))
     verdict = StateSetMetricFamily("prefilltui_verdict", "Prefill verdict of the window fit "
                                    "(healthy, below, wrong, ...; see docs/exporter.md)", labels=LABELS)
+    cause = StateSetMetricFamily("prefilltui_ttft_cause", "Why TTFT is high over the window: "
+                                 "queueing, head_of_line, slow_prefill, prefix_cache, overhead, "
+                                 "none, not_enough_data (docs/load.md)", labels=LABELS)
+    cause_s = g("prefilltui_ttft_cause_seconds", "Seconds of the median TTFT each cause that "
+                "holds explains", ("cause",))
+    ll = ("kind", "load_level")
+    load_level = g("prefilltui_load_level", "Background load on the target: decode streams or "
+                   "requests/s (0 while paused)", ("kind",))
+    load_req = c("prefilltui_load_requests", "Background load requests sent to the target",
+                 ("kind",))
+    load_tok = c("prefilltui_load_tokens", "Tokens the background load received", ("kind",))
+    stall = g("prefilltui_decode_stall_seconds", "Median over the window: the longest decode "
+              "gap overlapping a probe's prefill minus the quiet median gap", ll)
+    excess = g("prefilltui_decode_excess_seconds", "Median over the window: the extra decode "
+               "time a probe's prefill cost each decode stream in all", ll)
+    itl = g("prefilltui_decode_itl_seconds", "Decode inter-token latency of the last minute "
+            "(client side), by quantile", ll + ("quantile",))
     for s in snaps:
         lv = [clean(s.target), clean(s.model)]  # a server's model id: controls escaped
         info.add_metric(lv, {"server_kind": s.server_kind or "unknown", "api": s.api,
@@ -195,9 +233,29 @@ def families(snaps: Sequence[TargetSnapshot], now: float | None = None) -> list[
             verdict.add_metric(lv, {v: v == s.verdict for v in VERDICTS})
         for name, v in s.parts_s:
             parts.add_metric(lv + [name], v)
-    return [info, up, ready, interval, probes, hit, cached, ptoks, last, last_ok, error,
-            inflight, hang, timeout, ttft, medians, a, a_lo, a_hi, b, tp, tp_lo, tp_hi, expected,
-            mfu, mfu_lo, mfu_hi, npts, wsize, age, stale, stale_after, verdict, parts]
+        if s.ttft_cause is not None:
+            cause.add_metric(lv, {v: v == s.ttft_cause for v in CAUSES})
+        for name, v in s.ttft_cause_s:
+            cause_s.add_metric(lv + [name], v)
+        fig = s.load
+        if fig is not None:  # only when the target's config asks for load
+            load_level.add_metric(lv + [fig.kind], fig.level)
+            load_req.add_metric(lv + [fig.kind], fig.requests)
+            load_tok.add_metric(lv + [fig.kind], fig.tokens)
+            lvl = lv + [fig.kind, f"{fig.level:g}"]
+            for fam, v in ((stall, fig.stall_s), (excess, fig.excess_s)):
+                if v is not None:
+                    fam.add_metric(lvl, v)
+            for q, v in (("0.5", fig.itl_p50_s), ("0.99", fig.itl_p99_s)):
+                if v is not None:
+                    itl.add_metric(lvl + [q], v)
+    out = [info, up, ready, interval, probes, hit, cached, ptoks, last, last_ok, error,
+           inflight, hang, timeout, ttft, medians, a, a_lo, a_hi, b, tp, tp_lo, tp_hi, expected,
+           mfu, mfu_lo, mfu_hi, npts, wsize, age, stale, stale_after, verdict, parts, cause,
+           cause_s]
+    if any(s.load is not None for s in snaps):
+        out += [load_level, load_req, load_tok, stall, excess, itl]
+    return out
 
 
 def build_info() -> Metric:

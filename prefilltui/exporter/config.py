@@ -20,6 +20,7 @@ TOML layout (every key optional except ``url``; ``[defaults]`` applies to every
                              # "roofline"; or baseline_run = "healthy.jsonl" (its fit)
     hang_after = 30          # a probe in flight this long (s) is a hang
     stale_after = 60         # a fit older than this (s) is stale (default 4 x interval)
+    load = "decode:2"        # background load kept on it: off unless given (docs/load.md)
 
 API keys come only from the environment (``api_key_env`` names the variable); a key
 written in the file is refused, so it never sits in a config file or a process list.
@@ -37,6 +38,7 @@ from typing import Any, Literal
 from prefilltui.measure.server import url_problem
 from prefilltui.model import limits
 from prefilltui.model.catalog import known_names, lookup_gpu
+from prefilltui.model.loadspec import LoadSpec, parse_load
 from prefilltui.model.redact import display_url
 from prefilltui.options import (AnalysisOptions, ProbeOptions, RooflineSpec, read_model_config)
 
@@ -74,7 +76,7 @@ class TargetConfig:
     one cap for every tool, so a probe the sweep would wait for is not a failure here.
 
     The alerts' inputs: ``expected_throughput`` (prompt tokens/s, or "roofline":
-    efficiency x peak / 2 x params) or ``baseline_run`` (a healthy run file whose fit
+    efficiency x peak / matmul FLOPs per token, docs/flops.md) or ``baseline_run`` (a healthy run file whose fit
     gives it) is the explicit baseline; ``hang_after_s`` the hang threshold's floor;
     ``stale_after_s`` the age at which the window fit is stale (None: 4 intervals).
     """
@@ -90,6 +92,9 @@ class TargetConfig:
     baseline_run: str | None = None
     hang_after_s: float = DEFAULT_HANG_AFTER_S
     stale_after_s: float | None = None
+    #: background load kept on the target (``load = "decode:2"``, ``--load``); None:
+    #: none, the default (docs/load.md says what a load costs the target)
+    load: LoadSpec | None = None
 
     @property
     def shown_url(self) -> str:
@@ -132,6 +137,7 @@ KEYS: dict[str, tuple[tuple[str, str], ...]] = {
     "insecure": (("probe", "insecure"),),
     "expected_throughput": (("", "expected_throughput"),), "baseline_run": (("", "baseline_run"),),
     "hang_after": (("", "hang_after_s"),), "stale_after": (("", "stale_after_s"),),
+    "load": (("", "load"),),
     **{k: (("roofline", k),) for k in ("gpu", "peak_tflops", "bandwidth_tbs", "dtype",
                                        "params", "layers", "hidden", "attn_width",
                                        "model_config", "efficiency")},
@@ -222,6 +228,8 @@ def check(cfg: TargetConfig, where: str | None = None) -> TargetConfig:
         raise ValueError(f"{where}: window must be an integer >= 3 probes")
     if not re.fullmatch(r"[A-Za-z_][A-Za-z0-9_]*", cfg.probe.api_key_env or ""):
         raise ValueError(f"{where}: api_key_env must be an environment variable name")
+    if cfg.load is not None and not isinstance(cfg.load, LoadSpec):
+        raise ValueError(f"{where}: load must be a load spec such as \"decode:2\"")
     roof = cfg.roofline
     if roof.gpu is not None and roof.peak_tflops is None and lookup_gpu(roof.gpu) is None:
         raise ValueError(f"{where}: gpu = {roof.gpu[:60]!r} is not in the catalog (known: "
@@ -248,6 +256,11 @@ def _coerce(d: dict[str, Any], where: str) -> dict[str, Any]:
     for k in _FLOATS:
         if isinstance(out.get(k), int) and not isinstance(out.get(k), bool):
             out[k] = float(out[k])
+    if "load" in out:  # "decode:2" -> a LoadSpec (model.loadspec)
+        try:
+            out["load"] = parse_load(out["load"] if isinstance(out["load"], str) else "")
+        except ValueError as e:
+            raise ValueError(f"{where}: load: {e}") from None
     return out
 
 

@@ -88,10 +88,13 @@ def length_medians(window: Iterable[ProbeResult]) -> tuple[tuple[int, float], ..
 
 def roofline_expected(summary: RunSummary | None) -> float | None:
     """The roofline's expected prefill throughput (prompt tokens/s) of a window summary:
-    ``efficiency`` x the peak FLOP/s over 2 x params FLOPs per token (linear FLOPs: an
-    estimate), or None without a peak and a parameter count."""
+    ``efficiency`` x the peak FLOP/s over the matmul FLOPs one more prompt token costs
+    (``RooflineSummary.flops_per_token``, the count MFU uses: model/flops.py; 2 x params
+    before the window has a fit; an estimate), or None without a peak and a parameter
+    count."""
     if summary is None or summary.roofline is None or summary.model is None:
         return None
     peak, eff = summary.roofline.peak_flops, summary.roofline.efficiency
     params = summary.model.params
-    return eff * peak / (2.0 * params) if params and peak and eff else None
+    per_token = summary.roofline.flops_per_token or (2.0 * params if params else None)
+    return eff * peak / per_token if per_token and peak and eff else None

@@ -25,7 +25,7 @@ import logging
 import threading
 import time
 from collections import deque
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 from prefilltui.model import defaults
@@ -36,7 +36,9 @@ from prefilltui.exporter.config import (JITTER, RUN_FILE_KEEP, RUN_FILE_MAX_BYTE
                                         TargetConfig)
 from prefilltui.exporter.health import (Expected, explicit_baseline, hang_threshold,
                                         length_medians, roofline_expected, ttft_buckets)
-from prefilltui.options import (RunFileOptions, SessionOptions, SweepDesign,
+from prefilltui.exporter.load_figures import LoadFigures, load_figures
+from prefilltui.model.verdict import ttft_verdict
+from prefilltui.options import (LoadOptions, RunFileOptions, SessionOptions, SweepDesign,
                                 TelemetryOptions)
 
 log = logging.getLogger(__name__)
@@ -109,6 +111,8 @@ class TargetSnapshot:
     last_error: tuple[str, int | None] | None = None
     metrics_problem: str | None = None
     run_file: str | None = None
+    #: the background load and its figures, only when the target's config asks for one
+    load: LoadFigures | None = None
 
     @property
     def fit(self) -> LinearFit | None:
@@ -127,6 +131,18 @@ class TargetSnapshot:
         return tuple((name, float(v)) for name, v in (
             ("overhead", med.overhead_s), ("queue", med.queue_s), ("prefill", med.prefill_s))
             if v is not None)
+
+    @property
+    def ttft_cause(self) -> str | None:
+        """Why TTFT is high over the window (``model.verdict``), None before a summary."""
+        v = self.summary.ttft_verdict if self.summary is not None else None
+        return v.cause if v is not None else None
+
+    @property
+    def ttft_cause_s(self) -> tuple[tuple[str, float], ...]:
+        """(cause, seconds of TTFT it explains) for each cause that holds."""
+        v = self.summary.ttft_verdict if self.summary is not None else None
+        return tuple((e.cause, e.seconds) for e in v.evidence) if v is not None else ()
 
 
 __all__ = ["VERDICTS", "TTFT_BUCKETS_S", "LengthHistogram", "TargetSnapshot", "TargetProber",
@@ -217,7 +233,7 @@ class TargetProber:
                                   max_bytes=self.run_max_bytes, keep=self.run_keep)
         return SessionOptions(probe=cfg.probe, design=design,
                               telemetry=TelemetryOptions(enabled=False), run_file=run_file,
-                              analysis=cfg.analysis)
+                              analysis=cfg.analysis, load=LoadOptions(spec=cfg.load))
 
     def start(self) -> "TargetProber":
         """Build the session and start probing.
@@ -237,6 +253,8 @@ class TargetProber:
             self.runner = self.session.new_runner(on_result=self._on_result,
                                                   on_state=self._on_state)
             self.runner.hooks.insert(0, _InFlight(self))  # first: its /metrics scrape counts
+            if self.session.load is not None:
+                self.session.load.start()  # asked for in the config; bounded (docs/load.md)
             self.runner.start()
         return self
 
@@ -246,8 +264,11 @@ class TargetProber:
         self.snapshot = self._make_snapshot("failed", why)
 
     def request_stop(self) -> None:
-        """Ask the runner to stop (cancels the probe in flight); returns at once."""
+        """Ask the runner and the load to stop (cancels the probe in flight and every
+        load request); returns at once."""
         self._stopped = True
+        if self.session is not None and self.session.load is not None:
+            self.session.load.stop(timeout=0)
         if self.runner is not None:
             self.runner.stop(timeout=0)
 
@@ -310,7 +331,14 @@ class TargetProber:
                 self._window.append(r)
                 self._medians = length_medians(self._window)
                 try:
-                    self._health = window_health(list(self._window), self._info, self.cfg)
+                    # probes under the configured load are fitted as that level's own
+                    self._health = window_health([replace(x, load_level=None)
+                                                  for x in self._window], self._info, self.cfg)
+                    if self.session is not None and self.session.load is not None:
+                        # under a constant load there is no idle fit to hold TTFT
+                        # against: the verdict reads the server's own split only
+                        self._health = replace(self._health, ttft_verdict=ttft_verdict(
+                            list(self._window), None))
                     self._fit_ts = time.time()
                 except Exception:  # a fit problem must never stop the probing
                     log.exception("window fit failed for %s", self.cfg.label)
@@ -361,4 +389,14 @@ class TargetProber:
             expected=expected, last_error=self._last_error,
             metrics_problem=hook.problem if hook is not None else None,
             run_file=str(self.writer.path) if self.writer is not None else None,
-            **self._totals)
+            load=self._load_figures(), **self._totals)
+
+    def _load_figures(self) -> LoadFigures | None:
+        gen = self.session.load if self.session is not None else None
+        if gen is None:
+            return None
+        try:
+            return load_figures(gen, list(self._window), time.perf_counter())
+        except Exception:  # never into the probing
+            log.exception("load figures failed for %s", self.cfg.label)
+            return None

@@ -20,9 +20,9 @@ be restored from the host-memory prompt cache (``--cache-ram``), so sequential d
 probes reuse the prefix whatever the number of slots; the verification above is what
 proves it on a given server.
 
-Formula (shared/reference/hardware-and-models.md; an estimate): FLOPs of n new tokens
-after D cached ones = 2*P*n + 4*L*d_attn*(D*n + n^2/2), i.e. per new token
-2*P + 4*L*d_attn*(D + n/2).  ``expected_slope`` is the least-squares slope of that
+Formula (``prefilltui.model.flops``; an estimate): matmul FLOPs of n new tokens after
+D cached ones = linear·n + 4*L*d_attn*(D*n + n(n+1)/2) + the LM head once, i.e. per
+new token linear + 4*L*d_attn*(D + (n+1)/2).  ``expected_slope`` is the least-squares slope of that
 curve over the probes' own new-token counts, so the expected ratio between depths
 compares like with like (the n^2 part is the same at every depth).
 

@@ -169,6 +169,13 @@ class MetricsHook:
                                         timeout=min(SCRAPE_DEADLINE_S, probe_timeout))
         return self.reader
 
+    def rebind(self) -> None:
+        """Forget a reader made from a probe client (the next runner brings a new
+        client, whose pool the next reader must use); a reader given at construction
+        stays."""
+        if self.reader is not None and not self.reader._own:
+            self.reader = None
+
     @property
     def quiet_overhead_s(self) -> float | None:
         return statistics.median(self._quiet) if self._quiet else None

@@ -31,6 +31,7 @@ import base64
 import functools
 import json
 import math
+import os
 import re
 import ssl
 import time
@@ -49,7 +50,7 @@ from prefilltui.measure.sse import (SSEStreamDecoder, classify_chunk, classify_r
                                     error_message)
 from prefilltui.model.redact import (display_url, is_secret_param, scrub_secrets,
                                      split_credentials)
-from prefilltui.model.probe_notes import Redirect, RejectedField
+from prefilltui.model.probe_notes import Redirect, RejectedField, Resend
 from prefilltui.model.types import JsonObject, ProbeResult, ServerInfo
 
 #: Cap on a streamed body (a one-token stream is a few KiB; 4 MiB means runaway).
@@ -147,7 +148,24 @@ class ResendOnStaleConnection(httpx.AsyncHTTPTransport):
             if "without sending a response" not in str(e):
                 raise
             self.resent += 1
-            return await super().handle_async_request(request)
+            entry = Resend("stale connection: the server closed it before any response byte; "
+                           "resent once on a new connection")
+            log = request.extensions.get(RESENDS)
+            if isinstance(log, list):  # the probe's record of this request's resends
+                log.append(entry)
+            try:
+                return await super().handle_async_request(request)
+            except httpx.HTTPError as e2:
+                entry.resend_error = _server.describe_exc(e2)[:200]
+                raise
+
+
+#: Request extension under which ``ResendOnStaleConnection`` lists a request's resends.
+RESENDS = "prefilltui.resends"
+#: Header carrying each probe's request id (``notes.request_id``), so a server's
+#: log can be matched with the run file request by request (vLLM takes it as its
+#: request id with --enable-request-id-headers; gateways log it).
+REQUEST_ID_HEADER = "X-Request-Id"
 
 
 def scrub_key(text: str | None, key: str | None) -> str | None:
@@ -205,7 +223,7 @@ class ProbeClient:
                  api_key: str | None = None, timeout: float = defaults.TIMEOUT_S,
                  verify: bool = True,
                  extra_body: dict | None = None, seed: int | None = None,
-                 proxy: str | None = None) -> None:
+                 proxy: str | None = None, max_connections: int = 4) -> None:
         if api not in API_PATHS:
             raise ValueError(f"api must be one of {', '.join(API_PATHS)}, not {api!r}")
         #: Things about this session a reader must know, once each, in order:
@@ -252,8 +270,11 @@ class ProbeClient:
         self._transport = ResendOnStaleConnection(
             verify=shared_ssl_context(verify),
             # discovery asks up to 4 things at once; probes and scrapes go one at a
-            # time, so one connection is kept (a long-running prober holds 1 fd, not 4)
-            limits=httpx.Limits(max_connections=4, max_keepalive_connections=1,
+            # time, so a prober keeps one connection (a long-running prober holds 1 fd,
+            # not 4); a load generator (more connections) keeps them all
+            limits=httpx.Limits(max_connections=max_connections,
+                                max_keepalive_connections=1 if max_connections <= 4
+                                else max_connections,
                                 keepalive_expiry=300.0),
             proxy=self.proxy.url)
         # GETs (discovery, /metrics) follow redirects (httpx drops the API key on a
@@ -275,7 +296,8 @@ class ProbeClient:
         #: whether the server answers /v1/responses (asked on a 404/405), None before
         self.has_responses: bool | None = None
         self._last_error_body = ""
-        self._last_calibration = ProbeResult(requested_tokens=0)
+        self._session_id = os.urandom(4).hex()  # request ids: prefilltui-<this>-<n>
+        self._requests = 0
 
     @property
     def http(self) -> httpx.AsyncClient:
@@ -323,7 +345,7 @@ class ProbeClient:
         return info
 
     async def calibrate(self, on_step: Callable[[str], None] | None = None
-                        ) -> ProbeResult | None:
+                        ) -> list[ProbeResult]:
         """Learn the server's prompt length before the first measured probe.
 
         With a tokenize endpoint and the completions API the tokenize count is the
@@ -331,48 +353,49 @@ class ProbeClient:
         template's tokens (server count - tokenize count).  Without tokenize, one
         request at each of ``CALIBRATION_WORDS`` fits tokens = offset + ratio *
         words from the server's ``usage``/``timings``.  The requests are ordinary
-        probes (a rejected optional field is dropped here already) that are not
-        returned: they are not results.  A server that reports no count teaches
-        nothing; its probes' lengths are then estimates.
+        probes (a rejected optional field is dropped here already), returned as
+        warm-ups marked ``notes.calibration`` so the run file holds every request
+        the server saw; they never enter a fit.  A server that reports no count
+        teaches nothing; its probes' lengths are then estimates.
 
         ``on_step(text)`` is told, before each request, what it waits for and for how
-        long at most (the request's timeout).  Returns the request that failed (then
-        calibration stops, and ``notices["calibration failed"]`` says so), else None.
+        long at most (the request's timeout).  A request that fails ends calibration
+        and is said once (``notices["calibration failed"]``).
         """
+        out: list[ProbeResult] = []
         if self.info is None:
-            return None
+            return out
         if self.info.has_tokenize:
             if self.api == "chat":
                 n = int(CALIBRATION_WORDS[0] * self.lengths.ratio)
-                return await self._calibration_probe(n, "1 of 1", "the chat template's tokens",
-                                                     on_step)
-            return None
-        ctx = self.info.context_tokens
-        for i, words in enumerate(CALIBRATION_WORDS, 1):
-            n = round(self.lengths.predict(words))
-            n = min(n, ctx // 2) if ctx else n
-            failed = await self._calibration_probe(
-                n, f"{i} of {len(CALIBRATION_WORDS)}", "the server's token count", on_step)
-            if failed is not None:
-                return failed
-            if self._last_calibration.prompt_tokens_source not in ("usage", "timings"):
-                return None  # no count from this server
-        return None
+                out.append(await self._calibration_probe(n, "1 of 1",
+                                                         "the chat template's tokens", on_step))
+        else:
+            ctx = self.info.context_tokens
+            for i, words in enumerate(CALIBRATION_WORDS, 1):
+                n = round(self.lengths.predict(words))
+                out.append(r := await self._calibration_probe(
+                    min(n, ctx // 2) if ctx else n, f"{i} of {len(CALIBRATION_WORDS)}",
+                    "the server's token count", on_step))
+                if r.prompt_tokens_source not in ("usage", "timings"):
+                    break  # no count from this server (or the request failed)
+        for r in out:
+            r.notes.calibration = True
+        return out
 
     async def _calibration_probe(self, tokens: int, which: str, learns: str,
-                                 on_step: Callable[[str], None] | None) -> ProbeResult | None:
-        """One calibration request; the failed result (noted once) or None."""
+                                 on_step: Callable[[str], None] | None) -> ProbeResult:
+        """One calibration request (a failure is noted once)."""
         if on_step is not None:
             on_step(f"calibrating prompt lengths (request {which}, ~{tokens} tokens, up to "
                     f"{self.timeout:g} s): learning {learns}")
-        r = self._last_calibration = await self.probe(tokens, warmup=True)
-        if r.ok:
-            return None
-        self.notices.setdefault(
-            "calibration failed",
-            f"the calibration request ({tokens} tokens, before the first probe) failed after "
-            f"{(r.total_s or 0):.1f} s ({r.error_kind}: {r.error_message}); prompt lengths "
-            "start from the built-in estimate until a probe is counted")
+        r = await self.probe(tokens, warmup=True)
+        if not r.ok:
+            self.notices.setdefault(
+                "calibration failed",
+                f"the calibration request ({tokens} tokens, before the first probe) failed "
+                f"after {(r.total_s or 0):.1f} s ({r.error_kind}: {r.error_message}); prompt "
+                "lengths start from the built-in estimate until a probe is counted")
         return r
 
     async def warm(self) -> float | None:
@@ -463,6 +486,9 @@ class ProbeClient:
             r.notes.rejected_field = RejectedField(
                 field=field, http_status=first.http_status,
                 message=(self._scrub(first.error_message) or "")[:300], replaced_by=replaced)
+            r.notes.resends = [*first.notes.resends, Resend(
+                reason=f"HTTP {first.http_status} rejected the optional field {field}; "
+                       "resent without it", request_id=first.notes.request_id)]
             body = self._body(prompt)
             await self._attempt(r, body)
             if r.http_status == first.http_status and r.error_message == first.error_message:
@@ -576,15 +602,22 @@ class ProbeClient:
             r.error_message = (self._scrub(message) or kind)[:1000]
         return r
 
-    async def _send(self, url: str, body: dict, r: ProbeResult,
-                    stamps: dict[str, float]) -> httpx.Response:
+    def _next_request_id(self) -> str:
+        """``prefilltui-<client session>-<n>``: the X-Request-Id of the next request."""
+        self._requests += 1
+        return f"prefilltui-{self._session_id}-{self._requests}"
+
+    async def _send(self, url: str, body: dict, r: ProbeResult, stamps: dict[str, float],
+                    rid: str | None = None, resends: list[Resend] | None = None
+                    ) -> httpx.Response:
         """POST ``body`` (streamed), following 307/308 redirects that keep the method
         and body (at most ``gateway.MAX_REDIRECTS``; the API key only to the same
         origin); ``notes.redirected`` says where to.  Other 3xx are answered
         as they are (``_http_error`` explains them)."""
-        accept = {"Accept": "text/event-stream", "Accept-Encoding": "identity"}
-        req = self._http.build_request("POST", url, json=body, headers=accept,
-                                       extensions={"trace": _tracer(stamps)})
+        accept = {"Accept": "text/event-stream", "Accept-Encoding": "identity",
+                  REQUEST_ID_HEADER: rid or self._next_request_id()}
+        ext = {"trace": _tracer(stamps), RESENDS: [] if resends is None else resends}
+        req = self._http.build_request("POST", url, json=body, headers=accept, extensions=ext)
         origin = req.url
         resp = await self._http.send(req, stream=True, follow_redirects=False)
         hops = 0
@@ -595,7 +628,7 @@ class ProbeClient:
             await resp.aclose()
             hops += 1
             req = self._http.build_request("POST", target, json=body, headers=accept,
-                                           extensions={"trace": _tracer(stamps)})
+                                           extensions=ext)
             if not gateway.same_origin(origin, target):
                 req.headers.pop("Authorization", None)
             r.notes.redirected = Redirect(status=resp.status_code, to=display_url(str(target)),
@@ -605,12 +638,16 @@ class ProbeClient:
 
     async def _stream(self, url: str, body: dict, r: ProbeResult) -> None:
         stamps: dict[str, float] = {}
+        resends: list[Resend] = []
+        rid = r.notes.request_id = self._next_request_id()
         r.started_at = time.time()
-        resent = self._transport.resent
         t0 = r.t_send = time.perf_counter()
-        resp = await self._send(url, body, r, stamps)
-        if self._transport.resent != resent:
-            r.notes.resent_on_stale_connection = True
+        try:
+            resp = await self._send(url, body, r, stamps, rid, resends)
+        finally:
+            if resends:  # recorded whether or not the resend got an answer
+                r.notes.resent_on_stale_connection = True
+                r.notes.resends.extend(resends)
         try:
             r.connect_s = _connect_time(stamps)
             if r.connect_s is not None:

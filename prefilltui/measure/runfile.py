@@ -5,8 +5,10 @@ A ``kill -9`` loses at most the probe in flight: each line is written with a sin
 killed process; ``close()`` also fsyncs for power loss).  Schema: the fields of
 ``ProbeResult.to_json`` (documented in docs/runfile.md), plus session lines
 ``{"record": "session", ...}`` with facts about the whole run (the server's kind,
-model and shape, the GPU names telemetry saw), written before the next probe line
-whenever they become known, so ``report`` reads the run as the sweep saw it.
+model and shape, the GPU names telemetry saw, the background load), written before
+the next line whenever they become known, so ``report`` reads the run as the sweep
+saw it; and, when a background load ran (``--load``), one ``{"record": "load", ...}``
+line per load request with its token arrivals (``record_of_trace``).
 """
 
 from __future__ import annotations
@@ -26,10 +28,18 @@ except ImportError:  # pragma: no cover - not POSIX: run files are not locked
 
 from prefilltui.model.drift import run_fit
 from prefilltui.model.fit import LinearFit
+from prefilltui.model.stall import DecodeTrace
 from prefilltui.model.types import FitMethod, ProbeResult
 
 #: The ``record`` value that marks a session line (not a probe) in a run file.
 SESSION_RECORD = "session"
+#: The ``record`` value of a background-load request's line (``measure.load``).
+LOAD_RECORD = "load"
+#: The ``record`` value of a request sent to calibrate prompt lengths before the
+#: first probe (``ProbeClient.calibrate``): the probe fields, not a result
+#: (``read_run`` skips it, ``read_requests`` keeps it), so the file holds every
+#: request the server was sent.
+CALIBRATION_RECORD = "calibration"
 
 
 class RunFileBusy(OSError):
@@ -109,19 +119,34 @@ class RunWriter:
         Raises:
             OSError: the write failed (disk full); ValueError: the writer is closed.
         """
-        line = json.dumps(_finite(result.to_json()), separators=(",", ":"), allow_nan=False,
-                          default=str) + "\n"
+        self._write(_finite(result.to_json()))
+        with self._lock:
+            self.count += 1
+
+    def append_calibration(self, result: ProbeResult) -> None:
+        """Write a calibration request as a ``{"record": "calibration", ...}`` line
+        (not a probe: ``count`` is unchanged).  Raises as ``append``."""
+        self._write({"record": CALIBRATION_RECORD, **_finite(result.to_json())})
+
+    def append_record(self, record: str, fields: dict) -> None:
+        """Write one non-probe line ``{"record": record, **fields}`` (a background-load
+        request, ``LOAD_RECORD``), with the same guarantees as ``append``.
+
+        Raises:
+            OSError: the write failed; ValueError: the writer is closed.
+        """
+        self._write(_finite({"record": record, **fields}))
+
+    def _write(self, obj: dict) -> None:
+        line = json.dumps(obj, separators=(",", ":"), allow_nan=False, default=str) + "\n"
         with self._lock:
             if self._f.closed:
                 raise ValueError("run file is closed")
             if self._session_pending:
-                line = json.dumps({"record": SESSION_RECORD, **self._session},
-                                  separators=(",", ":"), allow_nan=False, default=str
-                                  ) + "\n" + line
+                line = _line({"record": SESSION_RECORD, **self._session}) + line
                 self._session_pending = False
             self._f.write(line)
             self._f.flush()
-            self.count += 1
 
     def close(self) -> None:
         """Flush, fsync and close; never raises (a failed flush, e.g. disk full, was
@@ -174,9 +199,8 @@ class RotatingRunWriter(RunWriter):
         self.rotations = 0
         self._size = self.path.stat().st_size
 
-    def append(self, result: ProbeResult) -> None:
-        line = json.dumps(_finite(result.to_json()), separators=(",", ":"), allow_nan=False,
-                          default=str) + "\n"
+    def _write(self, obj: dict) -> None:
+        line = json.dumps(obj, separators=(",", ":"), allow_nan=False, default=str) + "\n"
         with self._lock:
             if self._f.closed:
                 raise ValueError("run file is closed")
@@ -189,14 +213,12 @@ class RotatingRunWriter(RunWriter):
             self._f.write(text)
             self._f.flush()
             self._size += len(text.encode("utf-8"))
-            self.count += 1
 
     def _head(self) -> str:
         """The pending session line ("" when none is due); called with the lock held."""
         if not self._session_pending:
             return ""
-        return json.dumps({"record": SESSION_RECORD, **self._session}, separators=(",", ":"),
-                          allow_nan=False, default=str) + "\n"
+        return _line({"record": SESSION_RECORD, **self._session})
 
     def _rotate(self) -> None:
         """Called with the lock held."""
@@ -222,6 +244,11 @@ class RotatingRunWriter(RunWriter):
         self.rotations += 1
 
 
+def _line(obj: dict) -> str:
+    """One run-file line: compact JSON, non-finite floats as null, newline-ended."""
+    return json.dumps(_finite(obj), separators=(",", ":"), allow_nan=False, default=str) + "\n"
+
+
 def _finite(v):
     """``v`` with every non-finite float (NaN, +-Infinity) replaced by None."""
     if isinstance(v, float):
@@ -235,16 +262,19 @@ def _finite(v):
 
 _NUMBER_FIELDS = ("started_at", "ttft_s", "ttfb_s", "total_s", "connect_s", "server_prefill_s",
                   "queue_s", "overhead_s", "retry_after_s", "t_send", "t_end", "server_running",
-                  "server_waiting", "util_peak_pct", "util_mean_pct", "power_peak_w", "energy_j")
+                  "server_waiting", "util_peak_pct", "util_mean_pct", "power_peak_w", "energy_j",
+                  "load_level", "decode_stall_s", "decode_excess_s", "decode_gap_s",
+                  "server_itl_max_s", "server_itl_mean_s")
 #: Durations a probe measures (seconds); a read-back value outside 0..MAX_DURATION_S
 #: is not a measurement (a hand-edited or foreign line) and the line is skipped.
 _DURATION_FIELDS = ("ttft_s", "ttfb_s", "total_s", "connect_s", "server_prefill_s", "queue_s")
 #: One day: far beyond any probe's timeout, far below a corrupt 1e308.
 MAX_DURATION_S = 86_400.0
-_COUNT_FIELDS = ("seq", "requested_tokens", "prompt_tokens", "cached_tokens", "http_status")
+_COUNT_FIELDS = ("seq", "requested_tokens", "prompt_tokens", "cached_tokens", "http_status",
+                 "decode_tokens", "decode_streams", "load_ahead_tokens")
 _BOOL_FIELDS = ("ok", "warmup", "burst")
 _STR_FIELDS = ("prompt_tokens_source", "error_kind", "error_message", "api", "model",
-               "telemetry_device")
+               "telemetry_device", "load_kind")
 
 
 def _check(r: ProbeResult) -> None:
@@ -278,13 +308,15 @@ def _check(r: ProbeResult) -> None:
         raise bad("ttft_s", "a positive time")
 
 
-def read_run(path: str | os.PathLike) -> tuple[list[ProbeResult], list[str]]:
+def read_run(path: str | os.PathLike, *, calibration: list[ProbeResult] | None = None
+             ) -> tuple[list[ProbeResult], list[str]]:
     """Read a run file; bad lines are reported as ``"line N: reason"``, never raised.
+    ``calibration``: a list that receives the calibration requests (skipped otherwise).
 
     Raises:
         FileNotFoundError / OSError: when the file cannot be opened.
     """
-    sessions, problems = read_run_sessions(path)
+    sessions, problems = read_run_sessions(path, calibration=calibration)
     return [r for s in sessions for r in s.results], problems
 
 
@@ -300,11 +332,13 @@ class RunSession:
         return f"lines {self.first_line}-{self.last_line}"
 
 
-def read_run_sessions(path: str | os.PathLike) -> tuple[list[RunSession], list[str]]:
+def read_run_sessions(path: str | os.PathLike, *, calibration: list[ProbeResult] | None = None
+                      ) -> tuple[list[RunSession], list[str]]:
     """Read a run file split into its runs: a new one starts at a session line with
     another ``session_id``, or (files without ids) where ``seq`` starts again (a
     probe numbered at or below the previous one).  Sessions without a probe are
     dropped.  Bad lines are reported as ``"line N: reason"``, never raised.
+    ``calibration``: a list that receives the calibration requests (skipped otherwise).
 
     Raises:
         FileNotFoundError / OSError: when the file cannot be opened.
@@ -330,6 +364,13 @@ def read_run_sessions(path: str | os.PathLike) -> tuple[list[RunSession], list[s
                             sessions.append(RunSession(sid, i))
                             last_seq = None
                     continue  # facts about the run, not a probe: read_session
+                if isinstance(obj, dict) and obj.get("record") == LOAD_RECORD:
+                    continue  # load requests (read_load)
+                if isinstance(obj, dict) and obj.get("record") == CALIBRATION_RECORD:
+                    if calibration is not None:
+                        calibration.append(ProbeResult.from_json(
+                            {k: v for k, v in obj.items() if k != "record"}))
+                    continue  # a request, not a result
                 if isinstance(obj, dict) and not {"ok", "requested_tokens"} <= obj.keys():
                     raise ValueError("not a probe record (no ok / requested_tokens)")
                 r = ProbeResult.from_json(obj)
@@ -368,6 +409,27 @@ def read_session(path: str | os.PathLike) -> dict:
     return merged
 
 
+def read_load(path: str | os.PathLike) -> tuple[list[DecodeTrace], list[str]]:
+    """The background-load requests of a run file (``LOAD_RECORD`` lines) as
+    DecodeTraces (arrival offsets turned back into the run's perf_counter clock);
+    bad lines are reported as ``"line N: reason"``, never raised.  Never raises for
+    an unreadable file: ``([], [reason])``."""
+    traces: list[DecodeTrace] = []
+    problems: list[str] = []
+    try:
+        with open(path, encoding="utf-8", errors="replace") as f:
+            for i, line in enumerate(f, 1):
+                if f'"record":"{LOAD_RECORD}"' not in line:
+                    continue
+                try:
+                    traces.append(trace_from_record(json.loads(line)))
+                except (ValueError, TypeError, KeyError) as e:
+                    problems.append(f"line {i}: load record: {e}")
+    except OSError as e:
+        return [], [f"cannot read {path}: {e.strerror or e}"]
+    return traces, problems
+
+
 def load_baseline(path: str, *, method: FitMethod = "robust") -> LinearFit:
     """``drift.run_fit`` of a saved run file (the baseline of ``--baseline``).
 
@@ -382,3 +444,35 @@ def load_baseline(path: str, *, method: FitMethod = "robust") -> LinearFit:
         raise ValueError(f"baseline {path}: {n} usable probe(s), a fit needs 3 "
                          "at 2+ lengths")
     return f
+
+
+def record_of_trace(tr: DecodeTrace) -> dict:
+    """A load request's run-file fields: its arrivals as offsets from ``t_send``
+    (0.1 ms resolution; a 1,024-token stream is ~8 KB)."""
+    return {"kind": tr.kind, "level": tr.level, "stream": tr.stream, "t_send": tr.t_send,
+            "prompt_tokens": tr.prompt_tokens, "ended": tr.ended, "ok": tr.ok,
+            "error": tr.error, "tokens": len(tr.arrivals),
+            "arrivals": [round(t - tr.t_send, 4) for t in tr.arrivals]}
+
+
+def trace_from_record(d: dict) -> DecodeTrace:
+    """The DecodeTrace of a load line.
+
+    Raises:
+        ValueError / TypeError / KeyError: a field of the wrong kind.
+    """
+    kind = d["kind"]
+    if kind not in ("decode", "rate"):
+        raise ValueError(f"kind is {kind!r}")
+    t0 = float(d["t_send"])
+    offs = d.get("arrivals") or []
+    if not isinstance(offs, list):
+        raise ValueError("arrivals is not a list")
+    arr = tuple(t0 + float(x) for x in offs)
+    if not all(math.isfinite(x) for x in arr) or any(b < a for a, b in zip(arr, arr[1:])):
+        raise ValueError("arrivals are not ascending finite offsets")
+    pt = d.get("prompt_tokens")
+    return DecodeTrace(stream=int(d.get("stream", 0)), kind=kind, level=float(d.get("level", 0)),
+                       t_send=t0, arrivals=arr, prompt_tokens=int(pt) if pt is not None else None,
+                       ended=bool(d.get("ended", True)), ok=bool(d.get("ok", True)),
+                       error=d.get("error") if isinstance(d.get("error"), str) else None)

@@ -152,6 +152,9 @@ class SweepRunner:
         #: however long it runs (every probe is in the run file).
         self.results: list[ProbeResult] | deque[ProbeResult] = (
             deque(maxlen=config.keep_results or RECENT_RESULTS) if config.continuous else [])
+        #: The requests ``ProbeClient.calibrate`` sent to learn prompt lengths (no
+        #: results: never fitted or counted; the run file keeps them as calibration lines).
+        self.calibration: list[ProbeResult] = []
         self.rate_limited = 0
         #: Plan items (warm-ups included) finished: a rate-limited attempt that is
         #: retried is not one, so ``finished + 1`` numbers the probe in flight.
@@ -398,14 +401,25 @@ class SweepRunner:
                                    if info.context_tokens else "")
             await client.warm()
             calibrate = getattr(client, "calibrate", None)
-            if calibrate is not None:  # before the first probe, warm-up or not
-                failed = await calibrate(on_step=lambda d: self._set_state("connecting", d))
-                if failed is not None:  # said at once (a note), not a silent wait
-                    self._add_note(
-                        f"the calibration request ({failed.requested_tokens} tokens) "
-                        f"failed after {(failed.total_s or 0):.1f} s ({failed.error_kind}: "
-                        f"{failed.error_message}); prompt lengths start from the built-in "
-                        "estimate")
+            if calibrate is not None:
+                # before the first probe, warm-up or not; its requests are no results,
+                # but the run file keeps them (calibration lines): every request sent.
+                # The state says each request, what it waits for and how long.
+                for r in await calibrate(on_step=lambda d: self._set_state("connecting", d)
+                                         ) or ():
+                    self.calibration.append(r)
+                    write = getattr(self.runfile, "append_calibration", None)
+                    if write is not None:
+                        try:
+                            write(r)
+                        except (OSError, ValueError) as e:
+                            log.error("cannot write the run file: %s", e)
+                    if not r.ok:  # said at once (a note), not a silent wait
+                        self._add_note(
+                            f"the calibration request ({r.requested_tokens} tokens) failed "
+                            f"after {(r.total_s or 0):.1f} s ({r.error_kind}: "
+                            f"{r.error_message}); prompt lengths start from the built-in "
+                            "estimate")
             return True
         self._set_state("stopped", "")
         return False
@@ -577,13 +591,18 @@ class SweepRunner:
             except Exception:
                 log.exception("probe hook before_probe failed")
         result = await client.probe(length, warmup=warm, burst=burst)
-        self._seq += 1
-        result.seq = self._seq
         for h in self.hooks:
             try:
                 await h.after_probe(result)
             except Exception:
                 log.exception("probe hook after_probe failed")
+        return self._record(result)
+
+    def _record(self, result: ProbeResult) -> ProbeResult:
+        """Number ``result`` and hand it to the results, the target, the run file and
+        ``on_result``."""
+        self._seq += 1
+        result.seq = self._seq
         self.results.append(result)
         if self.target is not None:
             self.target.add(result)

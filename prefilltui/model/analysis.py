@@ -4,8 +4,8 @@
 ``report`` (a saved run file), the TUI's export and the exporter's window;
 ``assess`` (slope choice, MFU, verdict) is the one place a fit is judged, also for the
 TUI's stats panel.  Data in seconds; the text views are in ``render/text.py``.  Every
-roofline figure is an estimate (catalog / datasheet values, 2*P FLOPs per token) and is
-labelled so.
+roofline figure is an estimate (catalog / datasheet values, the term-by-term matmul
+FLOPs of ``model.flops``) and is labelled so.
 """
 
 from __future__ import annotations
@@ -14,6 +14,7 @@ from collections import Counter
 from dataclasses import dataclass
 from typing import Iterable
 
+from prefilltui.model import flops as flopcount
 from prefilltui.model import intercept, percentiles, roofline
 from prefilltui.model.catalog import Hardware, ModelShape
 from prefilltui.model.depth import depth_table, is_depth_probe
@@ -24,6 +25,7 @@ from prefilltui.model.spec import AnalysisOptions, resolve_gpu, resolve_model
 from prefilltui.model.summary import (LiveFacts, ProbeCounts, QuadraticFit, RooflineSummary,
                                       RunSummary, ServerFacts, Verdict, WindowSummary)
 from prefilltui.model.types import ProbeResult, ServerInfo
+from prefilltui.model.verdict import Expectation, ttft_verdict
 
 
 def _probe_counts(results: list[ProbeResult]) -> ProbeCounts:
@@ -84,6 +86,7 @@ def analyze(results: Iterable[ProbeResult], server_info: ServerInfo | None = Non
                      "not TTFT(0)")
     probes = _probe_counts(plain)
     roof = _roofline(snap, model, hw, spec.efficiency)
+    verdict = _verdict(snap, model, hw, roof, probes)
     return RunSummary(
         server=ServerFacts.of(server_info) if server_info is not None else None,
         probes=probes, fit=fit, ols=snap.ols if snap else None,
@@ -93,14 +96,28 @@ def analyze(results: Iterable[ProbeResult], server_info: ServerInfo | None = Non
         fixed_cost=fixed, percentiles=percentiles.ttft_percentiles(plain),
         overhead_median_s=percentiles.median_overhead_s(plain),
         window=_window(win, snap, window), model=model, hardware=hw, roofline=roof,
-        verdict=_verdict(snap, model, hw, roof, probes), notes=tuple(notes),
+        verdict=verdict, notes=tuple(notes),
         fit_lengths_estimated=bool(probes.estimated_lengths and fit is not None),
         depth=depth_table(results, model),
         diagnosis=summarize_diagnosis(plain, server_info, baseline=options.baseline,
                                       baseline_fit=baseline_fit,
                                       baseline_problem=baseline_problem,
                                       metrics_problem=metrics_problem, method=method),
-        run_file=run_file, live=live)
+        run_file=run_file, live=live,
+        ttft_verdict=ttft_verdict(plain, expectation(fit, baseline_fit, roof, verdict)))
+
+
+def expectation(fit: LinearFit | None, baseline_fit: LinearFit | None,
+                roof: RooflineSummary | None, verdict: Verdict | None) -> Expectation | None:
+    """What TTFT should be for the "why is TTFT high?" verdict: the ``--baseline`` run's
+    fit, else the run's own idle fit, with the MFU and its roofline verdict level."""
+    mfu = roof.mfu if roof is not None else None
+    level = verdict.level if verdict is not None else None
+    if baseline_fit is not None:
+        return Expectation(baseline_fit, "baseline run", mfu, level)
+    if fit is None and level is None:
+        return None
+    return Expectation(fit, "idle fit", mfu, level)
 
 
 def _window(win: FitSnapshot | None, snap: FitSnapshot | None, size: int) -> WindowSummary:
@@ -117,9 +134,8 @@ def _roofline(snap: FitSnapshot | None, model: ModelShape | None, hw: Hardware |
               efficiency: float) -> RooflineSummary | None:
     if model is None or not model.params:
         return None
-    P, L, d_attn = model.params, model.layers, model.d_attn
+    L, d_attn = model.layers, model.d_attn
     peak = hw.peak_flops if hw else None
-    bw = hw.bandwidth_bytes_s if hw else None
     base = RooflineSummary(peak_flops=peak, ridge_point=hw.ridge_point if hw else None,
                            efficiency=efficiency)
     fit = snap.fit if snap else None
@@ -128,29 +144,47 @@ def _roofline(snap: FitSnapshot | None, model: ModelShape | None, hw: Hardware |
     n_top = fit.x_max
     expected = measured = None
     if L and d_attn:
-        expected = roofline.estimate(P, L, d_attn, max(int(n_top), 1), hidden=model.hidden,
-                                     peak_flops=peak, bandwidth_bytes_s=bw, efficiency=efficiency)
+        expected = roofline.exact_estimate(model, max(int(n_top), 1), peak_flops=peak,
+                                           efficiency=efficiency)
         measured = fit.predict(n_top)
     b, slope_source, source = pick_slope(snap)
     quad = snap.quadratic if snap.quadratic_applies else None
-    ach = roofline.achieved_flops(b, P)
+    f_tok, basis = slope_flops(model, source, quad is not None)
+    ach = roofline.achieved_flops(b, f_tok)
     lo, hi = source.slope_ci
     mfu_ci = None
     if peak and lo > 0:
-        mfu_ci = (roofline.mfu(hi, P, peak), roofline.mfu(lo, P, peak))
+        mfu_ci = (roofline.mfu(hi, f_tok, peak), roofline.mfu(lo, f_tok, peak))
     elif peak and hi > 0:
-        mfu_ci = (roofline.mfu(hi, P, peak), None)
+        mfu_ci = (roofline.mfu(hi, f_tok, peak), None)
     c_exp = c_ratio = mfu_att = None
     if quad is not None and ach and L and d_attn:
-        c_exp = 2.0 * L * d_attn / ach
+        c_exp = flopcount.quadratic_coefficient(model) / ach
         c_ratio = quad.c_s_per_token2 / c_exp
         mfu_att = roofline.mfu_with_attention(
-            (quad.intercept_s, quad.slope_s_per_token, quad.c_s_per_token2), n_top, P, L, d_attn, peak)
+            (quad.intercept_s, quad.slope_s_per_token, quad.c_s_per_token2), n_top, model, peak)
     return RooflineSummary(
         peak_flops=peak, ridge_point=base.ridge_point, efficiency=efficiency,
         expected_at_max=expected, measured_ttft_at_max_s=measured, slope_source=slope_source,
-        achieved_flops=ach, mfu=roofline.mfu(b, P, peak), mfu_ci=mfu_ci,
-        c_expected_s_per_token2=c_exp, c_ratio=c_ratio, mfu_with_attention_at_max=mfu_att)
+        achieved_flops=ach, mfu=roofline.mfu(b, f_tok, peak), mfu_ci=mfu_ci,
+        c_expected_s_per_token2=c_exp, c_ratio=c_ratio, mfu_with_attention_at_max=mfu_att,
+        flops_per_token=f_tok, flop_basis=basis)
+
+
+def slope_flops(model: ModelShape, fit: LinearFit, quadratic: bool) -> tuple[float, str]:
+    """(F', basis): the matmul FLOPs one more prompt token costs, paired with the slope
+    ``pick_slope`` returns -- the count's linear coefficient for a quadratic fit's
+    linear term, else its secant over the fitted range [x_min, x_max] (the line's
+    slope averages attention's n² cost over that range).  Without layers or
+    attention width only the linear part is counted (basis "params"/"quick")."""
+    if model.layers and model.d_attn:
+        if quadratic:
+            f = flopcount.linear_coefficient(model)
+        else:
+            f = flopcount.marginal_flops(model, fit.x_min, fit.x_max)
+        return f, flopcount.linear_flops_per_token(model)[2]
+    proj, mlp, basis = flopcount.linear_flops_per_token(model)
+    return proj + mlp, basis
 
 
 def _verdict(snap: FitSnapshot | None, model: ModelShape | None, hw: Hardware | None,
@@ -185,8 +219,9 @@ def pick_slope(snap: FitSnapshot) -> tuple[float, str, LinearFit]:
 
 @dataclass(frozen=True, slots=True)
 class Assessment:
-    """A fit held against the roofline: achieved FLOP/s (2·P per prompt token times
-    1/slope), MFU (achieved / peak; None without a peak) and the verdict
+    """A fit held against the roofline: achieved FLOP/s (the matmul FLOPs one more
+    prompt token costs, ``slope_flops``, over the slope), MFU (achieved / peak; None
+    without a peak; on screen "MFU (matmul FLOPs)") and the verdict
     (``roofline.verdict`` level and sentence).  Estimates: catalog/datasheet inputs."""
 
     slope_s_per_token: float
@@ -206,10 +241,11 @@ def assess(snap: FitSnapshot | None, model: ModelShape | None, hw: Hardware | No
     fit = snap.fit
     if fit.prefill_tokens_per_s is None:
         return None
-    b, source, _ = pick_slope(snap)
+    b, source, src_fit = pick_slope(snap)
     peak = hw.peak_flops if hw else None
-    ach = roofline.achieved_flops(b, model.params)
-    mfu = roofline.mfu(b, model.params, peak)
+    f_tok, _basis = slope_flops(model, src_fit, bool(snap.quadratic_applies and snap.quadratic))
+    ach = roofline.achieved_flops(b, f_tok)
+    mfu = roofline.mfu(b, f_tok, peak)
     level, text = roofline.verdict(
         mfu, achieved=ach, tokens_per_s=fit.prefill_tokens_per_s, max_tokens=fit.x_max,
         ridge=hw.ridge_point if hw else None, hidden=model.hidden)

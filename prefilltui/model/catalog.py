@@ -183,10 +183,18 @@ def _by_key(key: str) -> Hardware:
 
 @dataclass(frozen=True, slots=True)
 class ModelShape:
-    """Model shape for the FLOP count.  ``params`` = parameters doing matmuls per
-    token (active params for MoE; like the reference, embeddings are included, which
-    overstates FLOPs by up to ~20 % for small models with big vocabularies).
-    ``attn_width`` = heads x head_dim (d_attn in 2*L*d_attn*n^2; GQA does not shrink it)."""
+    """Model shape for the FLOP count (``prefilltui.model.flops``).
+
+    ``params`` = parameters per token as the model card states them (active params for
+    MoE), embeddings included: the seed's quick 2·P figure.  The term-by-term count
+    reads the rest: ``attn_width`` = heads x head_dim (d_attn; GQA does not shrink
+    it), ``intermediate`` = MLP width d_ff, ``mlp_matrices`` = 3 with a gate (SwiGLU/
+    GeGLU) or 2, ``vocab`` and ``tied_embeddings`` (one table for the input embedding
+    and the LM head), MoE ``experts`` (routed, in total) / ``experts_active`` (per
+    token) / ``shared_experts`` / ``moe_intermediate`` / ``dense_layers`` (leading
+    layers with a dense MLP), ``attn_proj_params`` (per-layer attention weights when
+    they are not GQA's q/k/v/o, e.g. MLA).  Source: the model's config.json, checked by
+    the parameter count they imply (within 1 % of ``params``, tests/unit/test_flops.py)."""
 
     key: str
     name: str
@@ -200,6 +208,15 @@ class ModelShape:
     vocab: int | None = None
     max_pos: int | None = None
     total_params: float | None = None
+    intermediate: int | None = None
+    mlp_matrices: int = 3
+    tied_embeddings: bool | None = None
+    experts: int | None = None
+    experts_active: int | None = None
+    shared_experts: int = 0
+    moe_intermediate: int | None = None
+    dense_layers: int = 0
+    attn_proj_params: int | None = None
     aliases: tuple[str, ...] = ()
     uncertain: frozenset[str] = frozenset()
     notes: tuple[str, ...] = ()
@@ -219,6 +236,11 @@ class ModelShape:
             "hidden": self.hidden, "heads": self.heads, "kv_heads": self.kv_heads,
             "head_dim": self.head_dim, "attn_width": self.d_attn, "vocab": self.vocab,
             "max_pos": self.max_pos, "total_params": self.total_params,
+            "intermediate": self.intermediate, "mlp_matrices": self.mlp_matrices,
+            "tied_embeddings": self.tied_embeddings, "experts": self.experts,
+            "experts_active": self.experts_active, "shared_experts": self.shared_experts,
+            "moe_intermediate": self.moe_intermediate, "dense_layers": self.dense_layers,
+            "attn_proj_params": self.attn_proj_params,
             "uncertain": sorted(self.uncertain), "notes": list(self.notes), "source": self.source,
         }
 
@@ -235,39 +257,62 @@ _HF_REPO = {
 }
 
 
-def _m(key, name, params, L, d, h, kv, hd, vocab, maxpos, aliases=(), **kw):
+def _m(key, name, params, L, d, h, kv, hd, vocab, maxpos, ff, tied, aliases=(), **kw):
+    """One catalog row: config.json's num_hidden_layers, hidden_size,
+    num_attention_heads, num_key_value_heads, head_dim, vocab_size,
+    max_position_embeddings, intermediate_size, tie_word_embeddings."""
     return ModelShape(key=key, name=name, params=params, layers=L, hidden=d, heads=h,
-                      kv_heads=kv, head_dim=hd, vocab=vocab, max_pos=maxpos,
-                      aliases=tuple(aliases), source=f"{_HF_REPO[key]} config.json (HF hub)", **kw)
+                      kv_heads=kv, head_dim=hd, vocab=vocab, max_pos=maxpos, intermediate=ff,
+                      tied_embeddings=tied, aliases=tuple(aliases),
+                      source=f"{_HF_REPO[key]} config.json (HF hub)", **kw)
 
 
 MODELS: tuple[ModelShape, ...] = (
-    _m("llama-3-8b", "Llama-3-8B / 3.1-8B", 8.03e9, 32, 4096, 32, 8, 128, 128256, 131072,
+    _m("llama-3-8b", "Llama-3-8B / 3.1-8B", 8.03e9, 32, 4096, 32, 8, 128, 128256, 131072, 14336, False,
        ["llama-3-8b", "llama-3.1-8b", "llama3-8b", "llama3.1-8b"]),
-    _m("llama-3-70b", "Llama-3(.1)-70B", 70.55e9, 80, 8192, 64, 8, 128, 128256, 131072,
+    _m("llama-3-70b", "Llama-3(.1)-70B", 70.55e9, 80, 8192, 64, 8, 128, 128256, 131072, 28672, False,
        ["llama-3-70b", "llama-3.1-70b", "llama-3.3-70b"]),
-    _m("llama-3.1-405b", "Llama-3.1-405B", 405.85e9, 126, 16384, 128, 8, 128, 128256, 131072,
-       ["llama-3.1-405b"]),
-    _m("llama-3.2-1b", "Llama-3.2-1B", 1.24e9, 16, 2048, 32, 8, 64, 128256, 131072, ["llama-3.2-1b"]),
-    _m("llama-3.2-3b", "Llama-3.2-3B", 3.21e9, 28, 3072, 24, 8, 128, 128256, 131072, ["llama-3.2-3b"]),
-    _m("mistral-7b", "Mistral-7B-v0.1", 7.24e9, 32, 4096, 32, 8, 128, 32000, 32768, ["mistral-7b"]),
-    _m("mixtral-8x7b", "Mixtral-8x7B (active)", 12.9e9, 32, 4096, 32, 8, 128, 32000, 32768,
-       ["mixtral-8x7b"], total_params=46.7e9, notes=("MoE: 12.9e9 active of 46.7e9",)),
-    _m("qwen2.5-0.5b", "Qwen2.5-0.5B", 0.49e9, 24, 896, 14, 2, 64, 151936, 32768, ["qwen2.5-0.5b"]),
-    _m("qwen2.5-7b", "Qwen2.5-7B", 7.62e9, 28, 3584, 28, 4, 128, 152064, 131072, ["qwen2.5-7b"]),
-    _m("qwen2.5-72b", "Qwen2.5-72B", 72.7e9, 80, 8192, 64, 8, 128, 152064, 131072, ["qwen2.5-72b"]),
-    _m("qwen3-8b", "Qwen3-8B", 8.19e9, 36, 4096, 32, 8, 128, 151936, 40960, ["qwen3-8b"]),
-    _m("gemma-2-9b", "Gemma-2-9B", 9.24e9, 42, 3584, 16, 8, 256, 256000, 8192, ["gemma-2-9b"],
-       attn_width=4096, notes=("attention width 16 x 256 = 4096, wider than hidden 3584",)),
-    _m("phi-3-mini", "Phi-3-mini-4k", 3.82e9, 32, 3072, 32, 32, 96, 32064, 4096,
+    _m("llama-3.1-405b", "Llama-3.1-405B", 405.85e9, 126, 16384, 128, 8, 128, 128256, 131072, 53248,
+       False, ["llama-3.1-405b"]),
+    _m("llama-3.2-1b", "Llama-3.2-1B", 1.24e9, 16, 2048, 32, 8, 64, 128256, 131072, 8192, True,
+       ["llama-3.2-1b"]),
+    _m("llama-3.2-3b", "Llama-3.2-3B", 3.21e9, 28, 3072, 24, 8, 128, 128256, 131072, 8192, True,
+       ["llama-3.2-3b"]),
+    _m("mistral-7b", "Mistral-7B-v0.1", 7.24e9, 32, 4096, 32, 8, 128, 32000, 32768, 14336, False,
+       ["mistral-7b"], notes=("4,096-token sliding window: FLOPs above 4k tokens are overstated",)),
+    _m("mixtral-8x7b", "Mixtral-8x7B (active)", 12.9e9, 32, 4096, 32, 8, 128, 32000, 32768, 14336, False,
+       ["mixtral-8x7b"], total_params=46.7e9, experts=8, experts_active=2,
+       notes=("MoE: 12.9e9 active of 46.7e9 (2 of 8 experts per token)",)),
+    _m("qwen2.5-0.5b", "Qwen2.5-0.5B", 0.49e9, 24, 896, 14, 2, 64, 151936, 32768, 4864, True,
+       ["qwen2.5-0.5b"]),
+    _m("qwen2.5-7b", "Qwen2.5-7B", 7.62e9, 28, 3584, 28, 4, 128, 152064, 131072, 18944, False,
+       ["qwen2.5-7b"]),
+    _m("qwen2.5-72b", "Qwen2.5-72B", 72.7e9, 80, 8192, 64, 8, 128, 152064, 131072, 29568, False,
+       ["qwen2.5-72b"]),
+    _m("qwen3-8b", "Qwen3-8B", 8.19e9, 36, 4096, 32, 8, 128, 151936, 40960, 12288, False, ["qwen3-8b"]),
+    _m("gemma-2-9b", "Gemma-2-9B", 9.24e9, 42, 3584, 16, 8, 256, 256000, 8192, 14336, True,
+       ["gemma-2-9b"], attn_width=4096,
+       notes=("attention width 16 x 256 = 4096, wider than hidden 3584",
+              "every other layer has a 4,096-token sliding window: FLOPs above 4k tokens "
+              "are overstated")),
+    _m("phi-3-mini", "Phi-3-mini-4k", 3.82e9, 32, 3072, 32, 32, 96, 32064, 4096, 8192, False,
        ["phi-3-mini-4k", "phi-3-mini"]),
-    _m("smollm2-135m", "SmolLM2-135M", 135e6, 30, 576, 9, 3, 64, 49152, 8192, ["smollm2-135m"]),
-    _m("smollm2-360m", "SmolLM2-360M", 362e6, 32, 960, 15, 5, 64, 49152, 8192, ["smollm2-360m"]),
-    _m("smollm2-1.7b", "SmolLM2-1.7B", 1.71e9, 24, 2048, 32, 32, 64, 49152, 8192, ["smollm2-1.7b"]),
-    _m("deepseek-v3", "DeepSeek-V3 (active)", 37e9, 61, 7168, 128, 128, 192, 129280, 163840,
-       ["deepseek-v3"], total_params=671e9, attn_width=20480, uncertain=frozenset({"attn_width"}),
-       notes=("MoE: 37e9 active of 671e9", "MLA: q/k head_dim 192, v 128; d_attn taken as "
-              "128 x (192 + 128) / 2 = 20480 (?)")),
+    _m("smollm2-135m", "SmolLM2-135M", 135e6, 30, 576, 9, 3, 64, 49152, 8192, 1536, True,
+       ["smollm2-135m"]),
+    _m("smollm2-360m", "SmolLM2-360M", 362e6, 32, 960, 15, 5, 64, 49152, 8192, 2560, True,
+       ["smollm2-360m"]),
+    _m("smollm2-1.7b", "SmolLM2-1.7B", 1.71e9, 24, 2048, 32, 32, 64, 49152, 8192, 8192, True,
+       ["smollm2-1.7b"]),
+    # MLA: per layer q_a 7168x1536 + q_b 1536x(128x192) + kv_a 7168x576 + kv_b 512x(128x256)
+    # + o (128x128)x7168 = 187,105,280 weights (config.json q_lora_rank, kv_lora_rank,
+    # qk_nope/rope_head_dim, v_head_dim); first_k_dense_replace 3; 8 of 256 routed experts
+    # + 1 shared of width 2048 (moe_intermediate_size).
+    _m("deepseek-v3", "DeepSeek-V3 (active)", 37e9, 61, 7168, 128, 128, 192, 129280, 163840, 18432,
+       False, ["deepseek-v3"], total_params=671e9, attn_width=20480,
+       uncertain=frozenset({"attn_width"}), experts=256, experts_active=8, shared_experts=1,
+       moe_intermediate=2048, dense_layers=3, attn_proj_params=187_105_280,
+       notes=("MoE: 37e9 active of 671e9 (8 of 256 routed experts + 1 shared)",
+              "MLA: q/k head_dim 192, v 128; d_attn taken as 128 x (192 + 128) / 2 = 20480 (?)")),
 )
 
 _QUANT = re.compile(r"[.\-_](i?q\d(?:_[a-z0-9]+)*|f16|f32|bf16|fp16|fp8|int4|int8|awq|gptq|gguf|mlx)$")
@@ -352,21 +397,28 @@ def model_from_config(path: str | Path) -> ModelShape:
     experts_tok = get("num_experts_per_tok", "moe_topk")
     moe_inter = get("moe_intermediate_size", d=inter)
     shared = get("n_shared_experts", "num_shared_experts", d=0) or 0
+    n_experts = get("num_local_experts", "num_experts", "n_routed_experts")
     attn = 2 * hidden * heads * hd + 2 * hidden * kv * hd
-    if experts_tok and get("num_local_experts", "num_experts", "n_routed_experts"):
-        mlp = mats * hidden * moe_inter * (experts_tok + shared)
-        total_mlp = mats * hidden * moe_inter * (get("num_local_experts", "num_experts",
-                                                     "n_routed_experts") + shared)
+    tied = bool(raw.get("tie_word_embeddings", c.get("tie_word_embeddings", False)))
+    if experts_tok and n_experts:
+        mlp = mats * hidden * moe_inter * (experts_tok + shared) + hidden * n_experts
+        total_mlp = mats * hidden * moe_inter * (n_experts + shared) + hidden * n_experts
     else:
         mlp = total_mlp = mats * hidden * inter
-    emb = vocab * hidden * (1 if raw.get("tie_word_embeddings", c.get("tie_word_embeddings", False)) else 2)
+    emb = vocab * hidden * (1 if tied else 2)
     params = layers * (attn + mlp) + emb
     name = str(raw.get("_name_or_path") or Path(path).parent.name or "config.json")
+    moe = experts_tok and n_experts
     return ModelShape(key="config", name=name, params=float(params), layers=int(layers),
                       hidden=int(hidden), heads=int(heads), kv_heads=int(kv), head_dim=int(hd),
                       attn_width=int(heads * hd), vocab=int(vocab) or None,
                       max_pos=get("max_position_embeddings") or None,
                       total_params=float(layers * (attn + total_mlp) + emb),
+                      intermediate=int(inter), mlp_matrices=mats, tied_embeddings=tied,
+                      experts=int(n_experts) if moe else None,
+                      experts_active=int(experts_tok) if moe else None,
+                      shared_experts=int(shared) if moe else 0,
+                      moe_intermediate=int(moe_inter) if moe else None,
                       source=f"computed from {path}", notes=("params computed from config.json",))
 
 

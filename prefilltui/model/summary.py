@@ -20,7 +20,8 @@ from typing import TYPE_CHECKING
 from prefilltui.model.fit import LinearFit
 from prefilltui.model.intercept import FixedCost
 from prefilltui.model.percentiles import TtftPercentiles
-from prefilltui.model.roofline import PrefillEstimate
+from prefilltui.model.flops import MFU_ATTENTION
+from prefilltui.model.roofline import MFU_LABEL, MatmulEstimate
 from prefilltui.model.types import JsonObject, ServerInfo, TelemetryKind
 from prefilltui.model.until_ci import Progress
 
@@ -28,12 +29,15 @@ if TYPE_CHECKING:
     from prefilltui.model.catalog import Hardware, ModelShape
     from prefilltui.model.depth import DepthTable
     from prefilltui.model.diagnose import Diagnosis
+    from prefilltui.model.load_summary import LoadSummary
+    from prefilltui.model.verdict import TtftVerdict
 
 #: The JSON schema's name and version.  /2: ``sweep`` and ``report`` write the same
 #: summary (before, the sweep's JSON had its own shape with the analysis inside).
 SCHEMA = "prefilltui.summary/2"
-ESTIMATE_NOTE = ("Roofline figures are estimates: datasheet peaks, 2*P FLOPs per prompt token "
-                 "plus 2*L*d_attn*n^2 for attention.")
+ESTIMATE_NOTE = ("Roofline figures are estimates: datasheet peaks and matmul FLOPs counted term "
+                 "by term from the model's shape (projections, MLP, causal attention, the LM "
+                 "head once per request; embeddings are lookups).")
 
 
 def _fit(f: LinearFit | None) -> JsonObject | None:
@@ -116,18 +120,22 @@ class RooflineSummary:
     """The fit held against the roofline (every figure an estimate).
 
     peak_flops / ridge_point of the hardware (None when unknown); efficiency of the
-    expected-time line; expected_at_max: the estimate at the fit's longest prompt and
-    measured_ttft_at_max_s the fit's TTFT there; slope_source: which slope the FLOP/s
-    come from ("robust", "ols", "quadratic (linear term)"); achieved_flops (2*P/b);
-    mfu and its 95 % interval (upper None when unbounded); with a quadratic that
-    applies: the attention term expected from the achieved FLOP/s, the ratio of the
-    measured c to it, and the MFU with attention FLOPs at the longest prompt.
+    expected-time line; expected_at_max: the matmul count and expected time at the
+    fit's longest prompt and measured_ttft_at_max_s the fit's TTFT there; slope_source:
+    which slope the FLOP/s come from ("robust", "ols", "quadratic (linear term)");
+    flops_per_token: F', the matmul FLOPs one more prompt token costs over the fitted
+    prompts (``analysis.slope_flops``; flop_basis "shape" | "params" | "quick", see
+    ``model.flops``); achieved_flops (F'/b); mfu ("MFU (matmul FLOPs)",
+    attention_convention "causal") and its 95 % interval (upper None when unbounded);
+    with a quadratic that applies: the attention term expected from the achieved
+    FLOP/s, the ratio of the measured c to it, and the MFU with attention FLOPs at the
+    longest prompt.
     """
 
     peak_flops: float | None
     ridge_point: float | None
     efficiency: float
-    expected_at_max: PrefillEstimate | None = None
+    expected_at_max: MatmulEstimate | None = None
     measured_ttft_at_max_s: float | None = None
     slope_source: str | None = None
     achieved_flops: float | None = None
@@ -136,6 +144,10 @@ class RooflineSummary:
     c_expected_s_per_token2: float | None = None
     c_ratio: float | None = None
     mfu_with_attention_at_max: float | None = None
+    flops_per_token: float | None = None
+    flop_basis: str | None = None
+    mfu_label: str = MFU_LABEL
+    attention_convention: str = MFU_ATTENTION
     estimate: bool = True
 
     def to_json(self) -> JsonObject:
@@ -148,7 +160,9 @@ class RooflineSummary:
                 "mfu": self.mfu, "mfu_ci": list(self.mfu_ci) if self.mfu_ci else None,
                 "c_expected_s_per_token2": self.c_expected_s_per_token2,
                 "c_ratio": self.c_ratio,
-                "mfu_with_attention_at_max": self.mfu_with_attention_at_max}
+                "mfu_with_attention_at_max": self.mfu_with_attention_at_max,
+                "flops_per_token": self.flops_per_token, "flop_basis": self.flop_basis,
+                "mfu_label": self.mfu_label, "attention_convention": self.attention_convention}
 
 
 #: Every verdict level: ``roofline.verdict``'s, and the analysis' own when there is no
@@ -228,6 +242,10 @@ class RunSummary:
     diagnosis: Diagnosis | None = None
     run_file: str | None = None
     live: LiveFacts | None = None
+    #: "why is TTFT high?" over the recent probes (``model.verdict``)
+    ttft_verdict: TtftVerdict | None = None
+    #: the background load (``--load``): what it was and did, stall, levels
+    load: LoadSummary | None = None
 
     def to_json(self) -> JsonObject:
         """The summary as JSON (schema ``SCHEMA``; docs/schema.md)."""
@@ -257,4 +275,6 @@ class RunSummary:
             "depth": self.depth.to_json() if self.depth else None,
             "diagnosis": self.diagnosis.to_json() if self.diagnosis else None,
             "live": self.live.to_json() if self.live else None,
+            "ttft_verdict": self.ttft_verdict.to_json() if self.ttft_verdict else None,
+            "load": self.load.to_json() if self.load else None,
         }

@@ -12,6 +12,7 @@ from dataclasses import dataclass, field
 from typing import Any, Literal, get_args
 
 from prefilltui.model.jsontypes import JsonObject
+from prefilltui.model.loadspec import LoadKind
 from prefilltui.model.probe_notes import (DepthInfo, ProbeNotes, QueueSource, number, text)
 
 #: Why a probe failed (``ProbeResult.error_kind``).
@@ -126,6 +127,27 @@ class ProbeResult:
     util_mean_pct: float | None = None
     power_peak_w: float | None = None
     energy_j: float | None = None
+    # background load around the probe (``--load``, docs/load.md); None: no load ran.
+    # ``load_level`` is decode streams or requests/s; 0 is the idle level of a sweep.
+    load_kind: LoadKind | None = None
+    load_level: float | None = None
+    # what this probe's prefill did to the decode streams (``model.stall``), seconds:
+    # the longest gap overlapping the window minus the median gap without a probe
+    # (stall), the extra decode time summed over the window (excess), that median gap,
+    # the decode tokens that arrived inside the window and the streams measured
+    # (medians over streams)
+    decode_stall_s: float | None = None
+    decode_excess_s: float | None = None
+    decode_gap_s: float | None = None
+    decode_tokens: int | None = None
+    decode_streams: int | None = None
+    # the server's own inter-token latency over the window (vLLM
+    # ``vllm:inter_token_latency_seconds``): upper bound of the highest bucket that
+    # grew (the longest gap is at most this) and the mean
+    server_itl_max_s: float | None = None
+    server_itl_mean_s: float | None = None
+    # prompt tokens of load requests still in prefill when the probe was sent
+    load_ahead_tokens: int | None = None
     # declared notes (the run file's ``extra`` object, see the class docstring)
     server_ttft_s: float | None = None
     queue_source: QueueSource | None = None
@@ -143,8 +165,15 @@ class ProbeResult:
 
     @property
     def fit_eligible(self) -> bool:
-        """True when this probe may enter the fit: ok, not warm-up, no cache hit,
-        a TTFT and a server-counted (or requested) prompt length."""
+        """True when this probe may enter the idle-server fit: ok, not warm-up, no
+        cache hit, a TTFT, a server-counted (or requested) prompt length, and no
+        background load running (``load_level`` None or 0): a probe under load is
+        fitted only with its own level (``model.levels``)."""
+        return self.level_eligible and not self.load_level
+
+    @property
+    def level_eligible(self) -> bool:
+        """``fit_eligible`` whatever the load: the fit of the probe's own load level."""
         return (
             self.ok
             and not self.warmup

@@ -219,9 +219,10 @@ def _table(head: Sequence[str], rows: Iterable[Sequence[str]]) -> str:
 
 
 def html_page(results: Iterable[ProbeResult], d: RunSummary, summary_text: str, *,
-              title: str = "prefilltui report") -> str:
+              title: str = "prefilltui report", extra_svg: str | None = None) -> str:
     """A standalone HTML page: the SVG figure, the summary's per-length table, the depth
-    table (when present) and ``summary_text`` (the text summary)."""
+    table (when present), ``extra_svg`` (the background-load figure) and
+    ``summary_text`` (the text summary)."""
     results = list(results)
     parts = [f"<!DOCTYPE html><html lang=\"en\"><head><meta charset=\"utf-8\">"
              f"<title>{_esc(title)}</title><style>{_CSS}</style></head><body>",
@@ -256,6 +257,9 @@ def html_page(results: Iterable[ProbeResult], d: RunSummary, summary_text: str, 
                              "slope (µs/token)", "prefill tok/s", "ratio vs depth 0",
                              "formula ratio (estimate)"], body))
         parts.append(f'<p class="note">{_esc(dt.formula)}</p>')
+    if extra_svg:
+        parts.append("<h2>Prefill under background load</h2>")
+        parts.append(extra_svg)
     parts.append("<h2>Summary</h2>")
     parts.append(f"<pre>{_esc(summary_text)}</pre>")
     parts.append("</body></html>")

@@ -10,7 +10,7 @@ from prefilltui.model.breakdown import Breakdown
 from prefilltui.model.catalog import Hardware, ModelShape
 from prefilltui.model.depth import DepthTable
 from prefilltui.model.diagnose import Diagnosis
-from prefilltui.model.roofline import PrefillEstimate
+from prefilltui.model.roofline import MatmulEstimate, PrefillEstimate
 from prefilltui.model.units import MISSING, duration
 from prefilltui.render.text import finite
 
@@ -45,8 +45,8 @@ def format_depth(t: DepthTable | None) -> list[str]:
                    f"{_x(r.ratio):>6} {_x(r.expected_ratio):>8}")
     out.append("  prefix, cached: server-counted tokens; probes: verified/sent; ratio: slope / "
                "depth-0 slope;")
-    out.append("  formula: the same ratio from 2P + 4·L·d_attn·(D + n/2) FLOPs per new token "
-               "(estimate)")
+    out.append("  formula: the same ratio from the matmul FLOPs per new token, linear + "
+               "4·L·d_attn·(D + (n+1)/2) (estimate)")
     for r in t.rows:
         if r.flagged:
             out.append(f"  depth {r.depth:,}: {r.flagged} probe(s) left out: "
@@ -89,10 +89,12 @@ def format_diagnosis(d: Diagnosis) -> str:
 
 
 def format_estimate(e: PrefillEstimate, model: ModelShape, hw: Hardware | None,
-                    notes: list[str]) -> str:
-    """Text for the ``estimate`` command (ms on screen; every figure an estimate)."""
+                    notes: list[str], exact: MatmulEstimate | None = None) -> str:
+    """Text for the ``estimate`` command (ms on screen; every figure an estimate): the
+    quick 2·P figure, then ``exact``, the matmul count MFU uses, with the ratio."""
     q = lambda unc: " (?)" if unc else ""  # noqa: E731
-    lines = [f"Prefill estimate (estimates, not measurements) — {model.name}{q(model.uncertain)}: "
+    lines = [f"Prefill estimate, quick 2·P figure (estimates, not measurements) — "
+             f"{model.name}{q(model.uncertain)}: "
              f"P = {model.params / 1e9:.3g}e9, L = {model.layers}, d_attn = {model.d_attn}"]
     if hw and hw.peak_tflops:
         lines.append(f"  hardware: {hw.name} {hw.dtype} dense peak {hw.peak_tflops:g} TFLOP/s"
@@ -100,8 +102,8 @@ def format_estimate(e: PrefillEstimate, model: ModelShape, hw: Hardware | None,
                      + q(hw.uncertain or hw.matched_by.endswith("(?)")))
     lines += [
         f"  prompt:    {e.tokens:,} tokens",
-        f"  FLOPs:     {e.flops / 1e12:.3g} TFLOP ({e.linear_flops / 1e12:.3g} linear 2·P·n + "
-        f"{e.attention_flops / 1e12:.3g} attention 2·L·d_attn·n²)",
+        f"  FLOPs:     {e.flops / 1e12:.3g} TFLOP quick 2·P estimate ({e.linear_flops / 1e12:.3g} "
+        f"linear 2·P·n + {e.attention_flops / 1e12:.3g} attention 2·L·d_attn·n²)",
         f"  attention: adds {e.attention_share:.1%} to the linear FLOPs; equal to them near "
         f"{e.attention_equal_tokens:,.0f} tokens",
     ]
@@ -120,5 +122,31 @@ def format_estimate(e: PrefillEstimate, model: ModelShape, hw: Hardware | None,
         ]
     else:
         lines.append("  time:      needs a peak: give --gpu NAME or --peak-tflops T")
+    lines += _matmul_lines(exact)
     lines += [f"  note: {n}" for n in notes]
     return "\n".join(lines)
+
+
+def _tf(v: float) -> str:
+    return f"{v / 1e12:.3g}"
+
+
+def _matmul_lines(x: MatmulEstimate | None) -> list[str]:
+    """The term-by-term matmul count beside the quick figure (what MFU uses)."""
+    if x is None:
+        return []
+    t = x.terms
+    basis = {"shape": "", "params": " (linear part from P less embeddings: shape incomplete)",
+             "quick": " (linear part 2·P: vocabulary unknown)"}[x.basis]
+    linear = (f"projections {_tf(t.projections)} + MLP {_tf(t.mlp)}" if x.basis == "shape"
+              else f"linear {_tf(t.linear)}")
+    out = [f"Matmul FLOPs, counted term by term (what MFU uses; estimate){basis}:",
+           f"  matmul:    {_tf(x.flops)} TFLOP = {linear} + attention {_tf(t.attention)} "
+           f"({x.attention_convention}) + LM head {_tf(t.lm_head)} (once); embeddings 0"]
+    if x.quick_over_exact is not None:
+        out.append(f"  ratio:     quick 2·P estimate / matmul count = {x.quick_over_exact:.3f}")
+    if x.time_at_peak_s and x.time_at_efficiency_s and x.tokens_per_s:
+        out.append(f"  time:      {x.time_at_peak_s * 1e3:.1f} ms at peak, "
+                   f"{x.time_at_efficiency_s * 1e3:.1f} ms at {x.efficiency:.0%} of peak; "
+                   f"{x.tokens_per_s:,.0f} prompt tokens/s")
+    return out

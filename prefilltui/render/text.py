@@ -160,13 +160,13 @@ def _roofline_lines(d: RunSummary) -> list[str]:
     if roof and roof.achieved_flops:
         line = f"  achieved {roof.achieved_flops / 1e12:.3g} TFLOP/s (from the {roof.slope_source} slope)"
         if roof.mfu is not None:
-            line += f" = MFU {roof.mfu:.1%}"
+            line += f" = {roof.mfu_label} {roof.mfu:.1%}"
             if roof.mfu_ci:
                 line += " " + _ci(roof.mfu_ci, lambda v: f"{v:.1%}")
         out.append(line)
         e = roof.expected_at_max
         if e and e.time_at_peak_s:
-            out.append(f"  at {e.tokens:,} tokens: {e.flops / 1e12:.3g} TFLOP, expected "
+            out.append(f"  at {e.tokens:,} tokens: {e.flops / 1e12:.3g} TFLOP (matmul), expected "
                        f"{units.ms(e.time_at_peak_s)} at peak, {units.ms(e.time_at_efficiency_s)} at "
                        f"{e.efficiency:.0%}; fitted TTFT {units.ms(roof.measured_ttft_at_max_s)}")
     return out

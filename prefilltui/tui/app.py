@@ -39,6 +39,7 @@ from prefilltui.model.units import MISSING
 from prefilltui.model.until_ci import Progress
 from prefilltui.exit_codes import ExitCode
 from prefilltui.tui.help import HelpScreen
+from prefilltui.tui.load_actions import LoadActions
 from prefilltui.tui.workers import WorkerActions
 from prefilltui.tui.messages import ProbeDone, RunnerStateChanged
 from prefilltui.tui.themes import (DEFAULT_THEME, VARIABLE_DEFAULTS, ThemeSet, load_themes,
@@ -46,6 +47,7 @@ from prefilltui.tui.themes import (DEFAULT_THEME, VARIABLE_DEFAULTS, ThemeSet, l
 from prefilltui.tui.viewmodel import (
     Analysis, Counters, build_stats, linear_of, no_analysis, status_line,
 )
+from prefilltui.tui.widgets.decode_row import DecodeRow
 from prefilltui.tui.widgets.gauges import GaugePanel
 from prefilltui.tui.widgets.probe_log import ProbeLog, probe_message
 from prefilltui.tui.widgets.stats import StatsPanel, stats_title
@@ -90,7 +92,7 @@ RunnerFactory = Callable[[Callable[[ProbeResult], None], Callable[[str, str], No
 _RANGE = Binding.Group("Range", compact=True)
 
 
-class PrefillApp(WorkerActions, App[int]):
+class PrefillApp(LoadActions, WorkerActions, App[int]):
     """Live prefill monitor.  Build it with ``build_app``."""
 
     CSS_PATH = "app.tcss"
@@ -111,6 +113,7 @@ class PrefillApp(WorkerActions, App[int]):
         Binding("s", "save_svg", "Save SVG", show=False),  # in the help; the footer is full
         Binding("c", "cache_check", "Cache"),
         Binding("t", "next_theme", "Theme"),
+        Binding("l", "toggle_load", "Load", show=False),  # in the help; the footer is full
         Binding("question_mark", "help", "Help", key_display="?"),
         Binding("q", "quit_app", "Quit"),
         # Ctrl-C quits too (Textual would only hint at ctrl+q): the run file is
@@ -128,10 +131,14 @@ class PrefillApp(WorkerActions, App[int]):
                  cache_checker: Callable[[], str] | None = None,
                  probe_timeout_s: float = defaults.TIMEOUT_S,
                  clock: Callable[[], float] = time.perf_counter,
-                 replot_hz: float = 4.0, gauge_hz: float = 2.0,
+                 replot_hz: float = 1.0, gauge_hz: float = 2.0,
                  problems: list[str] = (), on_ready: Callable[["PrefillApp"], None] | None = None,
-                 max_results: int = 100_000, pacing: Pacing | None = None) -> None:
+                 max_results: int = 100_000, pacing: Pacing | None = None,
+                 load: Any = None) -> None:
         super().__init__()
+        #: the background load (``measure.load.LoadGenerator``), None unless --load
+        self.load = load
+        self.load_fits: dict[float, Any] = {}
         self.runner_factory = runner_factory
         self.runner: Runner | None = None
         self.sampler = sampler
@@ -168,10 +175,12 @@ class PrefillApp(WorkerActions, App[int]):
         #: probes received since the last tick, shown in the log on the next tick
         self._pending_rows: list[ProbeResult] = []
         self._gauge_next = 0.0  # time.monotonic() of the next gauge update
+        self._data_next = 0.0  # ... and of the next data redraw (replot_hz)
         self._border_texts: dict[str, str] = {}  # border titles as last set
         self._device_label: str | None = None
         self._device_names: list[str] = []
         self._status_text = ""
+        self._status_dirty = False  # a runner state change not yet drawn
         self._burst_pending = False  # b pressed, its probe not back yet
         self._notes_shown = 0  # runner notes already notified
 
@@ -186,6 +195,7 @@ class PrefillApp(WorkerActions, App[int]):
             with VerticalScroll(id="stats-box"):
                 yield StatsPanel(id="stats")
         yield GaugePanel(id="gauges")
+        yield DecodeRow(id="decode")
         yield ProbeLog(id="log")
         yield Footer(compact=True)
 
@@ -246,7 +256,8 @@ class PrefillApp(WorkerActions, App[int]):
         if r.t_send is not None and r.t_end is not None:
             self.windows.append((r.t_send, r.t_end))
         if self.fit is not None:
-            self.fit.add(r)
+            self.fit.add(r)  # the idle fit: probes under load never enter it
+            self.add_to_level_fit(r)
         self._dirty = True
         # buffers only: the log row and every redraw wait for the next tick
         self._pending_rows.append(r)
@@ -272,7 +283,13 @@ class PrefillApp(WorkerActions, App[int]):
         elif message.state == "burst":
             self._burst_pending = False  # running: +/- no longer changes what it probes
         self._notify_runner_notes()
-        self._update_status()
+        if old != message.state and {old, message.state} <= {"probing", "idle"}:
+            # the per-probe cycle waits for the next tick: each probe brings two state
+            # changes, each a screen update of its own when drawn at once (at the
+            # default pacing that was ~1 % of a core, measured)
+            self._status_dirty = True
+        else:
+            self._update_status()
 
     def _notify_runner_notes(self) -> None:
         """Each new note of the runner (lengths capped at the context, ...) once."""
@@ -282,9 +299,16 @@ class PrefillApp(WorkerActions, App[int]):
         self._notes_shown = max(self._notes_shown, len(notes))
 
     # ------------------------------------------------------------ throttled ticks
+    def _redraw_soon(self) -> None:
+        """A change the user asked for (a key, the theme): drawn on the next tick, not
+        after the data redraw's ``replot_hz`` gap."""
+        self._dirty = True
+        self._data_next = 0.0
+
     def flush(self) -> None:
         """Redraw now whatever changed (tests call this instead of waiting a tick)."""
         self._dirty = True
+        self._data_next = 0.0
         self._tick()
         self._gauge_tick()
 
@@ -293,10 +317,18 @@ class PrefillApp(WorkerActions, App[int]):
         (``gauge_hz``, and whenever new data is shown so a probe's window is tinted in
         the same frame as its point).  All of it lands in one screen update."""
         now = time.monotonic()
-        shown = self._show_data()
-        # half a tick of slack: timer jitter must not turn 2 Hz into every third tick
         slack = 0.5 / max(self.replot_hz, self.gauge_hz)
-        if self.sampler is not None and (shown or now >= self._gauge_next - slack):
+        shown = False
+        if now >= self._data_next - slack:
+            new_probes = bool(self._pending_rows)
+            shown = self._show_data()
+            if shown and new_probes:  # probes faster than replot_hz are drawn together
+                self._data_next = now + 1.0 / self.replot_hz
+        if self._status_dirty and not shown:  # _show_data updates the status itself
+            self._update_status()
+        # half a tick of slack: timer jitter must not turn 2 Hz into every third tick
+        if (self.sampler is not None or self.load is not None) and (
+                shown or now >= self._gauge_next - slack):
             self._gauge_next = now + 1.0 / self.gauge_hz
             self._gauge_tick()
 
@@ -314,8 +346,9 @@ class PrefillApp(WorkerActions, App[int]):
                 self.notify(f"probe log update failed: {exc}", severity="error", timeout=6)
         try:
             snap = None
-            if self.fit is not None:
-                snap = self.fit.snapshot(which=self.which, method=self.fit_method)
+            fit = self.shown_fit()  # the idle fit, or the current load level's own
+            if fit is not None:
+                snap = fit.snapshot(which=self.which, method=self.fit_method)
             self.last_fit = snap
             info = self.runner.server_info if self.runner is not None else None
             roof = self.analysis(snap, info, self._device_names)
@@ -337,8 +370,9 @@ class PrefillApp(WorkerActions, App[int]):
             stats = build_stats(snap, which=self.which, method=self.fit_method, info=info,
                                 last=self.last_ok, counters=self.counters,
                                 device=self._device_label, roof=roof)
+            stats.notes[:0] = self.load_lines(roof)
             self.query_one("#stats", StatsPanel).show(stats)
-            title = stats_title(stats)
+            title = stats_title(stats) + self.level_title()
             if title != self._border_texts.get("stats"):
                 self._border_texts["stats"] = title
                 self.query_one("#stats-box").border_title = title
@@ -352,6 +386,9 @@ class PrefillApp(WorkerActions, App[int]):
         try:
             if self.query("#gauges"):
                 self._show_gauges()
+            if self.load is not None:
+                now = self.sampler.snapshot().t if self.sampler is not None else None
+                self._show_decode(now or self.clock())
         except Exception as exc:  # never a traceback from a timer
             self.notify(f"gauge update failed: {exc}", severity="warning", timeout=4)
 
@@ -379,6 +416,7 @@ class PrefillApp(WorkerActions, App[int]):
         panel.show(snap, now, tuple(self.windows), self.highlight)
 
     def _update_status(self) -> None:
+        self._status_dirty = False
         if not self.query("#status"):
             return
         runner = self.runner
@@ -386,14 +424,15 @@ class PrefillApp(WorkerActions, App[int]):
                            self.which, self.paused,
                            tuple(runner.notices) if runner is not None else (),
                            progress=runner.progress if runner is not None else None,
-                           cap_note=runner.cap_note if runner is not None else None)
+                           cap_note=runner.cap_note if runner is not None else None,
+                           load=self.load_status_text())
         if text != self._status_text:  # unchanged text: no redraw, no terminal bytes
             self._status_text = text
             # one line high whatever it says (CSS height: 1): no screen layout needed
             self.query_one("#status", Static).update(text, layout=False)
 
     def _on_theme_changed(self) -> None:
-        self._dirty = True
+        self._redraw_soon()
         self._border_texts.clear()  # set the legend again under the new theme
         self._gauge_tick()
 
@@ -412,13 +451,14 @@ class PrefillApp(WorkerActions, App[int]):
     def action_reset_fit(self) -> None:
         if self.fit is not None:
             self.fit.reset()
+        self.load_fits.clear()
         self.query_one("#plot", TTFTPlot).clear_points()
-        self._dirty = True
+        self._redraw_soon()
         self.notify("fit reset (the run file keeps every probe)", timeout=3)
 
     def action_toggle_window(self) -> None:
         self.which = "window" if self.which == "all" else "all"
-        self._dirty = True
+        self._redraw_soon()
         self._update_status()
 
     def action_burst(self) -> None:
@@ -466,7 +506,7 @@ class PrefillApp(WorkerActions, App[int]):
         if self.runner is not None:
             self.runner.set_range(lo, hi)
         self.query_one("#plot", TTFTPlot).set_range_hint(hi)
-        self._dirty = True
+        self._redraw_soon()
         self._update_status()
         if self._burst_pending:
             self._notify_burst()

@@ -21,10 +21,11 @@ HELP_TEXT = """\
  e / s  export CSV + JSON / save the screen as SVG (beside the run file)
  c      cache check: is the server's prefix cache serving prompts?
  t      next theme                     ?  this help
+ l      background load on / off (only with --load: see docs/load.md)
  q      quit (Ctrl-C too; every probe is already on disk)
 [b]Plot[/b]  TTFT (ms) against prompt tokens as the server counts them
  •  probe in the fit      ◆  newest probe       ─  fit line
- ×  warm-up (not in fit)  ○  cache hit (not in fit)
+ ×  warm-up (not in fit)  ○  cache hit (not in fit)  ▴  under load (own fit)
  roofline lines: expected TTFT at the peak and at 50 % (catalog GPU or
  --peak-tflops).  Failed probes are only in the probe log.
 [b]Fit[/b]  TTFT = intercept + slope × tokens, 95 % intervals below each;

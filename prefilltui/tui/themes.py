@@ -44,6 +44,7 @@ PLOT_VARIABLES: dict[str, str] = {
     "plot-roofline": "secondary",
     "plot-warmup": "foreground",
     "plot-cache": "error",
+    "plot-load": "warning",
     "gauge-cool": "success",
     "gauge-hot": "error",
     "gauge-probe": "accent",
@@ -54,7 +55,7 @@ PLOT_VARIABLES: dict[str, str] = {
 VARIABLE_DEFAULTS: dict[str, str] = {
     "plot-point": "#4ea1f3", "plot-newest": "#f5b342", "plot-fit": "#5cc97b",
     "plot-roofline": "#c678dd", "plot-warmup": "#7d8590", "plot-cache": "#f0625d",
-    "gauge-cool": "#2f6f4f", "gauge-hot": "#f0625d", "gauge-probe": "#f5b342",
+    "plot-load": "#e5c07b", "gauge-cool": "#2f6f4f", "gauge-hot": "#f0625d", "gauge-probe": "#f5b342",
 }
 
 

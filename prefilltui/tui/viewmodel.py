@@ -136,6 +136,10 @@ class Counters:
     ttft: deque = field(default_factory=_recent)
     ttft_by_length: dict[int, deque] = field(default_factory=dict)
     server_timed: deque = field(default_factory=lambda: deque(maxlen=RECENT_SERVER_TIMED))
+    #: server_timed additions so far, and the fixed cost computed at that count (the
+    #: robust fit behind it ran on every redraw: ~4 % of the app's CPU, measured)
+    server_timed_added: int = 0
+    _server_fixed: tuple[int, intercept.ServerFixedCost | None] = (-1, None)
 
     def add(self, r: ProbeResult) -> None:
         if r.fit_eligible:
@@ -143,6 +147,7 @@ class Counters:
             self.ttft_by_length.setdefault(int(r.requested_tokens), _recent()).append(r.ttft_s)
             if r.server_prefill_s is not None:
                 self.server_timed.append(r)
+                self.server_timed_added += 1
         self.probes += 1
         if r.ok:
             self.ok += 1
@@ -153,6 +158,16 @@ class Counters:
         if r.cache_hit:
             self.cached += 1
             self.last_cached_tokens = r.cached_tokens
+
+    def server_fixed_cost(self) -> intercept.ServerFixedCost | None:
+        """``intercept.server_fixed_cost`` of ``server_timed``, recomputed once the
+        server-timed probes have grown by 5 % (every probe up to 20 of them): a slow
+        quantity, and its robust fit on every redraw was ~3 % of the app's CPU."""
+        last = self._server_fixed[0]
+        if last < 0 or self.server_timed_added - last >= max(1, last // 20):
+            self._server_fixed = (self.server_timed_added,
+                                  intercept.server_fixed_cost(list(self.server_timed)))
+        return self._server_fixed[1]
 
 
 def build_stats(snap: FitSnapshot | LinearFit | None, *, which: FitScope, method: FitMethod,
@@ -213,7 +228,7 @@ def _fixed_cost(v: StatsView, fit: Any, counters: Counters) -> None:
     if fc is not None:
         v.fixed_pinned = fc.pinned
     if counters.server_timed:
-        server = intercept.server_fixed_cost(list(counters.server_timed))
+        server = counters.server_fixed_cost()
         if server is not None and server.pinned:
             v.server_fixed_s = server.fixed_cost_s
 
@@ -248,12 +263,14 @@ def drop_repeat(note: str, phrase: str | None) -> str:
 
 def status_line(state: str, detail: str, counters: Counters, rng: tuple[int, int],
                 which: str, paused: bool, notices: tuple[str, ...] = (), *,
-                progress: Progress | None = None, cap_note: str | None = None) -> str:
+                progress: Progress | None = None, cap_note: str | None = None,
+                load: str | None = None) -> str:
     """The always-visible connection/progress line (markup).  ``notices``: the
     session's short labels (``SweepRunner.notices``, e.g. "lengths estimated",
     "sent without stream_options"), shown last, in the warning colour.  ``progress``:
     the runner's ``until_ci.Progress`` (the throughput interval against its target);
-    ``cap_note``: set when the lengths were capped at the server's context."""
+    ``cap_note``: set when the lengths were capped at the server's context; ``load``:
+    the background load's words (markup, ``load_view.load_status``), after the fit."""
     icons = {"connecting": "[$warning]◌ connecting[/]", "probing": "[$success]● probing[/]",
              "idle": "[$success]○ idle[/]", "burst": "[$warning]▲ burst[/]",
              "retrying": "[$warning]↻ retrying[/]", "paused": "[$accent]‖ paused[/]",
@@ -278,6 +295,8 @@ def status_line(state: str, detail: str, counters: Counters, rng: tuple[int, int
         now = MISSING if hw is None else ("∞" if hw == float("inf") else f"±{hw:.1f}")
         parts.append(f"CI {now}→±{progress.target_pct:g} %")
     parts.append("window fit" if which == "window" else "all-time fit")
+    if load:
+        parts.append(load)
     parts += [f"[$warning]{_escape(n)}[/]" for n in notices]
     return "  ".join(parts)
 
@@ -302,10 +321,10 @@ def roofline_analysis(spec: RooflineSpec) -> Analysis:
 
     Model shape: flags > --model-config > server metadata > catalog; hardware: --gpu >
     the telemetry's first NVML name; resolved once per (server, device names) and
-    cached.  Lines: expected prefill time FLOPs(n)/peak and FLOPs(n)/(peak*efficiency)
-    (formulas: shared/reference/hardware-and-models.md).
+    cached.  Lines: expected prefill time FLOPs(n)/peak and FLOPs(n)/(peak*efficiency),
+    FLOPs(n) the matmul count of ``model.flops`` (causal attention, LM head once).
     """
-    from prefilltui.model import roofline
+    from prefilltui.model import flops as flopcount
     from prefilltui.model.spec import resolve_gpu, resolve_model
 
     efficiency = spec.efficiency
@@ -334,12 +353,12 @@ def roofline_analysis(spec: RooflineSpec) -> Analysis:
             if snap is not None and linear_of(snap) is not None:
                 view.notes.append("FLOP/s and MFU need --params (or --model-config)")
             return view
-        P, L, d = model.params, model.layers, model.d_attn
-        if peak and L and d:
+        if peak and model.layers and model.d_attn:
+            f0, f1, f2 = flopcount.polynomial(model)  # matmul FLOPs of one request
             view.lines = [
-                ("peak", lambda n, P=P, L=L, d=d, pk=peak: roofline.prefill_flops(n, P, L, d) / pk),
-                (f"{efficiency:.0%}", lambda n, P=P, L=L, d=d, pk=peak:
-                    roofline.prefill_flops(n, P, L, d) / (pk * efficiency)),
+                ("peak", lambda n, k=(f0, f1, f2), pk=peak: _flops(n, k) / pk),
+                (f"{efficiency:.0%}", lambda n, k=(f0, f1, f2), pk=peak:
+                    _flops(n, k) / (pk * efficiency)),
             ]
         fit = linear_of(snap)
         if fit is None or not fit.slope_s_per_token or fit.slope_s_per_token <= 0:
@@ -354,6 +373,11 @@ def roofline_analysis(spec: RooflineSpec) -> Analysis:
         return view
 
     return analysis
+
+
+def _flops(n: Any, k: tuple[float, float, float]) -> Any:
+    """f0 + f1 n + f2 n² for a scalar or ndarray n (``flops.polynomial``)."""
+    return k[0] + k[1] * n + k[2] * n * n
 
 
 def with_baseline(analysis: Analysis, baseline_fit: LinearFit | None) -> Analysis:

@@ -52,9 +52,10 @@ def bench_env(tmp: str) -> dict[str, str]:
 
 
 def lines(path: str | Path) -> int:
+    """Probe lines in a run file so far (session and calibration lines not counted)."""
     try:
         with open(path, "rb") as f:
-            return sum(1 for _ in f)
+            return sum(1 for x in f if not x.startswith(b'{"record":'))
     except OSError:
         return 0
 

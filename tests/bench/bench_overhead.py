@@ -158,6 +158,7 @@ def run(opts) -> list[Row]:
     amed = q["aiohttp"]["p50"] - q["raw"]["p50"]
     ap95 = q["aiohttp"]["p95"] - q["raw"]["p95"]
     cpu = d["cpu_per_probe_s"]
+    ratio = cpu["prefilltui"] / cpu["aiohttp"] if cpu["aiohttp"] > 0 else float("inf")
     data = {"n": n, "request_bytes": d["request_bytes"], "quantiles_s": q,
             "prompt_words": PROMPT_WORDS, "cpu_per_probe_s": cpu}
     return [
@@ -170,6 +171,8 @@ def run(opts) -> list[Row]:
         Row(SECTION, "prefilltui - aiohttp, median TTFT", ms(med - amed, 3), "", None),
         Row(SECTION, "client CPU per probe: prefilltui / aiohttp / raw",
             f"{ms(cpu['prefilltui'])} / {ms(cpu['aiohttp'])} / {ms(cpu['raw'], 3)}", "", None),
+        Row(SECTION, "client CPU per probe, prefilltui over aiohttp (same run)",
+            f"{ratio:.1f}x", "<= 2x", ratio <= 2.0),
     ]
 
 

@@ -14,7 +14,7 @@ so probes in between meet a refused connection.  Healthy answers take a simulate
 prefilltui side: the real SweepRunner (continuous, 10 probes/s at most), a RunWriter,
 and a RunningFit fed from ``on_result`` as the TUI feeds it.  Checks:
   * no crash: the runner thread ends "stopped" when asked, never "failed";
-  * every probe accounted for: run-file lines == probes reported == runner results,
+  * every request accounted for: run-file lines == probes reported == runner results,
     seq 1..N without gaps, no unreadable line; the server's own log of the POSTs it
     saw, outcome by outcome, matches the run file's results (503 -> rate_limited,
     stall -> timeout, ...), and refused connections make up the rest;
@@ -114,10 +114,10 @@ def soak(seconds: float, tmp: str) -> dict:
         srv.stop()
     wall = time.monotonic() - t0
 
-    results, problems = read_run(runpath)
-    outcomes = Counter(x.strip() for x in log.read_text().splitlines() if x.strip())
-    refused = [r for r in results if r.error_kind == "connect"
-               and (r.error_message or "").startswith("ConnectError")]
+    calibration: list = []
+    results, problems = read_run(runpath, calibration=calibration)
+    server_log = [tuple(x.split(" ", 1)) for x in log.read_text().splitlines() if x.strip()]
+    outcomes = Counter(o for o, _ in server_log)
     seqs = [r.seq for r in results]
     issues: list[str] = []
     if problems:
@@ -125,31 +125,13 @@ def soak(seconds: float, tmp: str) -> dict:
     if not (len(results) == len(reported) == len(runner.results) == writer.count):
         issues.append(f"counts differ: file {len(results)}, reported {len(reported)}, "
                       f"runner {len(runner.results)}, writer {writer.count}")
+    if len(calibration) != len(runner.calibration):
+        issues.append(f"calibration: file {len(calibration)}, runner {len(runner.calibration)}")
     if seqs != list(range(1, len(seqs) + 1)):
         issues.append("seq numbers not 1..N")
-    # A connection dropped before any response byte is resent once on a new
-    # connection (as for a stale keep-alive); the probe records it, and the server
-    # logged both sends.
-    resent = sum(1 for r in results if r.extra.get("resent_on_stale_connection"))
-    if sum(outcomes.values()) != len(results) - len(refused) + resent:
-        issues.append(f"server saw {sum(outcomes.values())} POSTs, run file has "
-                      f"{len(results)} probes of which {len(refused)} refused, "
-                      f"{resent} resent")
-    # outcome by outcome: ok and each distinctive failure must match exactly
-    refused_ids = {id(r) for r in refused}
-    got = Counter("ok" if r.ok else r.error_kind for r in results if id(r) not in refused_ids)
-    for outcome, kinds in EXPECTED_KIND.items():
-        if kinds is None:
-            if outcomes["ok"] != got["ok"]:
-                issues.append(f"server ok {outcomes['ok']} != run-file ok {got['ok']}")
-        elif len(kinds) == 1 and outcome in ("503", "stall", "error_event", "no_token"):
-            if outcomes[outcome] != got[kinds[0]]:
-                issues.append(f"server {outcome} {outcomes[outcome]} != run-file "
-                              f"{kinds[0]} {got[kinds[0]]}")
-    drops = outcomes["drop_before"] + outcomes["drop_mid"] + outcomes["restart"] + outcomes["malformed"]
-    if drops - resent != got["protocol"] + got["connect"]:  # a resent drop ended another way
-        issues.append(f"server drops+malformed {drops} != run-file protocol+connect "
-                      f"{got['protocol'] + got['connect']} (refused excluded)")
+    match = match_requests(calibration + results, server_log)
+    issues += match["issues"]
+    got = Counter("ok" if r.ok else r.error_kind for r in results)
     eligible = [r for r in results if r.fit_eligible]
     x, y = fit.points()
     fit_ok = len(x) == len(eligible) and sorted(map(float, y)) == sorted(r.ttft_s for r in eligible)
@@ -164,7 +146,9 @@ def soak(seconds: float, tmp: str) -> dict:
     crash = states["failed"] > 0 or alive or not paused or sup.error is not None
     return {
         "wall_s": wall, "probes": len(results), "ok": sum(r.ok for r in results),
-        "failed": sum(not r.ok for r in results), "refused": len(refused),
+        "failed": sum(not r.ok for r in results), "refused": match["refused"],
+        "calibration": len(calibration), "server_requests": len(server_log),
+        "resends": match["resends"], "matched": match["matched"],
         "server_outcomes": dict(outcomes), "run_file_kinds": dict(got),
         "restarts": sup.restarts, "issues": issues, "crash": crash,
         "supervisor_error": sup.error, "runner_error": runner.error,
@@ -173,6 +157,68 @@ def soak(seconds: float, tmp: str) -> dict:
         "fit_throughput_tok_s": tp, "true_throughput_tok_s": 1 / B_S,
         "server_time_throughput_tok_s": sf.prefill_tokens_per_s if sf else None,
     }
+
+
+#: Server outcomes after which the client resends (no response byte came back).
+RESEND_CAUSES = ("drop_before", "restart")
+
+
+def _refused(message: str | None) -> bool:
+    return (message or "").startswith("ConnectError")
+
+
+def match_requests(requests: list, server_log: list[tuple[str, str]]) -> dict:
+    """Match the run file's requests (calibration lines and probes, each with its
+    ``notes.request_id`` and ``notes.resends``) with the server's log lines
+    (outcome, X-Request-Id), request by request.  A request the server never saw
+    (refused connection) has no line; one resent after a response-less close has a
+    line for each send that reached the server (a resend that failed after the
+    server crashed on the first send reached none); the last line's outcome must be
+    what the probe recorded (``EXPECTED_KIND``), the earlier ones a close without a
+    response.  Returns {"matched", "refused", "resends", "issues"}."""
+    by_id: dict[str, list[str]] = {}
+    for outcome, rid in server_log:
+        by_id.setdefault(rid, []).append(outcome)
+    issues: list[str] = []
+    matched = refused = resends = 0
+    seen: set[str] = set()
+    for r in requests:
+        rid = r.notes.request_id
+        if not rid:
+            issues.append(f"probe {r.seq}: no request id")
+            continue
+        seen.add(rid)
+        sends = r.notes.resends
+        resends += len(sends)
+        reached = 1 + sum(1 for x in sends if not _refused(x.resend_error))
+        if not sends and r.error_kind == "connect" and _refused(r.error_message):
+            reached = 0  # refused: the request never reached the server
+            refused += 1
+        lines = by_id.get(rid, [])
+        kind = "ok" if r.ok else r.error_kind
+        failed_resends = sum(1 for x in sends if x.resend_error)
+        if lines and lines[-1] == "restart" and 0 < reached - len(lines) <= failed_resends:
+            # the server died on that send: the resends after it met no server (its
+            # listening socket outlives it, so they fail unread, not refused)
+            reached = len(lines)
+        if len(lines) != reached:
+            issues.append(f"{rid} ({kind}, {len(sends)} resent): server logged {len(lines)}, "
+                          f"expected {reached}")
+            continue
+        if lines:
+            want = EXPECTED_KIND.get(lines[-1], ())
+            if (want is None and kind != "ok") or (want is not None and kind not in want):
+                issues.append(f"{rid}: server {lines[-1]}, run file {kind}")
+                continue
+            if any(o not in RESEND_CAUSES for o in lines[:-1]):
+                issues.append(f"{rid}: resent after {lines[:-1]}")
+                continue
+        matched += 1
+    extra = sorted(set(by_id) - seen)
+    if extra:
+        issues.append(f"server saw {sum(len(by_id[k]) for k in extra)} requests the run file "
+                      f"lacks ({', '.join(extra[:3])})")
+    return {"matched": matched, "refused": refused, "resends": resends, "issues": issues}
 
 
 def run(opts) -> list[Row]:
@@ -188,9 +234,10 @@ def run(opts) -> list[Row]:
             f"{d['probes']} / {faults} / {d['restarts']}", "", None, d),
         Row(SECTION, "no crash (runner stopped cleanly, never failed)",
             "ok" if not d["crash"] else "CRASH", "no crash", not d["crash"]),
-        Row(SECTION, "every probe accounted for (run file vs server log)",
-            "all" if not d["issues"] else "; ".join(d["issues"])[:60],
-            "all", not d["issues"]),
+        Row(SECTION, "every request accounted for (run file vs server log, by id)",
+            (f"all {d['server_requests']} ({d['resends']} resent, {d['refused']} refused, "
+             f"{d['calibration']} calibration)") if not d["issues"]
+            else "; ".join(d["issues"])[:60], "all", not d["issues"]),
         Row(SECTION, "failed probes in the fit",
             f"{d['failed_in_fit']} (fit {d['fit_points']} = ok {d['fit_eligible']})",
             "0", d["failed_in_fit"] == 0 and d["fit_matches_ok_probes"]),

@@ -22,8 +22,8 @@ for ``--stall-s``), malformed JSON event, error event in a 200 stream, a burst o
 three 503 replies with ``Retry-After``, or a stream without a token.  With
 ``--restart-every S`` the first POST after S seconds of uptime makes the process
 exit at once without answering (a crash; the benchmark restarts it on the same port).
-Every POST appends ``<outcome>\\n`` to ``--log`` *before* it is answered, so the
-benchmark can account for every request the server saw.
+Every POST appends ``<outcome> <X-Request-Id>\\n`` to ``--log`` *before* it is
+answered, so the benchmark can match every request the server saw with the run file.
 
 ``FastServerProcess`` starts/stops/restarts it from a benchmark.
 """
@@ -140,13 +140,16 @@ class Server:
                 line, _, rest = head.partition(b"\r\n")
                 method, target, _ = line.split(b" ", 2)
                 n = 0
+                rid = "-"
                 for h in rest.split(b"\r\n"):
                     if h[:15].lower() == b"content-length:":
                         n = int(h[15:].strip() or 0)
+                    elif h[:13].lower() == b"x-request-id:":
+                        rid = h[13:].strip().decode("ascii", "replace") or "-"
                 body = await reader.readexactly(n) if n else b""
                 if method == b"POST" and target.endswith(b"/completions"):
                     self.last_request = head + body
-                    if not await self.completion(writer, body, t0):
+                    if not await self.completion(writer, body, t0, rid):
                         return
                 elif method == b"GET" and target == b"/v1/models":
                     writer.write(MODELS)
@@ -165,11 +168,13 @@ class Server:
             except Exception:
                 pass
 
-    async def completion(self, writer: asyncio.StreamWriter, body: bytes, t0: float) -> bool:
-        """Answer one POST; False when the connection must be dropped."""
+    async def completion(self, writer: asyncio.StreamWriter, body: bytes, t0: float,
+                         rid: str = "-") -> bool:
+        """Answer one POST; False when the connection must be dropped.  The log line is
+        ``<outcome> <X-Request-Id or ->``."""
         kind = self.outcome()
         if self.log is not None:
-            self.log.write(kind + "\n")
+            self.log.write(f"{kind} {rid}\n")
         if kind == "restart":
             os._exit(0)  # a crash: no reply, every connection reset
         tokens = _count_tokens(body)

@@ -64,7 +64,9 @@ def test_text_output(fake_server, tmp_path, capsys):
     assert rc == 0, cap.err
     assert "TTFT" in cap.out and "fit (" in cap.out and "run file" in cap.out
     lines = (tmp_path / "r.jsonl").read_text().splitlines()
-    assert len(lines) == 6 and '"record":"session"' in lines[0]  # session + 5 probes
+    # session + the 2 calibration requests (no tokenize endpoint here) + 5 probes
+    assert len(lines) == 8 and '"record":"session"' in lines[0]
+    assert sum('"record":"calibration"' in x for x in lines) == 2
 
 
 def test_unreachable_exit_3(tmp_path, capsys):

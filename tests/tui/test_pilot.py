@@ -182,6 +182,7 @@ async def test_row_selection_shows_message():
     notes: list[str] = []
     async with app.run_test(size=(160, 48)) as pilot:
         await pilot.pause()
+        app.flush()  # the preloaded rows, without waiting for the next tick
         app.notify = lambda msg, **kw: notes.append(msg)  # capture
         log = app.query_one("#log", ProbeLog)
         log.focus()
@@ -444,3 +445,21 @@ async def test_capped_lengths_and_until_ci_progress_are_shown():
         await pilot.pause()
         assert "target reached" in _status(app)
         assert any("40 probes" in n.message for n in app._notifications)
+
+
+async def test_probes_faster_than_replot_hz_are_drawn_together():
+    """Probes arriving 5 times a second are drawn at most replot_hz (1) times a second:
+    the data redraw (fit, stats, plot, log) is what costs the app its CPU."""
+    app, h = _app()
+    async with app.run_test(size=(80, 24)) as pilot:
+        await pilot.pause(0.3)
+        plot = app.query_one("#plot", TTFTPlot)
+        before, t0 = plot.replots, asyncio.get_running_loop().time()
+        for i in range(10):
+            h["runner"].emit(make_result(100 + i, 512))
+            await pilot.pause(0.2)
+        elapsed = asyncio.get_running_loop().time() - t0
+        drawn = plot.replots - before
+        assert 1 <= drawn <= elapsed * app.replot_hz + 1, (drawn, elapsed)
+        await pilot.pause(1.2)
+        assert app.counters.probes == 10 and app.query_one("#log", ProbeLog).row_count == 10

@@ -8,8 +8,8 @@ from tests.fakeserver import Reply, llama_routes, sse_data, sse_done
 from prefilltui.cli import main
 from prefilltui.measure import depth as DM
 from prefilltui.model import depth as D
+from prefilltui.model.catalog import ModelShape, lookup_model
 from prefilltui.measure.probe import ProbeClient
-from prefilltui.model.catalog import ModelShape
 from prefilltui.model.types import ProbeResult
 from prefilltui.render.tables import format_depth
 
@@ -112,12 +112,18 @@ def test_verify_rules():
 
 
 def test_expected_slope_matches_the_formula():
-    # one length pair: the LS slope of 2Pn + 4Ld(Dn + n^2/2) between n=a and n=b is
-    # 2P + 4LdD + 2Ld(a+b)
+    # one length pair: the LS slope of lin*n + 4Ld(Dn + n(n+1)/2) between n=a and n=b is
+    # lin + 4Ld(D + 1/2) + 2Ld(a+b); a shape with only params counts lin = 2P
     P, L, d = 1e8, 10, 64
-    s = D.expected_slope([100, 300], 500, P, L, d)
-    assert s == pytest.approx(2 * P + 4 * L * d * 500 + 2 * L * d * 400)
-    assert D.expected_slope([100, 100], 0, P, L, d) is None
+    m = ModelShape(key="t", name="t", params=P, layers=L, hidden=None, attn_width=d)
+    s = D.expected_slope([100, 300], 500, m)
+    assert s == pytest.approx(2 * P + 4 * L * d * 500.5 + 2 * L * d * 400)
+    assert D.expected_slope([100, 100], 0, m) is None
+    # the full shape: the linear part leaves out the embeddings and the LM head
+    smol = lookup_model("smollm2-135m")
+    lin = 2 * 30 * (2 * 576 * 576 + 2 * 576 * 192 + 3 * 576 * 1536)
+    assert D.expected_slope([100, 300], 0, smol) == pytest.approx(
+        lin + 4 * 30 * 576 * 0.5 + 2 * 30 * 576 * 400)
     assert D.lengths_for_depth([16, 64, 1024], 3500, 4000) == [16, 64]
 
 

@@ -7,7 +7,9 @@ import json
 import numpy as np
 import pytest
 
+from prefilltui.model import flops
 from prefilltui.model.analysis import analyze
+from prefilltui.model.catalog import lookup_model
 from prefilltui.model.running_fit import RunningFit
 from prefilltui.model.spec import AnalysisOptions, RooflineSpec, read_model_config
 from prefilltui.model.types import ProbeResult, ServerInfo
@@ -61,11 +63,16 @@ def test_gpu_run_with_mfu_and_verdict():
     assert d.window.size == 20 and d.window.n == 20
     r = d.roofline
     assert r.estimate is True
-    assert r.mfu == pytest.approx(2 * 8.03e9 * 40000 / 989.4e12, rel=0.03)
+    # the matmul FLOPs one more token costs over the fitted 128-8192 tokens, not 2·P
+    f_tok = flops.marginal_flops(lookup_model("llama-3-8b"), 128, 8192)
+    assert r.flops_per_token == pytest.approx(f_tok) and r.flop_basis == "shape"
+    assert r.mfu == pytest.approx(f_tok * 40000 / 989.4e12, rel=0.03)
+    assert r.mfu_label == "MFU (matmul FLOPs)" and r.attention_convention == "causal"
     assert r.mfu_ci[0] < r.mfu < r.mfu_ci[1]
-    assert d.verdict.level == "healthy"  # 65 % of dense peak
+    assert d.verdict.level == "healthy"  # 66 % of dense peak
     text = format_summary(d)
-    assert "estimate" in text and "MFU" in text and "ms" in text and "95%" in text
+    assert "estimate" in text and "MFU (matmul FLOPs)" in text and "ms" in text and "95%" in text
+    assert "2·P" not in text  # the quick figure is only in `estimate`
 
 
 def test_cpu_run_says_peak_unknown():
@@ -73,10 +80,19 @@ def test_cpu_run_says_peak_unknown():
     d = analyze(run(b=1 / 3000), si, None)
     assert d.verdict.level == "unknown-peak"
     assert "--peak-tflops" in d.verdict.text
-    assert d.roofline.achieved_flops == pytest.approx(2 * 134515008 * 3000, rel=0.05)
+    # the server's count matches the catalog shape: the shape is counted term by term
+    f_tok = flops.marginal_flops(lookup_model("smollm2-135m"), 128, 8192)
+    assert d.roofline.flop_basis == "shape"
+    assert d.roofline.achieved_flops == pytest.approx(f_tok * 3000, rel=0.05)
     assert d.roofline.mfu is None
     d2 = analyze(run(b=1 / 3000), si, AnalysisOptions(roofline=RooflineSpec(peak_tflops=2.0)))
-    assert d2.roofline.mfu == pytest.approx(2 * 134515008 * 3000 / 2e12, rel=0.05)
+    assert d2.roofline.mfu == pytest.approx(f_tok * 3000 / 2e12, rel=0.05)
+    # a parameter count the shape does not match (another model): P less embeddings
+    si3 = ServerInfo(model="/x/SmolLM2-135M-Instruct.Q4_1.gguf", params=200e6, hidden=576, layers=30)
+    r3 = analyze(run(b=1 / 3000), si3, None).roofline
+    assert r3.flop_basis == "params"
+    lin = 2 * (200e6 - 49152 * 576)
+    assert r3.flops_per_token == pytest.approx(lin + 2 * 30 * 576 * (1 + 128 + 8192))
 
 
 def test_unknown_model_still_gives_throughput():
@@ -86,9 +102,10 @@ def test_unknown_model_still_gives_throughput():
 
 
 def test_quadratic_compared_with_attention_expectation():
-    P, L, dattn = 135e6, 30, 576
+    smol = lookup_model("smollm2-135m")
     b = 1 / 4000
-    c = 2 * L * dattn / (2 * P / b)  # attention at the same achieved FLOP/s
+    # attention at the same achieved FLOP/s as the linear term (matmul count)
+    c = flops.quadratic_coefficient(smol) / (flops.linear_coefficient(smol) / b)
     lengths = [64, 128, 256, 512, 1024, 2048, 4096, 8192]
     d = analyze(run(n=64, a=0.01, b=b, c=c, lengths=lengths), ServerInfo(model="SmolLM2-135M"), None)
     assert d.quadratic.applies

@@ -3,6 +3,7 @@
 
 import pytest
 
+from prefilltui.model.types import ProbeResult
 from tests.fakeserver import Reply, llama_routes, models_reply, sse_data, sse_delta, sse_done, sse_text
 from prefilltui.measure.probe import ProbeClient
 
@@ -223,6 +224,35 @@ async def test_stale_keepalive_connection_is_resent_once_not_failed(fake_server)
     r = await run_probe(srv)
     assert r.ok, r.error_message
     assert r.notes.resent_on_stale_connection is True
-    assert sum(q.method == "POST" for q in srv.requests) == 2
+    posts = [q for q in srv.requests if q.method == "POST"]
+    assert len(posts) == 2
+    # one request id for both sends, the resend recorded with its reason
+    rid = r.notes.request_id
+    assert [q.headers["x-request-id"] for q in posts] == [rid, rid]
+    assert len(r.notes.resends) == 1 and "stale connection" in r.notes.resends[0].reason
+    assert r.notes.resends[0].resend_error is None
     assert r.connect_s is not None and r.notes.connect_excluded
+    # the run file keeps them under extra, and reads them back
+    back = ProbeResult.from_json(r.to_json())
+    assert back.notes.request_id == rid and back.notes.resends == r.notes.resends
     assert 0.04 <= r.ttft_s < 0.5
+
+
+async def test_a_resend_that_fails_is_still_recorded(fake_server):
+    """Dropped twice: the probe fails, and its record still says it was sent twice."""
+    srv = fake_server({"GET /v1/models": models_reply(), "POST /v1/completions": [
+        Reply(drop=True), Reply(drop=True)]})
+    r = await run_probe(srv)
+    assert not r.ok and r.error_kind == "protocol"
+    assert sum(q.method == "POST" for q in srv.requests) == 2
+    assert len(r.notes.resends) == 1 and r.notes.resends[0].resend_error
+
+
+async def test_each_probe_has_its_own_request_id(fake_server):
+    srv = fake_server({"GET /v1/models": models_reply(), "POST /v1/completions": Reply.sse([
+        (0.0, sse_text("Hi")), (0.01, sse_done())])})
+    async with ProbeClient(srv.base_url, timeout=5) as c:
+        a, b = await c.probe(8, prompt="x"), await c.probe(8, prompt="x")
+    ids = [q.headers["x-request-id"] for q in srv.requests if q.method == "POST"]
+    assert ids == [a.notes.request_id, b.notes.request_id] and ids[0] != ids[1]
+    assert ids[0].startswith("prefilltui-") and not a.notes.resends

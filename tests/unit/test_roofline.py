@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from prefilltui.model import roofline
+from prefilltui.model import flops, roofline
 from prefilltui.model.catalog import lookup_gpu, lookup_model
 
 LLAMA = lookup_model("llama-3-8b")
@@ -61,12 +61,27 @@ def test_attention_share():
 
 def test_mfu_and_achieved():
     b = 1 / 30000  # 30k tok/s
-    assert roofline.achieved_flops(b, 8.03e9) == pytest.approx(2 * 8.03e9 * 30000)
-    assert roofline.mfu(b, 8.03e9, 989.4e12) == pytest.approx(2 * 8.03e9 * 30000 / 989.4e12)
-    assert roofline.mfu(b, 8.03e9, None) is None
-    assert roofline.mfu(-1.0, 8.03e9, 1e15) is None
-    m = roofline.mfu_with_attention((0.0, b, 0.0), 2000, 8.03e9, 32, 4096, 989.4e12)
-    assert m > roofline.mfu(b, 8.03e9, 989.4e12)
+    f = flops.linear_coefficient(LLAMA)  # matmul FLOPs per token, not 2·P
+    assert f == pytest.approx(2 * 6.979e9, rel=1e-3)
+    assert roofline.achieved_flops(b, f) == pytest.approx(f * 30000)
+    assert roofline.mfu(b, f, 989.4e12) == pytest.approx(f * 30000 / 989.4e12)
+    assert roofline.mfu(b, f, None) is None
+    assert roofline.mfu(-1.0, f, 1e15) is None
+    m = roofline.mfu_with_attention((0.0, b, 0.0), 2000, LLAMA, 989.4e12)
+    assert m > roofline.mfu(b, f, 989.4e12)
+
+
+def test_verdict_names_the_count():
+    _lv, text = roofline.verdict(0.5, achieved=1e14, tokens_per_s=1000)
+    assert text.startswith("MFU (matmul FLOPs) 50%")
+
+
+def test_exact_estimate_beside_the_quick_one():
+    x = roofline.exact_estimate(LLAMA, 2000, peak_flops=H100.peak_flops, quick_flops=est(2000).flops)
+    assert x.flops == pytest.approx(28.97e12, rel=1e-3) and x.basis == "shape"
+    assert x.quick_over_exact == pytest.approx(1.145, abs=0.001)
+    assert x.time_at_peak_s == pytest.approx(0.0293, rel=0.01)
+    assert x.attention_convention == "causal" and x.to_json()["terms"]["lm_head"] == 2 * 4096 * 128256
 
 
 @pytest.mark.parametrize("mfu,level", [(0.5, "healthy"), (0.40, "healthy"), (0.3, "below"),

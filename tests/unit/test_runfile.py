@@ -124,3 +124,22 @@ def test_impossible_durations_and_foreign_objects_never_enter_the_analysis(tmp_p
     assert len(problems) == 7
     assert problems[0].startswith("line 2: ttft_s is '-5.0', not a duration from 0 to 86400 s")
     assert problems[-1] == "line 8: not a probe record (no ok / requested_tokens)"
+
+
+def test_calibration_requests_are_kept_apart_from_results(tmp_path):
+    """Every request the server was sent is in the file; calibration lines are no results."""
+    from prefilltui.measure.runfile import RotatingRunWriter, RunWriter, read_run
+    from prefilltui.model.probe_notes import ProbeNotes
+
+    for w in (RunWriter(tmp_path / "a.jsonl"), RotatingRunWriter(tmp_path / "b.jsonl", max_bytes=10**6)):
+        w.append_calibration(ProbeResult(requested_tokens=48, ok=True, ttft_s=0.01, warmup=True,
+                                         notes=ProbeNotes(calibration=True, request_id="x-1")))
+        w.append(ProbeResult(seq=1, requested_tokens=64, prompt_tokens=64, ok=True, ttft_s=0.02))
+        w.close()
+        assert w.count == 1
+        cal: list = []
+        results, problems = read_run(w.path, calibration=cal)
+        assert problems == [] and [r.seq for r in results] == [1]
+        assert len(cal) == 1 and cal[0].notes.request_id == "x-1" and cal[0].warmup
+        assert cal[0].notes.calibration
+        assert read_run(w.path)[0] == results  # skipped when not asked for

@@ -14,6 +14,7 @@ log gets a stronger tint.
 
 from __future__ import annotations
 
+from functools import lru_cache
 from typing import Any, Iterable, Sequence
 
 from rich.segment import Segment
@@ -158,7 +159,7 @@ class HistorySpark(Sparkline):
         for v, mark in zip(vals, mask):
             bg = tints[mark]
             if v is None:
-                segs.append(Segment(" ", Style(bgcolor=bg)))
+                segs.append(Segment(" ", _blank_style(bg)))
                 continue
             ratio = max(0.0, min(v / self.hi, 1.0))
             total = ratio * height * levels
@@ -169,9 +170,21 @@ class HistorySpark(Sparkline):
                 ch = BARS[int(filled) - 1]
             else:
                 ch = BARS[0] if row == 0 else " "
-            color = cool.blend(hot, ratio)
-            segs.append(Segment(ch, Style(color=color.rich_color, bgcolor=bg)))
+            segs.append(Segment(ch, _cell_style(cool, hot, round(ratio * 100), bg)))
         return Strip(segs, width)
+
+
+@lru_cache(maxsize=64)
+def _blank_style(bg: Any) -> Style:
+    return Style(bgcolor=bg)
+
+
+@lru_cache(maxsize=4096)
+def _cell_style(cool: Color, hot: Color, pct: int, bg: Any) -> Style:
+    """The style of a history cell at ``pct`` % of the scale on ``bg``: built once per
+    (theme colours, percent, tint).  Made per cell on every repaint it was half the
+    gauges' drawing cost (profiled)."""
+    return Style(color=cool.blend(hot, pct / 100).rich_color, bgcolor=bg)
 
 
 def short_reason(why: str | None) -> str:

@@ -10,6 +10,7 @@ from rich.text import Text
 from textual.widgets import Static
 
 from prefilltui.model.intercept import physical_ci, pin_bound_s
+from prefilltui.model.roofline import MFU_LABEL
 from prefilltui.model.sanitize import clean
 from prefilltui.model.units import MISSING
 from prefilltui.tui.viewmodel import StatsView
@@ -108,7 +109,9 @@ def stats_text(v: StatsView) -> Text:
         est = " est." if v.estimate else ""
         line("achieved", f"{v.achieved_tflops:.3g} TFLOP/s{est}")
     if v.mfu is not None:
-        line("MFU", f"{v.mfu * 100:.1f} %" + (" est." if v.estimate else ""), "bold")
+        # the count behind it named (model/flops.py): MFU_LABEL, on its own line to fit 27 columns
+        t.append(MFU_LABEL + "\n", style="dim")
+        line("", f"{v.mfu * 100:.1f} %" + (" est." if v.estimate else ""), "bold")
     if v.verdict:
         line("verdict", v.verdict, "bold")
     facts = " · ".join(x for x in (v.server_kind, v.device) if x)

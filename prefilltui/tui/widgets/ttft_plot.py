@@ -29,6 +29,7 @@ MARK_OK = "•"
 MARK_NEWEST = "◆"
 MARK_WARMUP = "×"
 MARK_CACHE = "○"
+MARK_LOAD = "▴"
 
 
 def nice_ticks(hi: float, target: int = 5) -> list[float]:
@@ -62,6 +63,8 @@ class TTFTPlot(PlotextPlot):
         self._ok: deque[tuple[int, float]] = deque(maxlen=max_points)
         self._warm: deque[tuple[int, float]] = deque(maxlen=max(8, max_points // 4))
         self._cache: deque[tuple[int, float]] = deque(maxlen=max(8, max_points // 4))
+        #: probes under background load: plotted, never in the (idle) fit
+        self._load: deque[tuple[int, float]] = deque(maxlen=max(8, max_points // 2))
         self._newest: tuple[int, float] | None = None
         self._fit: tuple[float, float] | None = None  # (intercept ms, slope ms/token)
         self._lines: list[tuple[str, Callable[[float], float]]] = []
@@ -84,6 +87,9 @@ class TTFTPlot(PlotextPlot):
             self._warm.append(point)
         elif r.cache_hit:
             self._cache.append(point)
+        elif r.load_level:
+            self._load.append(point)
+            self._newest = point
         else:
             self._ok.append(point)
             self._newest = point
@@ -93,6 +99,7 @@ class TTFTPlot(PlotextPlot):
         self._ok.clear()
         self._warm.clear()
         self._cache.clear()
+        self._load.clear()
         self._newest = None
 
     def set_fit(self, intercept_ms: float | None, slope_ms_per_token: float | None) -> None:
@@ -130,8 +137,8 @@ class TTFTPlot(PlotextPlot):
         plt.clear_figure()
         plt.xlabel("prompt tokens")
         plt.ylabel("TTFT ms")
-        xs_all = [p[0] for p in self._ok]
-        ys_all = [p[1] for p in self._ok]
+        xs_all = [p[0] for p in self._ok] + [p[0] for p in self._load]
+        ys_all = [p[1] for p in self._ok] + [p[1] for p in self._load]
         if self.show_excluded:
             xs_all += [p[0] for p in self._warm] + [p[0] for p in self._cache]
             ys_all += [p[1] for p in self._warm] + [p[1] for p in self._cache]
@@ -160,6 +167,9 @@ class TTFTPlot(PlotextPlot):
         if self.show_excluded and self._cache:
             plt.scatter([p[0] for p in self._cache], [p[1] for p in self._cache],
                         marker=MARK_CACHE, color=self._color("plot-cache"))
+        if self._load:
+            plt.scatter([p[0] for p in self._load], [p[1] for p in self._load],
+                        marker=MARK_LOAD, color=self._color("plot-load"))
         if self._ok:
             plt.scatter([p[0] for p in self._ok], [p[1] for p in self._ok],
                         marker=MARK_OK, color=self._color("plot-point"))
@@ -237,4 +247,6 @@ class TTFTPlot(PlotextPlot):
             parts.append(f"[$plot-warmup]{MARK_WARMUP}[/]warm-up")
         if self.show_excluded and self._cache:
             parts.append(f"[$plot-cache]{MARK_CACHE}[/]cached")
+        if self._load:
+            parts.append(f"[$plot-load]{MARK_LOAD}[/]under load")
         return " ".join(parts)

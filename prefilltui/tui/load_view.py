@@ -1,0 +1,99 @@
+"""What the TUI shows of the background load: the decode row, the status words and the
+stats lines (the stall of the last probe, the verdict).  Plain functions and data, no
+textual (as ``viewmodel.py``): the app calls them on its throttled tick.
+"""
+
+from __future__ import annotations
+
+import math
+import statistics
+from dataclasses import dataclass
+from typing import Any, Sequence
+
+from prefilltui.model.fit import LinearFit
+from prefilltui.model.sanitize import clean
+from prefilltui.model.stall import DecodeTrace, gap_series, probe_window
+from prefilltui.model.types import ProbeResult
+from prefilltui.model.units import MISSING
+from prefilltui.model.verdict import Expectation, TtftVerdict, ttft_verdict
+
+#: A decode gap at least this many baseline gaps long (and 20 ms over it) is a stall
+#: on the decode row.
+STALL_GAPS = 3.0
+STALL_MIN_S = 0.020
+
+
+@dataclass(frozen=True, slots=True)
+class DecodeView:
+    """The decode row: its text (a head line, then up to two detail lines after a
+    newline), the decode gaps over the span as
+    (arrival, gap) pairs, the quiet baseline gap and the stalls as (start, end)."""
+
+    text: str
+    gaps: tuple[tuple[float, float], ...] = ()
+    baseline_s: float | None = None
+    stalls: tuple[tuple[float, float], ...] = ()
+
+
+def _ms(s: float | None) -> str:
+    if s is None or not math.isfinite(s):
+        return MISSING
+    return f"{s * 1e3:,.0f} ms" if s < 10 else f"{s:,.1f} s"
+
+
+def decode_view(traces: Sequence[DecodeTrace], now: float, span: float, *, describe: str,
+                last: ProbeResult | None = None) -> DecodeView:
+    """The decode row from the load's traces (``LoadGenerator.traces``) over [now -
+    span, now]: ITL p50 of the span, the last probe's stall and excess."""
+    gaps = tuple(gap_series(traces, since=now - span))
+    vals = sorted(g for _, g in gaps)
+    base = (last.decode_gap_s if last is not None and last.decode_gap_s is not None
+            else (statistics.median(vals) if vals else None))
+    stalls: list[tuple[float, float]] = []
+    if base is not None:
+        limit = max(STALL_GAPS * base, base + STALL_MIN_S)
+        stalls = [(t - g, t) for t, g in gaps if g >= limit]
+    head = f"decode ITL ▲ stall  {describe}"
+    if vals:
+        head += f" · ITL p50 {_ms(statistics.median(vals))}, max {_ms(vals[-1])}"
+    detail = ["no decode tokens in the last minute"] if not vals else []
+    if last is not None and last.decode_stall_s is not None:
+        detail = [f"last probe {last.tokens or last.requested_tokens:,} tok: stall "
+                  f"{_ms(last.decode_stall_s)}, excess {_ms(last.decode_excess_s)}"]
+        if last.server_itl_max_s is not None:
+            detail.append(f"server ITL histogram: longest ≤ {_ms(last.server_itl_max_s)}")
+    return DecodeView(head + "\n" + "\n".join(detail), gaps, base, tuple(stalls))
+
+
+def stall_lines(last: ProbeResult | None) -> list[str]:
+    """The stats panel's lines about the last probe under load."""
+    if last is None or not last.load_level:
+        return []
+    if last.decode_stall_s is None:
+        return [f"under load {last.load_level:g}: stall {MISSING}"]
+    return [f"under load {last.load_level:g}: stall {_ms(last.decode_stall_s)}",
+            f"  excess {_ms(last.decode_excess_s)} ({last.decode_tokens} decode tok)"]
+
+
+def live_verdict(results: Sequence[ProbeResult], fit: LinearFit | None, *,
+                 assessment: Any = None) -> TtftVerdict:
+    """The verdict over the recent probes with the idle fit as the expectation (the
+    TUI's fit keeps probes under load out)."""
+    mfu = getattr(assessment, "mfu", None)
+    level = getattr(assessment, "level", None)
+    expect = Expectation(fit, "idle fit", mfu, level) if fit is not None or level else None
+    return ttft_verdict(list(results), expect)
+
+
+def load_status(describe: str | None) -> str | None:
+    """The status line's load words (markup), or None without a load configured."""
+    if describe is None:
+        return None
+    colour = "$error" if "stopped" in describe else "$warning"
+    words = clean(describe).replace("[", "\\[")  # a server's words never become markup
+    return f"[{colour}]{words}[/]"
+
+
+def probe_windows(results: Sequence[ProbeResult]) -> list[tuple[float, float]]:
+    """The probes' prefill windows (send .. first token)."""
+    return [w for w in (probe_window(r) for r in results) if w is not None]

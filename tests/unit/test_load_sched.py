@@ -1,0 +1,194 @@
+"""Background load against a simulated scheduler with a chunk budget (tests/schedserver.py,
+real sockets): exact stalls and excesses, the chunk boundary, the level sweep, faults,
+bounds, and that nothing is sent unasked.  Short prompts, a few seconds each."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import statistics
+import time
+
+import pytest
+
+from prefilltui.cli import main
+from prefilltui.measure.runfile import read_load, read_run, read_session
+from prefilltui.model.loadspec import parse_load
+from prefilltui.options import (LoadOptions, RunFileOptions, SessionOptions, SweepDesign,
+                                TelemetryOptions)
+from prefilltui.session import build_session
+from tests.schedserver import SchedServer, expected
+
+STEP_S = 0.02
+PER_TOKEN_S = 0.002
+#: Client-side timing on a loaded 2-core machine: a stall read to +-15 ms.
+TOL_S = 0.015
+
+
+def _session(srv, tmp_path, spec="decode:2,out:400", lengths=(40,)):
+    opts = SessionOptions(design=SweepDesign(lengths=tuple(lengths), seed=1, warmup=0),
+                          telemetry=TelemetryOptions(enabled=False),
+                          run_file=RunFileOptions(path=str(tmp_path / "run.jsonl")),
+                          load=LoadOptions(spec=parse_load(spec)))
+    return build_session(opts, srv.base_url)
+
+
+def _sweep(session, lengths, repeats=2):
+    out = []
+    session.config.lengths = list(lengths)
+    session.config.repeats = repeats
+    runner = session.new_runner(out.append)
+    runner.start()
+    while runner.alive:
+        runner.join(0.1)
+    return out
+
+
+@pytest.mark.parametrize("budget", [64, None])
+def test_stall_and_excess_are_the_schedulers(tmp_path, budget):
+    """Medians of 3 probes per length: one scheduling hiccup of the shared test process
+    (server and client share it, on a busy machine) must not decide the test."""
+    with SchedServer(budget=budget, step_s=STEP_S, per_token_s=PER_TOKEN_S) as srv:
+        s = _session(srv, tmp_path, lengths=[40, 124])
+        try:
+            assert s.start_load(wait_s=20, min_tokens=8), s.load.describe()
+            rs = _sweep(s, [40, 124], repeats=3)
+        finally:
+            s.close()
+    assert len(rs) == 6 and all(r.ok for r in rs)
+    assert all(r.load_kind == "decode" and r.load_level == 2.0 and r.decode_streams == 2
+               for r in rs)
+    for n in (40, 124):
+        at = [r for r in rs if r.prompt_tokens == n]
+        med = lambda f, at=at: statistics.median(getattr(r, f) for r in at)  # noqa: E731
+        stall, excess = expected(budget, 2, n, PER_TOKEN_S)
+        assert med("decode_gap_s") == pytest.approx(STEP_S, abs=0.005)
+        assert med("decode_stall_s") == pytest.approx(stall, abs=TOL_S), (n, budget)
+        assert med("decode_excess_s") == pytest.approx(excess, abs=2 * TOL_S), (n, budget)
+        # the server's ITL histogram over the window: its longest gap's bucket
+        assert med("server_itl_max_s") >= stall + STEP_S - 0.005
+    long_ = [r for r in rs if r.prompt_tokens == 124]
+    stall = statistics.median(r.decode_stall_s for r in long_)
+    excess = statistics.median(r.decode_excess_s for r in long_)
+    if budget:  # capped at one 62-token chunk, the whole prompt still paid for
+        assert stall < excess / 1.6
+    else:
+        assert stall == pytest.approx(excess, abs=2 * TOL_S)
+
+
+def test_a_prompt_one_token_over_the_budget_takes_two_chunks(tmp_path):
+    """Budget 64 with 2 decode streams: 62 prompt tokens fit one step, 63 need two (the
+    decode tokens use the budget's slots).  Steps of 100 ms make the extra step plain
+    in TTFT and in the decode tokens that arrive during the prefill."""
+    step = 0.1
+    with SchedServer(budget=64, step_s=step, per_token_s=PER_TOKEN_S) as srv:
+        s = _session(srv, tmp_path)
+        out: dict[int, list] = {62: [], 63: []}
+
+        async def go():
+            async with s.new_client(seed_offset=5) as c:
+                await c.discover()
+                for _ in range(3):
+                    for n in (62, 63):
+                        for h in s.hooks:
+                            await h.before_probe(c)
+                        r = await c.probe(n, prompt=" ".join(["w"] * n))
+                        for h in s.hooks:
+                            await h.after_probe(r)
+                        out[n].append(r)
+        try:
+            assert s.start_load(wait_s=20, min_tokens=8)
+            asyncio.run(go())
+        finally:
+            s.close()
+        chunks = {n: {c for p, c in srv.stats.prefills if p == n} for n in (62, 63)}
+    assert chunks == {62: {1}, 63: {2}}
+    med = lambda n, f: sorted(getattr(r, f) for r in out[n])[1]  # noqa: E731
+    assert all(r.prompt_tokens == n for n in out for r in out[n])
+    assert med(63, "ttft_s") - med(62, "ttft_s") == pytest.approx(step, abs=0.05)
+    assert med(63, "decode_tokens") == med(62, "decode_tokens") + 1
+    # the stall stays one chunk (62 tokens), the excess is the whole prompt
+    assert med(63, "decode_stall_s") == pytest.approx(62 * PER_TOKEN_S, abs=TOL_S)
+    assert med(63, "decode_excess_s") == pytest.approx(63 * PER_TOKEN_S, abs=2 * TOL_S)
+
+
+def test_level_sweep_cli_table_run_file_and_idle_fit(tmp_path, capsys):
+    out = tmp_path / "levels.jsonl"
+    with SchedServer(budget=64, step_s=STEP_S, per_token_s=PER_TOKEN_S) as srv:
+        code = main(["sweep", srv.base_url, "--lengths", "24,124", "--repeats", "3",
+                     "--no-telemetry", "--load", "decode:1,out:300", "--load-levels", "0,2",
+                     "--format", "json", "--out", str(out), "--seed", "3"])
+    assert code == 0
+    d = json.loads(capsys.readouterr().out)
+    rows = d["load"]["levels"]["rows"]
+    assert [r["level"] for r in rows] == [0.0, 2.0]
+    # medians of 3 probes (a busy machine: one hiccup must not decide)
+    assert rows[0]["stall_s"] is None and rows[1]["stall_s"] == pytest.approx(
+        62 * PER_TOKEN_S, abs=2 * TOL_S)
+    assert rows[1]["itl_p50_s"] == pytest.approx(STEP_S, abs=0.008)
+    assert d["load"]["levels"]["knee"] is None
+    assert d["load"]["levels"]["knee_line"].startswith("queueing never")
+    assert d["load"]["stall"]["chunked"] is True and d["load"]["stall_level"] == 2.0
+    assert d["ttft_verdict"]["cause"] in ("none", "slow_prefill", "head_of_line")
+    assert d["load"]["facts"]["spec"]["label"] == "decode:2,out:300"
+    results, problems = read_run(out)
+    assert not problems
+    idle = [r for r in results if r.fit_eligible]
+    assert {r.load_level for r in idle} == {0.0}  # level 2 never enters the idle fit
+    assert d["fit"]["n"] <= len(idle) and all(r.load_level == 2.0 for r in results
+                                                if r.level_eligible and not r.fit_eligible)
+    traces, bad = read_load(out)
+    assert traces and not bad and {t.level for t in traces} == {2.0}
+    assert read_session(out)["load"]["label"] == "decode:2,out:300"
+
+
+def test_a_failing_load_request_stops_the_load_and_the_sweep_says_so(tmp_path, capsys):
+    with SchedServer(budget=64, step_s=STEP_S, per_token_s=PER_TOKEN_S) as srv:
+        probe_route = srv.script["POST /v1/completions"]
+
+        def route(req):
+            if (req.json or {}).get("max_tokens", 1) > 1:
+                from tests.fakeserver import Reply
+                return Reply.json({"error": {"message": "boom"}}, status=500)
+            return probe_route(req)
+        srv.set("POST /v1/completions", route)
+        code = main(["sweep", srv.base_url, "--lengths", "24", "--no-telemetry",
+                     "--load", "decode:1", "--out", str(tmp_path / "f.jsonl")])
+        load_requests = [r for r in srv.requests if (r.json or {}).get("max_tokens", 1) > 1
+                         if r.path == "/v1/completions"]
+    err = capsys.readouterr().err
+    assert code == 1
+    assert "background load did not reach its level: load stopped: load request answered HTTP 500" in err
+    assert len(load_requests) == 1  # stopped at the first fault, never retried
+
+
+def test_bounds_stop_the_load(tmp_path):
+    with SchedServer(budget=64, step_s=0.005, per_token_s=0.0001) as srv:
+        s = _session(srv, tmp_path, spec="decode:1,out:5,requests:3")
+        try:
+            s.load.start()
+            deadline = time.monotonic() + 10
+            while s.load.state != "done" and time.monotonic() < deadline:
+                time.sleep(0.05)
+            assert s.load.state == "done" and "3 requests" in s.load.detail
+            time.sleep(0.3)
+        finally:
+            s.close()
+        sent = [r for r in srv.requests if r.path == "/v1/completions"]
+    assert len(sent) == 3 and all(r.json["max_tokens"] == 5 and r.json["ignore_eos"] for r in sent)
+
+
+def test_close_stops_every_stream_and_nothing_is_sent_unasked(tmp_path, capsys):
+    with SchedServer(budget=64, step_s=STEP_S, per_token_s=0.0001) as srv:
+        s = _session(srv, tmp_path, spec="decode:3")
+        assert s.start_load(wait_s=20)
+        s.close()
+        assert not s.load.alive and s.load.state == "stopped"
+        n = len(srv.requests)
+        time.sleep(0.3)
+        assert len(srv.requests) == n  # nothing restarted after the stop
+        assert main(["sweep", srv.base_url, "--lengths", "24,48", "--no-telemetry",
+                     "--out", str(tmp_path / "plain.jsonl")]) == 0
+        plain = [r for r in srv.requests[n:] if r.path == "/v1/completions"]
+    assert plain and all(r.json["max_tokens"] == 1 for r in plain)
+    assert "background load" not in capsys.readouterr().out
