@@ -335,8 +335,8 @@ class RunSession:
 def read_run_sessions(path: str | os.PathLike, *, calibration: list[ProbeResult] | None = None
                       ) -> tuple[list[RunSession], list[str]]:
     """Read a run file split into its runs: a new one starts at a session line with
-    another ``session_id``, or (files without ids) where ``seq`` starts again (a
-    probe numbered at or below the previous one).  Sessions without a probe are
+    another ``session_id``, or, in a file written before session ids, where ``seq``
+    starts again (a probe numbered at or below the previous one).  Sessions without a probe are
     dropped.  Bad lines are reported as ``"line N: reason"``, never raised.
     ``calibration``: a list that receives the calibration requests (skipped otherwise).
 
@@ -375,8 +375,11 @@ def read_run_sessions(path: str | os.PathLike, *, calibration: list[ProbeResult]
                     raise ValueError("not a probe record (no ok / requested_tokens)")
                 r = ProbeResult.from_json(obj)
                 _check(r)
-                if r.seq is not None and last_seq is not None and r.seq <= last_seq:
-                    sessions.append(RunSession(None, i))  # seq restarted: another run
+                if (sessions[-1].session_id is None and r.seq is not None
+                        and last_seq is not None and r.seq <= last_seq):
+                    # a file without session ids: seq restarted, another run (with ids,
+                    # seq may restart within one run: a load level's own runner)
+                    sessions.append(RunSession(None, i))
                 last_seq = r.seq if r.seq is not None else last_seq
                 sessions[-1].results.append(r)
                 sessions[-1].last_line = i

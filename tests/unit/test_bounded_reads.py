@@ -201,3 +201,35 @@ async def test_warm_reads_a_bounded_body():
         async with ProbeClient(srv.base_url, timeout=20) as c:
             _, peak = await _peak_mib(c.warm())
     assert peak < 1.5 * 8 + 4, f"peak {peak:.0f} MiB"  # the model-list cap: 8 MiB
+
+
+async def test_a_load_request_is_bounded_too():
+    """The background load's streams and error bodies read through the same caps."""
+    import threading
+    from types import SimpleNamespace
+
+    from prefilltui.measure.load_request import LoadFault, send_load_request
+
+    stream = zlib.compressobj(9, zlib.DEFLATED, 31)
+    body = stream.compress(b": " + b"x" * (BOMB_MIB * 2**20)) + stream.flush()
+    routes = {**llama_routes(), "POST /v1/completions":
+              Reply(200, {"Content-Type": "text/event-stream", "Content-Encoding": "gzip"}, body)}
+    with FakeServer(routes) as srv:
+        async with ProbeClient(srv.base_url, timeout=20) as c:
+            await c.discover()
+            live = SimpleNamespace(arrivals=[], prompt_tokens=None)
+
+            async def fault(coro) -> str:
+                try:
+                    await coro
+                except LoadFault as e:
+                    return str(e)
+                return ""
+            said, peak = await _peak_mib(fault(send_load_request(
+                c, {"prompt": "a"}, live, threading.Lock(), set())))
+            assert "load stream over 16 MiB" in said and peak < 16 + 8, f"peak {peak:.0f} MiB"
+            srv.set("POST /v1/completions", Reply(
+                500, {"Content-Type": "text/plain", "Content-Encoding": "gzip"}, bomb()))
+            said, peak = await _peak_mib(fault(send_load_request(
+                c, {"prompt": "a"}, live, threading.Lock(), set())))
+            assert "HTTP 500" in said and peak < 8, f"peak {peak:.0f} MiB"
