@@ -24,7 +24,8 @@ from prefilltui.measure.load_hook import LoadHook
 from prefilltui.measure.metrics_hook import MetricsHook
 from prefilltui.model.pacing import Pacing, auto_pacing
 from prefilltui.measure.probe import ProbeClient
-from prefilltui.measure.runfile import RotatingRunWriter, RunWriter, default_run_path
+from prefilltui.measure.runfile import (RotatingRunWriter, RunFileBusy, RunWriter,
+                                       default_run_path)
 from prefilltui.measure.sweep import ProbeHook, SweepConfig, SweepRunner, make_lengths
 from prefilltui.measure.telemetry import Sampler
 from prefilltui.model.types import ProbeResult
@@ -264,6 +265,8 @@ def build_session(options: SessionOptions, base_url: str, *, continuous: bool = 
         run_path.parent.mkdir(parents=True, exist_ok=True)
         writer = (RotatingRunWriter(run_path, max_bytes=rf.max_bytes, keep=rf.keep)
                   if rf.max_bytes else RunWriter(run_path))
+    except RunFileBusy as exc:  # another run writes this file: never interleave them
+        raise SessionError(str(exc.strerror), ExitCode.USAGE) from None
     except OSError as exc:
         raise SessionError(f"cannot write the run file {run_path}: {exc.strerror or exc}"
                            ) from None

@@ -11,7 +11,7 @@ import math
 import sys
 from typing import get_args
 
-from prefilltui.model import defaults
+from prefilltui.model import defaults, limits
 from prefilltui.model.sanitize import clean
 from prefilltui.model.types import FIT_METHODS, Dtype
 from prefilltui.options import (API_KEY_ENV, AnalysisOptions, LoadOptions, ProbeOptions,
@@ -20,23 +20,49 @@ from prefilltui.options import (API_KEY_ENV, AnalysisOptions, LoadOptions, Probe
 
 
 def _int_list(text: str) -> list[int]:
+    """``--lengths``: comma-separated prompt lengths, each 1..``limits.MAX_PROMPT_TOKENS``."""
     try:
         values = [int(v) for v in text.split(",") if v.strip()]
     except ValueError:
-        raise argparse.ArgumentTypeError(f"expected comma-separated integers, got {text!r}")
+        raise argparse.ArgumentTypeError(f"expected comma-separated integers, got {text[:80]!r}")
     if not values or any(v <= 0 for v in values):
-        raise argparse.ArgumentTypeError(f"lengths must be positive integers, got {text!r}")
+        raise argparse.ArgumentTypeError(f"lengths must be positive integers, got {text[:80]!r}")
+    try:
+        limits.check("lengths", values)
+    except ValueError as e:
+        raise argparse.ArgumentTypeError(str(e)) from None
     return values
+
+
+def ranged(key: str):
+    """An argparse type for the setting ``key`` of ``model.limits.RANGES``: parsed as its
+    kind, refused outside its range with the range said (one home with the exporter's
+    TOML file)."""
+    r = limits.RANGES[key]
+
+    def parse(text: str):
+        try:
+            value = int(text) if r.kind in ("int", "lengths") else float(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"expected {r.describe()}, got {text[:80]!r}")
+        try:
+            return limits.check("lengths", [value])[0] if r.kind == "lengths" \
+                else limits.check(key, value)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"expected {r.describe()}, got {text[:80]!r}")
+    parse.__name__ = key  # argparse names the type in its messages
+    return parse
 
 
 def server_url(text: str) -> str:
     """argparse type of a server base URL (``core.server.url_problem``): a bad one is
     a usage error (exit 2) with the reason, before anything is sent."""
     from prefilltui.measure.server import url_problem
+    from prefilltui.model.redact import display_url
 
     problem = url_problem(text)
     if problem:
-        raise argparse.ArgumentTypeError(f"{text!r} is not a server URL: {problem}")
+        raise argparse.ArgumentTypeError(f"{display_url(text)!r} is not a server URL: {problem}")
     return text
 
 
@@ -68,12 +94,9 @@ def _duty(text: str) -> float:
     return v
 
 
-def _efficiency(text: str) -> float:
-    """A fraction of peak in (0, 1.5] (the range roofline.estimate accepts)."""
-    v = _positive_float(text)
-    if v > 1.5:
-        raise argparse.ArgumentTypeError(f"expected a fraction of peak such as 0.5, got {text!r}")
-    return v
+#: ``--efficiency``: a fraction of peak in (0, 1.5] (``limits.RANGES``, the range
+#: roofline.estimate accepts).
+_efficiency = ranged("efficiency")
 
 
 def _sample_hz(text: str) -> float:
@@ -137,7 +160,7 @@ def add_server_args(p: argparse.ArgumentParser) -> None:
                    help="send every request through this proxy (http, https, socks5), or "
                         "'none' to go direct; default: HTTPS_PROXY / HTTP_PROXY / ALL_PROXY "
                         "and NO_PROXY from the environment, loopback servers always direct")
-    g.add_argument("--timeout", type=_positive_float, default=defaults.TIMEOUT_S, metavar="S",
+    g.add_argument("--timeout", type=ranged("timeout"), default=defaults.TIMEOUT_S, metavar="S",
                    help=f"per-probe time cap in seconds (default {defaults.TIMEOUT_S:g})")
 
 
@@ -148,10 +171,10 @@ def add_sweep_args(p: argparse.ArgumentParser, *, min_tokens: int = defaults.MIN
     g = p.add_argument_group("sweep")
     g.add_argument("--lengths", type=_int_list, metavar="N,N,...",
                    help="explicit prompt lengths in tokens (overrides min/max/points)")
-    g.add_argument("--min-tokens", type=_positive_int, default=min_tokens, metavar="N",
+    g.add_argument("--min-tokens", type=ranged("lengths"), default=min_tokens, metavar="N",
                    help=f"shortest prompt in tokens (default {min_tokens}: short prompts "
                         "anchor the fixed cost TTFT(0))")
-    g.add_argument("--max-tokens", type=_positive_int, default=max_tokens, metavar="N",
+    g.add_argument("--max-tokens", type=ranged("lengths"), default=max_tokens, metavar="N",
                    help=f"longest prompt in tokens (default {max_tokens}; capped at the "
                         "server's context)")
     g.add_argument("--points", type=_positive_int, default=points, metavar="K",
@@ -188,8 +211,9 @@ def _depth_list(text: str) -> list[int]:
         values = [int(v) for v in text.split(",") if v.strip()]
     except ValueError:
         raise argparse.ArgumentTypeError(f"expected comma-separated integers, got {text!r}")
-    if not values or any(v < 0 for v in values):
-        raise argparse.ArgumentTypeError(f"depths must be integers >= 0, got {text!r}")
+    if not values or any(v < 0 or v > limits.MAX_PROMPT_TOKENS for v in values):
+        raise argparse.ArgumentTypeError(f"depths must be integers from 0 to "
+                                         f"{limits.MAX_PROMPT_TOKENS:,}, got {text[:80]!r}")
     return sorted(set(values))
 
 
@@ -244,21 +268,22 @@ def add_hardware_args(p: argparse.ArgumentParser) -> None:
     """Roofline inputs: the GPU and the model shape (override the catalog)."""
     g = p.add_argument_group("hardware and model (roofline)")
     g.add_argument("--gpu", metavar="NAME", help="GPU catalog name (default: NVML's device name)")
-    g.add_argument("--peak-tflops", type=_positive_float, metavar="T",
+    g.add_argument("--peak-tflops", type=ranged("peak_tflops"), metavar="T",
                    help="dense peak in TFLOP/s (overrides the catalog; needed for MFU on a CPU)")
-    g.add_argument("--bandwidth-tbs", type=_positive_float, metavar="B",
+    g.add_argument("--bandwidth-tbs", type=ranged("bandwidth_tbs"), metavar="B",
                    help="memory bandwidth in TB/s (overrides the catalog)")
     g.add_argument("--dtype", choices=get_args(Dtype), default=defaults.DTYPE,
                    help=f"datatype whose peak to use (default {defaults.DTYPE})")
-    g.add_argument("--params", type=_positive_float, metavar="P",
+    g.add_argument("--params", type=ranged("params"), metavar="P",
                    help="parameters doing matmuls (active params for MoE), e.g. 8.03e9")
-    g.add_argument("--layers", type=_positive_int, metavar="L", help="transformer layers")
-    g.add_argument("--hidden", type=_positive_int, metavar="D", help="hidden size")
-    g.add_argument("--attn-width", type=_positive_int, metavar="D_ATTN",
+    g.add_argument("--layers", type=ranged("layers"), metavar="L", help="transformer layers")
+    g.add_argument("--hidden", type=ranged("hidden"), metavar="D", help="hidden size")
+    g.add_argument("--attn-width", type=ranged("attn_width"), metavar="D_ATTN",
                    help="attention width heads*head_dim (default: hidden)")
     g.add_argument("--model-config", metavar="PATH",
                    help="a Hugging Face config.json to compute the model shape from")
-    g.add_argument("--efficiency", type=_efficiency, default=defaults.EFFICIENCY, metavar="F",
+    g.add_argument("--efficiency", type=ranged("efficiency"), default=defaults.EFFICIENCY,
+                   metavar="F",
                    help=f"fraction of peak for the expected-time line "
                         f"(default {defaults.EFFICIENCY:g})")
 

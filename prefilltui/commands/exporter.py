@@ -3,9 +3,12 @@ forever, and serve their prefill health on ``/metrics`` for Prometheus.
 
 Per target: one probe in flight at most, probe starts at least ``--interval``
 seconds apart (plus up to 20 % jitter), lengths reshuffled every round, a
-sliding-window robust fit.  Runs until SIGTERM or SIGINT, then cancels the probes
-in flight, flushes the run files and exits 0.  Exit: 2 usage error (no target, bad
-target file), 1 the listen address or the run directory is unusable.
+sliding-window robust fit.  /metrics is served at once; the targets start in the
+background.  SIGHUP reads the targets again (the Prometheus convention: a bad file
+is refused and the running targets kept).  Runs until SIGTERM or SIGINT, then cancels
+the probes in flight, flushes the run files and exits 0.  Exit: 2 usage error (no
+target, bad target file, a key that cannot be sent, too many targets or too low an
+open-file limit), 1 the listen address or the run directory is unusable.
 """
 
 from __future__ import annotations
@@ -15,7 +18,6 @@ import logging
 import signal
 import sys
 import threading
-import time
 from dataclasses import replace
 from pathlib import Path
 
@@ -23,10 +25,10 @@ from prefilltui.commands.common import (_int_list, add_load_args, _positive_floa
                                         add_hardware_args, add_server_args, probe_options,
                                         roofline_spec, server_url)
 from prefilltui.exit_codes import ExitCode
-from prefilltui.model.redact import display_url
 from prefilltui.exporter.config import (DEFAULT_INTERVAL_S, DEFAULT_LENGTHS, DEFAULT_WINDOW,
                                         MIN_INTERVAL_S, RUN_FILE_KEEP, RUN_FILE_MAX_BYTES,
                                         TargetConfig, check, load_toml, unique)
+from prefilltui.session import SessionError
 
 log = logging.getLogger("prefilltui.exporter")
 
@@ -119,14 +121,68 @@ def _default_run_dir() -> Path:
     return Path(platformdirs.user_data_dir("prefilltui", appauthor=False)) / "exporter"
 
 
+def _preflight(targets: list[TargetConfig]) -> int:
+    """What must hold before serving, checked up front (a usage error, never a target
+    that silently fails in the background): each target's API key can be sent, its
+    ``baseline_run`` holds a fit, the count of targets and the open-file limit fit.
+
+    Raises:
+        SessionError: a key that cannot be sent (USAGE; the message holds no key).
+        ValueError: a baseline without a fit, too many targets, too low a file limit.
+    Returns: the HTTP connections the file limit leaves (``fleet.check_capacity``).
+    """
+    from prefilltui.exporter.fleet import check_capacity
+    from prefilltui.exporter.health import explicit_baseline
+    from prefilltui.session import read_api_key
+
+    for t in targets:
+        try:
+            read_api_key(t.probe)
+        except SessionError as e:
+            raise SessionError(f"target {t.label!r}: {e}", e.code) from None
+        explicit_baseline(t)  # ValueError naming the target
+    return check_capacity(len(targets))
+
+
+def _announce(targets: list[TargetConfig]) -> None:
+    for t in targets:
+        load = sum(t.lengths) / len(t.lengths) / t.interval_s
+        where = t.label if t.label == t.shown_url else f"{t.label} ({t.shown_url})"
+        print(f"  {where}: at most {1 / t.interval_s:.3g} probes/s, "
+              f"~{load:.0f} prompt tokens/s", file=sys.stderr, flush=True)
+
+
+def _reload(args, fleet, server) -> None:
+    """SIGHUP: read the targets again (the command line and --config); apply them, or
+    keep the running ones and say why when the new set is not valid."""
+    try:
+        targets = targets_from_args(args)
+        if not targets:
+            raise ValueError("no target")
+        room = _preflight(targets)
+    except (ValueError, OSError, SessionError) as e:
+        print(f"prefilltui exporter: reload refused, the running targets are kept: {e}",
+              file=sys.stderr, flush=True)
+        return
+    server.max_connections = room
+    change = fleet.apply(targets)
+    print(f"prefilltui exporter: reloaded {args.config or 'the command line'}: "
+          f"{change.line()}", file=sys.stderr, flush=True)
+    _announce([t for t in targets if t.label in change.added + change.restarted])
+
+
 def run(args) -> int:
+    from prefilltui.exporter.fleet import Fleet
     from prefilltui.exporter.http import MetricsServer
     from prefilltui.exporter.target import TargetProber
-    from prefilltui.session import SessionError
 
     try:
         targets = targets_from_args(args)
         host, port = parse_listen(args.listen)
+        room = _preflight(targets) if targets else 0
+    except SessionError as e:
+        _err(str(e))
+        return int(e.code)
     except (ValueError, OSError) as e:
         _err(str(e))
         return ExitCode.USAGE
@@ -134,49 +190,40 @@ def run(args) -> int:
         _err("no target: give server URLs or --config FILE")
         return ExitCode.USAGE
     run_dir = Path(args.run_dir or _default_run_dir())
-    try:  # a baseline_run without a fit is a usage error, before anything starts
-        probers = [TargetProber(t, run_dir=run_dir, run_max_bytes=int(args.run_file_max_mb * 2**20),
-                                run_keep=max(0, args.run_file_keep), seed=args.seed)
-                   for t in targets]
-    except ValueError as e:
-        _err(str(e))
-        return ExitCode.USAGE
     try:
-        server = MetricsServer(host, port, probers)
+        run_dir.mkdir(parents=True, exist_ok=True)
+    except OSError as e:
+        _err(f"cannot create the run directory {run_dir}: {e.strerror or e}")
+        return ExitCode.FAILURE
+    fleet = Fleet(lambda t: TargetProber(
+        t, run_dir=run_dir, run_max_bytes=int(args.run_file_max_mb * 2**20),
+        run_keep=max(0, args.run_file_keep), seed=args.seed))
+    try:
+        server = MetricsServer(host, port, fleet, max_connections=room)
     except OSError as e:
         _err(f"cannot listen on {args.listen}: {e.strerror or e}")
         return ExitCode.FAILURE
-    stop = threading.Event()
-    old = {s: signal.signal(s, lambda *_: stop.set()) for s in (signal.SIGTERM, signal.SIGINT)}
-    started = []
+    stop, reload = threading.Event(), threading.Event()
+    handlers = {signal.SIGTERM: lambda *_: stop.set(), signal.SIGINT: lambda *_: stop.set()}
+    if hasattr(signal, "SIGHUP"):  # the Prometheus convention: reload, never exit
+        handlers[signal.SIGHUP] = lambda *_: reload.set()
+    old = {s: signal.signal(s, h) for s, h in handlers.items()}
     try:
-        for p in probers:
-            try:
-                started.append(p.start())
-            except SessionError as e:  # a key that cannot be sent (never shown), run file
-                _err(f"target {p.cfg.label!r}: {e}")
-                return int(e.code)
-        server.start()
+        server.start()  # served from the first moment; targets start in the background
         shown = host if ":" not in host else f"[{host}]"
         print(f"prefilltui exporter: serving http://{shown}:{server.port}/metrics for "
-              f"{len(probers)} target(s); run files in {run_dir}",
+              f"{len(targets)} target(s); run files in {run_dir}",
               file=sys.stderr, flush=True)
-        for t in targets:
-            load = sum(t.lengths) / len(t.lengths) / t.interval_s
-            shown_url = display_url(t.url)
-            where = shown_url if t.label == shown_url else f"{t.label} ({shown_url})"
-            print(f"  {where}: at most {1 / t.interval_s:.3g} probes/s, "
-                  f"~{load:.0f} prompt tokens/s", file=sys.stderr, flush=True)
+        fleet.apply(targets)
+        _announce(targets)
         while not stop.wait(1.0):
-            pass
+            if reload.is_set():
+                reload.clear()
+                _reload(args, fleet, server)
         print("prefilltui exporter: stopping", file=sys.stderr, flush=True)
         return ExitCode.OK
     finally:
-        for p in started:
-            p.request_stop()
-        deadline = time.monotonic() + STOP_TIMEOUT_S
-        for p in started:
-            p.stop(timeout=max(0.1, deadline - time.monotonic()))
+        fleet.stop(STOP_TIMEOUT_S)
         server.stop()
         for s, h in old.items():
             signal.signal(s, h)

@@ -117,10 +117,12 @@ class Fleet:
             smp.stop()
 
 
-def _default_run_dir() -> Path:
+def default_run_dir(kind: str = "fleet") -> Path:
+    """A new directory for one run's per-target run files: the user data dir's
+    prefilltui/<kind>/<date-time> (one file per target, never two runs in one file)."""
     import platformdirs
 
-    return (Path(platformdirs.user_data_dir("prefilltui", appauthor=False)) / "fleet"
+    return (Path(platformdirs.user_data_dir("prefilltui", appauthor=False)) / kind
             / time.strftime("%Y%m%d-%H%M%S"))
 
 
@@ -157,7 +159,7 @@ def build_fleet(targets: list[TargetConfig], fleet: FleetOptions, *, analysis: A
     from prefilltui.session import build_session
     from prefilltui.tui.feed import FeedConfig
 
-    out = Fleet(run_dir=Path(fleet.run_dir).expanduser() if fleet.run_dir else _default_run_dir())
+    out = Fleet(run_dir=Path(fleet.run_dir).expanduser() if fleet.run_dir else default_run_dir())
     n = len(targets)
     intervals = [fleet_interval(n, t.interval_s, fleet.fleet_rate) for t in targets]
     load = fleet_load([t.lengths for t in targets], intervals, JITTER)

@@ -13,6 +13,7 @@ every probe in it failed.  ``--baseline`` drift is ``core.drift``, as in sweep a
 
 from __future__ import annotations
 
+import argparse
 import re
 import shutil
 import sys
@@ -23,7 +24,7 @@ from prefilltui.commands.common import (add_analysis_args, add_hardware_args, ad
                                         analysis_options, err, say)
 from prefilltui.model.analysis import analyze
 from prefilltui.model.sanitize import clean
-from prefilltui.measure.runfile import load_baseline, read_run, read_session
+from prefilltui.measure.runfile import load_baseline, read_run_sessions, read_session
 from prefilltui.model.fit import LinearFit
 from prefilltui.model.summary import RunSummary
 from prefilltui.model.types import ProbeResult, server_info_from_session
@@ -50,17 +51,45 @@ def register(sub) -> None:
     p.add_argument("--html", metavar="FILE",
                    help="also write an HTML page: the same figure, the per-length and depth "
                         "tables and the text summary")
+    g = p.add_mutually_exclusive_group()
+    g.add_argument("--merge-sessions", action="store_true",
+                   help="analyse every run in the file together (a file that several runs "
+                        "appended to is refused otherwise)")
+    g.add_argument("--session", type=_session_number, metavar="N",
+                   help="analyse only the N-th run in the file (1 = the first)")
     add_hardware_args(p)
     add_analysis_args(p)
     add_output_args(p)
     p.set_defaults(func=run)
 
 
-def _load(path: str):
+def _session_number(text: str) -> int:
     try:
-        results, problems = read_run(path)
+        n = int(text)
+    except ValueError:
+        n = 0
+    if n < 1:
+        raise argparse.ArgumentTypeError(f"expected a run number 1, 2, ..., got {text!r}")
+    return n
+
+
+def _load(path: str, *, merge: bool = True, session: int | None = None):
+    """(results, None) or (None, why).  A file holding several runs (appended to by
+    more than one sweep) is refused unless ``merge`` or one ``session`` is picked."""
+    try:
+        sessions, problems = read_run_sessions(path)
     except (OSError, UnicodeError) as e:
         return None, f"cannot read {path}: {getattr(e, 'strerror', None) or e}"
+    if session is not None:
+        if session > len(sessions):
+            return None, f"{path} holds {len(sessions)} run(s), not {session}"
+        sessions = [sessions[session - 1]]
+    elif len(sessions) > 1 and not merge:
+        spans = ", ".join(f"{i}: {s.span()}" for i, s in enumerate(sessions, 1))
+        return None, (f"{path} holds {len(sessions)} runs ({spans}): more than one run was "
+                      "written to this file; report one with --session N, or all of them "
+                      "together with --merge-sessions")
+    results = [r for s in sessions for r in s.results]
     for msg in problems[:5]:
         err(f"{path}: {msg} (skipped)")
     if len(problems) > 5:
@@ -72,7 +101,7 @@ def _load(path: str):
 
 def run(args) -> int:
     options = analysis_options(args)
-    results, problem = _load(args.run_file)
+    results, problem = _load(args.run_file, merge=args.merge_sessions, session=args.session)
     if problem:
         err(problem)
         return ExitCode.FAILURE

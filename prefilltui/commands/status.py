@@ -17,13 +17,15 @@ import sys
 import threading
 import time
 from dataclasses import replace
+from pathlib import Path
 from typing import Any
 
 from prefilltui.commands.common import (add_analysis_args, add_hardware_args, add_output_args,
                                         add_server_args, add_sweep_args, add_telemetry_args,
                                         analysis_options, err, say, server_url, sweep_design,
                                         telemetry_options)
-from prefilltui.commands.fleet import fleet_targets, local_hosts, target_baseline
+from prefilltui.commands.fleet import (default_run_dir, fleet_targets, local_hosts,
+                                       target_baseline)
 from prefilltui.exit_codes import ExitCode
 from prefilltui.exporter.config import TargetConfig
 from prefilltui.model import defaults
@@ -60,6 +62,9 @@ def register(sub) -> None:
                    help="the advisor's inter-token latency goal in ms")
     p.add_argument("--width", type=int, default=100, metavar="COLS",
                    help="width of the text table (default 100)")
+    p.add_argument("--run-dir", metavar="DIR",
+                   help="directory of the per-target run files of this snapshot (default: a "
+                        "new one in the user data dir's prefilltui/status)")
     add_server_args(p)
     add_sweep_args(p, min_tokens=64, max_tokens=2048, points=6)
     add_hardware_args(p)
@@ -107,10 +112,12 @@ def snapshot(targets: list[TargetConfig], args: argparse.Namespace) -> FleetStat
         if telemetry.enabled else {}
     out: list[TargetStatus | None] = [None] * len(targets)
     gate = threading.Semaphore(max(1, args.parallel))
+    run_dir = Path(args.run_dir).expanduser() if args.run_dir else default_run_dir("status")
 
     def one(i: int) -> None:
         with gate:
-            out[i] = _one_target(targets[i], args, analysis, telemetry, here.get(targets[i].url))
+            out[i] = _one_target(targets[i], args, analysis, telemetry,
+                                 here.get(targets[i].url), run_dir)
 
     threads = [threading.Thread(target=one, args=(i,), daemon=True) for i in range(len(targets))]
     for th in threads:
@@ -122,7 +129,8 @@ def snapshot(targets: list[TargetConfig], args: argparse.Namespace) -> FleetStat
 
 
 def _one_target(t: TargetConfig, args: argparse.Namespace, analysis: AnalysisOptions,
-                telemetry: TelemetryOptions, local_host: bool | None) -> TargetStatus:
+                telemetry: TelemetryOptions, local_host: bool | None, run_dir: Path
+                ) -> TargetStatus:
     """One target's pass and judgement.  Never raises: a session that cannot be built
     is a target that is down, with the reason."""
     from prefilltui.model.summary import LiveFacts
@@ -132,8 +140,7 @@ def _one_target(t: TargetConfig, args: argparse.Namespace, analysis: AnalysisOpt
     opts = SessionOptions(
         probe=t.probe, design=replace(sweep_design(args), lengths=t.lengths, pause_s=0.0),
         telemetry=replace(telemetry, enabled=False),
-        run_file=RunFileOptions(path=args.out) if args.out and len(args.urls) == 1 else
-        RunFileOptions(),
+        run_file=RunFileOptions(path=str(run_dir / f"{t.slug}.jsonl")),
         analysis=replace(analysis, window=t.window, roofline=t.roofline))
     sampler, words = None, None
     recent = RecentProbes(span_s=float("inf"))

@@ -240,8 +240,10 @@ def run_sweep(options: SessionOptions, base_url: str, *, as_json: bool = False) 
                      proxy=info.proxy if info else None, rate_limited=runner.rate_limited,
                      until_ci=runner.progress, telemetry=telemetry, telemetry_reason=reason,
                      stopped_early=runner.state_detail if runner.state == "failed" else None,
-                     notes=tuple(runner.notes) + tuple(level_notes)
-                     + tuple(runner.notices.values()))
+                     # what discovery noticed (a model list over its cap, ...), then
+                     # the plan's, the load levels' and the session's notes, each once
+                     notes=tuple(dict.fromkeys((*(info.notes if info else ()), *runner.notes,
+                                                *level_notes, *runner.notices.values()))))
     summary, analysed = _summarize(options, session, results, depth_results, runner, live,
                                    gpu_names)
     info = runner.server_info

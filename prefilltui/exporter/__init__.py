@@ -4,7 +4,9 @@ to Prometheus.
 ``config``    TargetConfig and the TOML target file.
 ``target``    TargetProber: one paced continuous sweep, its window fit and snapshots.
 ``collector`` the metric families built from snapshots at scrape time.
-``http``      the WSGI app (/metrics, /probe?target=) and its threaded server.
+``fleet``     the set of targets: started in the background, replaced on SIGHUP; the
+              target count and open-file limits.
+``http``      the pages (/metrics, /probe?target=, /-/ready) and their bounded server.
 Imports no textual.
 """
 

@@ -11,6 +11,7 @@ metric                                          type       meaning
 prefilltui_build_info                           gauge      version, python_version; always 1
 prefilltui_target_info                          gauge      server_kind, api, url (password ***); 1
 prefilltui_target_up                            gauge      1 last probe ok, 0 failed/unreachable
+prefilltui_target_ready                         gauge      1 probing (started, server found), 0 not yet
 prefilltui_probe_interval_seconds               gauge      shortest gap between probe starts
 prefilltui_probes_total                         counter    probes by outcome (ok/failed), error_kind
 prefilltui_cache_hit_probes_total               counter    ok probes the prefix cache served part of
@@ -100,6 +101,8 @@ def families(snaps: Sequence[TargetSnapshot], now: float | None = None) -> list[
                             "API flavour and URL (a password in it shown as ***)", labels=LABELS)
     up = g("prefilltui_target_up", "1 when the last probe succeeded, 0 when it failed or the "
            "server is unreachable")
+    ready = g("prefilltui_target_ready", "1 when the target's prober runs and has discovered "
+              "its server; 0 while it waits to start, connects, or failed to start")
     interval = g("prefilltui_probe_interval_seconds", "Shortest gap between two probe starts "
                  "(probe rate ceiling = 1/this)")
     probes = c("prefilltui_probes", "Probes sent, by outcome (ok, failed) and error_kind",
@@ -181,6 +184,7 @@ def families(snaps: Sequence[TargetSnapshot], now: float | None = None) -> list[
                              "url": clean(s.url)})
         if s.up is not None:
             up.add_metric(lv, 1.0 if s.up else 0.0)
+        ready.add_metric(lv, 1.0 if s.ready else 0.0)
         interval.add_metric(lv, s.interval_s)
         for (outcome, kind), n in s.probes:
             probes.add_metric(lv + [outcome, kind], n)
@@ -245,9 +249,10 @@ def families(snaps: Sequence[TargetSnapshot], now: float | None = None) -> list[
             for q, v in (("0.5", fig.itl_p50_s), ("0.99", fig.itl_p99_s)):
                 if v is not None:
                     itl.add_metric(lvl + [q], v)
-    out = [info, up, interval, probes, hit, cached, ptoks, last, last_ok, error, inflight, hang,
-           timeout, ttft, medians, a, a_lo, a_hi, b, tp, tp_lo, tp_hi, expected, mfu, mfu_lo,
-           mfu_hi, npts, wsize, age, stale, stale_after, verdict, parts, cause, cause_s]
+    out = [info, up, ready, interval, probes, hit, cached, ptoks, last, last_ok, error,
+           inflight, hang, timeout, ttft, medians, a, a_lo, a_hi, b, tp, tp_lo, tp_hi, expected,
+           mfu, mfu_lo, mfu_hi, npts, wsize, age, stale, stale_after, verdict, parts, cause,
+           cause_s]
     if any(s.load is not None for s in snaps):
         out += [load_level, load_req, load_tok, stall, excess, itl]
     return out
@@ -264,13 +269,13 @@ class HealthCollector(Collector):
     never waits for a probe).  ``sources``: objects with a ``snapshot`` attribute."""
 
     def __init__(self, sources: Iterable, *, with_build_info: bool = True) -> None:
-        self.sources = list(sources)
+        self.sources = sources  # read at every scrape: a Fleet changes on reload
         self.with_build_info = with_build_info
 
     def collect(self) -> Iterator[Metric]:
         if self.with_build_info:
             yield build_info()
-        yield from families([s.snapshot for s in self.sources])
+        yield from families([s.snapshot for s in list(self.sources)])
 
     def describe(self) -> Iterator[Metric]:
         return iter(())

@@ -38,6 +38,8 @@ from pathlib import Path
 from typing import Any, Literal
 
 from prefilltui.measure.server import url_problem
+from prefilltui.model import limits
+from prefilltui.model.catalog import known_names, lookup_gpu
 from prefilltui.model.loadspec import LoadSpec, parse_load
 from prefilltui.model.health import HANG_AFTER_S
 from prefilltui.model.redact import display_url
@@ -104,9 +106,16 @@ class TargetConfig:
     gpus: str | None = None
 
     @property
+    def shown_url(self) -> str:
+        """The URL as it may be shown anywhere (``redact.display_url``: no password, no
+        secret query value)."""
+        return display_url(self.url) or ""
+
+    @property
     def label(self) -> str:
-        """The ``target`` label value (a password in the URL shown as ``***``)."""
-        return self.name or display_url(self.url) or self.url
+        """The ``target`` label value: the name, else the shown URL (never a secret;
+        it also names the run file and every log line)."""
+        return self.name or self.shown_url
 
     @property
     def stale_window_s(self) -> float:
@@ -175,17 +184,36 @@ def _positive(v: Any) -> bool:
     return isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v) and v > 0
 
 
-def check(cfg: TargetConfig) -> TargetConfig:
-    """Validate one target; returns it with ``lengths`` sorted and unique and its
-    ``model_config`` file read (once, here: ``options.read_model_config``).
+def _value(cfg: TargetConfig, key: str) -> Any:
+    """The value of TOML key ``key`` in ``cfg`` (``KEYS``: its first place)."""
+    record, name = KEYS[key][0]
+    return getattr(getattr(cfg, record) if record else cfg, name)
+
+
+def check(cfg: TargetConfig, where: str | None = None) -> TargetConfig:
+    """Validate one target: every key by type and range (``model.limits``, the same
+    ranges as the command-line flags), then what ties keys together.  Returns it with
+    ``lengths`` sorted and unique and its ``model_config`` file read (once, here:
+    ``options.read_model_config``).
 
     Raises:
-        ValueError: naming the target and the bad field.
+        ValueError: naming the target (``where``, default "target 'LABEL'"), the key
+        and the range it must be in.
     """
-    where = f"target {cfg.label!r}"
+    if where is None:
+        named = isinstance(cfg.name, str) and isinstance(cfg.url, str)
+        where = f"target {cfg.label if named else '?'!r}"
+    for key in KEYS:
+        value = _value(cfg, key)
+        if key == "name" and value == "":
+            continue  # unnamed: the label is the URL
+        try:
+            limits.check(key, value)
+        except ValueError as e:
+            raise ValueError(f"{where}: {e}") from None
     problem = url_problem(cfg.url)
     if problem:
-        raise ValueError(f"{where}: url {cfg.url!r}: {problem}")
+        raise ValueError(f"{where}: url {cfg.shown_url!r}: {problem}")
     if cfg.probe.api not in ("completions", "chat"):
         raise ValueError(f"{where}: api must be 'completions' or 'chat', not {cfg.probe.api!r}")
     if not cfg.lengths or any(not isinstance(n, int) or isinstance(n, bool) or n <= 0
@@ -220,6 +248,9 @@ def check(cfg: TargetConfig) -> TargetConfig:
     if cfg.load is not None and not isinstance(cfg.load, LoadSpec):
         raise ValueError(f"{where}: load must be a load spec such as \"decode:2\"")
     roof = cfg.roofline
+    if roof.gpu is not None and roof.peak_tflops is None and lookup_gpu(roof.gpu) is None:
+        raise ValueError(f"{where}: gpu = {roof.gpu[:60]!r} is not in the catalog (known: "
+                         f"{', '.join(known_names()['gpus'])}); give peak_tflops instead")
     if roof.model_config and roof.config_shape is None and roof.config_problem is None:
         roof = read_model_config(roof)
     return replace(cfg, lengths=tuple(sorted(set(cfg.lengths))), roofline=roof)
@@ -234,10 +265,11 @@ def _coerce(d: dict[str, Any], where: str) -> dict[str, Any]:
     if unknown:
         raise ValueError(f"{where}: unknown key {unknown[0]!r} (known: {', '.join(sorted(KEYS))})")
     out = dict(d)
-    if "lengths" in out:
-        if not isinstance(out["lengths"], list):
-            raise ValueError(f"{where}: lengths must be a list of integers")
-        out["lengths"] = tuple(out["lengths"])
+    for k, v in d.items():  # by type and range here, so the message names the file
+        try:
+            out[k] = limits.check(k, v)
+        except ValueError as e:
+            raise ValueError(f"{where}: {e}") from None
     for k in _FLOATS:
         if isinstance(out.get(k), int) and not isinstance(out.get(k), bool):
             out[k] = float(out[k])
@@ -288,7 +320,7 @@ def load_toml(path: str, base: TargetConfig | None = None) -> list[TargetConfig]
         if "url" not in t:
             raise ValueError(f"{where}: url is missing")
         keys = {"name": "", **_relative_to(path, _coerce(t, where))}
-        out.append(check(target(keys.pop("url"), base, **keys)))
+        out.append(check(target(keys.pop("url"), base, **keys), where))
     return out
 
 

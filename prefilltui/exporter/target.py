@@ -22,6 +22,7 @@ histogram row per probed length, a few counters, and the runner's last
 from __future__ import annotations
 
 import logging
+import threading
 import time
 from collections import deque
 from dataclasses import dataclass, replace
@@ -29,7 +30,6 @@ from pathlib import Path
 
 from prefilltui.model import defaults
 from prefilltui.model.fit import LinearFit
-from prefilltui.model.redact import display_url
 from prefilltui.model.summary import VERDICTS, RunSummary
 from prefilltui.model.types import ERROR_KINDS, ProbeResult, ServerInfo
 from prefilltui.exporter.config import (JITTER, RUN_FILE_KEEP, RUN_FILE_MAX_BYTES,
@@ -67,7 +67,8 @@ class TargetSnapshot:
     """Everything ``/metrics`` shows for one target, read in one go.
 
     ``up``: None before the first probe or discovery attempt; False while the server is
-    unreachable or the last probe failed.  ``probes``: ((outcome, error_kind), count)
+    unreachable or the last probe failed.  ``ready``: the target's prober runs and has
+    discovered its server (False while queued to start, connecting, or failed to start).  ``probes``: ((outcome, error_kind), count)
     pairs with every kind present (zeros included, so rates work from the start).
     ``summary``: the window's ``RunSummary`` (None before the first successful probe);
     ``fit``, ``verdict`` (level, None before a fit) and ``parts_s`` (median overhead /
@@ -89,6 +90,7 @@ class TargetSnapshot:
     state: str = "connecting"
     detail: str = ""
     up: bool | None = None
+    ready: bool = False
     last_probe_ts: float | None = None
     last_success_ts: float | None = None
     probes: tuple[tuple[tuple[str, str], int], ...] = ()
@@ -214,7 +216,9 @@ class TargetProber:
         self._last_error: tuple[str, int | None] | None = None
         self._medians: tuple[tuple[int, float], ...] = ()
         self.metrics_hook = None
-        self.snapshot = self._make_snapshot("connecting", "")
+        self._life = threading.Lock()  # start() and stop() never interleave
+        self._stopped = False
+        self.snapshot = self._make_snapshot("queued", "waiting for its turn to start")
 
     # -- wiring
     def session_options(self) -> SessionOptions:
@@ -240,19 +244,29 @@ class TargetProber:
         """
         from prefilltui.session import build_session
 
-        self.session = build_session(self.session_options(), self.cfg.url, continuous=True)
-        self.metrics_hook = self.session.metrics
-        self.writer = self.session.writer
-        self.runner = self.session.new_runner(on_result=self._on_result, on_state=self._on_state)
-        self.runner.hooks.insert(0, _InFlight(self))  # first: its /metrics scrape counts too
-        if self.session.load is not None:
-            self.session.load.start()  # asked for in the config; bounded (docs/load.md)
-        self.runner.start()
+        with self._life:
+            if self._stopped:  # removed (a reload) before its turn came
+                return self
+            self.session = build_session(self.session_options(), self.cfg.url, continuous=True)
+            self.metrics_hook = self.session.metrics
+            self.writer = self.session.writer
+            self.runner = self.session.new_runner(on_result=self._on_result,
+                                                  on_state=self._on_state)
+            self.runner.hooks.insert(0, _InFlight(self))  # first: its /metrics scrape counts
+            if self.session.load is not None:
+                self.session.load.start()  # asked for in the config; bounded (docs/load.md)
+            self.runner.start()
         return self
+
+    def mark_failed(self, why: str) -> None:
+        """The prober could not start (``why``: one line): shown as state "failed"."""
+        self._up = False
+        self.snapshot = self._make_snapshot("failed", why)
 
     def request_stop(self) -> None:
         """Ask the runner and the load to stop (cancels the probe in flight and every
         load request); returns at once."""
+        self._stopped = True
         if self.session is not None and self.session.load is not None:
             self.session.load.stop(timeout=0)
         if self.runner is not None:
@@ -260,10 +274,12 @@ class TargetProber:
 
     def stop(self, timeout: float = 5.0) -> None:
         """Stop, wait up to ``timeout`` s for the runner, flush and close the run file."""
-        if self.runner is not None:
-            self.runner.stop(timeout=timeout)
-        if self.session is not None:
-            self.session.close()
+        self._stopped = True
+        with self._life:
+            if self.runner is not None:
+                self.runner.stop(timeout=timeout)
+            if self.session is not None:
+                self.session.close()
 
     # -- runner callbacks (runner thread)
     def _set_up(self, up: bool, why: str) -> None:
@@ -361,8 +377,9 @@ class TargetProber:
             target=cfg.label,
             model=cfg.probe.model or (info.model if info else None) or "",
             server_kind=info.kind if info else "", api=cfg.probe.api,
-            url=display_url(cfg.url) or "",
+            url=cfg.shown_url,
             interval_s=cfg.interval_s, state=state, detail=detail, up=self._up,
+            ready=self.runner is not None and self.runner.server_info is not None,
             last_probe_ts=self._last_probe_ts, last_success_ts=self._last_success_ts,
             probes=tuple(sorted(self._counts.items())), ttft_bounds_s=self._bounds,
             histograms=tuple(hists), summary=self._health, length_medians_s=self._medians,

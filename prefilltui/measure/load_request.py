@@ -17,11 +17,15 @@ from typing import Any
 
 import httpx
 
+from prefilltui.measure import bounded
 from prefilltui.measure.server import describe_exc
 from prefilltui.measure.sse import SSEStreamDecoder, classify_chunk
 
 #: Fields the load adds that a server may reject (dropped once, as probes do).
 OPTIONAL_FIELDS = ("ignore_eos", "stream_options")
+#: Most bytes one load stream may send (decoded): a 1,024-token stream is ~0.5 MiB of
+#: events; more means a runaway server (issue 25: every read is bounded).
+MAX_LOAD_STREAM_BYTES = 16 * 2**20
 
 
 class LoadFault(Exception):
@@ -62,7 +66,8 @@ async def send_load_request(client: Any, body: dict[str, Any], live: Any,
     try:
         async with client.http.stream("POST", client.endpoint, json=body) as resp:
             if resp.status_code != 200:
-                text = (await resp.aread())[:2000].decode("utf-8", "replace")
+                head, _ = await bounded.read_capped(resp, 2000)
+                text = head.decode("utf-8", "replace")
                 for k in OPTIONAL_FIELDS:
                     if resp.status_code in (400, 422) and k in body and k in text:
                         dropped.add(k)
@@ -70,8 +75,13 @@ async def send_load_request(client: Any, body: dict[str, Any], live: Any,
                 raise LoadFault(f"load request answered HTTP {resp.status_code}: "
                                 f"{' '.join(text.split())[:160]}")
             dec = SSEStreamDecoder()
-            async for chunk in resp.aiter_raw():
+            size = 0
+            async for chunk in bounded.aiter_decoded(resp):
                 t = time.perf_counter()
+                size += len(chunk)
+                if size > MAX_LOAD_STREAM_BYTES:
+                    raise LoadFault(f"load stream over {MAX_LOAD_STREAM_BYTES // 2**20} MiB, "
+                                    "cut off")
                 for ev in dec.feed(chunk):
                     _event(ev.data, t, lock, live)
     except httpx.TimeoutException:

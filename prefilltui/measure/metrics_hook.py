@@ -12,10 +12,12 @@ from __future__ import annotations
 
 import asyncio
 import statistics
+import time
 from typing import Any
 
 import httpx
 
+from prefilltui.measure import bounded
 from prefilltui.model.metrics import (
     FIELDS, NAMES, MetricNames, MetricsDelta, MetricsSample, apply_delta, delta, enable_hint,
     metrics_url, parse_metrics,
@@ -24,9 +26,16 @@ from prefilltui.model.redact import display_url
 from prefilltui.model.types import ProbeResult
 
 
-#: Largest /metrics body scraped (bytes).  A busy vLLM exposition is a few hundred
-#: KB; parsing much more around every probe would slow the sweep itself.
+#: Largest /metrics body scraped (decoded bytes).  A busy vLLM exposition is a few
+#: hundred KB; parsing much more around every probe would slow the sweep itself.
 MAX_METRICS_BYTES = 4 * 2**20
+#: Longest one scrape may take, connect to last byte (seconds; a loaded vLLM answers
+#: in tens of ms).  One deadline for the whole scrape, not per read: a server
+#: trickling its answer byte by byte is cut off here.
+SCRAPE_DEADLINE_S = 5.0
+#: After a scrape that ran out of time, no scrape for this long (seconds): a slow or
+#: trickling ``/metrics`` costs one deadline a minute, never one per probe.
+SLOW_BACKOFF_S = 60.0
 
 
 class MetricsReader:
@@ -35,11 +44,13 @@ class MetricsReader:
     ``await scrape()`` returns a MetricsSample, or None when the endpoint is missing,
     refuses, or returns something that is not exposition text; then ``problem``
     holds one plain line, ending with how to enable the metrics (never raises for
-    server or network failures).
+    server or network failures).  A scrape reads at most ``MAX_METRICS_BYTES``
+    decoded bytes within ``timeout`` seconds in all; one that runs out of time
+    stops the scrapes for ``SLOW_BACKOFF_S``.
     """
 
     def __init__(self, base_url: str, kind: str, *, url: str | None = None,
-                 timeout: float = 5.0, client: httpx.AsyncClient | None = None,
+                 timeout: float = SCRAPE_DEADLINE_S, client: httpx.AsyncClient | None = None,
                  headers: dict[str, str] | None = None, verify: bool = True) -> None:
         self.kind = kind
         self.url = url or metrics_url(base_url)
@@ -48,8 +59,10 @@ class MetricsReader:
         self.last: MetricsSample | None = None
         self._own = client is None
         self._timeout = timeout
-        self._client = client or httpx.AsyncClient(timeout=timeout, headers=headers,
-                                                   verify=verify)
+        self._client = client or httpx.AsyncClient(
+            timeout=timeout, verify=verify, trust_env=False,
+            headers={"Accept-Encoding": bounded.ACCEPT_ENCODING, **(headers or {})})
+        self._quiet_until = 0.0  # monotonic: no scrape before (after a timed-out one)
 
     @property
     def names(self) -> MetricNames | None:
@@ -59,15 +72,16 @@ class MetricsReader:
         if self.kind not in NAMES:
             self.problem = enable_hint(self.kind)
             return None
+        if time.monotonic() < self._quiet_until:
+            return None  # ``problem`` still says why
         try:
-            async with self._client.stream("GET", self.url, timeout=self._timeout) as r:
-                body = bytearray()
-                async for chunk in r.aiter_bytes():
-                    body += chunk
-                    if len(body) > MAX_METRICS_BYTES:
-                        self.problem = (f"{self.shown_url} is over {MAX_METRICS_BYTES // 2**20} MiB; "
-                                        "not scraped (too costly to parse around every probe)")
-                        return None
+            r = await bounded.fetch(self._client, "GET", self.url, max_bytes=MAX_METRICS_BYTES,
+                                    deadline_s=self._timeout)
+        except TimeoutError:
+            self._quiet_until = time.monotonic() + SLOW_BACKOFF_S
+            self.problem = (f"{self.shown_url} gave no complete answer within "
+                            f"{self._timeout:g} s; not scraped for {SLOW_BACKOFF_S:g} s")
+            return None
         except httpx.HTTPError as e:
             if isinstance(e, (httpx.ConnectError, httpx.UnsupportedProtocol)):
                 self.problem = f"{self.shown_url}: {type(e).__name__}; {enable_hint(self.kind)}"
@@ -75,9 +89,14 @@ class MetricsReader:
                 self.problem = (f"{self.shown_url}: scrape failed ({type(e).__name__}); "
                                 "retried next probe")
             return None
-        if r.status_code != 200:
-            self.problem = f"{self.shown_url} answered HTTP {r.status_code}; {enable_hint(self.kind)}"
+        if r.truncated:
+            self.problem = (f"{self.shown_url} is over {MAX_METRICS_BYTES // 2**20} MiB; "
+                            "not scraped (too costly to parse around every probe)")
             return None
+        if r.status != 200:
+            self.problem = f"{self.shown_url} answered HTTP {r.status}; {enable_hint(self.kind)}"
+            return None
+        body = r.content
         try:
             sample = parse_metrics(body.decode("utf-8", "replace"), self.kind)
         except ValueError as e:
@@ -144,8 +163,10 @@ class MetricsHook:
                 return None
             # Reuse the probe client's connection pool: same auth header, TLS
             # settings and keep-alive connection as the probes.
+            probe_timeout = getattr(client, "timeout", SCRAPE_DEADLINE_S)
             self.reader = MetricsReader(root, info.kind, url=info.metrics_url,
-                                        client=getattr(client, "http", None))
+                                        client=getattr(client, "http", None),
+                                        timeout=min(SCRAPE_DEADLINE_S, probe_timeout))
         return self.reader
 
     def rebind(self) -> None:

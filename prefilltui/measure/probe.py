@@ -27,6 +27,7 @@ and discovery (``server.py``) are apart.
 from __future__ import annotations
 
 import asyncio
+import base64
 import functools
 import json
 import math
@@ -34,11 +35,12 @@ import os
 import re
 import ssl
 import time
-from typing import Any
+from typing import Any, Callable
 
 import httpx
 
 from prefilltui.model import defaults
+from prefilltui.measure import bounded
 from prefilltui.measure import gateway
 from prefilltui.measure import probe_kinds as _kinds
 from prefilltui.measure import server as _server
@@ -46,7 +48,8 @@ from prefilltui.measure.proxy import ProxyChoice, choose_proxy
 from prefilltui.model.prompts import LengthModel, PromptBuilder, build_prompt
 from prefilltui.measure.sse import (SSEStreamDecoder, classify_chunk, classify_response_event,
                                     error_message)
-from prefilltui.model.redact import display_url
+from prefilltui.model.redact import (display_url, is_secret_param, scrub_secrets,
+                                     split_credentials)
 from prefilltui.model.probe_notes import Redirect, RejectedField, Resend
 from prefilltui.model.types import JsonObject, ProbeResult, ServerInfo
 
@@ -93,12 +96,37 @@ _CTX_PATTERNS = re.compile(
 
 
 @functools.lru_cache(maxsize=2)
-def tls_context(verify: bool) -> ssl.SSLContext:
-    """One TLS context per ``verify`` setting for every probe client: each context loads
-    the CA bundle (~0.8 MiB), so a fleet of 100 targets held 84 MiB of identical copies
-    (tests/bench/bench_fleet.py).  Built as httpx builds its own (``SSL_CERT_FILE`` /
-    ``SSL_CERT_DIR`` honoured); a context is safe to share between connections."""
-    return httpx.create_ssl_context(verify=verify, trust_env=True)
+def shared_ssl_context(verify: bool) -> ssl.SSLContext:
+    """One TLS context per ``verify`` setting for every client of the process: loading
+    the CA bundle costs ~1 MiB and ~20 ms per context, which an exporter with hundreds
+    of targets would pay once per target."""
+    return httpx.create_ssl_context(verify=verify)
+
+
+class OriginCredentials(httpx.Auth):
+    """The credentials a server URL carried (``redact.split_credentials``), sent only to
+    that URL's own origin: its query parameters on every request, and its
+    ``user:password`` as the ``Authorization: Basic`` header (``basic``; None when an
+    API key is sent instead).  A request to another origin (a redirect elsewhere)
+    gets none of them."""
+
+    def __init__(self, root: str, basic: str | None,
+                 params: tuple[tuple[str, str], ...]) -> None:
+        self._origin = httpx.URL(root).copy_with(path="/", query=None, fragment=None)
+        self._basic = basic
+        self._params = params
+
+    def _same_origin(self, url: httpx.URL) -> bool:
+        o = self._origin
+        return (url.scheme, url.host, url.port) == (o.scheme, o.host, o.port)
+
+    def auth_flow(self, request: httpx.Request):
+        if self._same_origin(request.url):
+            if self._params:
+                request.url = request.url.copy_merge_params(self._params)
+            if self._basic is not None and "Authorization" not in request.headers:
+                request.headers["Authorization"] = self._basic
+        yield request
 
 
 class ResendOnStaleConnection(httpx.AsyncHTTPTransport):
@@ -140,36 +168,9 @@ RESENDS = "prefilltui.resends"
 REQUEST_ID_HEADER = "X-Request-Id"
 
 
-#: Keys shorter than this, or a known placeholder, are not secrets (vLLM's docs
-#: suggest ``EMPTY``; ``x`` is common): they are scrubbed only where a key is sent
-#: (an echoed auth header, a URL parameter), never as a word of the server's text.
-MIN_SECRET_KEY_LEN = 8
-PLACEHOLDER_KEYS = frozenset({"empty", "none", "null", "dummy", "token", "key", "apikey",
-                              "api_key", "placeholder", "sk-no-key-required", "no-key",
-                              "sk-xxx", "sk-dummy", "sk-fake", "fake", "test", "secret"})
-_AUTH_ECHO = re.compile(r"(?i)(\b(?:authorization|x-api-key|api-key)\b[\"']?\s*[:=]\s*[\"']?"
-                        r"(?:bearer\s+|basic\s+)?|\bbearer\s+)([^\s\"',;}\]]+)")
-_URL_KEY = re.compile(r"(?i)([?&](?:api[_-]?key|key|token|access_token)=)([^&\s\"'#]+)")
-
-
 def scrub_key(text: str | None, key: str | None) -> str | None:
-    """``text`` with ``key`` replaced by ``***`` where a key can appear.
-
-    Always: the value after ``Authorization:``/``Bearer``/``x-api-key``/``api-key``
-    (an echoed request header) and a URL's ``api_key=``/``key=``/``token=``
-    parameter, whatever it holds.  A real-looking key (``MIN_SECRET_KEY_LEN`` chars
-    or more, not in ``PLACEHOLDER_KEYS``) also wherever it stands as a whole token,
-    in any letter case.  A short or placeholder key never rewrites the server's
-    words (``x`` in "ValidationException", ``EMPTY`` in "prompt is empty").
-    """
-    if not text or not key:
-        return text
-    text = _AUTH_ECHO.sub(lambda m: m.group(1) + "***", text)
-    text = _URL_KEY.sub(lambda m: m.group(1) + "***", text)
-    if len(key) >= MIN_SECRET_KEY_LEN and key.lower() not in PLACEHOLDER_KEYS:
-        text = re.sub(r"(?<![A-Za-z0-9])" + re.escape(key) + r"(?![A-Za-z0-9])", "***", text,
-                      flags=re.IGNORECASE)
-    return text
+    """``redact.scrub_secrets`` (kept under its old name for callers and tests)."""
+    return scrub_secrets(text, key)
 
 
 def context_numbers(err: Any, text: str) -> tuple[int | None, int | None]:
@@ -225,7 +226,15 @@ class ProbeClient:
                  proxy: str | None = None, max_connections: int = 4) -> None:
         if api not in API_PATHS:
             raise ValueError(f"api must be one of {', '.join(API_PATHS)}, not {api!r}")
-        self.root, self.v1 = _server.split_base_url(base_url)
+        #: Things about this session a reader must know, once each, in order:
+        #: short label (status line) -> sentence (summary).  E.g. a field the
+        #: server rejected, prompt lengths that are estimates.
+        self.notices: dict[str, str] = {}
+        # Credentials leave the URL here, once: every URL derived from it (root, v1,
+        # ServerInfo.base_url, tokenize, /metrics) holds none; the client sends them.
+        url = base_url.strip()
+        creds = split_credentials(url if "://" in url else "http://" + url)
+        self.root, self.v1 = _server.split_base_url(creds.url)
         #: the proxy requests go through (``measure.proxy``); ProxyError (a
         #: ValueError) for an unusable --proxy or proxy variable
         self.proxy: ProxyChoice = choose_proxy(self.root, proxy)
@@ -240,17 +249,40 @@ class ProbeClient:
             raise ValueError("the API key contains characters that cannot be sent in an "
                              "HTTP header (a control character or non-ASCII)")
         self._key = api_key
-        headers = {"Authorization": f"Bearer {api_key}"} if api_key else {}
+        headers = {"Accept-Encoding": bounded.ACCEPT_ENCODING}
+        if api_key:
+            headers["Authorization"] = f"Bearer {api_key}"
+        basic = None
+        if creds.has_userinfo and api_key:
+            self.notices["URL user:password not sent"] = (
+                "the URL's user:password is not sent: the API key is (Authorization: "
+                "Bearer), and a request carries one Authorization header")
+        elif creds.has_userinfo:
+            pair = f"{creds.username or ''}:{creds.password or ''}".encode()
+            basic = "Basic " + base64.b64encode(pair).decode("ascii")
+            self.notices["Basic auth from the URL"] = (
+                "the URL's user:password is sent as HTTP Basic auth (no API key is set)")
+        #: every secret this client sends, scrubbed from whatever the server says back
+        self._secrets = tuple(v for v in (api_key, creds.password,
+                                          creds.username if basic else None,
+                                          *(v for k, v in creds.params if is_secret_param(k)))
+                              if v)
         self._transport = ResendOnStaleConnection(
-            verify=tls_context(bool(verify)),
+            verify=shared_ssl_context(verify),
+            # discovery asks up to 4 things at once; probes and scrapes go one at a
+            # time, so a prober keeps one connection (a long-running prober holds 1 fd,
+            # not 4); a load generator (more connections) keeps them all
             limits=httpx.Limits(max_connections=max_connections,
-                                max_keepalive_connections=max_connections,
-                                               keepalive_expiry=300.0),
+                                max_keepalive_connections=1 if max_connections <= 4
+                                else max_connections,
+                                keepalive_expiry=300.0),
             proxy=self.proxy.url)
         # GETs (discovery, /metrics) follow redirects (httpx drops the API key on a
-        # cross-origin one); a probe's POST follows only 307/308 itself (_send).
+        # cross-origin one); a probe's POST follows only 307/308 itself (_send).  The
+        # URL's credentials go only to the server's own origin (``OriginCredentials``).
         self._http = httpx.AsyncClient(
             headers=headers, transport=self._transport,
+            auth=OriginCredentials(self.root, basic, creds.params),
             timeout=httpx.Timeout(self.timeout, connect=10.0), follow_redirects=True,
             max_redirects=gateway.MAX_REDIRECTS, trust_env=False)
         self.builder = PromptBuilder(seed)
@@ -263,10 +295,6 @@ class ProbeClient:
         self.streaming: str | None = None
         #: whether the server answers /v1/responses (asked on a 404/405), None before
         self.has_responses: bool | None = None
-        #: Things about this session a reader must know, once each, in order:
-        #: short label (status line) -> sentence (summary).  E.g. a field the
-        #: server rejected, prompt lengths that are estimates.
-        self.notices: dict[str, str] = {}
         self._last_error_body = ""
         self._session_id = os.urandom(4).hex()  # request ids: prefilltui-<this>-<n>
         self._requests = 0
@@ -290,9 +318,12 @@ class ProbeClient:
         await self._http.aclose()
 
     def _scrub(self, text: str | None) -> str | None:
-        """``text`` with the API key replaced by ``***`` where it can appear
-        (see ``scrub_key``)."""
-        return scrub_key(text, self._key)
+        """``text`` with the API key and the URL's credentials replaced by ``***``
+        where they can appear (``redact.scrub_secrets``).  Called before any cut."""
+        text = scrub_secrets(text, self._key)
+        for secret in self._secrets:
+            text = scrub_secrets(text, secret)
+        return text
 
     # -- discovery / warm-up
     async def discover(self) -> ServerInfo:
@@ -313,7 +344,8 @@ class ProbeClient:
         self.info = info
         return info
 
-    async def calibrate(self) -> list[ProbeResult]:
+    async def calibrate(self, on_step: Callable[[str], None] | None = None
+                        ) -> list[ProbeResult]:
         """Learn the server's prompt length before the first measured probe.
 
         With a tokenize endpoint and the completions API the tokenize count is the
@@ -325,34 +357,56 @@ class ProbeClient:
         warm-ups marked ``notes.calibration`` so the run file holds every request
         the server saw; they never enter a fit.  A server that reports no count
         teaches nothing; its probes' lengths are then estimates.
+
+        ``on_step(text)`` is told, before each request, what it waits for and for how
+        long at most (the request's timeout).  A request that fails ends calibration
+        and is said once (``notices["calibration failed"]``).
         """
         out: list[ProbeResult] = []
         if self.info is None:
             return out
         if self.info.has_tokenize:
             if self.api == "chat":
-                out.append(await self.probe(int(CALIBRATION_WORDS[0] * self.lengths.ratio),
-                                            warmup=True))
+                n = int(CALIBRATION_WORDS[0] * self.lengths.ratio)
+                out.append(await self._calibration_probe(n, "1 of 1",
+                                                         "the chat template's tokens", on_step))
         else:
             ctx = self.info.context_tokens
-            for words in CALIBRATION_WORDS:
+            for i, words in enumerate(CALIBRATION_WORDS, 1):
                 n = round(self.lengths.predict(words))
-                out.append(r := await self.probe(min(n, ctx // 2) if ctx else n, warmup=True))
+                out.append(r := await self._calibration_probe(
+                    min(n, ctx // 2) if ctx else n, f"{i} of {len(CALIBRATION_WORDS)}",
+                    "the server's token count", on_step))
                 if r.prompt_tokens_source not in ("usage", "timings"):
                     break  # no count from this server (or the request failed)
         for r in out:
             r.notes.calibration = True
         return out
 
+    async def _calibration_probe(self, tokens: int, which: str, learns: str,
+                                 on_step: Callable[[str], None] | None) -> ProbeResult:
+        """One calibration request (a failure is noted once)."""
+        if on_step is not None:
+            on_step(f"calibrating prompt lengths (request {which}, ~{tokens} tokens, up to "
+                    f"{self.timeout:g} s): learning {learns}")
+        r = await self.probe(tokens, warmup=True)
+        if not r.ok:
+            self.notices.setdefault(
+                "calibration failed",
+                f"the calibration request ({tokens} tokens, before the first probe) failed "
+                f"after {(r.total_s or 0):.1f} s ({r.error_kind}: {r.error_message}); prompt "
+                "lengths start from the built-in estimate until a probe is counted")
+        return r
+
     async def warm(self) -> float | None:
         """Open (or re-use) a keep-alive connection with a cheap GET; returns its
         connect time in seconds when a new connection was opened, else None."""
         stamps: dict[str, float] = {}
         try:
-            async with asyncio.timeout(min(10.0, self.timeout)):
-                r = await self._http.get(self.v1 + "/models", timeout=min(10.0, self.timeout),
-                                         extensions={"trace": _tracer(stamps)})
-                await r.aread()
+            await bounded.fetch(self._http, "GET", self.v1 + "/models",
+                                max_bytes=bounded.MAX_MODELS_BYTES,
+                                deadline_s=min(10.0, self.timeout),
+                                extensions={"trace": _tracer(stamps)})
         except (httpx.HTTPError, TimeoutError):
             return None
         return _connect_time(stamps)
@@ -540,10 +594,12 @@ class ProbeClient:
         elif words:
             self.lengths.update(words, r.prompt_tokens)
 
-    @staticmethod
-    def _fail(r: ProbeResult, kind: str, message: str | None) -> ProbeResult:
-        if r.error_kind is None:  # the first failure wins
-            r.ok, r.error_kind, r.error_message = False, kind, (message or kind)[:1000]
+    def _fail(self, r: ProbeResult, kind: str, message: str | None) -> ProbeResult:
+        """Mark ``r`` failed (the first failure wins); the message is scrubbed of
+        secrets *before* it is cut to 1,000 characters."""
+        if r.error_kind is None:
+            r.ok, r.error_kind = False, kind
+            r.error_message = (self._scrub(message) or kind)[:1000]
         return r
 
     def _next_request_id(self) -> str:
@@ -605,11 +661,11 @@ class ProbeClient:
                 return
             enc = resp.headers.get("content-encoding", "")
             if enc and enc.lower() != "identity":
-                r.notes.content_encoding = enc  # decoded by httpx (gzip, deflate, br)
+                r.notes.content_encoding = enc  # decoded, bounded (measure.bounded)
             ctype = resp.headers.get("content-type", "")
             first = chunks = None
             if "text/event-stream" not in ctype.lower():
-                chunks = resp.aiter_bytes().__aiter__()
+                chunks = bounded.aiter_decoded(resp).__aiter__()
                 try:
                     head = await chunks.__anext__()
                 except StopAsyncIteration:
@@ -631,10 +687,12 @@ class ProbeClient:
         buf = bytearray(head)
         async for chunk in chunks:
             buf += chunk
-            if len(buf) > MAX_ERROR_BYTES:
+            if len(buf) > MAX_ERROR_BYTES + _SCRUB_MARGIN:
                 break
         r.t_end = time.perf_counter()
-        text = bytes(buf[:MAX_ERROR_BYTES]).decode("utf-8", "replace")
+        # scrubbed before the cut: a key straddling it is masked whole
+        text = (self._scrub(bytes(buf[:MAX_ERROR_BYTES + _SCRUB_MARGIN]).decode(
+            "utf-8", "replace")) or "")[:MAX_ERROR_BYTES]
         self._last_error_body = text
         if gateway.looks_like_html(ctype, text):
             self._fail(r, "html_page", gateway.html_message(200, text))
@@ -676,7 +734,7 @@ class ProbeClient:
         t_data = t0  # the read that brought the last event with data
         token_read = done_read = last_data_read = 0
         t_answer: float | None = None  # the first event of the answer (not role-only)
-        chunks = rest if rest is not None else resp.aiter_bytes().__aiter__()
+        chunks = rest if rest is not None else bounded.aiter_decoded(resp).__aiter__()
         while True:
             try:
                 if first is not None:
@@ -720,14 +778,14 @@ class ProbeClient:
                     except ValueError:
                         msg = ev.data
                     if late:
-                        _note_late(r, msg or "error event")
+                        _note_late(r, self._scrub(msg) or "error event")
                     else:
                         self._classify_body_error(r, ev.data, msg or "error event", stream=True)
                     continue
                 try:
                     obj = json.loads(ev.data)
                 except ValueError:
-                    msg = f"malformed JSON in stream: {ev.data[:120]!r}"
+                    msg = f"malformed JSON in stream: {(self._scrub(ev.data) or '')[:120]!r}"
                     if late:
                         _note_late(r, msg)
                     else:
@@ -735,7 +793,7 @@ class ProbeClient:
                     continue
                 info = classify(obj)
                 if info.error is not None and late:
-                    _note_late(r, info.error)
+                    _note_late(r, self._scrub(info.error) or "")
                     continue
                 if info.error is not None and info.error_obj is not None:
                     self._classify_body_error(r, ev.data, info.error, stream=True)
@@ -791,7 +849,7 @@ class ProbeClient:
         r.ok = True
 
     async def _http_error(self, resp: httpx.Response, r: ProbeResult) -> None:
-        text = await _read_capped(resp, MAX_ERROR_BYTES)
+        text = await self._read_scrubbed(resp, MAX_ERROR_BYTES)
         self._last_error_body = text
         r.t_end = time.perf_counter()
         if r.t_send is not None:
@@ -820,9 +878,18 @@ class ProbeClient:
         if status in (404, 405) and self.api != "responses":
             await _kinds.responses_hint(self, r)
 
+    async def _read_scrubbed(self, resp: httpx.Response, cap: int) -> str:
+        """At most ``cap`` characters of the body, scrubbed *before* the cut: a secret
+        straddling the cap is read whole (up to ``_SCRUB_MARGIN`` bytes past it),
+        masked, then the text is cut."""
+        content, _ = await bounded.read_capped(resp, cap + _SCRUB_MARGIN)
+        return (self._scrub(content.decode("utf-8", "replace")) or "")[:cap]
+
     def _classify_body_error(self, r: ProbeResult, text: str, fallback: str, *,
                              stream: bool = False, default_kind: str = "protocol") -> None:
-        """Turn an error body / stream error into error_kind + message."""
+        """Turn an error body / stream error into error_kind + message (the server's
+        text scrubbed of secrets first, so no cut below can leave part of one)."""
+        text = self._scrub(text) or ""
         err: Any = None
         try:
             obj = json.loads(text)
@@ -890,7 +957,20 @@ def _count(v: Any, ceiling: int = MAX_PLAUSIBLE_TOKENS) -> int | None:
 
 
 def _bad(r: ProbeResult, field: str, v: Any, why: str = "is not a token count") -> None:
-    r.notes.ignored.append(f"{field} {str(v)[:40]!r} {why}")
+    """Note an ignored server value.  A number is quoted; anything else is described
+    by its type and size, never copied: a server echoing a secret into a count
+    field must not get it into the summary or the run file."""
+    r.notes.ignored.append(f"{field} {_describe_value(v)} {why}")
+
+
+def _describe_value(v: Any) -> str:
+    """A server value as it may be quoted: a number, bool or null as its text (cut at
+    40 characters), a string or a container by its type and length only."""
+    if v is None or isinstance(v, (bool, int, float)):
+        return repr(str(v)[:40])
+    if isinstance(v, str):
+        return f"(a string of {len(v)} characters)"
+    return f"(a {type(v).__name__} of {len(v) if hasattr(v, '__len__') else '?'} items)"
 
 
 def _ceiling(context_tokens: int | None) -> int:
@@ -979,14 +1059,9 @@ def _after_complete(e: BaseException, done: bool) -> str:
     return f"connection lost after {after}: {_server.describe_exc(e)}"
 
 
-async def _read_capped(resp: httpx.Response, cap: int) -> str:
-    buf = bytearray()
-    async for chunk in resp.aiter_bytes():
-        buf += chunk
-        if len(buf) > cap:
-            buf = buf[:cap]
-            break
-    return buf.decode("utf-8", "replace")
+#: Bytes read past a cut so that a secret straddling it is masked whole (the longest
+#: API keys in use are ~200 characters).
+_SCRUB_MARGIN = 512
 
 
 _SEND_EVENTS = ("http11.send_request_headers.started", "http2.send_request_headers.started")

@@ -35,6 +35,7 @@ from typing import Protocol
 
 import httpx
 
+from prefilltui.measure import bounded
 from prefilltui.measure.sse import SSEStreamDecoder, classify_chunk, classify_response_event
 from prefilltui.model.types import JsonObject, ProbeResult, ServerInfo
 
@@ -164,7 +165,7 @@ async def check_streaming(client: ProbeClient) -> str:
                 if resp.status_code != 200:
                     return "unknown"
                 dec, size = SSEStreamDecoder(), 0
-                async for chunk in resp.aiter_bytes():
+                async for chunk in bounded.aiter_decoded(resp):
                     now = time.perf_counter()
                     size += len(chunk)
                     for ev in dec.feed(chunk):
@@ -192,9 +193,10 @@ async def responses_hint(client: ProbeClient, r: ProbeResult) -> None:
     if client.has_responses is None:
         client.has_responses = False
         try:
-            async with asyncio.timeout(min(10.0, client.timeout)):
-                resp = await client.http.post(client.v1 + "/responses", json={})
-            client.has_responses = resp.status_code in (200, 400, 401, 403, 422)
+            resp = await bounded.fetch(client.http, "POST", client.v1 + "/responses", json={},
+                                       max_bytes=bounded.MAX_META_BYTES,
+                                       deadline_s=min(10.0, client.timeout))
+            client.has_responses = resp.status in (200, 400, 401, 403, 422)
         except (httpx.HTTPError, TimeoutError):
             pass
     if client.has_responses:

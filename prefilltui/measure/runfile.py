@@ -18,7 +18,13 @@ import math
 import os
 import threading
 import time
+import uuid
 from pathlib import Path
+
+try:
+    import fcntl
+except ImportError:  # pragma: no cover - not POSIX: run files are not locked
+    fcntl = None  # type: ignore[assignment]
 
 from prefilltui.model.drift import run_fit
 from prefilltui.model.fit import LinearFit
@@ -34,6 +40,27 @@ LOAD_RECORD = "load"
 #: (``read_run`` skips it, ``read_requests`` keeps it), so the file holds every
 #: request the server was sent.
 CALIBRATION_RECORD = "calibration"
+
+
+class RunFileBusy(OSError):
+    """The run file is being written by another writer (another prefilltui process, or
+    a second session of this one): two runs never interleave their lines in one file."""
+
+
+def _lock(f, path: Path) -> None:
+    """Hold an exclusive ``flock`` on the open run file for as long as it is open.
+
+    Raises:
+        RunFileBusy: another writer holds it.
+    """
+    if fcntl is None:
+        return
+    try:
+        fcntl.flock(f.fileno(), fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        f.close()
+        raise RunFileBusy(0, f"{path} is being written by another prefilltui run (it is "
+                             "locked until that run ends); give this run another --out") from None
 
 
 def default_run_path() -> Path:
@@ -54,8 +81,13 @@ class RunWriter:
     """Append ProbeResults to a JSONL file (thread-safe), one flushed line each.
     A file this writer created and never wrote to is removed on ``close()``.
 
+    The file is locked (``flock``, exclusive) while the writer has it open: a second
+    run given the same ``--out`` is refused (``RunFileBusy``), never interleaved.  Its
+    first line is a session line with a fresh ``session_id``, so ``report`` can tell
+    two runs appended to one file apart.
+
     Raises:
-        OSError: when the file cannot be created/opened.
+        RunFileBusy: another writer holds the file; OSError: it cannot be created/opened.
     """
 
     def __init__(self, path: str | os.PathLike) -> None:
@@ -64,10 +96,12 @@ class RunWriter:
         # Opened now, so an unwritable path fails before any probe is fired.
         self._created = not self.path.exists()
         self._f = open(self.path, "a", encoding="utf-8")
+        _lock(self._f, self.path)
         self._lock = threading.Lock()
         self.count = 0
-        self._session: dict = {}
-        self._session_pending = False
+        #: written before the first probe line, whatever else becomes known
+        self._session: dict = {"session_id": uuid.uuid4().hex[:12]}
+        self._session_pending = True
 
     def set_session(self, **fields) -> None:
         """Record facts about the whole run (e.g. ``server={...}``,
@@ -204,6 +238,7 @@ class RotatingRunWriter(RunWriter):
                     os.replace(old(i), old(i + 1))
             os.replace(self.path, old(1))
         self._f = open(self.path, "a", encoding="utf-8")
+        _lock(self._f, self.path)
         self._size = 0
         self._created = False  # rotated files are kept, even an empty current one
         self.rotations += 1
@@ -281,17 +316,56 @@ def read_run(path: str | os.PathLike, *, calibration: list[ProbeResult] | None =
     Raises:
         FileNotFoundError / OSError: when the file cannot be opened.
     """
-    results: list[ProbeResult] = []
+    sessions, problems = read_run_sessions(path, calibration=calibration)
+    return [r for s in sessions for r in s.results], problems
+
+
+class RunSession:
+    """The probes of one run in a run file, and where they stand (line numbers)."""
+
+    def __init__(self, session_id: str | None, first_line: int) -> None:
+        self.session_id = session_id
+        self.first_line = self.last_line = first_line
+        self.results: list[ProbeResult] = []
+
+    def span(self) -> str:
+        return f"lines {self.first_line}-{self.last_line}"
+
+
+def read_run_sessions(path: str | os.PathLike, *, calibration: list[ProbeResult] | None = None
+                      ) -> tuple[list[RunSession], list[str]]:
+    """Read a run file split into its runs: a new one starts at a session line with
+    another ``session_id``, or, in a file written before session ids, where ``seq``
+    starts again (a probe numbered at or below the previous one).  Sessions without a probe are
+    dropped.  Bad lines are reported as ``"line N: reason"``, never raised.
+    ``calibration``: a list that receives the calibration requests (skipped otherwise).
+
+    Raises:
+        FileNotFoundError / OSError: when the file cannot be opened.
+    """
+    sessions: list[RunSession] = [RunSession(None, 1)]
     problems: list[str] = []
+    last_seq: int | None = None
     with open(path, encoding="utf-8", errors="replace") as f:
         for i, line in enumerate(f, 1):
             s = line.strip()
             if not s:
                 continue
+            cur = sessions[-1]
             try:
                 obj = json.loads(s)
-                if isinstance(obj, dict) and obj.get("record") in (SESSION_RECORD, LOAD_RECORD):
-                    continue  # facts about the run (read_session) / load requests (read_load)
+                if isinstance(obj, dict) and obj.get("record") == SESSION_RECORD:
+                    sid = obj.get("session_id") if isinstance(obj.get("session_id"), str) \
+                        else None
+                    if sid is not None and sid != cur.session_id:
+                        if cur.session_id is None and not cur.results:
+                            cur.session_id, cur.first_line = sid, i
+                        else:
+                            sessions.append(RunSession(sid, i))
+                            last_seq = None
+                    continue  # facts about the run, not a probe: read_session
+                if isinstance(obj, dict) and obj.get("record") == LOAD_RECORD:
+                    continue  # load requests (read_load)
                 if isinstance(obj, dict) and obj.get("record") == CALIBRATION_RECORD:
                     if calibration is not None:
                         calibration.append(ProbeResult.from_json(
@@ -301,13 +375,20 @@ def read_run(path: str | os.PathLike, *, calibration: list[ProbeResult] | None =
                     raise ValueError("not a probe record (no ok / requested_tokens)")
                 r = ProbeResult.from_json(obj)
                 _check(r)
-                results.append(r)
+                if (sessions[-1].session_id is None and r.seq is not None
+                        and last_seq is not None and r.seq <= last_seq):
+                    # a file without session ids: seq restarted, another run (with ids,
+                    # seq may restart within one run: a load level's own runner)
+                    sessions.append(RunSession(None, i))
+                last_seq = r.seq if r.seq is not None else last_seq
+                sessions[-1].results.append(r)
+                sessions[-1].last_line = i
             except (ValueError, TypeError) as e:
                 reason = str(e).splitlines()[0] if str(e) else type(e).__name__
                 if not line.endswith("\n"):
                     reason = "truncated last line (" + reason + ")"
                 problems.append(f"line {i}: {reason}")
-    return results, problems
+    return [x for x in sessions if x.results], problems
 
 
 def read_session(path: str | os.PathLike) -> dict:

@@ -25,8 +25,15 @@ from typing import Any
 
 import httpx
 
+from prefilltui.measure import bounded
 from prefilltui.model.redact import display_url
 from prefilltui.model.types import JsonObject, ServerInfo
+
+
+#: Bytes of ``/metrics`` discovery reads to recognise the server by its metric names
+#: (the names come first in every exposition; the scrapes read up to
+#: ``metrics_hook.MAX_METRICS_BYTES``).
+METRICS_SNIFF_BYTES = 256 * 1024
 
 
 class ServerUnreachable(Exception):
@@ -47,23 +54,19 @@ def split_base_url(url: str) -> tuple[str, str]:
     return u, u + "/v1"
 
 
-async def _get(client: httpx.AsyncClient, url: str, timeout: float) -> httpx.Response | None:
-    # asyncio.timeout bounds the whole exchange: httpx's timeout is per read, so a
-    # server trickling one byte a second would otherwise hold discovery forever.
+async def _get(client: httpx.AsyncClient, url: str, timeout: float,
+               max_bytes: int = bounded.MAX_META_BYTES) -> bounded.Body | None:
+    """GET ``url``: at most ``max_bytes`` decoded bytes, the whole exchange within
+    ``timeout`` seconds (``bounded.fetch``); None when it fails or times out."""
     try:
-        async with asyncio.timeout(timeout):
-            return await client.get(url, timeout=timeout)
+        return await bounded.fetch(client, "GET", url, max_bytes=max_bytes, deadline_s=timeout)
     except (httpx.HTTPError, TimeoutError):
         return None
 
 
-def _json(r: httpx.Response | None) -> Any:
-    if r is None or r.status_code != 200 or len(r.content) > 4_000_000:
-        return None
-    try:
-        return r.json()
-    except ValueError:
-        return None
+def _json(r: bounded.Body | None) -> Any:
+    """The JSON of a whole 200 answer, else None (a body over its cap is not parsed)."""
+    return r.json() if r is not None else None
 
 
 def _int(v: Any) -> int | None:
@@ -94,8 +97,8 @@ async def discover(client: httpx.AsyncClient, base_url: str, *, model: str | Non
     root, v1 = split_base_url(base_url)
     info = ServerInfo(base_url=root, model=model)
     try:
-        async with asyncio.timeout(timeout):
-            models_r = await client.get(v1 + "/models", timeout=timeout)
+        models_r = await bounded.fetch(client, "GET", v1 + "/models",
+                                       max_bytes=bounded.MAX_MODELS_BYTES, deadline_s=timeout)
     except httpx.HTTPError as e:
         raise ServerUnreachable(f"cannot reach {display_url(root)}: {describe_exc(e)}"
                                 ) from None
@@ -104,7 +107,9 @@ async def discover(client: httpx.AsyncClient, base_url: str, *, model: str | Non
                                 "/v1/models "
                                 f"within {timeout:g} s") from None
     names = ("/props", "/version", "/metrics", "/info", "/api/version", "/get_model_info")
-    rs = await asyncio.gather(*(_get(client, root + n, timeout) for n in names))
+    rs = await asyncio.gather(*(_get(client, root + n, timeout,
+                                     METRICS_SNIFF_BYTES if n == "/metrics" else
+                                     bounded.MAX_META_BYTES) for n in names))
     props, version, metrics, tgi, ollama, sgl = rs
 
     models = _json(models_r)
@@ -117,10 +122,13 @@ async def discover(client: httpx.AsyncClient, base_url: str, *, model: str | Non
         elif ids:
             entry = pick_model(ids, info)
             info.model = _str(entry.get("id"))
-    elif models_r.status_code != 200:
-        info.notes.append(f"/v1/models answered HTTP {models_r.status_code}")
+    elif models_r.truncated:
+        info.notes.append(f"/v1/models answered over {bounded.MAX_MODELS_BYTES // 2**20} MiB: "
+                          "not read (give --model to name the model)")
+    elif models_r.status != 200:
+        info.notes.append(f"/v1/models answered HTTP {models_r.status}")
 
-    metric_text = metrics.text[:200_000] if metrics is not None and metrics.status_code == 200 else ""
+    metric_text = metrics.text() if metrics is not None and metrics.status == 200 else ""
     if metric_text:
         info.metrics_url = root + "/metrics"
     pj, tj, oj, sj = _json(props), _json(tgi), _json(ollama), _json(sgl)
@@ -254,12 +262,12 @@ async def find_tokenize(client: httpx.AsyncClient, info: ServerInfo, timeout: fl
 
     async def attempt(path: str, style: str) -> Any:
         try:
-            async with asyncio.timeout(timeout):
-                r = await client.post(info.base_url + path, timeout=timeout,
-                                      json=_tokenize_body(style, info.model, _TOKENIZE_TEST))
-                return r.json() if r.status_code == 200 and len(r.content) < 1_000_000 else None
-        except (httpx.HTTPError, ValueError, TimeoutError):
+            r = await bounded.fetch(client, "POST", info.base_url + path, deadline_s=timeout,
+                                    max_bytes=bounded.MAX_TOKENIZE_TEST_BYTES,
+                                    json=_tokenize_body(style, info.model, _TOKENIZE_TEST))
+        except (httpx.HTTPError, TimeoutError):
             return None
+        return r.json()
 
     answers = await asyncio.gather(*(attempt(path, style) for path, style in order))
     for (path, style), j in zip(order, answers):
@@ -306,12 +314,11 @@ async def count_tokens(client: httpx.AsyncClient, info: ServerInfo, text: str,
     style = info.tokenize_style or _KIND_STYLE.get(info.kind, "openai")
     url = info.tokenize_url or info.base_url + "/tokenize"
     try:
-        async with asyncio.timeout(timeout):
-            r = await client.post(url, json=_tokenize_body(style, info.model, text),
-                                  timeout=timeout)
-            n = _tokenize_count(r.json() if r.status_code == 200 else None)
-    except (httpx.HTTPError, ValueError, TimeoutError):
+        r = await bounded.fetch(client, "POST", url, json=_tokenize_body(style, info.model, text),
+                                max_bytes=bounded.MAX_TOKENIZE_BYTES, deadline_s=timeout)
+    except (httpx.HTTPError, TimeoutError):
         return None
+    n = _tokenize_count(r.json())
     # a token covers at least one byte (plus a few special tokens): more is not a count
     return n if n is not None and n <= len(text.encode()) + _MAX_SPECIAL_TOKENS else None
 

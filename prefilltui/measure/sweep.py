@@ -31,7 +31,9 @@ from collections import deque
 from dataclasses import dataclass
 from typing import Callable, Iterator, Protocol, Sequence
 
+from prefilltui.model.limits import UNKNOWN_CONTEXT_MAX_TOKENS
 from prefilltui.model.pacing import Pacing
+from prefilltui.model.redact import display_url
 from prefilltui.measure.server import ServerUnreachable
 from prefilltui.model.types import ProbeResult, RunnerState, ServerInfo, session_facts
 
@@ -370,7 +372,9 @@ class SweepRunner:
             await self._pace()
             if self._stop:
                 break
-            self._set_state("connecting", client.root)
+            limit = getattr(client, "timeout", None)
+            self._set_state("connecting", f"{display_url(client.root)}: discovering the server"
+                            + (f" (up to {min(10.0, limit):g} s a request)" if limit else ""))
             try:
                 info = await client.discover()
             except ServerUnreachable as e:
@@ -387,15 +391,22 @@ class SweepRunner:
             if set_session is not None:  # so `report` reads the run as this sweep saw it
                 set_session(server=session_facts(info))
             self._cap = cap_for_context(info.context_tokens)
-            self._plan_changed(f"the server's context is {info.context_tokens} tokens"
-                               if info.context_tokens else "")
+            if self._cap is None and max(self._lengths) > UNKNOWN_CONTEXT_MAX_TOKENS:
+                # a prompt is built before the server can refuse it: bound it
+                self._cap = UNKNOWN_CONTEXT_MAX_TOKENS
+                self._plan_changed("the server does not say its context; building a longer "
+                                   "one costs seconds and hundreds of MiB", reserve=False)
+            else:
+                self._plan_changed(f"the server's context is {info.context_tokens} tokens"
+                                   if info.context_tokens else "")
             await client.warm()
             calibrate = getattr(client, "calibrate", None)
             if calibrate is not None:
-                self._set_state("connecting", "calibrating prompt lengths")
                 # before the first probe, warm-up or not; its requests are no results,
-                # but the run file keeps them (calibration lines): every request sent
-                for r in await calibrate() or ():
+                # but the run file keeps them (calibration lines): every request sent.
+                # The state says each request, what it waits for and how long.
+                for r in await calibrate(on_step=lambda d: self._set_state("connecting", d)
+                                         ) or ():
                     self.calibration.append(r)
                     write = getattr(self.runfile, "append_calibration", None)
                     if write is not None:
@@ -403,6 +414,12 @@ class SweepRunner:
                             write(r)
                         except (OSError, ValueError) as e:
                             log.error("cannot write the run file: %s", e)
+                    if not r.ok:  # said at once (a note), not a silent wait
+                        self._add_note(
+                            f"the calibration request ({r.requested_tokens} tokens) failed "
+                            f"after {(r.total_s or 0):.1f} s ({r.error_kind}: "
+                            f"{r.error_message}); prompt lengths start from the built-in "
+                            "estimate")
             return True
         self._set_state("stopped", "")
         return False
@@ -529,23 +546,35 @@ class SweepRunner:
         self._set_state("burst", f"done: {text}")
         return elapsed
 
-    def _plan_changed(self, why: str) -> None:
+    def _add_note(self, note: str) -> None:
+        """One more note about the session, said at once (``on_plan``)."""
+        if note not in self.notes:
+            self.notes.append(note)
+        self._report_plan()
+
+    def _plan_changed(self, why: str, *, reserve: bool = True) -> None:
         """Say which requested lengths the context cap changes (notes, cap_note) and
-        report the lengths that will run (``on_plan``)."""
+        report the lengths that will run (``on_plan``); ``reserve``: the cap keeps
+        CONTEXT_RESERVE and 2 % free (a context cap)."""
         cap = self._cap
         over = [x for x in self._lengths if cap is not None and x > cap]
         if over:
             planned = self.lengths
             merged = cap in self._lengths or len(over) > 1
             note = (f"{'lengths' if len(over) > 1 else 'length'} {', '.join(map(str, over))} "
-                    f"{'are' if len(over) > 1 else 'is'} over the longest prompt the "
-                    f"server takes ({why}; {CONTEXT_RESERVE} tokens and 2 % kept free): "
+                    f"{'are' if len(over) > 1 else 'is'} over the longest prompt "
+                    + ("the server takes" if reserve else "built") + f" ({why}"
+                    + (f"; {CONTEXT_RESERVE} tokens and 2 % kept free" if reserve else "")
+                    + "): "
                     f"capped to {cap} tokens"
                     + (f", merged: {len(planned)} lengths run, not {len(self._lengths)}"
                        if merged else ""))
             if note not in self.notes:
                 self.notes.append(note)
-            self.cap_note = f"capped at {cap} tok (context)"
+            self.cap_note = f"capped at {cap} tok ({'context' if reserve else 'context unknown'})"
+        self._report_plan()
+
+    def _report_plan(self) -> None:
         if self.on_plan is not None:
             try:
                 self.on_plan(self.lengths, list(self.notes))
@@ -553,13 +582,14 @@ class SweepRunner:
                 log.exception("on_plan callback failed")
 
     async def _one(self, client, length: int, warm: bool, burst: bool) -> ProbeResult:
+        # the state first: the hooks' scrapes are part of this probe's time
+        if not burst:  # a burst says its own state (_run_burst)
+            self._set_state("probing", f"{length} tokens" + (" (warm-up)" if warm else ""))
         for h in self.hooks:
             try:
                 await h.before_probe(client)
             except Exception:
                 log.exception("probe hook before_probe failed")
-        if not burst:  # a burst says its own state (_run_burst)
-            self._set_state("probing", f"{length} tokens" + (" (warm-up)" if warm else ""))
         result = await client.probe(length, warmup=warm, burst=burst)
         for h in self.hooks:
             try:

@@ -241,7 +241,8 @@ def format_sweep(d: RunSummary, *, fit_line: bool = False) -> str:
     analysis is not printed below)."""
     s, p, live = d.server, d.probes, d.live
     proxy = live.proxy if live is not None else None
-    out = [f"server  {s.kind if s else None}  model {clean(s.model) if s else None}  context "
+    out = [f"server  {s.kind if s else None}  model {clean(s.model) if s and s.model else '?'}  "
+           "context "
            f"{(s.context_tokens if s else None) or '?'} tokens"
            + (f"  via proxy {proxy}" if proxy else ""),
            "",

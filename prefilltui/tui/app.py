@@ -38,7 +38,8 @@ from prefilltui.tui.dashboard import DashboardScreen, DrillInScreen
 from prefilltui.tui.feed import (Exporter, FeedConfig, RunnerFactory, TargetFeed,
                                  TelemetrySource)
 from prefilltui.tui.messages import ProbeDone, RunnerStateChanged
-from prefilltui.tui.themes import DEFAULT_THEME, VARIABLE_DEFAULTS, ThemeSet, load_themes
+from prefilltui.tui.themes import (DEFAULT_THEME, VARIABLE_DEFAULTS, ThemeSet, load_themes,
+                                   register_usable_themes)
 
 __all__ = ["PrefillApp", "build_app", "build_fleet_app", "FeedConfig", "TargetFeed"]
 
@@ -183,10 +184,8 @@ class PrefillApp(App[int]):
         return {**super().get_theme_variable_defaults(), **VARIABLE_DEFAULTS}
 
     def on_mount(self) -> None:
-        for theme in self.theme_set.themes:
-            self.register_theme(theme)
-        self.theme = (self._initial_theme if self._initial_theme in self.theme_set.names()
-                      else DEFAULT_THEME)
+        # only themes that parse with the whole stylesheet; a bad one is notified below
+        self.theme = register_usable_themes(self, self.theme_set, self._initial_theme)
         self.theme_changed_signal.subscribe(self, lambda _t: self._on_theme_changed())
         problems = list(self.theme_set.problems) + self.problems
         for feed in self.feeds:

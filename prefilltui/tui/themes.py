@@ -16,13 +16,18 @@ built-in.  A broken file is reported (one line per file) and skipped, never fata
 
 from __future__ import annotations
 
+import math
+import re
 import tomllib
 from dataclasses import dataclass, field
+from itertools import chain
 from importlib import resources
 from pathlib import Path
 
 from textual.color import Color, ColorParseError
+from textual.css.stylesheet import Stylesheet, StylesheetParseError
 from textual.theme import Theme
+from textual.widget import Widget
 
 #: The default theme's name (themes/dark.toml).
 DEFAULT_THEME = "prefilltui-dark"
@@ -54,6 +59,10 @@ VARIABLE_DEFAULTS: dict[str, str] = {
 }
 
 
+#: Longest [variables] value accepted (a colour with alpha is ~12 characters).
+MAX_VARIABLE_CHARS = 200
+
+
 class ThemeError(ValueError):
     """A theme file that cannot be used; the message names the file and the problem."""
 
@@ -68,6 +77,11 @@ class ThemeSet:
 
     def names(self) -> list[str]:
         return [t.name for t in self.themes]
+
+    def drop(self, name: str, problem: str) -> None:
+        """Remove a theme that failed a later check; ``problem`` says why (one line)."""
+        self.themes = [t for t in self.themes if t.name != name]
+        self.problems.append(f"theme skipped: {self.sources.pop(name, name)}: {problem}")
 
     def add(self, theme: Theme, source: str) -> None:
         """Add or replace (same name) a theme, keeping its first position."""
@@ -109,8 +123,9 @@ def parse_theme(data: dict, source: str = "<theme>") -> Theme:
         raise ThemeError(f"{source}: [variables] must be a table")
     out_vars: dict[str, str] = {}
     for key, value in variables.items():
-        if not isinstance(value, str):
-            raise ThemeError(f"{source}: variables.{key} must be a string")
+        if not isinstance(value, str) or not value.strip() or len(value) > MAX_VARIABLE_CHARS:
+            raise ThemeError(f"{source}: variables.{key} must be a non-empty string of at "
+                             f"most {MAX_VARIABLE_CHARS} characters")
         if key in PLOT_VARIABLES:
             value = _check_color(value, f"{source}: variables.{key}")
         out_vars[key] = value
@@ -122,10 +137,18 @@ def parse_theme(data: dict, source: str = "<theme>") -> Theme:
     extra = {}
     for key in ("luminosity_spread", "text_alpha"):
         if key in data:
-            if not isinstance(data[key], (int, float)):
-                raise ThemeError(f"{source}: {key} must be a number")
-            extra[key] = float(data[key])
-    return Theme(name=name.strip(), dark=dark, variables=out_vars, **colors, **extra)
+            v = data[key]
+            if (isinstance(v, bool) or not isinstance(v, (int, float)) or not math.isfinite(v)
+                    or not 0.0 <= v <= 1.0):
+                raise ThemeError(f"{source}: {key} = {str(v)[:40]}: must be a number from 0 to 1")
+            extra[key] = float(v)
+    theme = Theme(name=name.strip(), dark=dark, variables=out_vars, **colors, **extra)
+    try:  # the colour system every screen is drawn with: built now, not at first use
+        theme.to_color_system().generate()
+    except Exception as exc:  # noqa: BLE001 - any failure of a user's file is its problem
+        raise ThemeError(f"{source}: its colours cannot be built ({type(exc).__name__}: "
+                         f"{str(exc)[:120]})") from None
+    return theme
 
 
 def _check_color(value: object, where: str) -> str:
@@ -236,3 +259,71 @@ def rgb(value: str | None, default: tuple[int, int, int] = (200, 200, 200)) -> t
         return Color.parse(value).rgb
     except ColorParseError:
         return default
+
+
+def check_stylesheet(app_sheet: Stylesheet) -> Stylesheet:
+    """A copy of the app's stylesheet plus the ``DEFAULT_CSS`` of every widget class
+    imported so far (mounted or not yet: a help screen, a toast), to check themes
+    against every rule that may ever use their variables."""
+    sheet = app_sheet.copy()
+    seen = {read_from for read_from in sheet.source}
+
+    def classes(cls: type) -> list[type]:
+        out = []
+        for sub in cls.__subclasses__():
+            out += [sub, *classes(sub)]
+        return out
+
+    for cls in classes(Widget):
+        css = cls.__dict__.get("DEFAULT_CSS")
+        read_from = ("", f"{cls.__name__}.DEFAULT_CSS")
+        if not css or any(where[1] == read_from[1] for where in seen):
+            continue
+        scope = cls._css_type_name if cls.__dict__.get("SCOPED_CSS", True) else ""
+        sheet.add_source(css, read_from=read_from, is_default_css=True, scope=scope)
+    return sheet
+
+
+def theme_problem(theme: Theme, sheet: Stylesheet, defaults: dict[str, str]) -> str | None:
+    """Why ``theme`` cannot be used with ``sheet`` (``check_stylesheet``), in one line,
+    or None: its colour system is built and every rule is parsed with its variables,
+    as Textual does when the theme is switched on (where an error would end the app
+    with "Error in stylesheet")."""
+    try:
+        variables = {**defaults, **theme.to_color_system().generate(), **theme.variables}
+        trial = sheet.copy()
+        trial.set_variables(variables)
+        trial.reparse()
+    except StylesheetParseError as exc:
+        errors = list(dict.fromkeys(chain.from_iterable(r.errors for r in exc.errors.rules)))
+        if not errors:
+            return "its stylesheet does not parse"
+        token, message = errors[0]
+        why = re.sub(r"\[/?[a-z ]*\]", "", str(getattr(message, "summary", message)))
+        ref = token.referenced_by
+        name = ref.name if ref is not None else None
+        where = f"variables.{name} = {variables.get(name, token.value)!r}: " if name else ""
+        more = f" (and {len(errors) - 1} more)" if len(errors) > 1 else ""
+        return f"{where}{why}{more}"
+    except Exception as exc:  # noqa: BLE001 - a user's theme must never end the app
+        return f"{type(exc).__name__}: {str(exc)[:120]}"
+    return None
+
+
+def register_usable_themes(app, ts: ThemeSet, wanted: str) -> str:
+    """Register on ``app`` every theme of ``ts`` that passes ``theme_problem`` against
+    the app's whole stylesheet; drop the others from ``ts`` with their reason (in
+    ``ts.problems``).  Returns the theme to start with: ``wanted`` if usable, else the
+    default, else the first usable one, else Textual's own."""
+    sheet = check_stylesheet(app.stylesheet)
+    defaults = app.get_theme_variable_defaults()
+    for theme in list(ts.themes):
+        problem = theme_problem(theme, sheet, defaults)
+        if problem is None:
+            app.register_theme(theme)
+        else:
+            ts.drop(theme.name, problem)
+    names = ts.names()
+    if wanted in names:
+        return wanted
+    return DEFAULT_THEME if DEFAULT_THEME in names else (names[0] if names else "textual-dark")

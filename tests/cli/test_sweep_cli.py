@@ -186,8 +186,12 @@ def test_a_password_in_the_url_is_never_shown(fake_server, tmp_path, capsys):
     cap = capsys.readouterr()
     assert rc == 0, cap.err
     assert "hunter2secretpw" not in cap.out + cap.err + (tmp_path / "r.jsonl").read_text()
-    assert json.loads(cap.out)["live"]["base_url"] == srv.base_url.replace(
-        "http://", "http://user:***@")
+    # the credentials left the URL where it entered: what is shown has none at all
+    d = json.loads(cap.out)
+    assert d["live"]["base_url"] == srv.base_url
+    # with no API key they are sent as Basic auth, and the summary says so
+    assert srv.requests[0].headers["authorization"].startswith("Basic ")
+    assert any("sent as HTTP Basic auth" in n for n in d["live"]["notes"])
     rc = main(["sweep", "http://user:hunter2secretpw@127.0.0.1:9", "--lengths", "16"])
     err = capsys.readouterr().err
-    assert rc == 3 and "hunter2secretpw" not in err and "user:***@127.0.0.1:9" in err
+    assert rc == 3 and "hunter2secretpw" not in err and "cannot reach http://127.0.0.1:9" in err

@@ -105,7 +105,8 @@ def _report_throughput(paths: list[Path], tmp_path: Path, capsys) -> float:
     """``prefilltui report``'s fit over the sweep segments' probes together."""
     joined = tmp_path / "sweeps.jsonl"
     joined.write_text("".join(p.read_text() for p in paths))
-    rc = main(["report", str(joined), "--format", "json"])
+    # one file of many one-probe sweeps: analysed together, as asked
+    rc = main(["report", str(joined), "--format", "json", "--merge-sessions"])
     cap = capsys.readouterr()
     assert rc == 0, cap.err
     tps = json.loads(cap.out)["fit"]["prefill_tokens_per_s"]

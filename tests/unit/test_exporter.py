@@ -88,7 +88,7 @@ def test_toml_targets_defaults_and_overrides(tmp_path):
     ('[[target]]\nname = "x"\n', "url is missing"),
     ('[[target]]\nurl = "ftp://a"\n', "http:// or https://"),
     ('[[target]]\nurl = "http://a"\ninterval = 0.001\n', "interval must be >="),
-    ('[[target]]\nurl = "http://a"\nlengths = [0]\n', "positive integers"),
+    ('[[target]]\nurl = "http://a"\nlengths = [0]\n', "lengths = [0]: must be"),
     ('[targets]\nurl = "http://a"\n', "unknown table"),
 ])
 def test_toml_errors_name_the_field(tmp_path, body, words):

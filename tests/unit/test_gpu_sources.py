@@ -140,12 +140,12 @@ def test_choose_source_never_shows_this_machine_under_another_name():
 
 
 def test_probe_clients_share_one_tls_context():
-    """A fleet of 100 targets held 100 copies of the CA bundle (84 MiB): one context
-    per verify setting now."""
-    from prefilltui.measure.probe import ProbeClient, tls_context
+    """A fleet of 100 targets held 100 copies of the CA bundle (84 MiB, measured): one
+    context per verify setting (``probe.shared_ssl_context``)."""
+    from prefilltui.measure.probe import ProbeClient, shared_ssl_context
 
     a, b = ProbeClient("http://127.0.0.1:1"), ProbeClient("https://example.invalid")
-    assert a._transport._pool._ssl_context is b._transport._pool._ssl_context is tls_context(True)
+    ctx = shared_ssl_context(True)
+    assert a._transport._pool._ssl_context is b._transport._pool._ssl_context is ctx
     c = ProbeClient("https://example.invalid", verify=False)
-    assert c._transport._pool._ssl_context is tls_context(False) is not tls_context(True)
-    assert tls_context(False).verify_mode.name == "CERT_NONE"
+    assert c._transport._pool._ssl_context is shared_ssl_context(False) is not ctx

@@ -323,7 +323,8 @@ def test_no_count_at_all_still_fits_labelled_estimated(fake_server, tmp_path, ca
     assert text.count("lengths are estimates") == 1
     assert "(50 estimated)" in text  # the progress line does not call it counted
     assert "Fit (robust, all-time, prompt lengths estimated)" in text
-    assert main(["report", str(out), "--no-plot"]) == 0  # the run file says it too
+    # the run file says it too (two sweeps wrote to it: report them together)
+    assert main(["report", str(out), "--no-plot", "--merge-sessions"]) == 0
     assert "prompt lengths estimated" in capsys.readouterr().out
 
 
