@@ -209,6 +209,12 @@ class ManagedServer:
                 "base_url": self.base_url if self.port else None, "ready_s": self.ready_s,
                 "log": str(self.log_path) if self.log_path else None}
 
+    def compute_pids(self) -> dict[str, int]:
+        """{name: pid} of the processes doing the server's work, for the CPU gauges
+        (the server process itself; engines that compute in child processes name
+        those)."""
+        return {self.label: self.pid} if self.pid else {}
+
     # -- properties
     @property
     def base_url(self) -> str:
