@@ -35,6 +35,7 @@ def _probe_counts(results: list[ProbeResult]) -> ProbeCounts:
         total=len(results), ok=sum(r.ok for r in results),
         failed=sum(not r.ok for r in results), warmup=sum(r.warmup for r in results),
         cache_hits=sum(r.ok and r.cache_hit for r in results),
+        cache_counted=sum(1 for r in results if r.ok and r.cached_tokens is not None),
         fit_eligible=len(toks), errors=dict(errs),
         # prompt lengths the server did not count (no usage/timings/tokenize)
         estimated_lengths=sum(1 for r in results

@@ -64,7 +64,9 @@ class ServerFacts:
 @dataclass(frozen=True, slots=True)
 class ProbeCounts:
     """How many probes: total, ok, failed (by ``errors`` kind), warm-up, cache hits (ok
-    probes the prefix cache served part of, kept out of the fit), fit_eligible (in the
+    probes the prefix cache served part of, kept out of the fit), cache_counted (ok
+    probes whose hit or miss the server itself counted: usage, timings or /metrics;
+    None in summaries from before it was counted), fit_eligible (in the
     fit), estimated_lengths (fit probes whose prompt length is the client's estimate),
     and the fit probes' token range."""
 
@@ -73,6 +75,7 @@ class ProbeCounts:
     failed: int = 0
     warmup: int = 0
     cache_hits: int = 0
+    cache_counted: int | None = None  # ok probes whose hit or miss the server counted
     fit_eligible: int = 0
     errors: dict[str, int] = field(default_factory=dict)
     estimated_lengths: int = 0
@@ -82,6 +85,7 @@ class ProbeCounts:
     def to_json(self) -> JsonObject:
         return {"total": self.total, "ok": self.ok, "failed": self.failed,
                 "warmup": self.warmup, "cache_hits": self.cache_hits,
+                "cache_counted": self.cache_counted,
                 "fit_eligible": self.fit_eligible, "errors": dict(self.errors),
                 "estimated_lengths": self.estimated_lengths, "tokens_min": self.tokens_min,
                 "tokens_max": self.tokens_max}

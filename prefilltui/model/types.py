@@ -24,6 +24,11 @@ ErrorKind = Literal["connect", "timeout", "http", "rate_limited", "context_lengt
 #: "estimate": the server reports no count, the length is the client's prediction
 #: (the fit built on it is labelled estimated).
 PromptTokensSource = Literal["usage", "timings", "tokenize", "estimate"]
+#: Where a probe's cached-token count came from: the response (usage
+#: ``prompt_tokens_details.cached_tokens``, llama.cpp ``timings.cache_n``) or the
+#: server's ``/metrics`` counters around the probe (vLLM ``prompt_tokens_by_source``
+#: / ``prefix_cache_hits``), attributed only when the window held this probe alone.
+CachedTokensSource = Literal["usage", "timings", "metrics"]
 #: The sweep runner's state, reported through ``on_state(state, detail)``: "idle" is
 #: the gap after a probe, "burst" back-to-back probes at the longest length (core.pacing).
 RunnerState = Literal["connecting", "probing", "idle", "burst", "retrying", "paused",
@@ -77,7 +82,10 @@ class ProbeResult:
                   prefill when the server gives no TTFT of its own).
     Token fields: ``requested_tokens`` is what the sweep asked for; ``prompt_tokens``
     is what the server counted (usage / tokenize / timings); ``cached_tokens`` is
-    the part of the prompt the server served from its prefix cache.
+    the part of the prompt the server served from its prefix cache, counted by the
+    server (``cached_tokens_source`` says where; None = the server counted nothing,
+    so a hit is neither proven nor ruled out).  ``server_flops`` is the server's own
+    FLOP count for this probe (vLLM ``--enable-mfu-metrics``), when published.
     Telemetry fields are joined in after the probe from the sampler's samples in
     the request window [t_send, t_end] (``telemetry_device`` names what was sampled,
     e.g. "GPU 0" or "CPU").
@@ -99,6 +107,8 @@ class ProbeResult:
     prompt_tokens: int | None = None
     prompt_tokens_source: PromptTokensSource | None = None
     cached_tokens: int | None = None
+    cached_tokens_source: CachedTokensSource | None = None
+    server_flops: float | None = None
     ttft_s: float | None = None
     ttfb_s: float | None = None
     total_s: float | None = None

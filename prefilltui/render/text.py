@@ -177,8 +177,13 @@ def format_summary(d: RunSummary, *, percentile_table: bool = True) -> str:
     ``percentile_table=False`` gives only the overall TTFT percentiles (the sweep's
     own table has them per length)."""
     p = d.probes
+    counted = p.cache_counted
+    hits = (f"{p.cache_hits} cache hits" if counted is None
+            else f"{p.cache_hits} cache hits (server-counted)" if counted == p.ok
+            else "cache hits not counted by the server" if counted == 0
+            else f"{p.cache_hits} cache hits (server-counted on {counted} of {p.ok})")
     out = [f"Probes: {p.total} total, {p.ok} ok, {p.failed} failed, {p.warmup} warm-up, "
-           f"{p.cache_hits} cache hits; {p.fit_eligible} in the fit"
+           f"{hits}; {p.fit_eligible} in the fit"
            + (f" ({p.tokens_min:,}-{p.tokens_max:,} tokens)" if p.tokens_min else "")]
     if p.errors:
         out.append("  errors: " + ", ".join(f"{k} {v}" for k, v in sorted(p.errors.items())))
