@@ -21,7 +21,7 @@ from prefilltui.model.fit import LinearFit
 from prefilltui.model.intercept import FixedCost
 from prefilltui.model.percentiles import TtftPercentiles
 from prefilltui.model.flops import MFU_ATTENTION
-from prefilltui.model.roofline import MFU_LABEL, MatmulEstimate
+from prefilltui.model.roofline import MFU_LABEL, MatmulEstimate, ServerFlopsCheck
 from prefilltui.model.types import JsonObject, ServerInfo, TelemetryKind
 from prefilltui.model.until_ci import Progress
 
@@ -222,7 +222,9 @@ class RunSummary:
     one per-length table.  ``overhead_median_s``: median TTFT - server prefill.
     ``model`` / ``hardware``: what the roofline resolved (None: unknown).
     ``depth``: the ``--depth`` table; ``diagnosis``: breakdown, chunking, cache warning,
-    drift.  ``run_file``: the run file the summary is of.
+    drift.  ``run_file``: the run file the summary is of.  ``server_flops``: the
+    server's own FLOP count per probe against the formula (vLLM
+    ``--enable-mfu-metrics``), when it publishes one.
     """
 
     server: ServerFacts | None
@@ -250,6 +252,7 @@ class RunSummary:
     ttft_verdict: TtftVerdict | None = None
     #: the background load (``--load``): what it was and did, stall, levels
     load: LoadSummary | None = None
+    server_flops: ServerFlopsCheck | None = None
 
     def to_json(self) -> JsonObject:
         """The summary as JSON (schema ``SCHEMA``; docs/schema.md)."""
@@ -281,4 +284,5 @@ class RunSummary:
             "live": self.live.to_json() if self.live else None,
             "ttft_verdict": self.ttft_verdict.to_json() if self.ttft_verdict else None,
             "load": self.load.to_json() if self.load else None,
+            "server_flops": self.server_flops.to_json() if self.server_flops else None,
         }

@@ -262,6 +262,10 @@ class ServerInfo:
     ``/v1/models`` ``meta.n_params`` / ``n_embd`` / ``n_layer``), else None; named as
     in ``catalog.ModelShape``.
     n_batch / n_ubatch: chunk sizes when exposed (llama.cpp ``/props``).
+    max_num_batched_tokens: vLLM's token budget per engine step (its prefill chunk)
+    when exposed (``/server_info``, served with VLLM_SERVER_DEV_MODE=1).
+    config_path: a local ``config.json`` of the served model (vLLM ``/v1/models``
+    ``root`` naming a directory on this machine), for the model shape.
     metrics_url: the Prometheus endpoint if it answered, else None.
     """
 
@@ -274,6 +278,8 @@ class ServerInfo:
     layers: int | None = None
     n_batch: int | None = None
     n_ubatch: int | None = None
+    max_num_batched_tokens: int | None = None
+    config_path: str | None = None
     has_tokenize: bool = False
     tokenize_url: str | None = None  # the endpoint discovery found counting tokens
     tokenize_style: str | None = None  # "llama.cpp" | "openai" | "tgi" (core.server)
@@ -290,7 +296,7 @@ class ServerInfo:
 
 #: The ServerInfo fields a run file's session line keeps (what the analysis reads).
 SESSION_SERVER_FIELDS = ("kind", "model", "context_tokens", "params", "hidden", "layers",
-                         "n_batch", "n_ubatch")
+                         "n_batch", "n_ubatch", "max_num_batched_tokens", "config_path")
 
 
 def session_facts(info: ServerInfo) -> JsonObject:
@@ -305,7 +311,7 @@ def server_info_from_session(facts: Any, *, model: str | None = None) -> ServerI
     if isinstance(facts, dict):
         for k in SESSION_SERVER_FIELDS:
             v = facts.get(k)
-            if k in ("kind", "model"):
+            if k in ("kind", "model", "config_path"):
                 ok = isinstance(v, str) and bool(v)
             elif k == "params":
                 ok = isinstance(v, (int, float)) and not isinstance(v, bool) and v > 0

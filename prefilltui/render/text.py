@@ -157,6 +157,12 @@ def _roofline_lines(d: RunSummary) -> list[str]:
         if m:
             m_txt += f", L={m.layers}, d_attn={m.d_attn})" + (" (?)" if m.uncertain else "")
         out.append(f"Roofline (estimates): {m_txt} on {hw_txt}")
+    sf = d.server_flops
+    if sf:
+        lo, hi = sf.rows[0], sf.rows[-1]
+        out.append(f"  the server's own FLOP count (vLLM --enable-mfu-metrics) / prefilltui's matmul count: "
+                   f"median {sf.ratio_median:.2f} over {sf.probes} probes; {lo[3]:.2f} at "
+                   f"{lo[0]:,} tokens, {hi[3]:.2f} at {hi[0]:,}")
     if roof and roof.achieved_flops:
         line = f"  achieved {roof.achieved_flops / 1e12:.3g} TFLOP/s (from the {roof.slope_source} slope)"
         if roof.mfu is not None:

@@ -123,3 +123,48 @@ def test_counts_need_a_window_of_this_probe_alone():
     M.apply_counts(busy, M.MetricsDelta({}, {"prompt_tokens": 900.0, "cached_tokens": 0.0},
                                         {}, {}, 0.1))
     assert busy.cached_tokens is None and busy.notes.metrics_window
+
+
+# ------------------------------------------------------------------ discovery
+
+SMOLLM2_CONFIG = {"architectures": ["LlamaForCausalLM"], "model_type": "llama",
+                  "hidden_size": 576, "num_hidden_layers": 30, "num_attention_heads": 9,
+                  "num_key_value_heads": 3, "head_dim": 64, "intermediate_size": 1536,
+                  "vocab_size": 49152, "tie_word_embeddings": True,
+                  "max_position_embeddings": 8192}
+
+
+def test_discovery_reads_the_budget_and_the_local_model_dir(fake_server, tmp_path, capsys):
+    import json
+
+    (tmp_path / "config.json").write_text(json.dumps(SMOLLM2_CONFIG))
+    fake = FakeVllm()
+    routes = fake.routes()
+    routes["GET /v1/models"] = models_reply(str(tmp_path), root=str(tmp_path),
+                                            max_model_len=4096)
+    # vLLM 0.32.0 /server_info?config_format=json (VLLM_SERVER_DEV_MODE=1), cut down
+    routes["GET /server_info"] = lambda req: Reply.json(
+        {"vllm_config": {"scheduler_config": {"max_num_batched_tokens": 512}}}
+        if req.query == "config_format=json" else {"vllm_config": "model=..."})
+    srv = fake_server(routes)
+    rc = main(["sweep", srv.base_url, "--lengths", "100,200,300", "--warmup", "0",
+               "--no-telemetry", "--out", str(tmp_path / "run.jsonl"), "--format", "json"])
+    cap = capsys.readouterr()
+    assert rc == 0, cap.err
+    d = json.loads(cap.out)
+    from prefilltui.measure.runfile import read_session
+
+    info = read_session(tmp_path / "run.jsonl")["server"]  # what report reads back
+    assert info["max_num_batched_tokens"] == 512
+    assert info["config_path"] == str(tmp_path / "config.json")
+    model = d["model"]
+    assert model["layers"] == 30 and model["hidden"] == 576
+    assert str(tmp_path) in model["source"] and "/v1/models root" in model["source"]
+
+
+def test_a_root_that_is_not_here_is_not_used():
+    from prefilltui.measure.server import local_config
+
+    assert local_config("/no/such/dir") is None
+    assert local_config("meta-llama/Llama-3-8B") is None  # an HF id, not a path
+    assert local_config(None) is None

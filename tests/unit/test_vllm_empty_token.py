@@ -56,7 +56,7 @@ async def test_an_empty_text_token_is_a_token_stamped_at_its_chunk(fake_server):
     assert r.error_kind is None
     assert 0.09 <= r.ttft_s <= 0.3  # the finish chunk at 0.10 s, not [DONE] at 0.12 s
     assert r.prompt_tokens == 4009 and r.cached_tokens == 0
-    assert r.extra["token_channel"] == "hidden"  # counted by usage, no text to show
+    assert r.notes.token_channel == "hidden"  # counted by usage, no text to show
 
 
 async def test_zero_completion_tokens_stays_no_token(fake_server):
