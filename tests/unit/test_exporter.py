@@ -277,6 +277,7 @@ def test_cache_hits_counted_and_kept_out_of_the_fit(fake_server, tmp_path):
     finally:
         p.stop(timeout=2)
     assert p.snapshot.cached_tokens == 10 * p.snapshot.cache_hit_probes
+    assert p.snapshot.cache_counted_probes >= p.snapshot.cache_hit_probes  # all server-counted
     assert p.snapshot.fit is None
 
 
