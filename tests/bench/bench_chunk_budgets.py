@@ -78,7 +78,8 @@ def run_one(engine: str, budget: str, lengths: list[int]) -> dict:
         except DemoSetupError:
             return {"skipped": "llama-server not built: run `prefilltui demo --prepare-only`"}
         extra = [] if budget == "default" else ["-b", budget]
-        srv = LlamaServer(binary, ensure_gguf(fetch=False), threads=2, extra_args=extra)
+        # one thread: on a shared 2-core machine two llama.cpp threads wait on each other
+        srv = LlamaServer(binary, ensure_gguf(fetch=False), threads=1, extra_args=extra)
     with srv:
         ready = srv.ready_s
         d = sweep(srv.base_url, lengths, out)
