@@ -3,7 +3,7 @@ shape): discovery, exact counts, cache hits proven by vLLM's own counters, the T
 breakdown from its histograms, chunk detection at two budgets, the exporter's
 throughput against the sweep's, and the TUI in tmux at 100x30.
 
-One vLLM (``vllm_server``, budget 256 tokens per step) is shared by the module; the
+One vLLM (``vllm_server``, budget 128 tokens per step) is shared by the module; the
 default-budget test runs first with its own server, so two never run at once (each
 holds ~3.5 GB and a core).  Prompts stay <= 2,000 tokens: the CPU target does ~2,300
 prompt tokens/s.  The whole module takes ~3-4 min on a quiet 2-core machine.
@@ -130,7 +130,7 @@ async def test_breakdown_from_the_histograms(vllm_server):
 
 
 def test_small_budget_steps_are_found(vllm_server, tmp_path, capsys):
-    """Budget 256: a 2,000-token prompt runs as 8 engine steps; the steps are tested at
+    """Budget 128: a 1,500-token prompt runs as 12 engine steps; the steps are tested at
     the size vLLM states, and must beat the n² fit."""
     out = tmp_path / "run.jsonl"
     _sweep(vllm_server.base_url, _spread(100, 1600, 36, 2), out, capsys)
@@ -172,7 +172,7 @@ def test_exporter_throughput_matches_the_sweep(vllm_server, tmp_path, capsys):
                 segments.append(tmp_path / f"sweep-{k}.jsonl")
                 rc = main(["sweep", url, "--lengths", str(lengths[k % 4]), "--repeats", "1",
                            "--warmup", "0", "--format", "json", "--no-telemetry", "--seed",
-                           str(k), "--out", str(segments[-1])])
+                           str(100 + k), "--out", str(segments[-1])])
                 assert rc == 0, capsys.readouterr().err
                 capsys.readouterr()
             prober.runner.resume()
@@ -191,7 +191,9 @@ def test_exporter_throughput_matches_the_sweep(vllm_server, tmp_path, capsys):
     got = snap.fit.throughput_tok_s
     print(f"\nexporter {got:.0f} vs sweep {sweep_tps:.0f} prompt tokens/s")
     assert abs(got / sweep_tps - 1) <= 0.15, (got, sweep_tps)
-    assert snap.cache_hit_probes == 0  # vLLM counted every probe a miss
+    # every probe's hit or miss was counted by vLLM itself (the sweeps' seeds differ from
+    # the exporter's, so none repeats a prompt: a seed in common once gave a real hit)
+    assert snap.cache_counted_probes == window + 1 and snap.cache_hit_probes == 0
 
 
 def test_tui_in_tmux_100x30(vllm_server, tmp_path):
