@@ -64,7 +64,9 @@ def _prometheus() -> str | None:
 
 
 def _alertmanager() -> str | None:
-    return shutil.which("alertmanager") if shutil.which("amtool") else None
+    # Debian names the server prometheus-alertmanager
+    found = shutil.which("prometheus-alertmanager") or shutil.which("alertmanager")
+    return found if shutil.which("amtool") else None
 
 
 @dataclass(frozen=True)

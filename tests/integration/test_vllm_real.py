@@ -129,17 +129,51 @@ async def test_breakdown_from_the_histograms(vllm_server):
     assert rs[1].server_prefill_s > rs[0].server_prefill_s
 
 
-def test_small_budget_steps_are_found(vllm_server, tmp_path, capsys):
-    """Budget 128: a 1,500-token prompt runs as 12 engine steps; the steps are tested at
-    the size vLLM states, and must beat the n² fit."""
-    out = tmp_path / "run.jsonl"
-    _sweep(vllm_server.base_url, _spread(100, 1600, 36, 2), out, capsys)
-    rs = [r for r in read_run(out)[0] if r.fit_eligible]
-    info = server_info_from_session(read_session(out)["server"])
-    c = detect_chunking(rs, server_info=info)
-    assert c.source == "server" and c.chunk_tokens == VLLM_BUDGET, c.line
-    assert c.step_s is not None and c.step_s > 0, c.line
-    assert c.p_value is not None and c.p_value < 0.01
+async def _exact_prompt(c: ProbeClient, n: int, words: list[str]) -> tuple[str, int]:
+    """The longest prefix of ``words`` vLLM counts at most ``n`` tokens (bisection on
+    its /tokenize), and its count."""
+    lo, hi = 1, len(words)
+    while lo < hi:
+        mid = (lo + hi + 1) // 2
+        if (await c._count(" ".join(words[:mid]))) <= n:
+            lo = mid
+        else:
+            hi = mid - 1
+    text = " ".join(words[:lo])
+    return text, await c._count(text)
+
+
+async def test_small_budget_steps_are_found(vllm_server):
+    """Budget 128: a 1,300-token prompt runs as 11 engine steps (measured here: 127
+    tokens 92 ms, 129 tokens 210 ms).  Probes of exact lengths 8 tokens either side of
+    each boundary and between, in a shuffled order; the steps are tested at the size
+    vLLM states and must beat the n² fit (p < 0.01).  Timing on a shared CPU: up to
+    three rounds of 27 probes, stopping at the first that decides; a machine loaded
+    far beyond its cores (load average 6-7 on 2 cores) has failed it."""
+    rng = random.Random(4)
+    base = [k * VLLM_BUDGET + d for k in range(2, 11) for d in (-8, 8, 64)]
+    x, y = [], []
+    async with ProbeClient(vllm_server.base_url, seed=404) as c:
+        info = await c.discover()
+        await c.warm()
+        for _round in range(3):
+            lengths = list(base)
+            rng.shuffle(lengths)
+            for n in lengths:
+                words = c.builder.words(2 * n)  # a new prompt each time: no cache hit
+                prompt, counted = await _exact_prompt(c, n, words)
+                r = await c.probe(n, prompt=prompt)
+                # /tokenize and the completion agree to a token (once 320 vs 319 here)
+                assert r.ok and abs(r.prompt_tokens - counted) <= 1 and counted == n, r
+                assert r.cached_tokens == 0, r  # vLLM counted a miss
+                x.append(r.prompt_tokens)
+                y.append(r.ttft_s)
+            ch = detect_chunking(x=x, y=y, server_info=info)
+            print(f"\nafter {len(x)} probes: {ch.line}")
+            if ch.step_s is not None:
+                break
+    assert ch.source == "server" and ch.chunk_tokens == VLLM_BUDGET, ch.line
+    assert ch.step_s is not None and ch.step_s > 0 and ch.p_value < 0.01, ch.line
 
 
 @pytest.mark.timeout(1200)
@@ -151,10 +185,10 @@ def test_exporter_throughput_matches_the_sweep(vllm_server, tmp_path, capsys):
 
     url = vllm_server.base_url
     lengths = [64, 256, 512, 1024]
-    window = 16
+    window = 24
     cfg = check(TargetConfig(url=url, lengths=tuple(lengths), interval=0.2, window=window,
                              timeout=120))
-    prober = TargetProber(cfg, run_dir=tmp_path / "runs", seed=5)
+    prober = TargetProber(cfg, run_dir=tmp_path / "runs", seed=505)  # no other test's seed
 
     def wait(pred, what):
         deadline = time.monotonic() + 300
