@@ -87,3 +87,31 @@ def test_f_pvalue_matches_t_squared():
     # F(1, 10) = t(10)²: t = 2.228 is the two-sided 5 % point
     assert C._f_pvalue(2.228 ** 2, 10) == pytest.approx(0.05, abs=1e-3)
     assert C._f_pvalue(0.0, 10) == 1.0 and C._f_pvalue(float("inf"), 10) == 0.0
+
+
+def test_repeated_lengths_are_tested_on_their_medians():
+    """81 real probes of vLLM at budget 128 on a loaded machine (27 exact lengths either
+    side of and between the boundaries, three rounds): all probes together leave the
+    steps unproven (p 0.023), the per-length medians show them (p ~4e-05, ~47 ms)."""
+    import json
+    from pathlib import Path
+
+    fix = json.loads((Path(__file__).parent / "fixtures" / "vllm_budget128_under_load.json")
+                     .read_text())
+    x, y = zip(*fix["points"])
+    assert not C.step_test(x, y, [128], min_steps=1).significant
+    c = C.detect_chunking(x=x, y=y, server_info=ServerInfo(kind="vllm",
+                                                           max_num_batched_tokens=128))
+    assert c.source == "server" and c.step_s == pytest.approx(0.047, abs=0.01), c.line
+    assert c.p_value < 1e-3
+    assert "over the medians of 28 lengths (81 probes)" in c.line  # 320 once counted 319
+
+
+def test_medians_group_by_the_requested_length():
+    from prefilltui.model.types import ProbeResult
+
+    rs = [ProbeResult(ok=True, requested_tokens=n, prompt_tokens=n + d, ttft_s=0.1 + n * 1e-3)
+          for n in (100, 200, 300, 400, 500, 600, 700, 800) for d in (-1, 0, 1)]
+    xs, ys, probes = C.per_length_medians([r.tokens for r in rs], [r.ttft_s for r in rs],
+                                          [r.requested_tokens for r in rs])
+    assert xs == [100, 200, 300, 400, 500, 600, 700, 800] and probes == 24
