@@ -92,7 +92,7 @@ def run_one(engine: str, budget: str, lengths: list[int]) -> dict:
                        "n_batch": info.n_batch, "n_ubatch": info.n_ubatch},
             "detection": chunk.line, "blind_search": blind.describe() if blind else None,
             "blind_significant": bool(blind and blind.significant),
-            "fit": d["analysis"]["fit"].get("prefill_tokens_per_s"),
+            "fit": (d["fit"] or {}).get("prefill_tokens_per_s"),
             "agreement": agreement(out), "run_file": str(out),
             "points": [(r.tokens, round(r.ttft_s, 5)) for r in rs]}
 

@@ -55,10 +55,10 @@ def test_default_budget_fits_every_prompt_in_one_chunk(vllm_target, tmp_path, ca
     from prefilltui.demo.vllm import VllmServer
 
     with VllmServer(vllm_target, startup_timeout=600) as srv:
-        d = _sweep(srv.base_url, _spread(32, 1900, 14, 1), tmp_path / "run.jsonl", capsys)
-    assert d["server"]["max_num_batched_tokens"] == 2048  # from /server_info
+        _sweep(srv.base_url, _spread(32, 1900, 14, 1), tmp_path / "run.jsonl", capsys)
     rs = [r for r in read_run(tmp_path / "run.jsonl")[0] if r.fit_eligible]
     info = server_info_from_session(read_session(tmp_path / "run.jsonl")["server"])
+    assert info.max_num_batched_tokens == 2048  # from /server_info
     c = detect_chunking(rs, server_info=info)
     assert c.source == "server" and c.chunk_tokens == 2048 and c.step_s is None
     assert "every measured prompt fits in one chunk" in c.line
@@ -105,9 +105,9 @@ async def test_cache_proved_by_the_servers_counters(vllm_server):
         await hook.before_probe(c)
         again = await c.probe(700, prompt=prompt)
         await hook.after_probe(again)
-    assert cold.cached_tokens == 0 and "metrics_cached_tokens" not in cold.extra
+    assert cold.cached_tokens == 0 and cold.notes.metrics_cached_tokens is None
     assert again.cached_tokens == (n - 1) // 128 * 128
-    assert "metrics_cached_tokens" not in again.extra  # the counter equals usage
+    assert again.notes.metrics_cached_tokens is None  # the counter equals usage
     assert cold.server_flops and again.server_flops < cold.server_flops / 2
 
 
@@ -122,9 +122,9 @@ async def test_breakdown_from_the_histograms(vllm_server):
             await hook.after_probe(r)
             rs.append(r)
     for r in rs:
-        assert r.ok and r.queue_s is not None and r.extra["queue_source"] == "metrics"
+        assert r.ok and r.queue_s is not None and r.queue_source == "metrics"
         assert r.server_prefill_s is not None and 0 < r.server_prefill_s < r.ttft_s
-        assert r.extra.get("server_ttft_s") is not None
+        assert r.server_ttft_s is not None
         assert r.overhead_s is not None and 0 <= r.overhead_s < 0.1
     assert rs[1].server_prefill_s > rs[0].server_prefill_s
 
