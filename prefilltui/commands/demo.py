@@ -190,7 +190,8 @@ def _run_vllm(args: argparse.Namespace, extra: list[str]) -> int:
             if args.prepare_only:
                 print(f"vllm: {target.python}\nmodel: {target.model_dir}")
                 return ExitCode.OK
-            job = _job(args.headless)
+            options = session_options(args, depths=args.depth)
+            job = _job(args)
             print(f"prefilltui: starting vLLM ({target.model_dir.name}, --max-model-len "
                   f"{args.ctx}, random weights; start-up takes ~45 s, longer on a busy "
                   "machine)", file=sys.stderr, flush=True)
@@ -199,9 +200,10 @@ def _run_vllm(args: argparse.Namespace, extra: list[str]) -> int:
                             startup_timeout=timeout) as srv:
                 print(f"prefilltui: vLLM ready at {srv.base_url} in {srv.ready_s:.0f} s "
                       f"(pid {srv.pid}, log {srv.log_path})", file=sys.stderr, flush=True)
-                args.url = srv.base_url
-                args.telemetry_processes = srv.compute_pids()
-                return int(job(args, srv.base_url) or 0)
+                # the CPU gauge follows vLLM's engine process, where the prefill runs
+                options = replace(options, telemetry=replace(
+                    options.telemetry, processes=tuple(srv.compute_pids().items())))
+                return int(job(srv.base_url, options) or 0)
     except DemoSetupError as e:
         err(str(e))
         return ExitCode.FAILURE

@@ -48,17 +48,28 @@ def _spread(lo: int, hi: int, k: int, seed: int) -> list[int]:
     return sorted(rng.randint(lo, hi) for _ in range(k))
 
 
-def test_default_budget_fits_every_prompt_in_one_chunk(vllm_target, tmp_path, capsys):
-    """vLLM's CPU default budget (2,048 tokens per step): no probe below it is chunked,
-    so the detection must not claim steps (it once read the n² curve as "steps every
-    960 tokens")."""
-    from prefilltui.demo.vllm import VllmServer
-
-    with VllmServer(vllm_target, startup_timeout=600) as srv:
-        _sweep(srv.base_url, _spread(32, 1900, 14, 1), tmp_path / "run.jsonl", capsys)
-    rs = [r for r in read_run(tmp_path / "run.jsonl")[0] if r.fit_eligible]
-    info = server_info_from_session(read_session(tmp_path / "run.jsonl")["server"])
-    assert info.max_num_batched_tokens == 2048  # from /server_info
+def test_demo_engine_vllm_headless_gives_a_fit(tmp_path, capsys):
+    """``prefilltui demo --engine vllm --headless``: vLLM started and stopped by
+    prefilltui with its CPU default budget (2,048 tokens per step, read from
+    /server_info); a fit; the model shape from the /v1/models root's config.json; every
+    probe's cache miss counted by vLLM; its FLOP count beside the formula; and no step
+    claimed (no probe reaches the budget: it once read the n² curve as "steps every 960
+    tokens").  Runs before the shared server starts: never two vLLMs at once."""
+    out = tmp_path / "run.jsonl"
+    lengths = ",".join(map(str, _spread(32, 1900, 14, 1)))
+    rc = main(["demo", "--engine", "vllm", "--headless", "--lengths", lengths, "--warmup", "1",
+               "--no-telemetry", "--out", str(out), "--format", "json"])
+    cap = capsys.readouterr()
+    assert rc == 0, cap.err[-3000:]
+    d = json.loads(cap.out)
+    assert d["fit"]["prefill_tokens_per_s"] > 0 and d["fit"]["n"] >= 10
+    assert "/v1/models root" in d["model"]["source"] and d["model"]["layers"] == 30
+    assert d["probes"]["cache_counted"] == d["probes"]["ok"] and d["probes"]["cache_hits"] == 0
+    assert d["server_flops"]["probes"] >= 10 and 0.5 < d["server_flops"]["ratio_median"] < 1.5
+    assert "vLLM ready at" in cap.err
+    rs = [r for r in read_run(out)[0] if r.fit_eligible]
+    info = server_info_from_session(read_session(out)["server"])
+    assert info.kind == "vllm" and info.max_num_batched_tokens == 2048  # from /server_info
     c = detect_chunking(rs, server_info=info)
     assert c.source == "server" and c.chunk_tokens == 2048 and c.step_s is None
     assert "every measured prompt fits in one chunk" in c.line
@@ -180,14 +191,13 @@ async def test_small_budget_steps_are_found(vllm_server):
 def test_exporter_throughput_matches_the_sweep(vllm_server, tmp_path, capsys):
     """The exporter's prober and ``prefilltui sweep`` take turns, one probe each, at
     the same lengths; the exporter's fit throughput is within 15 % of the sweeps'."""
-    from prefilltui.exporter.config import TargetConfig, check
+    from prefilltui.exporter.config import check, target
     from prefilltui.exporter.target import TargetProber
 
     url = vllm_server.base_url
     lengths = [64, 256, 512, 1024]
     window = 24
-    cfg = check(TargetConfig(url=url, lengths=tuple(lengths), interval=0.2, window=window,
-                             timeout=120))
+    cfg = check(target(url, lengths=tuple(lengths), interval=0.2, window=window, timeout=120))
     prober = TargetProber(cfg, run_dir=tmp_path / "runs", seed=505)  # no other test's seed
 
     def wait(pred, what):
@@ -222,7 +232,7 @@ def test_exporter_throughput_matches_the_sweep(vllm_server, tmp_path, capsys):
     assert main(["report", str(joined), "--format", "json"]) == 0
     sweep_tps = json.loads(capsys.readouterr().out)["fit"]["prefill_tokens_per_s"]
     assert snap.fit is not None and sweep_tps
-    got = snap.fit.throughput_tok_s
+    got = snap.fit.prefill_tokens_per_s
     print(f"\nexporter {got:.0f} vs sweep {sweep_tps:.0f} prompt tokens/s")
     assert abs(got / sweep_tps - 1) <= 0.15, (got, sweep_tps)
     # every probe's hit or miss was counted by vLLM itself (the sweeps' seeds differ from
