@@ -51,6 +51,8 @@ class StatsView:
     counted_estimated: bool = False  # the server gave no count: ``counted`` is an estimate
     cached_probes: int = 0
     last_cached_tokens: int | None = None
+    cache_counted: int = 0  # ok probes whose hit or miss the server counted
+    ok_probes: int = 0
     overhead_s: float | None = None
     queue_s: float | None = None
     prefill_s: float | None = None
@@ -132,6 +134,7 @@ class Counters:
     failed: int = 0
     cached: int = 0
     last_cached_tokens: int | None = None
+    cache_counted: int = 0  # ok probes the server counted cached tokens for (0 included)
     errors: dict[str, int] = field(default_factory=dict)
     ttft: deque = field(default_factory=_recent)
     ttft_by_length: dict[int, deque] = field(default_factory=dict)
@@ -151,6 +154,8 @@ class Counters:
         self.probes += 1
         if r.ok:
             self.ok += 1
+            if r.cached_tokens is not None:
+                self.cache_counted += 1
         else:
             self.failed += 1
             kind = r.error_kind or "failed"
@@ -178,7 +183,8 @@ def build_stats(snap: FitSnapshot | LinearFit | None, *, which: FitScope, method
     snap = as_snapshot(snap)
     v = StatsView(method=snap.method if snap else method, which=which,
                   probes=counters.probes, failed=counters.failed,
-                  cached_probes=counters.cached, last_cached_tokens=counters.last_cached_tokens)
+                  cached_probes=counters.cached, last_cached_tokens=counters.last_cached_tokens,
+                  cache_counted=counters.cache_counted, ok_probes=counters.ok)
     v.n = int(snap.n_points if snap else 0)
     if fit is not None:
         v.intercept_s = fit.intercept_s

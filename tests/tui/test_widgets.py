@@ -182,3 +182,17 @@ def test_baseline_drift_warning_in_stats():
                     counters=Counters(), device=None, roof=roof)
     text = stats_text(v).plain
     assert "⚠" in text and "baseline" in text
+
+
+def test_stats_say_a_miss_the_server_counted():
+    from prefilltui.model.types import ProbeResult
+    from prefilltui.tui.viewmodel import Counters
+
+    c = Counters()
+    for n in range(4):
+        c.add(ProbeResult(ok=True, ttft_s=0.1, prompt_tokens=100 + n, cached_tokens=0,
+                          cached_tokens_source="metrics"))
+    c.add(ProbeResult(ok=True, ttft_s=0.1, prompt_tokens=90))  # the server counted nothing
+    text = stats_text(StatsView(cache_counted=c.cache_counted, ok_probes=c.ok)).plain
+    assert "0 hits, server-counted on 4/5" in text
+    assert "server-counted" not in stats_text(StatsView(ok_probes=5)).plain
