@@ -1,16 +1,21 @@
 # prefilltui developer commands.  The README's two set-up commands are:
 #   make demo    set up a venv, build/fetch the local llama.cpp target, open the live demo
-#   make test    set up a venv, build/fetch the target, run the whole test suite
+#   make test    set up a venv; the fast tests (unit, cli, tui) first; then obtain the real
+#                components (llama-server, vLLM, Prometheus, Alertmanager, Chromium, tmux:
+#                tests/components.py) and run the tests that need them
 # .ci/run runs `make test` (plus checks); keep them the same.
 
 PYTHON ?= python3
 VENV   ?= .venv
 BIN    := $(VENV)/bin
-# extra arguments: make demo ARGS='--headless'  /  make test PYTEST_ARGS='tests/unit -x'
+# extra arguments: make demo ARGS='--headless'  /  make test PYTEST_ARGS='-x -k cache'
+# (PYTEST_ARGS are options for both pytest runs; for one folder: make test-fast, or
+# .venv/bin/python -m pytest tests/unit)
 ARGS        ?=
 PYTEST_ARGS ?=
+FAST_TESTS  := tests/unit tests/cli tests/tui
 
-.PHONY: setup target demo test bench torch-venv
+.PHONY: setup target components demo test test-fast test-real bench torch-venv
 
 # The venv, with the project installed editable plus its test extras.
 $(BIN)/prefilltui: pyproject.toml
@@ -28,8 +33,25 @@ target: setup
 demo: target
 	$(BIN)/prefilltui demo $(ARGS)
 
-test: target
-	$(BIN)/python -m pytest -q $(PYTEST_ARGS)
+# Every real component the slower tests use, obtained where it can be (as root, with a
+# registry): apt-get for Prometheus/Alertmanager/Chromium/tmux, the llama-server build
+# (~14 min on 2 cores, once) and the vLLM install (~2-2.5 min, once).  What cannot be
+# had is said with its install line; its tests then skip (fail in CI).
+components: setup
+	$(BIN)/python -m tests.components obtain
+
+# 1. fast feedback: no real component needed (a minute or three)
+test-fast: setup
+	$(BIN)/python -m pytest -q -m "not component" $(FAST_TESTS) $(PYTEST_ARGS)
+
+# 2. the tests against real components (marker `component`: tests/integration, promtool,
+#    Chromium), after obtaining them
+test-real: components
+	$(BIN)/python -m pytest -q -m component $(FAST_TESTS) tests/integration $(PYTEST_ARGS)
+
+test: setup
+	$(MAKE) --no-print-directory test-fast
+	$(MAKE) --no-print-directory test-real
 
 # the llama-server agreement figure is skipped, with a message, when the target is not built
 bench: setup

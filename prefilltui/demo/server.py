@@ -156,39 +156,33 @@ def exit_on_signals(signals: Sequence[int] = (signal.SIGTERM, signal.SIGHUP)) ->
 
 # ------------------------------------------------------------------ the server
 
-def _stop_ref(ref: "weakref.ref[LlamaServer]") -> None:
+def _stop_ref(ref: "weakref.ref[ManagedServer]") -> None:
     srv = ref()
     if srv is not None:
         srv.stop()
 
 
-class LlamaServer:
-    """A running ``llama-server`` on 127.0.0.1 (context manager).
+class ManagedServer:
+    """A server process prefilltui starts on a free 127.0.0.1 port and stops on every
+    way out (context manager): the common interface of the demo targets
+    (``LlamaServer`` here, ``prefilltui.demo.vllm.VllmServer``).
 
-    Args:
-        binary, gguf: paths from ``find_llama_server`` / ``ensure_gguf``.
-        threads: ``-t`` CPU threads (default: os.cpu_count()).
-        ctx: ``-c`` context size in tokens (default 4096).
-        extra_args: passed to llama-server after ours (``--llama-arg``).
-        startup_timeout: seconds to wait for ``/health`` to answer 200.
-        log_path: where the server's stdout+stderr go (default: a temp file,
-            deleted on a clean stop, kept when start-up fails).
+    ``start()`` spawns it and waits until ``ready()`` (``ready_path`` answers 200);
+    ``stop()`` sends SIGTERM to its process group; ``facts()`` says what runs.
+    Subclasses give ``label`` (for messages), ``ready_path``, ``build_command(port)``
+    and ``env()``.
 
     Attributes once started: ``port``, ``base_url`` ("http://127.0.0.1:PORT"),
-    ``pid``, ``log_path``, ``command``.
-    Raises (from start/__enter__): ServerStartError with the log tail when the
-    process exits or /health stays unhealthy past ``startup_timeout``.
+    ``pid``, ``log_path``, ``command`` (the argv), ``ready_s`` (seconds from spawn to
+    ready).  Raises (from start/__enter__): ServerStartError with the log tail when
+    the process exits or is not ready within ``startup_timeout`` seconds.
     """
 
-    def __init__(self, binary: str | os.PathLike, gguf: str | os.PathLike, *,
-                 threads: int | None = None, ctx: int = DEFAULT_CTX,
-                 extra_args: Sequence[str] = (), startup_timeout: float = 120.0,
+    label = "server"
+    ready_path = "/health"
+
+    def __init__(self, *, startup_timeout: float = 120.0,
                  log_path: str | os.PathLike | None = None, host: str = "127.0.0.1"):
-        self.binary = Path(binary)
-        self.gguf = Path(gguf)
-        self.threads = threads or os.cpu_count() or 1
-        self.ctx = ctx
-        self.extra_args = list(extra_args)
         self.startup_timeout = startup_timeout
         self.host = host
         self._log_given = log_path is not None
@@ -198,13 +192,34 @@ class LlamaServer:
         self.port: int | None = None
         self.command: list[str] = []
         self.returncode: int | None = None
+        self.ready_s: float | None = None
         self._atexit = None
+
+    # -- what a subclass gives
+    def build_command(self, port: int) -> list[str]:
+        raise NotImplementedError
+
+    def env(self) -> dict[str, str] | None:
+        """The child's environment (None: inherit ours)."""
+        return None
+
+    def facts(self) -> dict[str, object]:
+        """What runs: engine label, argv, pid, URL, start-up seconds, log path."""
+        return {"engine": self.label, "command": list(self.command), "pid": self.pid,
+                "base_url": self.base_url if self.port else None, "ready_s": self.ready_s,
+                "log": str(self.log_path) if self.log_path else None}
+
+    def compute_pids(self) -> dict[str, int]:
+        """{name: pid} of the processes doing the server's work, for the CPU gauges
+        (the server process itself; engines that compute in child processes name
+        those)."""
+        return {self.label: self.pid} if self.pid else {}
 
     # -- properties
     @property
     def base_url(self) -> str:
         if self.port is None:
-            raise RuntimeError("LlamaServer not started")
+            raise RuntimeError(f"{self.label} not started")
         return f"http://{self.host}:{self.port}"
 
     @property
@@ -235,36 +250,38 @@ class LlamaServer:
     # -- lifecycle
     def _spawn(self) -> None:
         self.port = free_port(self.host)
-        self.command = [str(self.binary), "-m", str(self.gguf), "--host", self.host,
-                        "--port", str(self.port), "--metrics", "-c", str(self.ctx),
-                        "-t", str(self.threads), *self.extra_args]
+        self.command = self.build_command(self.port)
         if self.log_path is None:
-            fd, name = tempfile.mkstemp(prefix="prefilltui-llama-server-", suffix=".log")
+            stem = self.label.lower().replace(" ", "-")
+            fd, name = tempfile.mkstemp(prefix=f"prefilltui-{stem}-", suffix=".log")
             os.close(fd)
             self.log_path = Path(name)
         self._log = open(self.log_path, "ab")
         self._log.write(f"$ {' '.join(self.command)}\n".encode())
         self._log.flush()
+        self._t_spawn = time.monotonic()
         self._proc = subprocess.Popen(
             self.command, stdin=subprocess.DEVNULL, stdout=self._log, stderr=subprocess.STDOUT,
-            start_new_session=True, preexec_fn=_make_preexec(os.getpid()), close_fds=True)
+            start_new_session=True, preexec_fn=_make_preexec(os.getpid()), close_fds=True,
+            env=self.env())
         if self._atexit is None:
             self._atexit = lambda ref=weakref.ref(self): _stop_ref(ref)
             atexit.register(self._atexit)
 
-    def _health(self) -> int | None:
+    def ready(self) -> bool:
+        """True when ``ready_path`` answers HTTP 200 now (one 2 s request)."""
+        if self.port is None:
+            return False
         opener = urllib.request.build_opener(urllib.request.ProxyHandler({}))
         try:
-            with opener.open(self.base_url + "/health", timeout=2.0) as r:
-                return r.status
-        except urllib.error.HTTPError as e:
-            return e.code
+            with opener.open(self.base_url + self.ready_path, timeout=2.0) as r:
+                return r.status == 200
         except (urllib.error.URLError, OSError):
-            return None
+            return False
 
-    def start(self) -> "LlamaServer":
-        """Start and wait until ``/health`` answers 200.  Retries twice with a new
-        port when the port was taken in between."""
+    def start(self) -> "ManagedServer":
+        """Start and wait until ``ready()``.  Retries twice with a new port when the
+        port was taken in between."""
         try:
             return self._start()
         except (KeyboardInterrupt, SystemExit):  # Ctrl-C / SIGTERM while waiting
@@ -274,7 +291,7 @@ class LlamaServer:
             self.stop(keep_log=True)
             raise
 
-    def _start(self) -> "LlamaServer":
+    def _start(self) -> "ManagedServer":
         for attempt in range(3):
             self._spawn()
             deadline = time.monotonic() + self.startup_timeout
@@ -287,19 +304,21 @@ class LlamaServer:
                     low = tail.lower()
                     if attempt < 2 and ("couldn't bind" in low or "address already in use" in low):
                         break  # port race: try another
-                    raise ServerStartError(f"llama-server {describe_exit(rc, 'during start-up')}"
+                    raise ServerStartError(f"{self.label} {describe_exit(rc, 'during start-up')}"
                                            f"; log {self.log_path}:\n{tail}",
                                            self.log_path, rc)
-                if self._health() == 200:
+                if self.ready():
+                    self.ready_s = time.monotonic() - self._t_spawn
                     return self
                 if time.monotonic() > deadline:
                     tail = self.log_tail()
                     self.stop(keep_log=True)
                     raise ServerStartError(
-                        f"llama-server did not become healthy within {self.startup_timeout:g} s; "
-                        f"log {self.log_path}:\n{tail}", self.log_path)
-                time.sleep(0.1)
-        raise ServerStartError("llama-server could not bind a free port", self.log_path)
+                        f"{self.label} did not become healthy within {self.startup_timeout:g} s "
+                        f"({self.ready_path} never answered 200); log {self.log_path}:\n{tail}",
+                        self.log_path)
+                time.sleep(0.1 if self.startup_timeout <= 300 else 0.5)
+        raise ServerStartError(f"{self.label} could not bind a free port", self.log_path)
 
     def stop(self, timeout: float = 10.0, *, keep_log: bool = False) -> None:
         """SIGTERM to the server's process group, SIGKILL after ``timeout`` s; reaps
@@ -330,10 +349,43 @@ class LlamaServer:
             atexit.unregister(self._atexit)
             self._atexit = None
 
-    def __enter__(self) -> "LlamaServer":
+    def __enter__(self):
         return self.start()
 
     def __exit__(self, exc_type, exc, tb) -> None:
         # keep the log when leaving on an error, so the user can read it
         self.stop(keep_log=exc_type is not None and not issubclass(
             exc_type, (KeyboardInterrupt, SystemExit)))
+
+
+class LlamaServer(ManagedServer):
+    """A running ``llama-server`` on 127.0.0.1 (context manager; see ManagedServer).
+
+    Args:
+        binary, gguf: paths from ``find_llama_server`` / ``ensure_gguf``.
+        threads: ``-t`` CPU threads (default: os.cpu_count()).
+        ctx: ``-c`` context size in tokens (default 4096).
+        extra_args: passed to llama-server after ours (``--llama-arg``).
+        startup_timeout: seconds to wait for ``/health`` to answer 200.
+        log_path: where the server's stdout+stderr go (default: a temp file,
+            deleted on a clean stop, kept when start-up fails).
+    """
+
+    label = "llama-server"
+    ready_path = "/health"
+
+    def __init__(self, binary: str | os.PathLike, gguf: str | os.PathLike, *,
+                 threads: int | None = None, ctx: int = DEFAULT_CTX,
+                 extra_args: Sequence[str] = (), startup_timeout: float = 120.0,
+                 log_path: str | os.PathLike | None = None, host: str = "127.0.0.1"):
+        super().__init__(startup_timeout=startup_timeout, log_path=log_path, host=host)
+        self.binary = Path(binary)
+        self.gguf = Path(gguf)
+        self.threads = threads or os.cpu_count() or 1
+        self.ctx = ctx
+        self.extra_args = list(extra_args)
+
+    def build_command(self, port: int) -> list[str]:
+        return [str(self.binary), "-m", str(self.gguf), "--host", self.host,
+                "--port", str(port), "--metrics", "-c", str(self.ctx),
+                "-t", str(self.threads), *self.extra_args]

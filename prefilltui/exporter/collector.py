@@ -16,6 +16,7 @@ prefilltui_probe_interval_seconds               gauge      shortest gap between 
 prefilltui_probes_total                         counter    probes by outcome (ok/failed), error_kind
 prefilltui_cache_hit_probes_total               counter    ok probes the prefix cache served part of
 prefilltui_cached_tokens_total                  counter    prompt tokens those probes had cached
+prefilltui_cache_counted_probes_total           counter    ok probes whose hit or miss the server counted
 prefilltui_prompt_tokens_total                  counter    prompt tokens of ok probes (the added load)
 prefilltui_last_probe_timestamp_seconds         gauge      unix time the last probe started
 prefilltui_last_success_timestamp_seconds       gauge      unix time the last ok probe started
@@ -110,6 +111,9 @@ def families(snaps: Sequence[TargetSnapshot], now: float | None = None) -> list[
     hit = c("prefilltui_cache_hit_probes", "Successful probes the server partly served from "
             "its prefix cache (the cache-defeat failed; kept out of the fit)")
     cached = c("prefilltui_cached_tokens", "Prompt tokens the server reported as cached on probes")
+    counted = c("prefilltui_cache_counted_probes", "Successful probes whose prefix-cache hit or "
+                "miss the server itself counted (usage cached_tokens, llama.cpp timings, or "
+                "vLLM's /metrics); zero hits prove no hit only where this grows too")
     ptoks = c("prefilltui_prompt_tokens", "Prompt tokens of successful probes (server-counted)")
     last = g("prefilltui_last_probe_timestamp_seconds", "Unix time the last probe started")
     last_ok = g("prefilltui_last_success_timestamp_seconds", "Unix time the last successful "
@@ -190,6 +194,7 @@ def families(snaps: Sequence[TargetSnapshot], now: float | None = None) -> list[
             probes.add_metric(lv + [outcome, kind], n)
         hit.add_metric(lv, s.cache_hit_probes)
         cached.add_metric(lv, s.cached_tokens)
+        counted.add_metric(lv, s.cache_counted_probes)
         ptoks.add_metric(lv, s.prompt_tokens)
         if s.last_probe_ts is not None:
             last.add_metric(lv, s.last_probe_ts)
@@ -249,10 +254,10 @@ def families(snaps: Sequence[TargetSnapshot], now: float | None = None) -> list[
             for q, v in (("0.5", fig.itl_p50_s), ("0.99", fig.itl_p99_s)):
                 if v is not None:
                     itl.add_metric(lvl + [q], v)
-    out = [info, up, ready, interval, probes, hit, cached, ptoks, last, last_ok, error,
-           inflight, hang, timeout, ttft, medians, a, a_lo, a_hi, b, tp, tp_lo, tp_hi, expected,
-           mfu, mfu_lo, mfu_hi, npts, wsize, age, stale, stale_after, verdict, parts, cause,
-           cause_s]
+    out = [info, up, ready, interval, probes, hit, cached, counted, ptoks, last, last_ok,
+           error, inflight, hang, timeout, ttft, medians, a, a_lo, a_hi, b, tp, tp_lo, tp_hi,
+           expected, mfu, mfu_lo, mfu_hi, npts, wsize, age, stale, stale_after, verdict, parts,
+           cause, cause_s]
     if any(s.load is not None for s in snaps):
         out += [load_level, load_req, load_tok, stall, excess, itl]
     return out

@@ -96,6 +96,7 @@ class TargetSnapshot:
     probes: tuple[tuple[tuple[str, str], int], ...] = ()
     cache_hit_probes: int = 0
     cached_tokens: int = 0
+    cache_counted_probes: int = 0  # ok probes whose hit or miss the server itself counted
     prompt_tokens: int = 0
     ttft_bounds_s: tuple[float, ...] = TTFT_BUCKETS_S
     histograms: tuple[LengthHistogram, ...] = ()
@@ -206,7 +207,8 @@ class TargetProber:
         self._counts: dict[tuple[str, str], int] = {("ok", ""): 0}
         self._counts.update({("failed", k): 0 for k in ERROR_KINDS})
         self._hist: dict[int, list[float]] = {}  # tokens -> [per-bucket counts..., +Inf, sum]
-        self._totals = {"cache_hit_probes": 0, "cached_tokens": 0, "prompt_tokens": 0}
+        self._totals = {"cache_hit_probes": 0, "cached_tokens": 0, "cache_counted_probes": 0,
+                        "prompt_tokens": 0}
         self._health: RunSummary | None = None
         self._up: bool | None = None  # the last probe or discovery answered
         self._last_probe_ts: float | None = None
@@ -322,6 +324,8 @@ class TargetProber:
             status = r.http_status if key[1] in ("http", "rate_limited", "context_length") else None
             self._last_error = (key[1], status)
         if r.ok:
+            if r.cached_tokens is not None:  # usage, timings or the server's /metrics
+                self._totals["cache_counted_probes"] += 1
             if r.cache_hit:
                 self._totals["cache_hit_probes"] += 1
                 self._totals["cached_tokens"] += int(r.cached_tokens or 0)

@@ -48,6 +48,7 @@ class CacheCheckResult:
     saved_s: float | None = None
     notes: list[str] = field(default_factory=list)
     unreachable: bool = False  # discovery failed: the server was never reached
+    cold_cached: int | None = None  # the cold probe's count (0 proves a fresh prompt missed)
 
     def to_json(self) -> JsonObject:
         return asdict(self)
@@ -57,18 +58,38 @@ def _cached_str(n: int | None) -> str:
     return "cached tokens not reported" if n is None else f"{n:,} cached"
 
 
-async def probe_with_cache(client: Any, prompt: str, tokens: int, cache: bool | None) -> ProbeResult:
+async def probe_with_cache(client: Any, prompt: str, tokens: int, cache: bool | None,
+                           hook: Any = None) -> ProbeResult:
     """One probe of ``prompt``; ``cache`` True/False sets llama.cpp ``cache_prompt`` for
     this request (through the client's ``extra_body``, applied last), None keeps the
-    client's body.  Other servers cache (or not) by their own settings."""
+    client's body.  Other servers cache (or not) by their own settings.  ``hook`` (a
+    ``MetricsHook``) scrapes ``/metrics`` around the probe, so a server that counts
+    cached tokens only there (vLLM without ``--enable-prompt-tokens-details``) still
+    gives the probe its count (``cached_tokens_source`` "metrics")."""
     saved = client.extra_body
     kind = client.info.kind if client.info else "openai"
     if cache is not None and kind == "llama.cpp":
         client.extra_body = {**saved, "cache_prompt": bool(cache)}
     try:
-        return await client.probe(tokens, prompt=prompt)
+        if hook is not None:
+            await hook.before_probe(client)
+        r = await client.probe(tokens, prompt=prompt)
+        if hook is not None:
+            await hook.after_probe(r)
+        return r
     finally:
         client.extra_body = saved
+
+
+def _source_note(*probes: ProbeResult) -> str | None:
+    """Where the cached-token counts came from, in words (None when none was counted)."""
+    srcs = {p.cached_tokens_source for p in probes if p.cached_tokens_source}
+    if not srcs:
+        return None
+    words = {"usage": "the response's usage.prompt_tokens_details.cached_tokens",
+             "timings": "llama.cpp's timings.cache_n",
+             "metrics": "the server's /metrics counters around each probe"}
+    return "cached tokens counted by the server: " + " and ".join(words[s] for s in sorted(srcs))
 
 
 async def cache_check(client: Any, tokens: int = 512, *, tail_tokens: int = 32
@@ -98,13 +119,17 @@ async def cache_check(client: Any, tokens: int = 512, *, tail_tokens: int = 32
     prompt, _w, _c = await build_prompt(tokens, client.builder, client.lengths, counter)
     tail = " ".join(client.builder.words(tail_tokens))
     kind = client.info.kind
-    cold = await probe_with_cache(client, prompt, tokens, True)
+    from prefilltui.measure.metrics_hook import MetricsHook
+
+    hook = MetricsHook()  # reader made from the probe client: same pool, auth, TLS
+    cold = await probe_with_cache(client, prompt, tokens, True, hook)
     if not cold.ok:
         return CacheCheckResult("failed", None, f"cache check failed: {cold.error_message}")
     n = cold.prompt_tokens or tokens
-    rep = await probe_with_cache(client, prompt, tokens, True)
-    pre = await probe_with_cache(client, prompt + " " + tail, tokens + tail_tokens, True)
-    noc = await probe_with_cache(client, prompt, tokens, False) if kind == "llama.cpp" else None
+    rep = await probe_with_cache(client, prompt, tokens, True, hook)
+    pre = await probe_with_cache(client, prompt + " " + tail, tokens + tail_tokens, True, hook)
+    noc = (await probe_with_cache(client, prompt, tokens, False, hook)
+           if kind == "llama.cpp" else None)
     if not rep.ok:
         return CacheCheckResult("failed", n, f"cache check failed: {rep.error_message}")
     res = CacheCheckResult("unclear", n, "", cold.ttft_s, rep.ttft_s, rep.cached_tokens,
@@ -115,9 +140,13 @@ async def cache_check(client: Any, tokens: int = 512, *, tail_tokens: int = 32
     reused = rep.cached_tokens
     if reused is not None:
         on = reused >= 0.5 * n
+        note = _source_note(cold, rep, pre)
+        if note:
+            res.notes.append(note)
     else:
         on = ratio < 0.5
-        res.notes.append("the server reports no cached-token count; judged by TTFT alone")
+        res.notes.append("the server reports no cached-token count (no usage "
+                         "cached_tokens, no /metrics cache counter); judged by TTFT alone")
     if on:
         res.verdict = "on"
         res.saved_s = cold.ttft_s - rep.ttft_s
@@ -134,6 +163,7 @@ async def cache_check(client: Any, tokens: int = 512, *, tail_tokens: int = 32
     if res.verdict == "off" and kind in ("vllm", "sglang"):
         res.notes.append("vLLM: --enable-prefix-caching; SGLang: radix cache (off with "
                          "--disable-radix-cache)")
+    res.cold_cached = cold.cached_tokens
     res.line = line
     return res
 

@@ -998,7 +998,7 @@ def _take_usage(r: ProbeResult, usage: dict | None, timings: dict | None,
         det = usage.get("prompt_tokens_details")
         if isinstance(det, dict) and det.get("cached_tokens") is not None:
             if _count(det["cached_tokens"], ceiling) is not None:
-                r.cached_tokens = det["cached_tokens"]
+                r.cached_tokens, r.cached_tokens_source = det["cached_tokens"], "usage"
             else:
                 _bad(r, "usage.prompt_tokens_details.cached_tokens", det["cached_tokens"])
     if timings:
@@ -1010,7 +1010,7 @@ def _take_usage(r: ProbeResult, usage: dict | None, timings: dict | None,
             _bad(r, "timings.prompt_n", pn)
             pn = None
         if cn is not None and r.cached_tokens is None:
-            r.cached_tokens = cn
+            r.cached_tokens, r.cached_tokens_source = cn, "timings"
         total = (pn or 0) + (cn or 0)
         if pn is not None and r.prompt_tokens_source != "usage" and total > 0:
             if total <= ceiling:
@@ -1034,7 +1034,7 @@ def _vet(r: ProbeResult) -> None:
             and r.cached_tokens > r.prompt_tokens):
         _bad(r, "cached tokens", r.cached_tokens,
              f"is more than the {r.prompt_tokens} prompt tokens: not a token count")
-        r.cached_tokens = None
+        r.cached_tokens = r.cached_tokens_source = None
     sp = r.server_prefill_s
     if sp is not None and (r.ttft_s is None or sp > r.ttft_s + SERVER_TIME_TOLERANCE_S):
         _bad(r, "server prefill (s)", sp,

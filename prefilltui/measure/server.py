@@ -177,6 +177,10 @@ async def discover(client: httpx.AsyncClient, base_url: str, *, model: str | Non
         info.layers = _int(meta.get("n_layer"))
     if info.model is None and model is None:
         info.notes.append("no model id from /v1/models; requests send no model")
+    info.config_path = local_config(entry.get("root"))
+    if info.kind == "vllm":
+        info.max_num_batched_tokens = vllm_batch_budget(
+            _json(await _get(client, root + VLLM_SERVER_INFO, timeout)))
     await find_tokenize(client, info, timeout)
     return info
 
@@ -234,6 +238,36 @@ def pick_model(entries: list[dict], info: ServerInfo) -> dict:
             + ", ".join(f"{i} ({w})" for i, w in skipped[:6])
             + ": they cannot generate text; pass --model NAME to choose another")
     return chosen
+
+
+#: vLLM's configuration as JSON; served only with VLLM_SERVER_DEV_MODE=1 (404 otherwise).
+VLLM_SERVER_INFO = "/server_info?config_format=json"
+
+
+def vllm_batch_budget(j: Any) -> int | None:
+    """``vllm_config.scheduler_config.max_num_batched_tokens`` from vLLM's
+    ``/server_info?config_format=json`` (the token budget of one engine step: the
+    prefill chunk), else None."""
+    if not isinstance(j, dict):
+        return None
+    vc = j.get("vllm_config")
+    sc = vc.get("scheduler_config") if isinstance(vc, dict) else None
+    return _int(sc.get("max_num_batched_tokens")) if isinstance(sc, dict) else None
+
+
+def local_config(root: Any) -> str | None:
+    """The ``config.json`` under a ``/v1/models`` entry's ``root`` when that names a
+    directory on this machine (vLLM sets ``root`` to the model path it loaded), else
+    None.  Never raises."""
+    import os
+
+    if not isinstance(root, str) or not root.startswith("/") or len(root) > 4096:
+        return None
+    path = os.path.join(root, "config.json")
+    try:
+        return path if os.path.isfile(path) else None
+    except (OSError, ValueError):
+        return None
 
 
 #: Tokenize endpoints: (path under the root, request style).  Styles: "llama.cpp"

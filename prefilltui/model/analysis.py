@@ -35,6 +35,7 @@ def probe_counts(results: list[ProbeResult]) -> ProbeCounts:
         total=len(results), ok=sum(r.ok for r in results),
         failed=sum(not r.ok for r in results), warmup=sum(r.warmup for r in results),
         cache_hits=sum(r.ok and r.cache_hit for r in results),
+        cache_counted=sum(1 for r in results if r.ok and r.cached_tokens is not None),
         fit_eligible=len(toks), errors=dict(errs),
         # prompt lengths the server did not count (no usage/timings/tokenize)
         estimated_lengths=sum(1 for r in results
@@ -104,7 +105,8 @@ def analyze(results: Iterable[ProbeResult], server_info: ServerInfo | None = Non
                                       baseline_problem=baseline_problem,
                                       metrics_problem=metrics_problem, method=method),
         run_file=run_file, live=live,
-        ttft_verdict=ttft_verdict(plain, expectation(fit, baseline_fit, roof, verdict)))
+        ttft_verdict=ttft_verdict(plain, expectation(fit, baseline_fit, roof, verdict)),
+        server_flops=_server_flops(plain, model))
 
 
 def expectation(fit: LinearFit | None, baseline_fit: LinearFit | None,
@@ -118,6 +120,22 @@ def expectation(fit: LinearFit | None, baseline_fit: LinearFit | None,
     if fit is None and level is None:
         return None
     return Expectation(fit, "idle fit", mfu, level)
+
+
+def _server_flops(results: list[ProbeResult], model: ModelShape | None
+                  ) -> roofline.ServerFlopsCheck | None:
+    """The server's FLOP count per fit probe against prefilltui's matmul count
+    (``flops.total``, the one MFU uses), when the server published one (vLLM
+    ``--enable-mfu-metrics``) and the model shape allows the count."""
+    if model is None:
+        return None
+    pts = [(r.tokens, r.server_flops) for r in results if r.fit_eligible and r.server_flops]
+    if not pts:
+        return None
+    try:
+        return roofline.server_flops_check(pts, lambda n: flopcount.total(model, n))
+    except ValueError:  # the shape lacks layers / attention width / params
+        return None
 
 
 def window_summary(win: FitSnapshot | None, snap: FitSnapshot | None, size: int) -> WindowSummary:

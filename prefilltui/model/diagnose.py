@@ -9,17 +9,15 @@ cache warning and the drift against a baseline run (``drift.py``) together as a
 
 from __future__ import annotations
 
-import math
-from dataclasses import asdict, dataclass
+from dataclasses import dataclass
 from typing import Sequence
 
-import numpy as np
 
 from prefilltui.model import fit as _fit
+from prefilltui.model.chunking import ChunkInfo, detect_chunking, find_steps  # noqa: F401
 from prefilltui.model.breakdown import Breakdown, breakdown
 from prefilltui.model.drift import drift, run_fit
 from prefilltui.model.types import FitMethod, JsonObject, ProbeResult, ServerInfo
-from prefilltui.model.units import duration
 
 def load_line(r: ProbeResult) -> str | None:
     """"2 running, 3 waiting" for the stats beside a TTFT, or None without metrics."""
@@ -39,130 +37,7 @@ def flag_cache_hits(results: Sequence[ProbeResult]) -> str | None:
 
 
 # --------------------------------------------------------------- chunked prefill
-
-
-@dataclass(frozen=True)
-class ChunkInfo:
-    """Chunked prefill: ``chunk_tokens`` per step and where the steps fall.
-
-    source: "server" (read from the server: llama.cpp /props n_ubatch), "detected"
-    (a step fit of TTFT), or None.  ``step_s`` is the TTFT added per chunk when
-    detected.  ``boundaries`` are token counts inside the measured range (for the
-    plot).  ``line`` names the effect in one sentence.
-    """
-
-    chunk_tokens: int | None
-    source: str | None
-    boundaries: tuple[int, ...] = ()
-    step_s: float | None = None
-    f_stat: float | None = None
-    line: str = ""
-
-    def to_json(self) -> JsonObject:
-        return asdict(self)
-
-
-def _boundaries(c: int, lo: float, hi: float, cap: int = 64) -> tuple[int, ...]:
-    k0 = max(1, math.ceil(lo / c))
-    out = []
-    k = k0
-    while k * c <= hi and len(out) < cap:
-        out.append(k * c)
-        k += 1
-    return tuple(out)
-
-
-def _rss(X: np.ndarray, y: np.ndarray) -> tuple[float, np.ndarray]:
-    beta, *_ = np.linalg.lstsq(X, y, rcond=None)
-    r = y - X @ beta
-    return float(r @ r), beta
-
-
-def find_steps(x: Sequence[float], y: Sequence[float], *, candidates: Sequence[int] | None = None,
-               f_min: float = 25.0, min_steps: int = 2) -> tuple[int, float, float] | None:
-    """Find a chunk size C where TTFT = a + b*n + s*ceil(n/C) fits much better than a line.
-
-    Tries C over powers of two and multiples of 64 (64 .. max n / 2); returns
-    ``(C, s_seconds, F)`` for the best C when s > 0, the partial F statistic of the
-    step column is >= ``f_min`` (high, as many C are tried), and the data span at
-    least ``min_steps`` boundaries with points between them; else None.
-    """
-    xa = np.asarray(x, dtype=float)
-    ya = np.asarray(y, dtype=float)
-    ok = np.isfinite(xa) & np.isfinite(ya)
-    xa, ya = xa[ok], ya[ok]
-    m = len(xa)
-    if m < 8 or np.ptp(xa) <= 0:
-        return None
-    X0 = np.column_stack([np.ones(m), xa])
-    rss0, _ = _rss(X0, ya)
-    hi = float(xa.max())
-    if candidates is None:
-        cands = sorted({*(2 ** k for k in range(6, 16)), *range(64, 4097, 64)})
-    else:
-        cands = sorted(set(int(c) for c in candidates))
-    best = None
-    for c in cands:
-        if c <= 0 or c > hi / min_steps:
-            continue
-        steps = np.ceil(xa / c)
-        occupied = len(np.unique(steps))
-        if occupied < min_steps + 1:
-            continue
-        X = np.column_stack([X0, steps])
-        rss, beta = _rss(X, ya)
-        if beta[2] <= 0 or rss <= 0:
-            if rss <= 0 < rss0 and beta[2] > 0:
-                return c, float(beta[2]), float("inf")
-            continue
-        f = (rss0 - rss) / (rss / max(1, m - 3))
-        if best is None or rss < best[0] * (1 - 1e-9):
-            best = (rss, c, float(beta[2]), f)
-    if best is None or best[3] < f_min:
-        return None
-    return best[1], best[2], best[3]
-
-
-def detect_chunking(results: Sequence[ProbeResult] = (), *, server_info: ServerInfo | None = None,
-                    x: Sequence[float] | None = None, y: Sequence[float] | None = None
-                    ) -> ChunkInfo:
-    """Chunk size of prefill: from the server (llama.cpp ``n_ubatch``/``n_batch`` in
-    ServerInfo) and/or detected as TTFT steps in the results (or in ``x``, ``y``).
-    Detected steps win over the server value for the boundaries drawn."""
-    if x is None or y is None:
-        pts = [r for r in results if r.fit_eligible]
-        x = [r.tokens for r in pts]
-        y = [r.ttft_s for r in pts]
-    lo = min(x) if len(x) else 0
-    hi = max(x) if len(x) else 0
-    server_c = None
-    what = ""
-    if server_info is not None:
-        server_c = server_info.n_ubatch or server_info.n_batch
-        if server_info.n_ubatch and server_info.n_batch:
-            what = f"n_ubatch {server_info.n_ubatch}, n_batch {server_info.n_batch}"
-        elif server_c:
-            what = f"batch {server_c}"
-    found = find_steps(x, y) if len(x) >= 8 else None
-    if found is not None:
-        c, s, f = found
-        note = f" (server: {what})" if what else ""
-        return ChunkInfo(c, "detected", _boundaries(c, lo, hi), s, f,
-                         f"chunked prefill: TTFT steps up ~{duration(s)} every {c:,} tokens{note}; "
-                         "each chunk is a separate forward pass")
-    if not server_c and server_info is not None and server_info.kind == "llama.cpp":
-        what = "llama-server does not report n_batch/n_ubatch; set with -b/-ub"
-    if server_c:
-        b = _boundaries(server_c, lo, hi)
-        tail = (" no TTFT step is measurable at those boundaries" if len(x) >= 8 and b
-                else " prompts beyond it run as several forward passes")
-        return ChunkInfo(server_c, "server", b, None, None,
-                         f"the server prefills in chunks of {server_c:,} tokens ({what});{tail}")
-    line = "no chunk size exposed and no TTFT steps found" if len(x) >= 8 else ""
-    if what and line:
-        line += f" ({what})"
-    return ChunkInfo(None, None, (), None, None, line)
-
+# in chunking.py (tested against the n² fit); re-exported for the callers of diagnose
 
 # --------------------------------------------------------------- one summary
 

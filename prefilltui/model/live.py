@@ -20,7 +20,7 @@ probe once (``add``: O(1), into a ``RunningFit`` and bounded buffers) and
 - model shape, hardware, roofline and verdict: resolved once per (server, GPU names).
 
 Left out (None in the summary): the depth table, the diagnosis (breakdown, chunking,
-cache warning, drift) and the load part.  The "why is TTFT high?" verdict is there when
+cache warning, drift), the load part and the server's FLOP count check.  The "why is TTFT high?" verdict is there when
 the caller hands the recent probes (``recent``).  ``analyze`` on the run file has them (the TUI's
 export, ``report``).  ``summary()`` is cached until the next ``add``.  Seconds in data.
 Not thread-safe: feed it from one thread.
@@ -80,7 +80,7 @@ class LiveSummary:
         self.recent = int(recent)
         self.version = 0  # bumps on every add / reset: a cache key for views
         self.total = self.ok = self.failed = self.warmup = self.cache_hits = 0
-        self.fit_eligible = self.estimated_lengths = 0
+        self.fit_eligible = self.estimated_lengths = self.cache_counted = 0
         self.errors: dict[str, int] = {}
         self.tokens_min: int | None = None
         self.tokens_max: int | None = None
@@ -109,6 +109,8 @@ class LiveSummary:
         if r.warmup:
             self.warmup += 1
         n = int(r.requested_tokens or r.tokens or 0)
+        if r.ok and r.cached_tokens is not None:  # the server counted its hit or miss
+            self.cache_counted += 1
         if r.ok and r.cache_hit:  # counted as analyze counts them (warm-ups too)
             self.cache_hits += 1
             self.last_cached_tokens = r.cached_tokens
@@ -146,6 +148,7 @@ class LiveSummary:
         return ProbeCounts(total=self.total, ok=self.ok, failed=self.failed,
                            warmup=self.warmup, cache_hits=self.cache_hits,
                            fit_eligible=self.fit_eligible, errors=dict(self.errors),
+                           cache_counted=self.cache_counted,
                            estimated_lengths=self.estimated_lengths,
                            tokens_min=self.tokens_min, tokens_max=self.tokens_max)
 

@@ -41,11 +41,13 @@ class MetricNames:
     prompt_seconds: tuple[str, ...] = ()  # counter: total prompt processing time, s
     prompt_tokens: tuple[str, ...] = ()  # counter: prompt tokens processed
     cached_tokens: tuple[str, ...] = ()  # counter: prompt tokens served from the prefix cache
+    cached_labels: tuple[tuple[str, str], ...] = ()  # filters cached_tokens' series
     cache_queries: tuple[str, ...] = ()  # counter: prefix-cache queries (tokens)
     cache_hits: tuple[str, ...] = ()  # counter: prefix-cache hits (tokens)
     cache_hit_rate: tuple[str, ...] = ()  # gauge: 0..1
     running: tuple[str, ...] = ()  # gauge: requests being processed
     waiting: tuple[str, ...] = ()  # gauge: requests waiting for a slot / in the queue
+    flops: tuple[str, ...] = ()  # counter: the server's own FLOP estimate of its work
     enable_hint: str = ""  # how to make the server publish /metrics
 
 
@@ -60,11 +62,16 @@ VLLM = MetricNames(
     # background load beside the client's own gaps (docs/load.md)
     itl=("vllm:inter_token_latency_seconds", "vllm:time_per_output_token_seconds"),
     prompt_tokens=("vllm:prompt_tokens_total",),
+    # vllm/v1/metrics/loggers.py (0.32.0): prompt tokens by where their KV came from
+    cached_tokens=("vllm:prompt_tokens_by_source_total",),
+    cached_labels=(("source", "local_cache_hit"),),
     cache_queries=("vllm:prefix_cache_queries_total", "vllm:gpu_prefix_cache_queries_total"),
     cache_hits=("vllm:prefix_cache_hits_total", "vllm:gpu_prefix_cache_hits_total"),
     cache_hit_rate=("vllm:gpu_prefix_cache_hit_rate",),
     running=("vllm:num_requests_running",),
     waiting=("vllm:num_requests_waiting",),
+    # published with --enable-mfu-metrics (vllm/v1/metrics/perf.py); per engine step
+    flops=("vllm:estimated_flops_per_gpu_total",),
     enable_hint="vLLM serves /metrics on its API port by default (check that a proxy "
                 "in front of it passes /metrics through)",
 )
@@ -130,7 +137,9 @@ def enable_hint(kind: str) -> str:
 
 FIELDS = ("ttft", "queue", "prefill")
 _SCALARS = ("prompt_seconds", "prompt_tokens", "cached_tokens", "cache_queries",
-            "cache_hits", "cache_hit_rate", "running", "waiting")
+            "cache_hits", "cache_hit_rate", "running", "waiting", "flops")
+#: Roles a server publishes only when a flag enables them: never listed as missing.
+_OPTIONAL = ("flops",)
 
 
 @dataclass(frozen=True)
@@ -241,11 +250,14 @@ def parse_metrics(text: str, kind: str, *, t: float | None = None) -> MetricsSam
             buckets["itl"] = b
     values: dict[str, float] = {}
     for role in _SCALARS:
-        v = _total(series, getattr(names, role))
+        labels = names.cached_labels if role == "cached_tokens" else ()
+        v = _total(series, getattr(names, role), labels=labels)
         if v is not None:
             values[role] = v
-        elif getattr(names, role):
+        elif getattr(names, role) and role not in _OPTIONAL:
             missing.append(role)
+    if "cached_tokens" in missing and "cache_hits" in values:  # older vLLM: the hit counter
+        missing.remove("cached_tokens")
     return MetricsSample(kind=kind, t=time.perf_counter() if t is None else t, hist=hist,
                          buckets=buckets, values=values, missing=tuple(missing),
                          n_series=sum(len(v) for v in series.values()),
@@ -383,6 +395,8 @@ def apply_delta(result: ProbeResult, d: MetricsDelta | None, *,
     """
     if not result.ok or result.ttft_s is None:
         return
+    if d is not None:
+        apply_counts(result, d)
     server_ttft = None
     if d is not None:
         server_ttft = d.only("ttft")
@@ -414,3 +428,42 @@ def apply_delta(result: ProbeResult, d: MetricsDelta | None, *,
             result.queue_s = max(0.0, rest - quiet_overhead_s)
             result.queue_source = "estimated"
     result.overhead_s = rest - (result.queue_s or 0.0)
+
+
+def window_is_own(result: ProbeResult, d: MetricsDelta) -> bool:
+    """True when the server's prompt-token counter rose by exactly this probe's
+    prompt tokens in the window: no other request's prompt was counted, so the
+    window's counter deltas are this probe's own."""
+    pt = d.counters.get("prompt_tokens")
+    return (pt is not None and result.prompt_tokens is not None
+            and round(pt) == result.prompt_tokens)
+
+
+def apply_counts(result: ProbeResult, d: MetricsDelta) -> None:
+    """The server's own counts for this probe, from its ``/metrics`` counters (in place).
+
+    When ``window_is_own``: ``cached_tokens`` from the cached-token counter (vLLM
+    ``prompt_tokens_by_source_total{source="local_cache_hit"}``, else the prefix-cache
+    hit counter) where the response reported none (``cached_tokens_source``
+    "metrics"); a response's own count is kept and the counter's is noted beside it
+    (``notes.metrics_cached_tokens``) when they differ; ``server_flops`` from
+    vLLM's ``estimated_flops_per_gpu_total``.  Another request in the window leaves
+    them unset and says so (``notes.metrics_window``)."""
+    cached = d.counters.get("cached_tokens", d.counters.get("cache_hits"))
+    flops = d.counters.get("flops")
+    if cached is None and flops is None:
+        return
+    if not window_is_own(result, d):
+        result.notes.metrics_window = (
+            "other requests' prompts were counted in this probe's window: the server's "
+            "cached-token and FLOP counters are not attributed to it")
+        return
+    if cached is not None:
+        n = int(round(cached))
+        if result.cached_tokens is None:
+            if result.prompt_tokens is not None and n <= result.prompt_tokens:
+                result.cached_tokens, result.cached_tokens_source = n, "metrics"
+        elif n != result.cached_tokens:
+            result.notes.metrics_cached_tokens = n
+    if flops is not None and flops >= 0:
+        result.server_flops = float(flops)

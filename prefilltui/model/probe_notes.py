@@ -144,6 +144,10 @@ class ProbeNotes:
         matched with the run file request by request); resends: each time it was sent
         again, with the reason; calibration: a request ``ProbeClient.calibrate`` sent to
         learn the prompt length (a calibration line of the run file, no result).
+    metrics_window: why the server's /metrics counters were not attributed to this
+        probe (another request's prompt was counted in its window).
+    metrics_cached_tokens: the server's /metrics cached-token count for this probe when
+        it differs from the response's own (kept beside it, never instead).
     """
 
     ignored: list[str] = field(default_factory=list)
@@ -163,6 +167,8 @@ class ProbeNotes:
     request_id: str | None = None
     resends: list[Resend] = field(default_factory=list)
     calibration: bool = False
+    metrics_window: str | None = None
+    metrics_cached_tokens: int | None = None
 
     def to_extra(self) -> JsonObject:
         """The run file's ``extra`` keys of these notes (only those seen)."""
@@ -172,7 +178,8 @@ class ProbeNotes:
         if self.after_complete:
             d["after_complete"] = list(self.after_complete)
         for k in ("stream_end", "cap_ignored", "content_encoding", "content_type",
-                  "token_channel", "n_ctx", "n_prompt_tokens", "request_id"):
+                  "token_channel", "n_ctx", "n_prompt_tokens", "request_id", "metrics_window",
+                  "metrics_cached_tokens"):
             v = getattr(self, k)
             if v is not None:
                 d[k] = v
@@ -208,6 +215,8 @@ class ProbeNotes:
             got = [r for r in (Resend.from_json(v) for v in raw) if r is not None]
             if len(got) == len(raw):
                 take("resends", got)
+        take("metrics_window", _str(x.get("metrics_window")))
+        take("metrics_cached_tokens", _int(x.get("metrics_cached_tokens")))
         channel = _str(x.get("token_channel"))
         take("token_channel", channel if channel in get_args(TokenChannel) else None)
         take("n_ctx", _int(x.get("n_ctx")))

@@ -19,7 +19,7 @@ All figures are estimates; callers must label them so.
 from __future__ import annotations
 
 from dataclasses import asdict, dataclass
-from typing import Any, Literal
+from typing import Any, Callable, Literal
 
 import numpy as np
 
@@ -248,3 +248,46 @@ def verdict(mfu_value: float | None, *, achieved: float | None = None,
         return ("below", f"{pct}: below expectations (tuned engines reach 40-55 % on prompts "
                 f">= 2k). Worth checking: {WHAT_TO_CHECK[4]}; {WHAT_TO_CHECK[1]}.")
     return ("wrong", f"{pct}: something is wrong. Check: " + "; ".join(WHAT_TO_CHECK) + ".")
+
+
+@dataclass(frozen=True, slots=True)
+class ServerFlopsCheck:
+    """The server's own FLOP count per probe against ``prefill_flops``: ``probes`` used,
+    the ratio server / formula (median, min, max), and ``rows`` (tokens, server FLOPs,
+    formula FLOPs, ratio) sorted by tokens."""
+
+    probes: int
+    ratio_median: float
+    ratio_min: float
+    ratio_max: float
+    rows: tuple[tuple[int, float, float, float], ...]
+
+    def to_json(self) -> JsonObject:
+        return {"probes": self.probes, "ratio_median": self.ratio_median,
+                "ratio_min": self.ratio_min, "ratio_max": self.ratio_max,
+                "rows": [list(r) for r in self.rows]}
+
+
+def server_flops_check(points: Any, formula: Callable[[int], float]
+                       ) -> ServerFlopsCheck | None:
+    """The server's own FLOP count per probe beside prefilltui's (vLLM
+    ``--enable-mfu-metrics``: ``vllm:estimated_flops_per_gpu_total`` deltas).
+
+    ``points``: (prompt tokens, server FLOPs) pairs; ``formula(n)``: prefilltui's FLOPs
+    for n prompt tokens (``flops.total``, the matmul count MFU uses).  None when no
+    point is usable.  vLLM counts attention's n² in full and the LM head per prefill
+    step (``flops.vllm_expected_flops``), so the ratio is a cross-check of the counts,
+    not a correction of either.  Raises what ``formula`` raises.
+    """
+    rows = []
+    for n, f in points:
+        if n and n > 0 and f and f > 0:
+            mine = float(formula(int(n)))
+            rows.append((int(n), float(f), mine, float(f) / mine))
+    if not rows:
+        return None
+    rows.sort()
+    ratios = sorted(r[3] for r in rows)
+    mid = len(ratios) // 2
+    med = ratios[mid] if len(ratios) % 2 else 0.5 * (ratios[mid - 1] + ratios[mid])
+    return ServerFlopsCheck(len(rows), med, ratios[0], ratios[-1], tuple(rows))

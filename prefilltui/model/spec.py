@@ -79,13 +79,22 @@ def read_model_config(spec: RooflineSpec) -> RooflineSpec:
 
 def resolve_model(spec: RooflineSpec | None, server_info: ServerInfo | None = None
                   ) -> tuple[ModelShape | None, list[str]]:
-    """Model shape from flags > --model-config > server metadata > catalog (by
-    ``spec.model`` / the server's model id).  Returns (shape or None, notes).  An
+    """Model shape from flags > --model-config > the config.json of the server's model
+    directory (vLLM's /v1/models ``root``, ``ServerInfo.config_path``; labelled with its
+    path) > server metadata > catalog (by ``spec.model`` / the server's model id).  Returns (shape or None, notes).  An
     unreadable --model-config (``spec.config_problem``) is skipped here; callers say
     so in their own words."""
     spec = spec or RooflineSpec()
     notes: list[str] = []
     shape: ModelShape | None = spec.config_shape
+    cfg = server_info.config_path if server_info is not None else None
+    if shape is None and cfg:
+        try:
+            shape = replace(model_from_config(cfg),
+                            source=f"{cfg} (the server's /v1/models root)")
+            notes.append(f"model shape from {cfg} (the directory /v1/models names as root)")
+        except (OSError, ValueError) as e:
+            notes.append(f"the server's model directory has an unreadable config.json ({e})")
     names = [spec.model] + ([server_info.model] if server_info else [])
     if shape is None:
         for nm in names:

@@ -21,7 +21,7 @@ from prefilltui.model.fit import LinearFit
 from prefilltui.model.intercept import FixedCost
 from prefilltui.model.percentiles import TtftPercentiles
 from prefilltui.model.flops import MFU_ATTENTION
-from prefilltui.model.roofline import MFU_LABEL, MatmulEstimate
+from prefilltui.model.roofline import MFU_LABEL, MatmulEstimate, ServerFlopsCheck
 from prefilltui.model.types import JsonObject, ServerInfo, TelemetryKind
 from prefilltui.model.until_ci import Progress
 
@@ -64,7 +64,9 @@ class ServerFacts:
 @dataclass(frozen=True, slots=True)
 class ProbeCounts:
     """How many probes: total, ok, failed (by ``errors`` kind), warm-up, cache hits (ok
-    probes the prefix cache served part of, kept out of the fit), fit_eligible (in the
+    probes the prefix cache served part of, kept out of the fit), cache_counted (ok
+    probes whose hit or miss the server itself counted: usage, timings or /metrics;
+    None in summaries from before it was counted), fit_eligible (in the
     fit), estimated_lengths (fit probes whose prompt length is the client's estimate),
     and the fit probes' token range."""
 
@@ -73,6 +75,7 @@ class ProbeCounts:
     failed: int = 0
     warmup: int = 0
     cache_hits: int = 0
+    cache_counted: int | None = None  # ok probes whose hit or miss the server counted
     fit_eligible: int = 0
     errors: dict[str, int] = field(default_factory=dict)
     estimated_lengths: int = 0
@@ -82,6 +85,7 @@ class ProbeCounts:
     def to_json(self) -> JsonObject:
         return {"total": self.total, "ok": self.ok, "failed": self.failed,
                 "warmup": self.warmup, "cache_hits": self.cache_hits,
+                "cache_counted": self.cache_counted,
                 "fit_eligible": self.fit_eligible, "errors": dict(self.errors),
                 "estimated_lengths": self.estimated_lengths, "tokens_min": self.tokens_min,
                 "tokens_max": self.tokens_max}
@@ -218,7 +222,9 @@ class RunSummary:
     one per-length table.  ``overhead_median_s``: median TTFT - server prefill.
     ``model`` / ``hardware``: what the roofline resolved (None: unknown).
     ``depth``: the ``--depth`` table; ``diagnosis``: breakdown, chunking, cache warning,
-    drift.  ``run_file``: the run file the summary is of.
+    drift.  ``run_file``: the run file the summary is of.  ``server_flops``: the
+    server's own FLOP count per probe against the formula (vLLM
+    ``--enable-mfu-metrics``), when it publishes one.
     """
 
     server: ServerFacts | None
@@ -246,6 +252,7 @@ class RunSummary:
     ttft_verdict: TtftVerdict | None = None
     #: the background load (``--load``): what it was and did, stall, levels
     load: LoadSummary | None = None
+    server_flops: ServerFlopsCheck | None = None
 
     def to_json(self) -> JsonObject:
         """The summary as JSON (schema ``SCHEMA``; docs/schema.md)."""
@@ -277,4 +284,5 @@ class RunSummary:
             "live": self.live.to_json() if self.live else None,
             "ttft_verdict": self.ttft_verdict.to_json() if self.ttft_verdict else None,
             "load": self.load.to_json() if self.load else None,
+            "server_flops": self.server_flops.to_json() if self.server_flops else None,
         }

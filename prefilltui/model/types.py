@@ -24,6 +24,11 @@ ErrorKind = Literal["connect", "timeout", "http", "rate_limited", "context_lengt
 #: "estimate": the server reports no count, the length is the client's prediction
 #: (the fit built on it is labelled estimated).
 PromptTokensSource = Literal["usage", "timings", "tokenize", "estimate"]
+#: Where a probe's cached-token count came from: the response (usage
+#: ``prompt_tokens_details.cached_tokens``, llama.cpp ``timings.cache_n``) or the
+#: server's ``/metrics`` counters around the probe (vLLM ``prompt_tokens_by_source``
+#: / ``prefix_cache_hits``), attributed only when the window held this probe alone.
+CachedTokensSource = Literal["usage", "timings", "metrics"]
 #: The sweep runner's state, reported through ``on_state(state, detail)``: "idle" is
 #: the gap after a probe, "burst" back-to-back probes at the longest length (core.pacing).
 RunnerState = Literal["connecting", "probing", "idle", "burst", "retrying", "paused",
@@ -77,7 +82,10 @@ class ProbeResult:
                   prefill when the server gives no TTFT of its own).
     Token fields: ``requested_tokens`` is what the sweep asked for; ``prompt_tokens``
     is what the server counted (usage / tokenize / timings); ``cached_tokens`` is
-    the part of the prompt the server served from its prefix cache.
+    the part of the prompt the server served from its prefix cache, counted by the
+    server (``cached_tokens_source`` says where; None = the server counted nothing,
+    so a hit is neither proven nor ruled out).  ``server_flops`` is the server's own
+    FLOP count for this probe (vLLM ``--enable-mfu-metrics``), when published.
     Telemetry fields are joined in after the probe from the sampler's samples in
     the request window [t_send, t_end] (``telemetry_device`` names what was sampled,
     e.g. "GPU 0" or "CPU").
@@ -99,6 +107,8 @@ class ProbeResult:
     prompt_tokens: int | None = None
     prompt_tokens_source: PromptTokensSource | None = None
     cached_tokens: int | None = None
+    cached_tokens_source: CachedTokensSource | None = None
+    server_flops: float | None = None
     ttft_s: float | None = None
     ttfb_s: float | None = None
     total_s: float | None = None
@@ -252,6 +262,10 @@ class ServerInfo:
     ``/v1/models`` ``meta.n_params`` / ``n_embd`` / ``n_layer``), else None; named as
     in ``catalog.ModelShape``.
     n_batch / n_ubatch: chunk sizes when exposed (llama.cpp ``/props``).
+    max_num_batched_tokens: vLLM's token budget per engine step (its prefill chunk)
+    when exposed (``/server_info``, served with VLLM_SERVER_DEV_MODE=1).
+    config_path: a local ``config.json`` of the served model (vLLM ``/v1/models``
+    ``root`` naming a directory on this machine), for the model shape.
     metrics_url: the Prometheus endpoint if it answered, else None.
     """
 
@@ -264,6 +278,8 @@ class ServerInfo:
     layers: int | None = None
     n_batch: int | None = None
     n_ubatch: int | None = None
+    max_num_batched_tokens: int | None = None
+    config_path: str | None = None
     has_tokenize: bool = False
     tokenize_url: str | None = None  # the endpoint discovery found counting tokens
     tokenize_style: str | None = None  # "llama.cpp" | "openai" | "tgi" (core.server)
@@ -280,7 +296,7 @@ class ServerInfo:
 
 #: The ServerInfo fields a run file's session line keeps (what the analysis reads).
 SESSION_SERVER_FIELDS = ("kind", "model", "context_tokens", "params", "hidden", "layers",
-                         "n_batch", "n_ubatch")
+                         "n_batch", "n_ubatch", "max_num_batched_tokens", "config_path")
 
 
 def session_facts(info: ServerInfo) -> JsonObject:
@@ -295,7 +311,7 @@ def server_info_from_session(facts: Any, *, model: str | None = None) -> ServerI
     if isinstance(facts, dict):
         for k in SESSION_SERVER_FIELDS:
             v = facts.get(k)
-            if k in ("kind", "model"):
+            if k in ("kind", "model", "config_path"):
                 ok = isinstance(v, str) and bool(v)
             elif k == "params":
                 ok = isinstance(v, (int, float)) and not isinstance(v, bool) and v > 0

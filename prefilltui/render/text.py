@@ -157,6 +157,12 @@ def _roofline_lines(d: RunSummary) -> list[str]:
         if m:
             m_txt += f", L={m.layers}, d_attn={m.d_attn})" + (" (?)" if m.uncertain else "")
         out.append(f"Roofline (estimates): {m_txt} on {hw_txt}")
+    sf = d.server_flops
+    if sf:
+        lo, hi = sf.rows[0], sf.rows[-1]
+        out.append(f"  the server's own FLOP count (vLLM --enable-mfu-metrics) / prefilltui's matmul count: "
+                   f"median {sf.ratio_median:.2f} over {sf.probes} probes; {lo[3]:.2f} at "
+                   f"{lo[0]:,} tokens, {hi[3]:.2f} at {hi[0]:,}")
     if roof and roof.achieved_flops:
         line = f"  achieved {roof.achieved_flops / 1e12:.3g} TFLOP/s (from the {roof.slope_source} slope)"
         if roof.mfu is not None:
@@ -177,8 +183,13 @@ def format_summary(d: RunSummary, *, percentile_table: bool = True) -> str:
     ``percentile_table=False`` gives only the overall TTFT percentiles (the sweep's
     own table has them per length)."""
     p = d.probes
+    counted = p.cache_counted
+    hits = (f"{p.cache_hits} cache hits" if counted is None
+            else f"{p.cache_hits} cache hits (server-counted)" if counted == p.ok
+            else "cache hits not counted by the server" if counted == 0
+            else f"{p.cache_hits} cache hits (server-counted on {counted} of {p.ok})")
     out = [f"Probes: {p.total} total, {p.ok} ok, {p.failed} failed, {p.warmup} warm-up, "
-           f"{p.cache_hits} cache hits; {p.fit_eligible} in the fit"
+           f"{hits}; {p.fit_eligible} in the fit"
            + (f" ({p.tokens_min:,}-{p.tokens_max:,} tokens)" if p.tokens_min else "")]
     if p.errors:
         out.append("  errors: " + ", ".join(f"{k} {v}" for k, v in sorted(p.errors.items())))

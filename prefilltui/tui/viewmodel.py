@@ -48,6 +48,8 @@ class StatsView:
     counted_estimated: bool = False  # the server gave no count: ``counted`` is an estimate
     cached_probes: int = 0
     last_cached_tokens: int | None = None
+    cache_counted: int = 0  # ok probes whose hit or miss the server counted (0 included)
+    ok_probes: int = 0
     overhead_s: float | None = None
     queue_s: float | None = None
     prefill_s: float | None = None
@@ -122,6 +124,7 @@ def build_stats(summary: RunSummary | None, *, which: FitScope, method: FitMetho
 def _from_summary(v: StatsView, s: RunSummary, last: ProbeResult | None) -> None:
     c = s.probes
     v.probes, v.failed, v.cached_probes = c.total, c.failed, c.cache_hits
+    v.cache_counted, v.ok_probes = c.cache_counted or 0, c.ok
     fit = s.fit
     if fit is not None:
         v.method = fit.method

@@ -21,7 +21,9 @@ def test_cache_check_cli_text(fake_server, capsys):
     srv = fake_server({**llama_routes(), "POST /v1/completions": CachingLlama()})
     assert main(["cache-check", srv.base_url, "--tokens", "80"]) == 0
     out = capsys.readouterr().out
-    assert out.startswith("cache on: repeat of ") and out.count("\n") == 1
+    assert out.startswith("cache on: repeat of ") and out.count("\n") == 2
+    assert out.splitlines()[1] == ("  note: cached tokens counted by the server: "
+                                   "llama.cpp's timings.cache_n")
 
 
 def test_cache_check_cli_unreachable(capsys):

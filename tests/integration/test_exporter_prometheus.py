@@ -12,7 +12,6 @@ within 10 % of the sweeps' fit.  Prompts stay <= 512 tokens (the CPU target does
 from __future__ import annotations
 
 import json
-import shutil
 import signal
 import socket
 import subprocess
@@ -86,11 +85,9 @@ def one_thread_server(llama_server_binary, demo_gguf):
 
 @pytest.fixture(scope="module")
 def prometheus_binary() -> str:
-    path = shutil.which("prometheus")
-    if path is None:
-        pytest.fail("the prometheus server is not installed: install Debian's prometheus "
-                    "package (.ci/run does when promtool is missing)")
-    return path
+    from tests.components import require
+
+    return require("prometheus")
 
 
 def _sweep_probe(url: str, length: int, path: Path, seed: int, capsys) -> None:

@@ -18,7 +18,6 @@ from __future__ import annotations
 import json
 import os
 import re
-import shutil
 import subprocess
 import sys
 import time
@@ -28,7 +27,13 @@ import pytest
 
 from tests.integration.test_tui_tmux import Tmux, _save, _wait_for
 
-pytestmark = pytest.mark.skipif(shutil.which("tmux") is None, reason="tmux is not installed")
+
+
+@pytest.fixture(autouse=True)
+def _tmux_component():
+    from tests.components import require
+
+    require("tmux")
 
 BARS = "▁▂▃▄▅▆▇█"
 SGR = re.compile(r"\x1b\[([0-9;]*)m")

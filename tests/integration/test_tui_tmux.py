@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import os
 import re
-import shutil
 import subprocess
 import sys
 import time
@@ -20,7 +19,13 @@ from pathlib import Path
 import psutil
 import pytest
 
-pytestmark = pytest.mark.skipif(shutil.which("tmux") is None, reason="tmux is not installed")
+
+
+@pytest.fixture(autouse=True)
+def _tmux_component():
+    from tests.components import require
+
+    require("tmux")
 
 BRAILLE = re.compile("[\u2801-\u28ff]")
 THROUGHPUT = re.compile(r"prefill\s+[\d.]+k?\s+tok/s")

@@ -8,28 +8,21 @@ networking, sync, GPU and sandbox off and writes a PNG; ``png_pixels`` decodes a
 
 from __future__ import annotations
 
-import os
-import shutil
 import struct
 import subprocess
 import zlib
 from pathlib import Path
 
-import pytest
 
 NAMES = ("chromium", "chromium-browser", "google-chrome", "google-chrome-stable")
 
 
 def find_chromium() -> str:
-    """The browser's path; skip when it is missing outside CI, fail inside CI (CI
-    runs with PREFILLTUI_SKIP_INTEGRATION=0 and installs Debian's ``chromium``)."""
-    for name in NAMES:
-        path = shutil.which(name)
-        if path:
-            return path
-    if os.environ.get("PREFILLTUI_SKIP_INTEGRATION") == "0" or os.environ.get("CI"):
-        pytest.fail("chromium is not installed; CI must render the figures (apt-get install chromium)")
-    pytest.skip("chromium is not installed (Debian: apt-get install chromium); CI runs this test")
+    """The browser's path (the chromium component, tests/components.py): a missing
+    one skips the test with its install line, and fails it in CI."""
+    from tests.components import require
+
+    return require("chromium")
 
 
 def screenshot(browser: str, page: Path, png: Path, size: tuple[int, int], profile: Path) -> None:

@@ -93,6 +93,7 @@ async def test_s_key_saves_the_screen_as_svg(tmp_path):
     assert text.lstrip().startswith("<svg") and "TTFT vs prompt tokens" in text.replace("&#160;", " ")
 
 
+@pytest.mark.component
 @pytest.mark.timeout(300)
 async def test_figures_render_in_headless_chromium(tmp_path, capsys):
     """The report's SVG and HTML and the TUI's screen SVG, screenshot by Chromium."""

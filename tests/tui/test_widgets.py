@@ -174,3 +174,18 @@ def test_baseline_drift_warning_in_stats():
                     warnings=(drift_warning(base, s.fit),))
     text = stats_text(v).plain
     assert "⚠" in text and "baseline" in text
+
+
+def test_stats_say_a_miss_the_server_counted():
+    from prefilltui.model.types import ProbeResult
+
+    live = LiveSummary()
+    for n in range(4):
+        live.add(ProbeResult(ok=True, ttft_s=0.1, prompt_tokens=100 + n, cached_tokens=0,
+                             cached_tokens_source="metrics"))
+    live.add(ProbeResult(ok=True, ttft_s=0.1, prompt_tokens=90))  # the server counted nothing
+    v = build_stats(live.summary(None), which="all", method="robust", last=None, device=None)
+    assert (v.cache_counted, v.ok_probes) == (4, 5)
+    text = stats_text(StatsView(cache_counted=v.cache_counted, ok_probes=v.ok_probes)).plain
+    assert "0 hits, server-counted on 4/5" in text
+    assert "server-counted" not in stats_text(StatsView(ok_probes=5)).plain

@@ -25,7 +25,6 @@ from prefilltui.exporter.http import MetricsServer
 from prefilltui.exporter.target import TargetProber
 
 ROOT = Path(__file__).resolve().parents[2]
-PROMTOOL = shutil.which("promtool")
 A_S, B_S = 0.004, 40e-6  # the fake server's TTFT = A + B x words: 25,000 tokens/s
 
 
@@ -217,10 +216,18 @@ def test_metrics_page_names_fit_and_promtool(exporter):
     assert _sample(text, "prefilltui_probes_total", target="stalled", outcome="ok") == 0.0
     assert _sample(text, "prefilltui_prefill_throughput_tokens_per_second",
                    target="stalled") is None
-    if PROMTOOL is None:
-        pytest.skip("promtool not installed (.ci/run installs it)")
-    out = subprocess.run([PROMTOOL, "check", "metrics"], input=text, capture_output=True,
-                         text=True, timeout=30)
+
+
+@pytest.mark.component
+def test_metrics_page_passes_promtool(exporter):
+    from tests.components import require
+
+    require("prometheus")
+    server, probers, _live = exporter
+    assert _wait(lambda: probers[0].snapshot.fit is not None, timeout=30)
+    _status, text = _get(f"http://127.0.0.1:{server.port}/metrics")
+    out = subprocess.run([shutil.which("promtool"), "check", "metrics"], input=text,
+                         capture_output=True, text=True, timeout=30)
     assert out.returncode == 0 and out.stdout.strip() == "" and out.stderr.strip() == "", (
         out.stdout + out.stderr)
 
@@ -270,6 +277,7 @@ def test_cache_hits_counted_and_kept_out_of_the_fit(fake_server, tmp_path):
     finally:
         p.stop(timeout=2)
     assert p.snapshot.cached_tokens == 10 * p.snapshot.cache_hit_probes
+    assert p.snapshot.cache_counted_probes >= p.snapshot.cache_hit_probes  # all server-counted
     assert p.snapshot.fit is None
 
 

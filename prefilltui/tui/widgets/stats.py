@@ -131,6 +131,9 @@ def stats_text(v: StatsView) -> Text:
         line("overhead", ms(v.overhead_s))
         line("queue", ms(v.queue_s) + (" (est.)" if v.queue_estimated else ""))
         line("prefill", ms(v.prefill_s))
+    if v.cache_counted and not v.cached_probes:
+        # a miss proven by the server's own count (usage or /metrics), not by TTFT
+        line("cache", f"0 hits, server-counted on {v.cache_counted}/{v.ok_probes}")
     if v.cached_probes:
         t.append(f"⚠ cached tokens in {v.cached_probes} probe(s)"
                  + (f", last {v.last_cached_tokens}" if v.last_cached_tokens else "")
