@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import os
 import re
-import shutil
 import socket
 import subprocess
 import sys
@@ -23,8 +22,14 @@ import pytest
 
 from tests.integration.test_tui_tmux import Tmux, _save, _wait_for
 
-pytestmark = [pytest.mark.skipif(shutil.which("tmux") is None, reason="tmux is not installed"),
-              pytest.mark.vllm]
+pytestmark = pytest.mark.vllm
+
+
+@pytest.fixture(autouse=True)
+def _tmux_component():
+    from tests.components import require
+
+    require("tmux")  # a missing tmux skips with its install line (fails in CI)
 
 ROW = re.compile(r"^(\S+)\s+(● ok|▲ warn|✖ down|◌ conn|… wait)\s+(\S+)")
 
