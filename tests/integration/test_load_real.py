@@ -57,8 +57,10 @@ def test_llama_cpp_small_batch_interleaves_one_token_per_chunk(llama_server_bina
         rs = _measure(srv.base_url, tmp_path, [PROMPT])
     chunks = -(-PROMPT // (BATCH - 1))  # 5 steps of 63 prompt tokens
     ttft, stall, excess = _med(rs, "ttft_s"), _med(rs, "decode_stall_s"), _med(rs, "decode_excess_s")
-    # about one decode token per chunk (the last comes with the probe's first token)
-    assert chunks - 2 <= _med(rs, "decode_tokens") <= chunks + 1, [r.decode_tokens for r in rs]
+    # about one decode token per chunk (the last comes with the probe's first token); one
+    # or two more arrive while the request is parsed and tokenized, before its first chunk
+    # (measured on a quiet machine: 6, 7, 7 for 5 chunks; a default batch gives 1-2)
+    assert chunks - 2 <= _med(rs, "decode_tokens") <= chunks + 2, [r.decode_tokens for r in rs]
     assert stall < 0.5 * excess, (stall, excess)  # capped at about one chunk
     assert excess == pytest.approx(ttft, rel=0.35)  # the whole prefill is still paid
 
