@@ -32,13 +32,12 @@ from __future__ import annotations
 
 import math
 import re
-import tomllib
 from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any, Literal
 
 from prefilltui.measure.server import url_problem
-from prefilltui.model import limits
+from prefilltui.model import limits, localfile
 from prefilltui.model.catalog import known_names, lookup_gpu
 from prefilltui.model.loadspec import LoadSpec, parse_load
 from prefilltui.model.health import HANG_AFTER_S
@@ -297,11 +296,7 @@ def load_toml(path: str, base: TargetConfig | None = None) -> list[TargetConfig]
         OSError: the file cannot be read; ValueError: bad TOML or a bad field (the
         message names the target and the field).
     """
-    with open(path, "rb") as f:
-        try:
-            doc = tomllib.load(f)
-        except tomllib.TOMLDecodeError as e:
-            raise ValueError(f"{path}: {e}") from None
+    doc = localfile.load_toml(path)  # bounded, BOM dropped, errors name the file
     extra = sorted(set(doc) - {"defaults", "target"})
     if extra:
         raise ValueError(f"{path}: unknown table {extra[0]!r} (expected [defaults] and [[target]])")

@@ -138,6 +138,21 @@ async def aiter_decoded(resp: httpx.Response) -> AsyncIterator[bytes]:
             yield piece
 
 
+def json_request(obj: Any) -> dict[str, Any]:
+    """The keyword arguments that send ``obj`` as a JSON request body (``content`` and
+    its ``Content-Type``), in place of httpx's ``json=``.
+
+    httpx encodes ``json=`` with ``ensure_ascii=False`` then UTF-8, so a value the server
+    itself sent with a lone surrogate (a model id ``"\\ud800"`` from ``/v1/models``,
+    echoed back in every probe) raises ``UnicodeEncodeError`` in the middle of a sweep.
+    Here every non-ASCII character is escaped (``\\u....``): the server decodes exactly
+    the value it sent.  NaN/infinity are refused (``ValueError``), as JSON has none.
+    """
+    data = json.dumps(obj, ensure_ascii=True, separators=(",", ":"), allow_nan=False)
+    return {"content": data.encode("ascii"),
+            "headers": {"Content-Type": "application/json"}}
+
+
 @dataclass(frozen=True, slots=True)
 class Body:
     """What ``fetch`` read: the status, the headers, at most ``max_bytes`` decoded bytes,
@@ -184,9 +199,15 @@ async def fetch(client: httpx.AsyncClient, method: str, url: str, *, max_bytes: 
     """Send one request and read at most ``max_bytes`` decoded bytes of the answer, the
     whole exchange (connect, headers, every read) within ``deadline_s`` seconds.
 
+    A ``json=`` body is sent as ``json_request`` encodes it.
+
     Raises:
         TimeoutError: past the deadline; httpx.HTTPError: a network or decoding failure.
     """
+    if "json" in kwargs:
+        body = json_request(kwargs.pop("json"))
+        kwargs["content"] = body["content"]
+        kwargs["headers"] = {**body["headers"], **(kwargs.get("headers") or {})}
     async with asyncio.timeout(deadline_s):
         async with client.stream(method, url, timeout=deadline_s, **kwargs) as resp:
             content, truncated = await read_capped(resp, max_bytes)

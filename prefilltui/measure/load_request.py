@@ -10,7 +10,6 @@ probes do.
 
 from __future__ import annotations
 
-import json
 import threading
 import time
 from typing import Any
@@ -20,6 +19,7 @@ import httpx
 from prefilltui.measure import bounded
 from prefilltui.measure.server import describe_exc
 from prefilltui.measure.sse import SSEStreamDecoder, classify_chunk
+from prefilltui.model.jsontypes import loads as json_loads
 
 #: Fields the load adds that a server may reject (dropped once, as probes do).
 OPTIONAL_FIELDS = ("ignore_eos", "stream_options")
@@ -64,7 +64,8 @@ async def send_load_request(client: Any, body: dict[str, Any], live: Any,
             an error inside the stream.
     """
     try:
-        async with client.http.stream("POST", client.endpoint, json=body) as resp:
+        async with client.http.stream("POST", client.endpoint,
+                                      **bounded.json_request(body)) as resp:
             if resp.status_code != 200:
                 head, _ = await bounded.read_capped(resp, 2000)
                 text = head.decode("utf-8", "replace")
@@ -95,7 +96,7 @@ def _event(data: str, t: float, lock: threading.Lock, live: Any) -> None:
     if data.strip() == "[DONE]":
         return
     try:
-        obj = json.loads(data)
+        obj = json_loads(data)
     except ValueError:
         raise LoadFault(f"load stream sent non-JSON data: {data[:80]!r}") from None
     info = classify_chunk(obj)

@@ -29,7 +29,6 @@ from __future__ import annotations
 import asyncio
 import base64
 import functools
-import json
 import math
 import os
 import re
@@ -51,6 +50,7 @@ from prefilltui.measure.sse import (SSEStreamDecoder, classify_chunk, classify_r
 from prefilltui.model.redact import (display_url, is_secret_param, scrub_secrets,
                                      split_credentials)
 from prefilltui.model.probe_notes import Redirect, RejectedField, Resend
+from prefilltui.model.jsontypes import loads as json_loads
 from prefilltui.model.types import JsonObject, ProbeResult, ServerInfo
 
 #: Cap on a streamed body (a one-token stream is a few KiB; 4 MiB means runaway).
@@ -614,10 +614,12 @@ class ProbeClient:
         and body (at most ``gateway.MAX_REDIRECTS``; the API key only to the same
         origin); ``notes.redirected`` says where to.  Other 3xx are answered
         as they are (``_http_error`` explains them)."""
+        payload = bounded.json_request(body)  # a server's own odd model id round-trips
         accept = {"Accept": "text/event-stream", "Accept-Encoding": "identity",
-                  REQUEST_ID_HEADER: rid or self._next_request_id()}
+                  REQUEST_ID_HEADER: rid or self._next_request_id(), **payload["headers"]}
         ext = {"trace": _tracer(stamps), RESENDS: [] if resends is None else resends}
-        req = self._http.build_request("POST", url, json=body, headers=accept, extensions=ext)
+        req = self._http.build_request("POST", url, content=payload["content"], headers=accept,
+                                       extensions=ext)
         origin = req.url
         resp = await self._http.send(req, stream=True, follow_redirects=False)
         hops = 0
@@ -627,8 +629,8 @@ class ProbeClient:
                 break
             await resp.aclose()
             hops += 1
-            req = self._http.build_request("POST", target, json=body, headers=accept,
-                                           extensions=ext)
+            req = self._http.build_request("POST", target, content=payload["content"],
+                                           headers=accept, extensions=ext)
             if not gateway.same_origin(origin, target):
                 req.headers.pop("Authorization", None)
             r.notes.redirected = Redirect(status=resp.status_code, to=display_url(str(target)),
@@ -698,7 +700,7 @@ class ProbeClient:
             self._fail(r, "html_page", gateway.html_message(200, text))
             return
         try:
-            obj = json.loads(text)
+            obj = json_loads(text)
         except ValueError:
             obj = None
         if isinstance(obj, dict) and isinstance(obj.get("choices") or obj.get("output"), list):
@@ -774,7 +776,7 @@ class ProbeClient:
                 late = deadline is not None and tail_note is None  # after the finish_reason
                 if ev.event == "error":
                     try:
-                        msg = error_message(json.loads(ev.data))
+                        msg = error_message(json_loads(ev.data))
                     except ValueError:
                         msg = ev.data
                     if late:
@@ -783,7 +785,7 @@ class ProbeClient:
                         self._classify_body_error(r, ev.data, msg or "error event", stream=True)
                     continue
                 try:
-                    obj = json.loads(ev.data)
+                    obj = json_loads(ev.data)
                 except ValueError:
                     msg = f"malformed JSON in stream: {(self._scrub(ev.data) or '')[:120]!r}"
                     if late:
@@ -892,7 +894,7 @@ class ProbeClient:
         text = self._scrub(text) or ""
         err: Any = None
         try:
-            obj = json.loads(text)
+            obj = json_loads(text)
             if isinstance(obj, dict):
                 err = obj["error"] if "error" in obj else (obj if "message" in obj else None)
             elif isinstance(obj, str):

@@ -29,7 +29,6 @@ TTFT or prefill).
 from __future__ import annotations
 
 import asyncio
-import json
 import time
 from typing import Protocol
 
@@ -37,6 +36,7 @@ import httpx
 
 from prefilltui.measure import bounded
 from prefilltui.measure.sse import SSEStreamDecoder, classify_chunk, classify_response_event
+from prefilltui.model.jsontypes import loads as json_loads
 from prefilltui.model.types import JsonObject, ProbeResult, ServerInfo
 
 
@@ -170,7 +170,7 @@ async def check_streaming(client: ProbeClient) -> str:
                     size += len(chunk)
                     for ev in dec.feed(chunk):
                         try:
-                            if classify(json.loads(ev.data)).has_token:
+                            if classify(json_loads(ev.data)).has_token:
                                 times.append(now)
                         except ValueError:
                             continue

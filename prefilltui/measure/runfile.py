@@ -20,6 +20,7 @@ import threading
 import time
 import uuid
 from pathlib import Path
+from typing import Iterator
 
 try:
     import fcntl
@@ -29,6 +30,7 @@ except ImportError:  # pragma: no cover - not POSIX: run files are not locked
 from prefilltui.model.drift import run_fit
 from prefilltui.model.fit import LinearFit
 from prefilltui.model.stall import DecodeTrace
+from prefilltui.model.jsontypes import loads as json_loads
 from prefilltui.model.types import FitMethod, ProbeResult
 
 #: The ``record`` value that marks a session line (not a probe) in a run file.
@@ -332,6 +334,40 @@ class RunSession:
         return f"lines {self.first_line}-{self.last_line}"
 
 
+#: Longest run-file line read (characters): a probe line is ~1-2 KiB, a load request's
+#: line with its token arrivals ~12 characters per token; 16 Mi characters holds a
+#: million-token decode.  A longer line (a damaged or foreign file, ``/dev/zero``) is
+#: skipped as it is read, never held whole in memory.
+MAX_LINE_CHARS = 16 * 2**20
+#: Pieces a too-long line is skipped in, and the most of one line skipped before the
+#: rest of the file is given up (a line without end: ``/dev/zero``, a disk image).
+_SKIP_CHARS = 2**20
+_MAX_SKIP_PIECES = 1024
+
+
+def _lines(f) -> Iterator[tuple[int, str | None]]:
+    """(line number, line) of a text file opened for reading; ``None`` in place of a
+    line longer than ``MAX_LINE_CHARS`` (read past in bounded pieces, never whole; after
+    ``_MAX_SKIP_PIECES`` pieces without its end the file is read no further)."""
+    i = 0
+    while True:
+        line = f.readline(MAX_LINE_CHARS + 1)
+        if not line:
+            return
+        i += 1
+        if len(line) > MAX_LINE_CHARS and not line.endswith("\n"):
+            for _ in range(_MAX_SKIP_PIECES):  # the rest of the line, piece by piece
+                piece = f.readline(_SKIP_CHARS)
+                if not piece or piece.endswith("\n"):
+                    break
+            else:
+                yield i, None
+                return
+            yield i, None
+            continue
+        yield i, line
+
+
 def read_run_sessions(path: str | os.PathLike, *, calibration: list[ProbeResult] | None = None
                       ) -> tuple[list[RunSession], list[str]]:
     """Read a run file split into its runs: a new one starts at a session line with
@@ -347,13 +383,17 @@ def read_run_sessions(path: str | os.PathLike, *, calibration: list[ProbeResult]
     problems: list[str] = []
     last_seq: int | None = None
     with open(path, encoding="utf-8", errors="replace") as f:
-        for i, line in enumerate(f, 1):
+        for i, line in _lines(f):
+            if line is None:
+                problems.append(f"line {i}: longer than {MAX_LINE_CHARS:,} characters "
+                                "(skipped unread)")
+                continue
             s = line.strip()
             if not s:
                 continue
             cur = sessions[-1]
             try:
-                obj = json.loads(s)
+                obj = json_loads(s)
                 if isinstance(obj, dict) and obj.get("record") == SESSION_RECORD:
                     sid = obj.get("session_id") if isinstance(obj.get("session_id"), str) \
                         else None
@@ -398,11 +438,11 @@ def read_session(path: str | os.PathLike) -> dict:
     merged: dict = {}
     try:
         with open(path, encoding="utf-8", errors="replace") as f:
-            for line in f:
-                if f'"record":"{SESSION_RECORD}"' not in line:
+            for _, line in _lines(f):
+                if line is None or f'"record":"{SESSION_RECORD}"' not in line:
                     continue
                 try:
-                    obj = json.loads(line)
+                    obj = json_loads(line)
                 except ValueError:
                     continue
                 if isinstance(obj, dict) and obj.get("record") == SESSION_RECORD:
@@ -421,11 +461,11 @@ def read_load(path: str | os.PathLike) -> tuple[list[DecodeTrace], list[str]]:
     problems: list[str] = []
     try:
         with open(path, encoding="utf-8", errors="replace") as f:
-            for i, line in enumerate(f, 1):
-                if f'"record":"{LOAD_RECORD}"' not in line:
+            for i, line in _lines(f):
+                if line is None or f'"record":"{LOAD_RECORD}"' not in line:
                     continue
                 try:
-                    traces.append(trace_from_record(json.loads(line)))
+                    traces.append(trace_from_record(json_loads(line)))
                 except (ValueError, TypeError, KeyError) as e:
                     problems.append(f"line {i}: load record: {e}")
     except OSError as e:

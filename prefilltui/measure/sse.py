@@ -15,12 +15,13 @@ feed raw socket reads and stamp the clock on the read that completes an event.
 from __future__ import annotations
 
 import codecs
-import json
 import re
 from dataclasses import dataclass
 from typing import Any
 
 from httpx_sse._decoders import SSEDecoder
+
+from prefilltui.model.jsontypes import dumps_short
 
 
 @dataclass(slots=True, frozen=True)
@@ -270,5 +271,5 @@ def error_message(err: Any) -> str:
                 return v
             if isinstance(v, dict):
                 return error_message(v)
-        return json.dumps(err)[:500]
+        return dumps_short(err, 500)
     return str(err)[:500]

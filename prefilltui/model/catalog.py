@@ -15,13 +15,14 @@ Most of it is data: the GPU and model tables, each row with its source.
 
 from __future__ import annotations
 
-import json
 import math
 import re
 from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
+from prefilltui.model.jsontypes import loads as json_loads
+from prefilltui.model.localfile import read_text
 from prefilltui.model.types import JsonObject
 
 GPU_SOURCE = "stas00/ml-engineering accelerator table; NVML name from vLLM config names / nvidia-smi -L"
@@ -364,7 +365,7 @@ def model_from_config(path: str | Path) -> ModelShape:
     MLP 3 x hidden x intermediate (gated; 2 for GPT-2/NeoX-style), MoE: experts per
     token x that (+ shared experts); plus embeddings (x2 when untied).  Raises OSError
     when unreadable, ValueError when the JSON lacks hidden size or layer count."""
-    raw = json.loads(Path(path).read_text())
+    raw = json_loads(read_text(path))  # bounded: the path may name /dev/zero
     if not isinstance(raw, dict):
         raise ValueError(f"{path}: not a JSON object")
     c = raw.get("text_config") if isinstance(raw.get("text_config"), dict) else raw

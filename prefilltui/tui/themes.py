@@ -18,7 +18,6 @@ from __future__ import annotations
 
 import math
 import re
-import tomllib
 from dataclasses import dataclass, field
 from itertools import chain
 from importlib import resources
@@ -28,6 +27,8 @@ from textual.color import Color, ColorParseError
 from textual.css.stylesheet import Stylesheet, StylesheetParseError
 from textual.theme import Theme
 from textual.widget import Widget
+
+from prefilltui.model.localfile import loads_toml, read_text
 
 #: The default theme's name (themes/dark.toml).
 DEFAULT_THEME = "prefilltui-dark"
@@ -168,11 +169,16 @@ def load_theme_file(path: Path) -> Theme:
         ThemeError: unreadable file, bad TOML, or an invalid theme.
     """
     try:
-        data = tomllib.loads(Path(path).read_text(encoding="utf-8"))
+        text = read_text(path)  # bounded; a BOM dropped; named when not UTF-8
     except OSError as exc:
         raise ThemeError(f"{path}: {exc.strerror or exc}") from None
-    except (tomllib.TOMLDecodeError, UnicodeDecodeError) as exc:
-        raise ThemeError(f"{path}: not valid TOML ({exc})") from None
+    except ValueError as exc:
+        raise ThemeError(str(exc)) from None
+    try:
+        data = loads_toml(text, str(path))
+    except ValueError as exc:  # bad TOML, or nested past the recursion limit
+        raise ThemeError(f"{path}: not valid TOML ({str(exc).removeprefix(f'{path}: ')})") \
+            from None
     return parse_theme(data, str(path))
 
 
@@ -205,8 +211,9 @@ def load_themes(*, user_dir: Path | None = None, extra: list[Path] = ()) -> Them
     ts = ThemeSet()
     for fname, text in builtin_theme_files():
         try:
-            ts.add(parse_theme(tomllib.loads(text), f"built-in {fname}"), f"built-in {fname}")
-        except (ThemeError, tomllib.TOMLDecodeError) as exc:
+            ts.add(parse_theme(loads_toml(text, f"built-in {fname}"), f"built-in {fname}"),
+                   f"built-in {fname}")
+        except ValueError as exc:  # ThemeError is one
             ts.problems.append(f"theme built-in {fname}: {exc}")
     if user_dir is not None and user_dir.is_dir():
         for path in sorted(user_dir.glob("*.toml")):

@@ -1,0 +1,61 @@
+"""Small local files read safely: a model ``config.json``, a theme, the exporter's TOML.
+
+These files are small (a few KiB), but the path is the user's or a server's
+(``--model-config``, vLLM's ``/v1/models`` root, a theme directory): it may name
+``/dev/zero``, a FIFO, a disk image or a huge log.  ``read_text`` reads at most
+``max_bytes`` (a longer file is refused, never read whole), drops a UTF-8 byte-order
+mark (Windows editors write one), and names the file in every error.  ``load_toml``
+adds TOML: a table nested past the recursion limit is a ``ValueError`` like any
+other bad TOML, never a ``RecursionError``.
+"""
+
+from __future__ import annotations
+
+import tomllib
+from pathlib import Path
+from typing import Any
+
+#: Largest local configuration file read (bytes): a Hugging Face config.json is
+#: 1-10 KiB, a theme < 2 KiB, an exporter file with MAX_TARGETS targets < 1 MiB.
+MAX_CONFIG_BYTES = 4 * 2**20
+
+
+def read_text(path: str | Path, max_bytes: int = MAX_CONFIG_BYTES) -> str:
+    """The UTF-8 text of ``path`` (a leading byte-order mark dropped).
+
+    Raises:
+        OSError: the file cannot be opened or read.
+        ValueError: longer than ``max_bytes`` (read no further), or not UTF-8; the
+            message names the file.
+    """
+    with open(path, "rb") as f:
+        data = f.read(max_bytes + 1)
+    if len(data) > max_bytes:
+        raise ValueError(f"{path}: larger than {max_bytes // 2**20} MiB: not a configuration "
+                         "file (read no further)")
+    try:
+        text = data.decode("utf-8")
+    except UnicodeDecodeError as e:
+        raise ValueError(f"{path}: not UTF-8 text (byte {e.start}: {e.reason}); save it "
+                         "as UTF-8") from None
+    return text[1:] if text.startswith("\ufeff") else text
+
+
+def load_toml(path: str | Path, max_bytes: int = MAX_CONFIG_BYTES) -> dict[str, Any]:
+    """The TOML document of ``path`` (``read_text`` + ``tomllib``).
+
+    Raises:
+        OSError: unreadable; ValueError: too large, not UTF-8, or not valid TOML (the
+        message names the file and, for bad TOML, the line and column).
+    """
+    return loads_toml(read_text(path, max_bytes), str(path))
+
+
+def loads_toml(text: str, where: str) -> dict[str, Any]:
+    """``tomllib.loads(text)``; every failure a ``ValueError`` naming ``where``."""
+    try:
+        return tomllib.loads(text)
+    except tomllib.TOMLDecodeError as e:
+        raise ValueError(f"{where}: {e}") from None
+    except RecursionError:
+        raise ValueError(f"{where}: nested too deeply to read") from None
