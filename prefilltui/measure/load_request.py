@@ -68,7 +68,8 @@ async def send_load_request(client: Any, body: dict[str, Any], live: Any,
                                       **bounded.json_request(body)) as resp:
             if resp.status_code != 200:
                 head, _ = await bounded.read_capped(resp, 2000)
-                text = head.decode("utf-8", "replace")
+                # the probe client's secrets out of the server's words, before any cut
+                text = client._scrub(head.decode("utf-8", "replace")) or ""
                 for k in OPTIONAL_FIELDS:
                     if resp.status_code in (400, 422) and k in body and k in text:
                         dropped.add(k)

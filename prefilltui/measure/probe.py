@@ -262,10 +262,18 @@ class ProbeClient:
             basic = "Basic " + base64.b64encode(pair).decode("ascii")
             self.notices["Basic auth from the URL"] = (
                 "the URL's user:password is sent as HTTP Basic auth (no API key is set)")
-        #: every secret this client sends, scrubbed from whatever the server says back
-        self._secrets = tuple(v for v in (api_key, creds.password,
+        #: every secret this client sends (the key, the URL's password and secret query
+        #: values, the proxy's credentials), scrubbed from whatever comes back: a
+        #: proxy's 407 page may echo its Proxy-Authorization
+        pcreds = (split_credentials(self.proxy.url) if self.proxy.url is not None
+                  else None)
+        upair = (f"{creds.username or ''}:{creds.password or ''}" if basic else None)
+        ppair = (f"{pcreds.username or ''}:{pcreds.password or ''}"
+                 if pcreds is not None and pcreds.has_userinfo else None)
+        self._secrets = tuple(v for v in (api_key, creds.password, upair,
                                           creds.username if basic else None,
-                                          *(v for k, v in creds.params if is_secret_param(k)))
+                                          *(v for k, v in creds.params if is_secret_param(k)),
+                                          pcreds.password if pcreds else None, ppair)
                               if v)
         self._transport = ResendOnStaleConnection(
             verify=shared_ssl_context(verify),
@@ -324,6 +332,18 @@ class ProbeClient:
         for secret in self._secrets:
             text = scrub_secrets(text, secret)
         return text
+
+    def _scrub_json(self, value: Any, depth: int = 0) -> Any:
+        """A decoded JSON value with every string in it scrubbed (``_scrub``)."""
+        if isinstance(value, str):
+            return self._scrub(value)
+        if depth > 50:
+            return value if isinstance(value, (int, float, bool)) or value is None else None
+        if isinstance(value, dict):
+            return {self._scrub(str(k)): self._scrub_json(v, depth + 1) for k, v in value.items()}
+        if isinstance(value, list):
+            return [self._scrub_json(v, depth + 1) for v in value]
+        return value
 
     # -- discovery / warm-up
     async def discover(self) -> ServerInfo:
@@ -877,6 +897,10 @@ class ProbeClient:
         if status in (401, 403) and red and not red.key_sent:
             r.error_message = (f"{r.error_message} (redirected to {red.to}, another origin: "
                                "the API key is not sent there; use that URL as the server URL)")
+        if status == 407:
+            r.error_message = (f"{r.error_message} (the proxy asks for credentials: put "
+                               "USER:PASSWORD@ before its host in the proxy URL; they are "
+                               "never shown)")
         if status in (404, 405) and self.api != "responses":
             await _kinds.responses_hint(self, r)
 
@@ -894,7 +918,9 @@ class ProbeClient:
         text = self._scrub(text) or ""
         err: Any = None
         try:
-            obj = json_loads(text)
+            # decoded, a JSON string may hold a secret its escapes hid from the scrub
+            # above (``\u0073k-...``, ``\/``): scrubbed again, before any cut below
+            obj = self._scrub_json(json_loads(text))
             if isinstance(obj, dict):
                 err = obj["error"] if "error" in obj else (obj if "message" in obj else None)
             elif isinstance(obj, str):

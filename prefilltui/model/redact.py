@@ -13,6 +13,8 @@ auth only when no API key is given), so the URL strings the client derives (its 
 
 from __future__ import annotations
 
+import base64
+import functools
 import re
 import urllib.parse
 from dataclasses import dataclass
@@ -53,6 +55,7 @@ def display_url(url: str | None) -> str | None:
     (``user:pw@host``) and the value of every secret query parameter
     (``is_secret_param``: ``api_key=``, ``token=``, ``sig=``...) replaced by ``***``;
     a user name alone (``TOKEN@host``, as tokens are often given) by ``***`` too.
+    A ``#fragment`` (never sent; OAuth puts ``#access_token=`` there) is dropped.
     A string that does not parse as a URL is shown with anything before an ``@`` masked.
     """
     if not url:
@@ -67,9 +70,11 @@ def display_url(url: str | None) -> str | None:
         user, has_pw, _ = userinfo.partition(":")
         netloc = f"{user}:{MASK}@{host}" if has_pw else f"{MASK}@{host}"
     query = _redact_query(parts.query)
-    if netloc == parts.netloc and query == parts.query:
+    if netloc == parts.netloc and query == parts.query and not parts.fragment:
         return url
-    return urllib.parse.urlunsplit(parts._replace(netloc=netloc, query=query))
+    # the fragment is never sent, and OAuth-style URLs carry tokens there
+    # (``#access_token=...``): it is not shown at all
+    return urllib.parse.urlunsplit(parts._replace(netloc=netloc, query=query, fragment=""))
 
 
 @dataclass(frozen=True, slots=True)
@@ -117,8 +122,12 @@ PLACEHOLDER_KEYS = frozenset({"empty", "none", "null", "dummy", "token", "key", 
                               "sk-xxx", "sk-dummy", "sk-fake", "fake", "test", "secret"})
 _AUTH_ECHO = re.compile(r"(?i)(\b(?:authorization|x-api-key|api-key)\b[\"']?\s*[:=]\s*[\"']?"
                         r"(?:bearer\s+|basic\s+)?|\bbearer\s+)([^\s\"',;}\]]+)")
-_URL_KEY = re.compile(r"(?i)([?&](?:api[_-]?key|key|token|access[_-]?token|password|secret|"
-                      r"sig|signature)=)([^&\s\"'#]+)")
+#: A URL parameter (query or fragment) whose name is or contains a secret's word
+#: (``SECRET_PARAM_NAMES`` / ``SECRET_PARAM_PARTS``: ``api_key``, ``X-Amz-Signature``,
+#: ``#access_token``), as a server may quote a URL in its text.
+_URL_KEY = re.compile(r"(?i)([?&#;](?:[\w.-]*(?:key|token|secret|passw(?:or)?d|pwd|signature|"
+                      r"credential|auth)[\w.-]*|sig|code|session(?:id)?|jwt|bearer|pass)=)"
+                      r"([^&\s\"'#<>]+)")
 _URL_USERINFO = re.compile(r"(?i)(\b[a-z][a-z0-9+.-]*://)([^/@\s\"'<>]+)@")
 
 
@@ -132,15 +141,58 @@ def scrub_secrets(text: str | None, key: str | None = None) -> str | None:
     request header), and, for a real-looking key (``MIN_SECRET_KEY_LEN`` chars or
     more, not in ``PLACEHOLDER_KEYS``), the key wherever it stands, in any letter
     case, glued to other text or not.  A short or placeholder key never rewrites the server's words
-    (``x`` in "ValidationException", ``EMPTY`` in "prompt is empty").
+    (``x`` in "ValidationException", ``EMPTY`` in "prompt is empty").  The value after
+    an echoed ``Authorization:``/``Proxy-Authorization:`` header is masked whether or
+    not a key is given (a proxy's Basic credentials are sent without one).
+
+    A real-looking key is also masked in the forms a server may echo it in
+    (``secret_forms``): percent-encoded (``sk-a%2Bb``), and base64 whatever its
+    alignment inside a longer base64 text (``Basic base64(user:KEY)``, a token).
     """
     if not text:
         return text
     text = _URL_KEY.sub(lambda m: m.group(1) + MASK, text)
     text = _URL_USERINFO.sub(lambda m: m.group(1) + MASK + "@", text)
+    text = _AUTH_ECHO.sub(lambda m: m.group(1) + MASK, text)
     if not key:
         return text
-    text = _AUTH_ECHO.sub(lambda m: m.group(1) + MASK, text)
     if len(key) >= MIN_SECRET_KEY_LEN and key.lower() not in PLACEHOLDER_KEYS:
-        text = re.sub(re.escape(key), MASK, text, flags=re.IGNORECASE)
+        text = _forms_pattern(key).sub(MASK, text)
     return text
+
+
+def secret_forms(key: str) -> tuple[tuple[str, ...], tuple[str, ...]]:
+    """The texts ``key`` may appear as in a server's answer: (plain forms, base64 cores).
+
+    Plain: the key itself and its percent-encodings (``quote``, ``quote_plus``).  Base64
+    (standard and URL-safe alphabets), at each of the three byte alignments the key can
+    have inside a longer base64 text (``Basic base64(user:KEY)``): for alignment ``o``
+    the characters that encode bytes of the key only.  ``scrub_secrets`` masks a core
+    with up to 3 base64 characters either side, the edge characters that carry the
+    key's first and last bytes mixed with their neighbours'.  Forms shorter than
+    ``MIN_SECRET_KEY_LEN`` are dropped."""
+    raw = key.encode("utf-8", "surrogatepass")
+    plain = {key, urllib.parse.quote(key, safe=""), urllib.parse.quote_plus(key)}
+    cores = set()
+    for o in range(3):
+        enc = base64.b64encode(b"\0" * o + raw).decode("ascii")
+        start = -(-o // 3) * 4  # the first 4-character group of key bytes only
+        end = (o + len(raw)) // 3 * 4  # the end of the last such group
+        cores |= {enc[start:end], enc[start:end].translate(_URLSAFE)}
+
+    def keep(forms: set[str]) -> tuple[str, ...]:
+        return tuple(sorted((f for f in forms if len(f) >= MIN_SECRET_KEY_LEN),
+                            key=len, reverse=True))
+    return keep(plain), keep(cores)
+
+
+_URLSAFE = str.maketrans("+/", "-_")
+_B64_EDGE = "[A-Za-z0-9+/_-]{0,3}"
+
+
+@functools.lru_cache(maxsize=64)
+def _forms_pattern(key: str) -> re.Pattern[str]:
+    plain, cores = secret_forms(key)
+    alts = [f"{_B64_EDGE}{re.escape(c)}{_B64_EDGE}={{0,2}}" for c in cores]
+    alts += [re.escape(f) for f in plain]
+    return re.compile("|".join(alts), re.IGNORECASE)
