@@ -12,7 +12,6 @@ import urllib.parse
 import pytest
 
 from tests.fakeserver import Reply, models_reply
-from tests.forwardproxy import ForwardProxy
 from prefilltui.cli import main
 from prefilltui.measure.probe import ProbeClient
 from prefilltui.model.redact import display_url, scrub_secrets
