@@ -46,7 +46,7 @@ from prefilltui.measure import server as _server
 from prefilltui.measure.proxy import ProxyChoice, choose_proxy
 from prefilltui.model.prompts import LengthModel, PromptBuilder, build_prompt
 from prefilltui.measure.sse import (SSEStreamDecoder, classify_chunk, classify_response_event,
-                                    error_message)
+                                    error_message, error_part)
 from prefilltui.model.redact import (display_url, is_secret_param, scrub_secrets,
                                      split_credentials)
 from prefilltui.model.probe_notes import Redirect, RejectedField, Resend
@@ -754,10 +754,19 @@ class ProbeClient:
         tail_note: str | None = None  # why reading stops at ``deadline`` before the end
         t_done: float | None = None
         t_data = t0  # the read that brought the last event with data
-        token_read = done_read = last_data_read = 0
         t_answer: float | None = None  # the first event of the answer (not role-only)
+        #: the read that brought the token; the longest any later read waited for its
+        #: bytes (one that waits under BUFFER_WAIT_S found them already there) and the
+        #: bytes those reads brought (``_together``)
+        token_read = after = 0
+        waited = 0.0
+        #: the longest wait of any read after the body's first: under BUFFER_WAIT_S,
+        #: the whole body so far was there at its first read
+        waited_body = 0.0
+        body_read = 0
         chunks = rest if rest is not None else bounded.aiter_decoded(resp).__aiter__()
         while True:
+            t_ask = time.perf_counter()
             try:
                 if first is not None:
                     (now, chunk), first = first, None
@@ -769,9 +778,11 @@ class ProbeClient:
                         chunk = await chunks.__anext__()
                     now = time.perf_counter()
             except StopAsyncIteration:
-                if not done and token_read and token_read == last_data_read and \
-                        time.perf_counter() - t_data < _kinds.BUFFER_EOF_S:
-                    r.notes.token_with_end = True  # the body ended with the token's read
+                if token_read and not done:  # the body ended: with the token?
+                    eof_wait = time.perf_counter() - t_ask
+                    if (reads == token_read and eof_wait < _kinds.BUFFER_EOF_S) or \
+                            _together(max(waited, eof_wait), after):
+                        r.notes.token_with_end = True
                 break
             except (TimeoutError, httpx.HTTPError) as e:
                 if deadline is None or (tail_note is not None and not isinstance(e, TimeoutError)):
@@ -779,6 +790,12 @@ class ProbeClient:
                 r.notes.stream_end = tail_note or _after_complete(e, done)
                 break
             reads += 1
+            if token_read:
+                waited, after = max(waited, now - t_ask), after + len(chunk)
+            if body_read:
+                waited_body = max(waited_body, now - t_ask)
+            elif chunk:
+                body_read = reads
             if r.ttfb_s is None and chunk:
                 r.ttfb_s = now - t0
             if done:
@@ -789,10 +806,12 @@ class ProbeClient:
                 return
             for ev in dec.feed(chunk):
                 if ev.data.strip() == "[DONE]":
-                    done, t_done, done_read = True, now, reads
+                    done, t_done = True, now
                     deadline, tail_note = now + POST_COMPLETION_GRACE_S, None
+                    if reads == token_read or _together(waited, after):
+                        r.notes.token_with_end = True  # the token and [DONE] together
                     break
-                t_data, last_data_read = now, reads
+                t_data = now
                 late = deadline is not None and tail_note is None  # after the finish_reason
                 if ev.event == "error":
                     try:
@@ -827,6 +846,11 @@ class ProbeClient:
                     if (self.token_cap or 1) > 1:
                         continue  # a cap over 1 (Responses API: 16): read on, within the tail
                     _kinds.second_token(r, now, self.token_cap)
+                    # two tokens there at the body's first read (the role chunk, the
+                    # 1st token and the 2nd at once): a buffering path that also ignores
+                    # the cap (probe_kinds.settle_buffered decides)
+                    if waited_body < _kinds.BUFFER_WAIT_S:
+                        r.notes.token_with_end = True
                     stop = True  # the data a probe needs is complete: close at once
                     break
                 if info.has_token and r.ttft_s is None:
@@ -852,8 +876,6 @@ class ProbeClient:
                 break
             if (tail_note is not None or deadline is None) and finished and r.ttft_s is not None:
                 deadline, tail_note = now + POST_COMPLETION_GRACE_S, None
-        if done_read and done_read == token_read:
-            r.notes.token_with_end = True  # the token and [DONE] in one read
         if t_done is not None:
             r.t_end = t_done
         elif r.notes.stream_end is not None or stop:
@@ -920,19 +942,15 @@ class ProbeClient:
         try:
             # decoded, a JSON string may hold a secret its escapes hid from the scrub
             # above (``\u0073k-...``, ``\/``): scrubbed again, before any cut below
-            obj = self._scrub_json(json_loads(text))
-            if isinstance(obj, dict):
-                err = obj["error"] if "error" in obj else (obj if "message" in obj else None)
-            elif isinstance(obj, str):
-                err = obj
-        except ValueError:
-            err = text.strip()[:300] or None if default_kind != "protocol" else None
+            err = error_part(self._scrub_json(json_loads(text)))
+        except ValueError:  # not JSON: the server's own words, as text
+            err = " ".join(text.split())[:300] or None
         msg = error_message(err) if err is not None else fallback
         if stream:
             default_kind = "stream_error"
         elif not msg or msg == fallback:
             msg = fallback
-        elif default_kind in ("http", "rate_limited"):
+        else:  # "HTTP 400: <the server's words>"
             msg = f"{fallback}: {msg}"
         if _CTX_PATTERNS.search(text) or _CTX_PATTERNS.search(msg):
             n_prompt, n_ctx = context_numbers(err, text)
@@ -1069,6 +1087,14 @@ def _vet(r: ProbeResult) -> None:
              "is longer than the measured TTFT" + (f" {r.ttft_s:.3f} s" if r.ttft_s else "")
              + ": not a prefill time")
         r.server_prefill_s = None
+
+
+def _together(waited: float, after: int) -> bool:
+    """Whether the end came with the token over several reads: none of the reads after
+    the token's waited for its bytes (``waited`` < BUFFER_WAIT_S) and they brought at
+    least ``probe_kinds.TOGETHER_BYTES`` (a buffered body released at once spans many
+    64 KiB reads; a streaming server's one-token answer ends in a few hundred bytes)."""
+    return waited < _kinds.BUFFER_WAIT_S and after >= _kinds.TOGETHER_BYTES
 
 
 def _note_late(r: ProbeResult, message: str) -> None:

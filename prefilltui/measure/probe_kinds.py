@@ -63,6 +63,13 @@ class ProbeClient(Protocol):
 #: A read that ends the body this soon after the token's read ends it "together"
 #: (an unbuffered server sends its finish chunk and terminator as separate writes).
 BUFFER_EOF_S = 0.002
+#: A read after the token's that waits less than this for its bytes found them already
+#: there (a read returns at once from a socket that holds more; a server's next write
+#: comes at least a scheduler tick, ~1 ms, later).  A second token so read came with
+#: the first; so did an end reached so after ``TOGETHER_BYTES`` more (a buffered body
+#: spanning several reads).
+BUFFER_WAIT_S = 0.0005
+TOGETHER_BYTES = 16 * 1024
 #: Tokens the streaming check asks for, and the least spread of their arrival
 #: that proves a streaming path (decode steps of real servers take >= ~2 ms each).
 CHECK_TOKENS = 8
@@ -134,38 +141,64 @@ def note(client: ProbeClient, r: ProbeResult) -> None:
 
 
 async def settle_buffered(client: ProbeClient, r: ProbeResult) -> None:
-    """Decide a probe whose token came with the end (see the module docstring)."""
-    if client.streaming is None:
-        client.streaming = await check_streaming(client)
-    if client.streaming == "streams":
+    """Decide a probe whose token came with the end (see the module docstring).  The
+    check runs within what is left of the probe's timeout (no probe outlives it); a
+    check cut short by that is not remembered (the next such probe asks again)."""
+    verdict = client.streaming
+    if verdict is None:
+        left = client.timeout - (r.total_s or 0.0)
+        verdict, complete = await check_streaming(client, max(0.0, left))
+        if complete:
+            client.streaming = verdict
+    if verdict == "streams":
         return
     arrival = r.ttft_s
     r.arrival_s = arrival
     r.ttft_s = None
     r.ok = False
     r.error_kind = "buffered"
-    seen = ("a check got 8 tokens in one read" if client.streaming == "buffers"
-            else "the token came in the same read as the end of the stream")
+    seen = (f"a check asking for {CHECK_TOKENS} tokens got its tokens all at once"
+            if verdict == "buffers"
+            else "the end of the stream was already there when its token was read")
     r.error_message = (f"the answer arrived all at once ({seen}, "
                        f"{(arrival or 0) * 1e3:.0f} ms after the request): a gateway or proxy "
                        "buffers the stream, so TTFT cannot be known; " + BUFFER_ADVICE)
 
 
-async def check_streaming(client: ProbeClient) -> str:
-    """"streams", "buffers" or "unknown": one request for CHECK_TOKENS tokens, read
-    until they came (bounded by the client's timeout); never raises."""
+#: After a check's last token, how long to wait for another before deciding on those.
+CHECK_TAIL_S = 1.0
+
+
+async def check_streaming(client: ProbeClient, deadline_s: float | None = None
+                          ) -> tuple[str, bool]:
+    """("streams" | "buffers" | "unknown", complete): one request for CHECK_TOKENS
+    tokens, read until they came, ``CHECK_TAIL_S`` passed without another token, or
+    ``deadline_s`` (default: the client's timeout) ran out; ``complete`` is False when
+    the deadline cut it short.  "buffers": two or more tokens, all in one moment.
+    Never raises."""
     body = client._body(_CHECK_PROMPT, CHECK_TOKENS)
     classify = classify_response_event if client.api == "responses" else classify_chunk
     times: list[float] = []
     scratch = ProbeResult()
+    complete = True
     try:
-        async with asyncio.timeout(client.timeout):
+        async with asyncio.timeout(client.timeout if deadline_s is None else deadline_s):
             resp = await client._send(client.endpoint, body, scratch, {})
             try:
                 if resp.status_code != 200:
-                    return "unknown"
+                    return "unknown", True
                 dec, size = SSEStreamDecoder(), 0
-                async for chunk in bounded.aiter_decoded(resp):
+                chunks = bounded.aiter_decoded(resp).__aiter__()
+                while len(times) < CHECK_TOKENS and size <= 1_000_000:
+                    try:
+                        if times:  # tokens came: one more within the tail, or decide
+                            tail = times[-1] + CHECK_TAIL_S - time.perf_counter()
+                            async with asyncio.timeout(max(0.0, tail)):
+                                chunk = await chunks.__anext__()
+                        else:
+                            chunk = await chunks.__anext__()
+                    except (StopAsyncIteration, TimeoutError):
+                        break  # the end, or no token within the tail: decide on these
                     now = time.perf_counter()
                     size += len(chunk)
                     for ev in dec.feed(chunk):
@@ -174,15 +207,15 @@ async def check_streaming(client: ProbeClient) -> str:
                                 times.append(now)
                         except ValueError:
                             continue
-                    if len(times) >= CHECK_TOKENS or size > 1_000_000:
-                        break
             finally:
                 await resp.aclose()
-    except (httpx.HTTPError, TimeoutError):
+    except TimeoutError:
+        complete = False
+    except httpx.HTTPError:
         pass
     if len(times) < 2:
-        return "unknown"
-    return "streams" if times[-1] - times[0] >= BUFFER_SPREAD_S else "buffers"
+        return "unknown", complete
+    return ("streams" if times[-1] - times[0] >= BUFFER_SPREAD_S else "buffers"), True
 
 
 async def responses_hint(client: ProbeClient, r: ProbeResult) -> None:

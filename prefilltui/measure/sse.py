@@ -262,14 +262,62 @@ def classify_response_event(obj: Any) -> ChunkInfo:
     return info
 
 
-def error_message(err: Any) -> str:
-    """The human message of an OpenAI-style error value (dict, string or other)."""
+#: Keys under which servers put an error's words, in the order they are preferred:
+#: OpenAI ``message``, FastAPI/vLLM/TGI ``detail`` (a string or pydantic's list),
+#: ``error``, ``msg``, OAuth ``error_description``, RFC 9457 problem details
+#: (``detail`` over ``title``), ``reason``/``description`` of other gateways.
+ERROR_KEYS = ("message", "detail", "error", "msg", "error_description", "description",
+              "reason", "title")
+
+
+def error_message(err: Any, depth: int = 0) -> str:
+    """The human message of an error value: an OpenAI-style dict, FastAPI's ``detail``
+    (a string, or pydantic's list of ``{"loc", "msg"}``: ``body.max_tokens: Extra
+    inputs are not permitted``), a list of errors (Google APIs send ``[{"error": ...}]``),
+    ``{"errors": [...]}``, a string, or anything else (quoted as JSON).  At most 500
+    characters."""
+    if depth > 8:
+        return dumps_short(err, 500)
     if isinstance(err, dict):
-        for k in ("message", "detail", "error", "msg"):
+        for k in ERROR_KEYS:
             v = err.get(k)
             if isinstance(v, str) and v:
-                return v
-            if isinstance(v, dict):
-                return error_message(v)
+                return v[:500]
+            if isinstance(v, (dict, list)) and v:
+                return error_message(v, depth + 1)
+        errors = err.get("errors")
+        if isinstance(errors, (list, dict)) and errors:
+            return error_message(errors, depth + 1)
+        if isinstance(err.get("msg"), str) and err.get("loc"):
+            return _pydantic(err)
         return dumps_short(err, 500)
+    if isinstance(err, list) and err:
+        parts = [_pydantic(e) if isinstance(e, dict) and "msg" in e and "loc" in e
+                 else error_message(e, depth + 1) for e in err[:5]]
+        more = f" (and {len(err) - 5} more)" if len(err) > 5 else ""
+        return ("; ".join(parts) + more)[:500]
     return str(err)[:500]
+
+
+def _pydantic(e: dict) -> str:
+    """``body.max_tokens: Extra inputs are not permitted`` from a pydantic error."""
+    loc = e.get("loc")
+    where = ".".join(str(x) for x in loc) if isinstance(loc, (list, tuple)) else str(loc)
+    return f"{where}: {e.get('msg')}"
+
+
+def error_part(obj: Any) -> Any:
+    """The part of a decoded error body that holds the error (for ``error_message``), or
+    None when it looks like no error at all: ``obj["error"]`` when it says something,
+    else the object itself when it has one of ``ERROR_KEYS`` or ``errors``; a list
+    (``[{"error": {...}}]``) or a string as it is."""
+    if isinstance(obj, dict):
+        e = obj.get("error")
+        if isinstance(e, (str, dict, list)) and e:
+            return e
+        if any(obj.get(k) for k in ERROR_KEYS + ("errors",)):
+            return obj
+        return None
+    if isinstance(obj, (list, str)) and obj:
+        return obj
+    return None

@@ -1,0 +1,114 @@
+"""Held-out variants of issue 22's stream kinds: a buffering path that also ignores
+max_tokens (the whole answer at once), a buffered body over several reads, a check
+that must not hold the probe, and error bodies in the shapes servers really use
+(FastAPI ``detail``, pydantic lists, Google's list, RFC 9457, plain text), whose own
+words the message must carry."""
+
+from __future__ import annotations
+
+import time
+
+import pytest
+
+from tests.fakeserver import Reply, models_reply, sse_data, sse_delta, sse_done, sse_text
+from prefilltui.measure.probe import ProbeClient
+
+USAGE = sse_data({"choices": [], "usage": {"prompt_tokens": 12, "completion_tokens": 1}})
+
+
+async def probe(srv, *, api="completions", timeout=5):
+    async with ProbeClient(srv.base_url, api=api, model="m", timeout=timeout) as c:
+        await c.discover()
+        await c.warm()
+        t = time.perf_counter()
+        r = await c.probe(16, prompt="hello world")
+        return r, c, time.perf_counter() - t
+
+
+# ------------------------------------------------ buffered, and the cap ignored
+
+@pytest.mark.parametrize("api", ["completions", "chat"])
+async def test_a_buffered_answer_that_ignores_the_cap_has_no_ttft(fake_server, api):
+    """A gateway that drops max_tokens and buffers: 40 tokens (the role chunk first for
+    chat), no [DONE], all in one write 0.3 s after the request.  Before: ok, "TTFT"
+    0.30 s (the arrival), cap_ignored."""
+    if api == "chat":
+        body = sse_delta(role="assistant") + b"".join(sse_delta(content=" w") for _ in range(40))
+    else:
+        body = b"".join(sse_text(" w") for _ in range(40))
+    path = "/v1/chat/completions" if api == "chat" else "/v1/completions"
+    srv = fake_server({"GET /v1/models": models_reply("m"),
+                       f"POST {path}": Reply.sse([(0.3, body)])})
+    r, c, wall = await probe(srv, api=api)
+    assert not r.ok and r.error_kind == "buffered" and not r.fit_eligible, r.error_message
+    assert r.ttft_s is None and 0.29 <= r.arrival_s <= 0.6
+    assert "buffered" in c.notices and c.streaming == "buffers"
+    assert wall < 2.5
+
+
+async def test_a_buffered_body_over_several_reads_has_no_ttft(fake_server):
+    """One token, then ~100 KiB (comments, a large usage tail) and [DONE], all written at
+    once 0.2 s after the request: the reader gets it in several 64 KiB reads.  Before:
+    ok, "TTFT" = the arrival (the token and [DONE] were in different reads)."""
+    body = sse_text("Hi") + sse_text("", finish="length") + b": pad\n" * 16000 + USAGE + sse_done()
+    srv = fake_server({"GET /v1/models": models_reply("m"),
+                       "POST /v1/completions": Reply.sse([(0.2, body)])})
+    r, c, _ = await probe(srv)
+    assert not r.ok and r.error_kind == "buffered", r.error_message
+    assert r.ttft_s is None and r.arrival_s >= 0.19
+
+
+async def test_two_tokens_after_a_streamed_start_are_not_buffered(fake_server):
+    """The role chunk at 0.05 s, then two tokens in one read at 0.2 s: the path streams
+    (the body started before the tokens) and coalesced two decode steps; the probe
+    stands, its TTFT the first token's read."""
+    srv = fake_server({"GET /v1/models": models_reply("m"), "POST /v1/chat/completions": Reply.sse(
+        [(0.05, sse_delta(role="assistant")),
+         (0.2, sse_delta(content="Hi") + sse_delta(content=" there"))])})
+    r, _, _ = await probe(srv, api="chat")
+    assert r.ok and 0.19 <= r.ttft_s <= 0.4, r.error_message
+    assert r.notes.cap_ignored and not r.notes.token_with_end
+
+
+async def test_the_streaming_check_ends_one_tail_after_its_last_token(fake_server):
+    """Two tokens at once, then keep-alive comments every 0.1 s forever (timeout 5 s):
+    the 8-token check waited for its 8 tokens until the timeout (5.1 s for the probe);
+    it now decides one CHECK_TAIL_S after the last token."""
+    stream = [(0.1, sse_text("a") + sse_text("b"))] + [(0.1 + 0.1 * i, b": ka\n\n")
+                                                       for i in range(1, 100)]
+    srv = fake_server({"GET /v1/models": models_reply("m"),
+                       "POST /v1/completions": Reply.sse(stream)})
+    r, _, wall = await probe(srv, timeout=5)
+    assert r.error_kind == "buffered" and wall < 2.5, (r.error_message, wall)
+
+
+# ------------------------------------------------ error bodies: the server's own words
+
+@pytest.mark.parametrize("status, body, words", [
+    (400, {"detail": "max_tokens is not supported here"}, "max_tokens is not supported here"),
+    (422, {"detail": [{"type": "missing", "loc": ["body", "prompt"], "msg": "Field required",
+                       "input": None}]}, "body.prompt: Field required"),
+    (400, [{"error": {"code": 400, "message": "API key not valid for this project",
+                      "status": "INVALID_ARGUMENT"}}], "API key not valid for this project"),
+    (400, {"errors": [{"message": "model is warming up"}]}, "model is warming up"),
+    (403, {"type": "about:blank", "title": "Forbidden", "detail": "quota exhausted for org"},
+     "quota exhausted for org"),
+    (400, {"error": True, "message": "unsupported model family"}, "unsupported model family"),
+    (401, {"error": "invalid_token", "error_description": "token expired"}, "invalid_token"),
+])
+async def test_an_error_body_of_any_common_shape_keeps_the_servers_words(fake_server, status,
+                                                                        body, words):
+    srv = fake_server({"GET /v1/models": models_reply("m"),
+                       "POST /v1/completions": Reply.json(body, status)})
+    r, _, _ = await probe(srv)
+    assert r.error_kind == "http" and r.error_message.startswith(f"HTTP {status}: ")
+    assert words in r.error_message, r.error_message  # was: "HTTP 400" alone
+
+
+async def test_a_plain_text_200_that_is_not_a_stream_quotes_it(fake_server):
+    srv = fake_server({"GET /v1/models": models_reply("m"), "POST /v1/completions": Reply.text(
+        "Service  temporarily\nunavailable: upstream pool drained")})
+    r, _, _ = await probe(srv)
+    assert r.error_kind == "protocol"
+    assert r.error_message == ("server did not stream (content-type 'text/plain'): Service "
+                               "temporarily unavailable: upstream pool drained")
