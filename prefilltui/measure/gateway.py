@@ -36,12 +36,21 @@ def looks_like_sse(head: bytes) -> bool:
     return bool(_SSE_START.match(head[:256]))
 
 
+_HTML_PREAMBLE = re.compile(r"(?:\s+|\ufeff|<\?xml[^>]*>|<!--.*?-->)*", re.S)
+_HTML_START = re.compile(r"<(?:!doctype\s+html|html|head|body|title|meta|link|script|style|"
+                         r"noscript|form|div|h1|p)\b", re.I)
+
+
 def looks_like_html(ctype: str, head: str) -> bool:
     """True for an HTML page: a ``text/html``/``xhtml`` content type, or a body that
-    starts with a doctype or ``<html``."""
-    start = head.lstrip()[:64].lower()
-    return ("html" in ctype.lower() or start.startswith("<!doctype html")
-            or start.startswith("<html"))
+    starts (after a byte-order mark, whitespace, an XML declaration and comments) with
+    a doctype or an element of a page's head or body (``<html``, ``<head``,
+    ``<title``, ...) whatever content type it is labelled with."""
+    if "html" in ctype.lower():
+        return True
+    text = head[:4096]
+    m = _HTML_PREAMBLE.match(text)
+    return bool(_HTML_START.match(text, m.end() if m else 0))
 
 
 class _PageText(html.parser.HTMLParser):
@@ -75,7 +84,7 @@ def html_summary(page: str) -> str:
     """``“Title”: first visible words`` of an HTML page (at most ~200 characters)."""
     p = _PageText()
     try:
-        p.feed(page[:65536])
+        p.feed(page[:65536].replace("\ufeff", ""))
         p.close()
     except Exception:  # noqa: BLE001 - a broken page still gets a message
         pass
@@ -93,7 +102,8 @@ def html_message(status: int, page: str, location: str | None = None) -> str:
     the kind, and what the user can do."""
     where = f" (redirecting to {display_url(location)})" if location else ""
     auth = status in (401, 403, 407) or bool(location) or re.search(
-        r"sign[ -]?in|log[ -]?in|password|sso|single sign|authenticat", page[:65536], re.I)
+        r"sign[ -]?in|log[ -]?in|password|sso|single sign|authenticat|user ?name|"
+        r"captive portal|access portal", page[:65536], re.I)
     what = ("a sign-in page (a login portal, SSO or gateway is in front of the API)" if auth
             else "an HTML page, not an API answer (a web UI, portal or proxy error page)")
     todo = ("sign in where the page says or pass the gateway's API key (--api-key-env), "

@@ -306,6 +306,11 @@ class ProbeClient:
         self._last_error_body = ""
         self._session_id = os.urandom(4).hex()  # request ids: prefilltui-<this>-<n>
         self._requests = 0
+        #: the model was discovery's pick (no --model): a refused one may be swapped for
+        #: another listed model until a probe succeeds (probe_kinds.try_other_models)
+        self._auto_model = model is None
+        self._any_ok = False
+        self.tried_models = 0
 
     @property
     def http(self) -> httpx.AsyncClient:
@@ -466,17 +471,23 @@ class ProbeClient:
     def _rejected_field(self, r: ProbeResult, body: JsonObject) -> str | None:
         """The optional field a 400/422 answer names (itself or any of its sub-keys,
         in any wording: "Unknown field: stream_options", "extraneous key
-        [include_usage] is not permitted", "streamOptions.includeUsage"), or None."""
+        [include_usage] is not permitted", "streamOptions.includeUsage", "max tokens
+        is not supported"), or None.  When it names several, the one it names first:
+        "unknown field `ignore_eos`, expected one of `model`, ..., `stream_options`"
+        rejects ignore_eos, not stream_options."""
         if r.http_status not in (400, 422) or r.error_kind != "http":
             return None
-        said = {_norm(w) for w in _IDENT.findall(f"{r.error_message}\n{self._last_error_body}")}
+        said = _first_mentions(f"{r.error_message}\n{self._last_error_body}")
+        best: tuple[int, str] | None = None
         for k in OPTIONAL_FIELDS + CAP_FIELDS:
             if k in self._replaced and CAP_REPLACEMENTS[k][0] == k:
                 continue  # already at its replacement value
             if k in body and k not in self._dropped | self._kept and k not in self.extra_body:
-                if said & {_norm(n) for n in _names(k, body[k])}:
-                    return k
-        return None
+                at = min((said[n] for n in {_norm(x) for x in _names(k, body[k])} if n in said),
+                         default=None)
+                if at is not None and (best is None or at < best[0]):
+                    best = (at, k)
+        return best[1] if best else None
 
     async def probe(self, requested_tokens: int, *, warmup: bool = False, burst: bool = False,
                     prompt: str | None = None) -> ProbeResult:
@@ -512,14 +523,18 @@ class ProbeClient:
             body = self._body(prompt)
             await self._attempt(r, body)
             if r.http_status == first.http_status and r.error_message == first.error_message:
-                # the same answer without the field: it was quoted, not the cause
+                # the same answer without the field: it was quoted, not the cause; the
+                # answer may still name the one that is (the next candidate)
                 (self._replaced if replaced else self._dropped).discard(field)
                 self._kept.add(field)  # never retried for it again
                 self.notices.pop(label, None)
                 r.notes.rejected_field = None
-                break
+                body = self._body(prompt)
+        if _kinds.may_try_other_models(self, r, self._auto_model, self._any_ok):
+            r = await _kinds.try_other_models(self, r, prompt)
         if r.notes.token_with_end and r.ok:
             await _kinds.settle_buffered(self, r)
+        self._any_ok = self._any_ok or r.ok
         _kinds.note(self, r)
         _kinds.model_hint(self, r)
         _vet(r)
@@ -755,11 +770,10 @@ class ProbeClient:
         t_done: float | None = None
         t_data = t0  # the read that brought the last event with data
         t_answer: float | None = None  # the first event of the answer (not role-only)
-        #: the read that brought the token; the longest any later read waited for its
-        #: bytes (one that waits under BUFFER_WAIT_S found them already there) and the
-        #: bytes those reads brought (``_together``)
+        #: the read that brought the token, its time, and the bytes later reads brought
+        #: (``_together``)
         token_read = after = 0
-        waited = 0.0
+        t_tok = 0.0
         #: the longest wait of any read after the body's first: under BUFFER_WAIT_S,
         #: the whole body so far was there at its first read
         waited_body = 0.0
@@ -779,9 +793,9 @@ class ProbeClient:
                     now = time.perf_counter()
             except StopAsyncIteration:
                 if token_read and not done:  # the body ended: with the token?
-                    eof_wait = time.perf_counter() - t_ask
-                    if (reads == token_read and eof_wait < _kinds.BUFFER_EOF_S) or \
-                            _together(max(waited, eof_wait), after):
+                    t_eof = time.perf_counter()
+                    if (reads == token_read and t_eof - t_ask < _kinds.BUFFER_EOF_S) or \
+                            _together(t_eof - t_tok, after):
                         r.notes.token_with_end = True
                 break
             except (TimeoutError, httpx.HTTPError) as e:
@@ -791,7 +805,7 @@ class ProbeClient:
                 break
             reads += 1
             if token_read:
-                waited, after = max(waited, now - t_ask), after + len(chunk)
+                after += len(chunk)
             if body_read:
                 waited_body = max(waited_body, now - t_ask)
             elif chunk:
@@ -808,7 +822,7 @@ class ProbeClient:
                 if ev.data.strip() == "[DONE]":
                     done, t_done = True, now
                     deadline, tail_note = now + POST_COMPLETION_GRACE_S, None
-                    if reads == token_read or _together(waited, after):
+                    if reads == token_read or _together(now - t_tok, after):
                         r.notes.token_with_end = True  # the token and [DONE] together
                     break
                 t_data = now
@@ -854,7 +868,7 @@ class ProbeClient:
                     stop = True  # the data a probe needs is complete: close at once
                     break
                 if info.has_token and r.ttft_s is None:
-                    r.ttft_s, token_read = now - t0, reads
+                    r.ttft_s, token_read, t_tok = now - t0, reads, now
                     r.notes.token_channel = info.channel
                     if deadline is None:
                         deadline = now + TOKEN_TAIL_S
@@ -865,7 +879,7 @@ class ProbeClient:
                 if r.ttft_s is None and info.completion_tokens:
                     # a token the server counts but shows no text of (hidden reasoning,
                     # a special token): timed at the first event of the answer
-                    r.ttft_s, token_read = (t_answer or now) - t0, reads
+                    r.ttft_s, token_read, t_tok = (t_answer or now) - t0, reads, now
                     r.notes.token_channel = "hidden"
                 if info.completion_tokens is not None:
                     _kinds.count_tokens(r, info.completion_tokens, self.token_cap)
@@ -904,6 +918,8 @@ class ProbeClient:
         if gateway.looks_like_html(ctype, text):
             self._fail(r, "html_page", gateway.html_message(
                 status, text, str(target) if target is not None else None))
+            if status in (404, 405) and self.api != "responses":
+                await _kinds.responses_hint(self, r)  # a web server's own 404 page
             return
         if 300 <= status < 400:
             self._fail(r, "redirect", gateway.redirect_message(
@@ -923,7 +939,8 @@ class ProbeClient:
             r.error_message = (f"{r.error_message} (the proxy asks for credentials: put "
                                "USER:PASSWORD@ before its host in the proxy URL; they are "
                                "never shown)")
-        if status in (404, 405) and self.api != "responses":
+        if self.api != "responses" and (status in (404, 405) or (
+                400 <= status < 500 and _kinds.NAMES_RESPONSES.search(r.error_message or ""))):
             await _kinds.responses_hint(self, r)
 
     async def _read_scrubbed(self, resp: httpx.Response, cap: int) -> str:
@@ -969,6 +986,18 @@ _IDENT = re.compile(r"[A-Za-z_][A-Za-z0-9_-]*")
 #: The endpoint of each ``--api`` under ``/v1``.
 API_PATHS = {"completions": "/completions", "chat": "/chat/completions",
              "responses": "/responses"}
+
+
+def _first_mentions(text: str) -> dict[str, int]:
+    """Each name ``text`` mentions (``_norm``-ed) -> the index of its first mention.  Runs
+    of two and three words count as one name too ("max tokens" = max_tokens)."""
+    words = [_norm(w) for w in _IDENT.findall(text)]
+    out: dict[str, int] = {}
+    for i in range(len(words)):
+        for n in (1, 2, 3):
+            if i + n <= len(words):
+                out.setdefault("".join(words[i:i + n]), i)
+    return out
 
 
 def _norm(name: str) -> str:
@@ -1089,12 +1118,13 @@ def _vet(r: ProbeResult) -> None:
         r.server_prefill_s = None
 
 
-def _together(waited: float, after: int) -> bool:
-    """Whether the end came with the token over several reads: none of the reads after
-    the token's waited for its bytes (``waited`` < BUFFER_WAIT_S) and they brought at
-    least ``probe_kinds.TOGETHER_BYTES`` (a buffered body released at once spans many
-    64 KiB reads; a streaming server's one-token answer ends in a few hundred bytes)."""
-    return waited < _kinds.BUFFER_WAIT_S and after >= _kinds.TOGETHER_BYTES
+def _together(span: float, after: int) -> bool:
+    """Whether the end came with the token over several reads: the reads after the
+    token's brought at least ``probe_kinds.TOGETHER_BYTES`` within
+    ``probe_kinds.TOGETHER_SPAN_S`` (``span``: token read to end).  A buffered body
+    released at once spans many 64 KiB reads in a few ms; a streaming server's
+    one-token answer ends in a few hundred bytes."""
+    return span < _kinds.TOGETHER_SPAN_S and after >= _kinds.TOGETHER_BYTES
 
 
 def _note_late(r: ProbeResult, message: str) -> None:

@@ -29,14 +29,17 @@ TTFT or prefill).
 from __future__ import annotations
 
 import asyncio
+import re
 import time
 from typing import Protocol
 
 import httpx
 
 from prefilltui.measure import bounded
+from prefilltui.measure.server import cannot_generate
 from prefilltui.measure.sse import SSEStreamDecoder, classify_chunk, classify_response_event
 from prefilltui.model.jsontypes import loads as json_loads
+from prefilltui.model.probe_notes import Resend
 from prefilltui.model.types import JsonObject, ProbeResult, ServerInfo
 
 
@@ -46,6 +49,7 @@ class ProbeClient(Protocol):
     notices: dict[str, str]
     streaming: str | None
     has_responses: bool | None
+    tried_models: int
     timeout: float
     api: str
     v1: str
@@ -57,19 +61,23 @@ class ProbeClient(Protocol):
     @property
     def http(self) -> httpx.AsyncClient: ...
     def _body(self, prompt: str, cap: int = 1) -> JsonObject: ...
+    async def _attempt(self, r: ProbeResult, body: JsonObject) -> None: ...
     async def _send(self, url: str, body: dict, r: ProbeResult,
                     stamps: dict[str, float]) -> httpx.Response: ...
 
 #: A read that ends the body this soon after the token's read ends it "together"
 #: (an unbuffered server sends its finish chunk and terminator as separate writes).
 BUFFER_EOF_S = 0.002
-#: A read after the token's that waits less than this for its bytes found them already
-#: there (a read returns at once from a socket that holds more; a server's next write
-#: comes at least a scheduler tick, ~1 ms, later).  A second token so read came with
-#: the first; so did an end reached so after ``TOGETHER_BYTES`` more (a buffered body
-#: spanning several reads).
+#: A read that waits less than this for its bytes found them already there (a read
+#: returns at once from a socket that holds more; a server's next write comes at
+#: least a scheduler tick, ~1 ms, later).  Two tokens there by the body's first read
+#: came together.
 BUFFER_WAIT_S = 0.0005
+#: An end reached within TOGETHER_SPAN_S of the token after TOGETHER_BYTES more came
+#: with it: a buffered body spanning several reads (a one-token answer of a streaming
+#: server ends a few hundred bytes after its token).
 TOGETHER_BYTES = 16 * 1024
+TOGETHER_SPAN_S = 0.25
 #: Tokens the streaming check asks for, and the least spread of their arrival
 #: that proves a streaming path (decode steps of real servers take >= ~2 ms each).
 CHECK_TOKENS = 8
@@ -218,6 +226,11 @@ async def check_streaming(client: ProbeClient, deadline_s: float | None = None
     return ("streams" if times[-1] - times[0] >= BUFFER_SPREAD_S else "buffers"), True
 
 
+#: An error that sends the client to the Responses API ("only supported in
+#: v1/responses", "use the Responses API").
+NAMES_RESPONSES = re.compile(r"/?v1/responses|responses api|responses endpoint", re.I)
+
+
 async def responses_hint(client: ProbeClient, r: ProbeResult) -> None:
     """On a 404/405 from the completions or chat endpoint: does the server answer
     ``/v1/responses`` (the Responses API) instead?  Asked once per client with an
@@ -251,3 +264,60 @@ def model_hint(client: ProbeClient, r: ProbeResult) -> None:
     others = [m for m in info.models if m != client.model][:5]
     r.error_message = (f"{r.error_message} (model {client.model}; the server also lists "
                        f"{', '.join(others)}: pass --model NAME to probe another)")
+
+
+#: Other listed models a client tries when the one discovery picked is refused before
+#: any probe succeeded (``try_other_models``), at most, per client.
+MAX_MODEL_TRIES = 3
+_ABOUT_A_MODEL = re.compile(r"model|not supported|unsupported|does not support|embedding|"
+                            r"rerank|task", re.I)
+
+
+def may_try_other_models(client: ProbeClient, r: ProbeResult, auto_model: bool,
+                         any_ok: bool) -> bool:
+    """Whether a failed probe should be tried with another listed model: the model was
+    picked by discovery (no ``--model``), no probe of this client has succeeded, the
+    server lists others, and the answer is a 4xx about the model or what it can do
+    ("This is not a chat model", "model does not support completions", 404 for the
+    model), not about the key, the rate or the prompt's length."""
+    info = client.info
+    return (auto_model and not any_ok and not r.ok and r.error_kind == "http"
+            and r.http_status in (400, 404, 405, 422, 501) and info is not None
+            and len(info.models) > 1 and client.tried_models < MAX_MODEL_TRIES
+            and bool(_ABOUT_A_MODEL.search(r.error_message or "")))
+
+
+async def try_other_models(client: ProbeClient, first: ProbeResult, prompt: str) -> ProbeResult:
+    """Probe ``prompt`` with the next listed models (those that look able to generate
+    first, ``server.cannot_generate``), up to ``MAX_MODEL_TRIES`` per client; the first
+    that answers becomes the client's model (``client.model``, ``info.model``) and is
+    said once.  Returns that probe, or ``first`` (the model unchanged) when none does."""
+    info = client.info
+    assert info is not None
+    picked = client.model
+    tried = {picked}
+    cands = [m for m in info.models if m not in tried]
+    cands.sort(key=lambda m: cannot_generate({"id": m}) is not None)
+    last = first
+    resends = list(first.notes.resends)
+    for model in cands:
+        if client.tried_models >= MAX_MODEL_TRIES:
+            break
+        client.tried_models += 1
+        resends.append(Resend(reason=f"HTTP {last.http_status} for model {last.model}; tried "
+                                     f"model {model}", request_id=last.notes.request_id))
+        client.model = model
+        r = ProbeResult(requested_tokens=first.requested_tokens, warmup=first.warmup,
+                        burst=first.burst, api=client.api, model=model)
+        r.notes.resends = list(resends)
+        await client._attempt(r, client._body(prompt))
+        if r.ok:
+            info.model = model
+            client.notices[f"probing {model}"] = (
+                f"the model discovery picked, {picked}, was refused ("
+                f"{(first.error_message or '')[:160]}); probing {model}, the next listed model "
+                "that answers: pass --model NAME to choose")
+            return r
+        last = r
+    client.model = picked
+    return first

@@ -190,9 +190,15 @@ async def discover(client: httpx.AsyncClient, base_url: str, *, model: str | Non
 #: cannot generate text: embedding, reranking, speech, image and moderation models.
 NON_GENERATIVE = ("embed", "embedding", "embeddings", "rerank", "reranker", "reranking",
                   "classify", "classification", "score", "moderation", "whisper",
-                  "transcription", "tts", "speech", "audio", "image", "dall-e", "clip",
-                  "bge", "e5", "gte", "colbert", "splade", "sentence-transformers",
-                  "minilm", "mpnet")
+                  "transcription", "transcribe", "tts", "speech", "audio", "image", "dall-e",
+                  "clip", "bge", "e5", "gte", "colbert", "splade", "sentence-transformers",
+                  "minilm", "mpnet", "realtime", "diffusion", "sora", "veo", "imagen", "flux",
+                  "kokoro", "voyage", "ocr", "bark", "diarization", "siglip", "dinov2",
+                  "stella", "colpali", "colqwen")
+#: Stems that mark such a model wherever they stand in its id, glued to other words
+#: too ("embeddinggemma-300m", "nv-embedqa", "mxbai-rerank", "dall-e-3").
+NON_GENERATIVE_STEMS = ("embed", "rerank", "dall-e", "whisper", "moderation", "transcri",
+                        "diffusion", "colbert", "colpali", "colqwen")
 _WORD = __import__("re").compile(r"[a-z0-9]+(?:-[a-z0-9]+)*")
 
 
@@ -217,7 +223,8 @@ def cannot_generate(m: dict) -> str | None:
     mid = str(m.get("id") or "").lower()
     words = set(_WORD.findall(mid.rsplit("/", 1)[-1])) | set(
         w for part in _WORD.findall(mid) for w in part.split("-"))
-    hit = next((w for w in NON_GENERATIVE if w in words), None)
+    hit = next((w for w in NON_GENERATIVE if w in words), None) or next(
+        (w for w in NON_GENERATIVE_STEMS if w in mid), None)
     return f"{hit} model (name)" if hit else None
 
 

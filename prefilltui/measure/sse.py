@@ -164,11 +164,16 @@ TOKEN_KEYS = (("content", "content"), ("refusal", "content"),
               ("function_call", "tool_call"))
 
 
+#: Largest ``completion_tokens`` taken as a count (the longest context windows, ~10 M
+#: tokens; probe.MAX_PLAUSIBLE_TOKENS): a server's 4,000-digit number is no count.
+MAX_COMPLETION_COUNT = 10_000_000
+
+
 def _set_usage(info: ChunkInfo, usage: Any) -> None:
     if isinstance(usage, dict):
         info.usage = usage
         ct = usage.get("completion_tokens")
-        if isinstance(ct, int) and not isinstance(ct, bool) and ct >= 0:
+        if isinstance(ct, int) and not isinstance(ct, bool) and 0 <= ct <= MAX_COMPLETION_COUNT:
             info.completion_tokens = ct
 
 
