@@ -42,6 +42,7 @@ from prefilltui.model import defaults
 from prefilltui.measure import bounded
 from prefilltui.measure import gateway
 from prefilltui.measure import probe_kinds as _kinds
+from prefilltui.measure.jsonlines import JSONLinesAsSSE, looks_like_jsonlines
 from prefilltui.measure import server as _server
 from prefilltui.measure.proxy import ProxyChoice, choose_proxy
 from prefilltui.model.prompts import LengthModel, PromptBuilder, build_prompt
@@ -708,10 +709,17 @@ class ProbeClient:
                 except StopAsyncIteration:
                     head = b""
                 first = (time.perf_counter(), head)
-                if not gateway.looks_like_sse(head):
+                if looks_like_jsonlines(ctype, head) and not gateway.looks_like_sse(head):
+                    # one JSON object a line (Ollama's native API, an NDJSON relay)
+                    conv = JSONLinesAsSSE()
+                    first = (first[0], conv.feed(head))
+                    chunks = conv.wrap(chunks).__aiter__()
+                    r.notes.content_type = f"{ctype or '(none)'} (JSON lines)"
+                elif not gateway.looks_like_sse(head):
                     await self._not_a_stream(resp, r, ctype, head, chunks)
                     return
-                r.notes.content_type = ctype or "(none)"
+                else:
+                    r.notes.content_type = ctype or "(none)"
             await self._read_events(resp, r, t0, first, chunks)
         finally:
             await resp.aclose()

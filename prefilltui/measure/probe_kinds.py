@@ -122,7 +122,12 @@ def note(client: ProbeClient, r: ProbeResult) -> None:
                      f"the server streams past max_tokens 1 ({x.cap_ignored}): each probe's "
                      "stream is closed at the second token and its TTFT stands (run file: "
                      "extra.cap_ignored)")
-    if x.content_type is not None:
+    if x.content_type is not None and x.content_type.endswith("(JSON lines)"):
+        n.setdefault("JSON lines stream",
+                     f"the server streams one JSON object a line ({x.content_type}), not "
+                     "Server-Sent Events (Ollama's native API, an NDJSON relay); each line "
+                     "is read as one event (run file: extra.content_type)")
+    elif x.content_type is not None:
         n.setdefault(f"stream labelled {x.content_type}",
                      f"the server labels its event stream {x.content_type!r}, not "
                      "text/event-stream; it is read as SSE (run file: extra.content_type)")

@@ -112,3 +112,60 @@ async def test_a_plain_text_200_that_is_not_a_stream_quotes_it(fake_server):
     assert r.error_kind == "protocol"
     assert r.error_message == ("server did not stream (content-type 'text/plain'): Service "
                                "temporarily unavailable: upstream pool drained")
+
+
+# ------------------------------------------------ JSON lines instead of SSE
+
+def line(obj) -> bytes:
+    import json
+
+    return json.dumps(obj).encode() + b"\n"
+
+
+async def test_an_ollama_native_ndjson_stream_is_measured(fake_server):
+    """Ollama's native stream on the path (a gateway mapping /v1 to /api/generate).
+    Before: protocol, "server did not stream (content-type 'application/x-ndjson')"."""
+    reply = Reply.sse([(0.10, line({"model": "m", "response": "Hi", "done": False})),
+                       (0.12, line({"model": "m", "response": "", "done": True,
+                                    "done_reason": "length", "prompt_eval_count": 12,
+                                    "prompt_eval_duration": 80_000_000, "eval_count": 1}))])
+    reply.headers["Content-Type"] = "application/x-ndjson"
+    srv = fake_server({"GET /v1/models": models_reply("m"), "POST /v1/completions": reply})
+    r, c, _ = await probe(srv)
+    assert r.ok and 0.09 <= r.ttft_s <= 0.3, r.error_message
+    assert r.prompt_tokens == 12 and r.prompt_tokens_source == "usage"
+    assert r.server_prefill_s == pytest.approx(0.08)
+    assert "JSON lines stream" in c.notices
+
+
+async def test_openai_chunks_as_json_lines_under_a_json_label_are_measured(fake_server):
+    chunk = {"object": "chat.completion.chunk", "choices": [{"index": 0, "delta": {
+        "content": "Hi"}, "finish_reason": None}]}
+    end = {"object": "chat.completion.chunk", "choices": [{"index": 0, "delta": {},
+                                                          "finish_reason": "length"}]}
+    reply = Reply.sse([(0.10, line(chunk)), (0.12, line(end))])
+    reply.headers["Content-Type"] = "application/json"
+    srv = fake_server({"GET /v1/models": models_reply("m"), "POST /v1/chat/completions": reply})
+    r, _, _ = await probe(srv, api="chat")
+    assert r.ok and 0.09 <= r.ttft_s <= 0.3, r.error_message
+
+
+async def test_one_json_completion_is_still_buffered_not_a_line_stream(fake_server):
+    reply = Reply.sse([(0.2, line({"object": "text_completion", "choices": [
+        {"index": 0, "text": "Hi", "finish_reason": "length"}]}))])
+    reply.headers["Content-Type"] = "application/json"
+    srv = fake_server({"GET /v1/models": models_reply("m"), "POST /v1/completions": reply})
+    r, _, _ = await probe(srv)
+    assert r.error_kind == "buffered" and "did not stream" in r.error_message
+
+
+async def test_a_json_line_without_end_is_cut_not_held(fake_server, monkeypatch):
+    from prefilltui.measure import jsonlines
+
+    monkeypatch.setattr(jsonlines, "MAX_LINE_BYTES", 64 * 1024)
+    reply = Reply.sse([(0.05, line({"response": "", "done": False})),
+                       (0.06, b'{"response": "' + b"x" * 100_000)])
+    reply.headers["Content-Type"] = "application/x-ndjson"
+    srv = fake_server({"GET /v1/models": models_reply("m"), "POST /v1/completions": reply})
+    r, _, _ = await probe(srv)
+    assert r.error_kind == "protocol" and "JSON line over 65536 bytes" in r.error_message
