@@ -669,7 +669,7 @@ class ProbeClient:
                                            headers=accept, extensions=ext)
             if not gateway.same_origin(origin, target):
                 req.headers.pop("Authorization", None)
-            r.notes.redirected = Redirect(status=resp.status_code, to=display_url(str(target)),
+            r.notes.redirected = Redirect(status=resp.status_code, to=_head(display_url(str(target))),
                                           hops=hops, key_sent="Authorization" in req.headers)
             resp = await self._http.send(req, stream=True, follow_redirects=False)
         return resp
@@ -699,8 +699,8 @@ class ProbeClient:
                 return
             enc = resp.headers.get("content-encoding", "")
             if enc and enc.lower() != "identity":
-                r.notes.content_encoding = enc  # decoded, bounded (measure.bounded)
-            ctype = resp.headers.get("content-type", "")
+                r.notes.content_encoding = _head(enc)  # decoded, bounded (measure.bounded)
+            ctype = _head(resp.headers.get("content-type", ""))
             first = chunks = None
             if "text/event-stream" not in ctype.lower():
                 chunks = bounded.aiter_decoded(resp).__aiter__()
@@ -1124,6 +1124,17 @@ def _vet(r: ProbeResult) -> None:
              "is longer than the measured TTFT" + (f" {r.ttft_s:.3f} s" if r.ttft_s else "")
              + ": not a prefill time")
         r.server_prefill_s = None
+
+
+#: Most characters of a header value kept in a probe's notes (a content type is < 100;
+#: a hostile server may send 100 KB, which every run-file line would repeat).
+MAX_HEADER_NOTE = 200
+
+
+def _head(value: str | None) -> str:
+    """A header value as kept in notes: at most ``MAX_HEADER_NOTE`` characters."""
+    v = value or ""
+    return v if len(v) <= MAX_HEADER_NOTE else v[:MAX_HEADER_NOTE] + "…"
 
 
 def _together(span: float, after: int) -> bool:

@@ -80,11 +80,18 @@ def _int(v: Any) -> int | None:
         return None
 
 
+#: Longest model id used (characters): Hugging Face ids are < 100, llama.cpp's GGUF
+#: paths a few hundred.  A longer one (a hostile or broken server: a 3 MB "id") would
+#: be copied into every request, run-file line, screen and exporter series.
+MAX_MODEL_ID_CHARS = 1024
+
+
 def _str(v: Any) -> str | None:
-    """A model id: a non-empty string (or an integer id as text), else None."""
+    """A model id: a non-empty string of at most ``MAX_MODEL_ID_CHARS`` (or an integer
+    id as text), else None."""
     if isinstance(v, int) and not isinstance(v, bool):
         return str(v)
-    return v if isinstance(v, str) and v else None
+    return v if isinstance(v, str) and 0 < len(v) <= MAX_MODEL_ID_CHARS else None
 
 
 async def discover(client: httpx.AsyncClient, base_url: str, *, model: str | None = None,
@@ -116,6 +123,13 @@ async def discover(client: httpx.AsyncClient, base_url: str, *, model: str | Non
     entry: dict = {}
     if isinstance(models, dict) and isinstance(models.get("data"), list) and models["data"]:
         ids = [m for m in models["data"] if isinstance(m, dict)]
+        long = [m for m in ids if isinstance(m.get("id"), str)
+                and len(m["id"]) > MAX_MODEL_ID_CHARS]
+        if long:
+            ids = [m for m in ids if m not in long]
+            info.notes.append(f"{len(long)} model id(s) in /v1/models over "
+                              f"{MAX_MODEL_ID_CHARS:,} characters skipped (not a model id): "
+                              "pass --model NAME to name the model")
         info.models = [i for i in (_str(m.get("id")) for m in ids) if i]
         if model:
             entry = next((m for m in ids if m.get("id") == model), {})

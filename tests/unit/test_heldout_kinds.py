@@ -172,3 +172,34 @@ async def test_a_completion_count_of_thousands_of_digits_is_no_count(fake_server
     (r,), c = await probe(srv)
     assert r.ok and r.notes.cap_ignored is None  # was: a 4,000-digit "usage says ..." note
     assert all(len(v) < 1000 for v in c.notices.values())
+
+
+# ------------------------------------------------ sizes no name or label can have
+
+def test_a_model_id_of_megabytes_is_skipped_not_copied_everywhere(fake_server, tmp_path, capsys):
+    """A 3 MB "model id": before, every run-file line and request repeated it (30 MB for
+    7 probes) and the summary printed it (3 MB)."""
+    def complete(req):
+        n = len(req.json["prompt"].split())
+        return Reply.sse([(0.02, sse_text("Hi")), (0.03, sse_data(
+            {"choices": [], "usage": {"prompt_tokens": n, "completion_tokens": 1}})),
+            (0.04, sse_done())])
+    srv = fake_server({"GET /v1/models": Reply.json({"data": [{"id": "m" * 3_000_000}]}),
+                       "POST /v1/completions": complete})
+    out = tmp_path / "run.jsonl"
+    rc = main(["sweep", srv.base_url, "--lengths", "50,100,200", "--repeats", "1",
+               "--warmup", "0", "--no-telemetry", "--out", str(out)])
+    cap = capsys.readouterr()
+    assert rc == 0, cap.err
+    assert len(cap.out) < 20_000 and out.stat().st_size < 50_000
+    assert "over 1,024 characters skipped" in cap.out
+    assert all(len(q.body) < 10_000 for q in srv.requests)
+
+
+async def test_a_header_of_kilobytes_is_kept_short_in_every_note(fake_server):
+    reply = Reply.sse(STREAM)
+    reply.headers["Content-Type"] = "application/json; x=" + "y" * 8000
+    srv = fake_server({"GET /v1/models": models_reply("m"), "POST /v1/completions": reply})
+    (r,), c = await probe(srv)
+    assert r.ok and len(r.notes.content_type) <= 201
+    assert all(len(k) < 300 and len(v) < 600 for k, v in c.notices.items())
