@@ -172,3 +172,22 @@ def test_a_line_without_end_stops_the_reading_with_bounded_memory(tmp_path, monk
         f.truncate(256 * 2**20)
     sessions, problems = read_run_sessions(zeros)
     assert sessions == [] and len(problems) == 1 and "longer than 65,536" in problems[0]
+
+
+def test_an_exporter_series_labelled_with_a_surrogate_model_id_renders():
+    """The exposition is UTF-8: a lone surrogate in the ``model`` label raised
+    UnicodeEncodeError in every /metrics render."""
+    from prometheus_client.exposition import generate_latest
+    from prometheus_client.registry import CollectorRegistry
+
+    from prefilltui.exporter.collector import HealthCollector
+    from prefilltui.exporter.target import TargetSnapshot
+
+    class Source:
+        snapshot = TargetSnapshot(target="t", model="lla\ud800ma\u200b\U000e0041",
+                                  server_kind="vllm", api="chat", interval_s=10.0)
+
+    reg = CollectorRegistry()
+    reg.register(HealthCollector([Source()], with_build_info=False))
+    text = generate_latest(reg).decode("utf-8")
+    assert 'model="lla\\\\ud800ma\\\\u200b\\\\U000e0041"' in text
