@@ -382,7 +382,7 @@ def read_run_sessions(path: str | os.PathLike, *, calibration: list[ProbeResult]
     sessions: list[RunSession] = [RunSession(None, 1)]
     problems: list[str] = []
     last_seq: int | None = None
-    with open(path, encoding="utf-8", errors="replace") as f:
+    with open(path, encoding="utf-8-sig", errors="replace") as f:
         for i, line in _lines(f):
             if line is None:
                 problems.append(f"line {i}: longer than {MAX_LINE_CHARS:,} characters "
@@ -437,7 +437,7 @@ def read_session(path: str | os.PathLike) -> dict:
     file cannot be read.  Never raises."""
     merged: dict = {}
     try:
-        with open(path, encoding="utf-8", errors="replace") as f:
+        with open(path, encoding="utf-8-sig", errors="replace") as f:
             for _, line in _lines(f):
                 if line is None or f'"record":"{SESSION_RECORD}"' not in line:
                     continue
@@ -460,7 +460,7 @@ def read_load(path: str | os.PathLike) -> tuple[list[DecodeTrace], list[str]]:
     traces: list[DecodeTrace] = []
     problems: list[str] = []
     try:
-        with open(path, encoding="utf-8", errors="replace") as f:
+        with open(path, encoding="utf-8-sig", errors="replace") as f:
             for i, line in _lines(f):
                 if line is None or f'"record":"{LOAD_RECORD}"' not in line:
                     continue

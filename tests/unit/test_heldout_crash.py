@@ -191,3 +191,19 @@ def test_an_exporter_series_labelled_with_a_surrogate_model_id_renders():
     reg.register(HealthCollector([Source()], with_build_info=False))
     text = generate_latest(reg).decode("utf-8")
     assert 'model="lla\\\\ud800ma\\\\u200b\\\\U000e0041"' in text
+
+
+def test_a_run_file_saved_with_a_byte_order_mark_keeps_its_first_line(tmp_path):
+    """An editor on Windows saves UTF-8 with a BOM: the session line (line 1) was
+    skipped as "Unexpected UTF-8 BOM", and with it the run's server facts."""
+    from prefilltui.measure.runfile import read_session
+
+    good = {"seq": 1, "ok": True, "requested_tokens": 100, "prompt_tokens": 100,
+            "prompt_tokens_source": "usage", "ttft_s": 0.05, "total_s": 0.06}
+    path = tmp_path / "run.jsonl"
+    path.write_bytes(b"\xef\xbb\xbf" + json.dumps(
+        {"record": "session", "session_id": "s1", "server": {"kind": "vllm"}}).encode()
+        + b"\n" + json.dumps(good).encode() + b"\n")
+    sessions, problems = read_run_sessions(path)
+    assert problems == [] and [s.session_id for s in sessions] == ["s1"]
+    assert read_session(path)["server"]["kind"] == "vllm"
