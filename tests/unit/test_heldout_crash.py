@@ -202,7 +202,8 @@ def test_a_run_file_saved_with_a_byte_order_mark_keeps_its_first_line(tmp_path):
             "prompt_tokens_source": "usage", "ttft_s": 0.05, "total_s": 0.06}
     path = tmp_path / "run.jsonl"
     path.write_bytes(b"\xef\xbb\xbf" + json.dumps(
-        {"record": "session", "session_id": "s1", "server": {"kind": "vllm"}}).encode()
+        {"record": "session", "session_id": "s1", "server": {"kind": "vllm"}},
+        separators=(",", ":")).encode()
         + b"\n" + json.dumps(good).encode() + b"\n")
     sessions, problems = read_run_sessions(path)
     assert problems == [] and [s.session_id for s in sessions] == ["s1"]
