@@ -475,8 +475,10 @@ class ProbeClient:
         [include_usage] is not permitted", "streamOptions.includeUsage", "max tokens
         is not supported"), or None.  When it names several, the one it names first:
         "unknown field `ignore_eos`, expected one of `model`, ..., `stream_options`"
-        rejects ignore_eos, not stream_options."""
-        if r.http_status not in (400, 422) or r.error_kind != "http":
+        rejects ignore_eos, not stream_options.  A gateway may answer 200 and put the
+        rejection in the stream, as an error event before any token: read the same way."""
+        in_stream = r.error_kind == "stream_error" and r.ttft_s is None
+        if not in_stream and (r.http_status not in (400, 422) or r.error_kind != "http"):
             return None
         said = _first_mentions(f"{r.error_message}\n{self._last_error_body}")
         best: tuple[int, str] | None = None
@@ -963,6 +965,7 @@ class ProbeClient:
         """Turn an error body / stream error into error_kind + message (the server's
         text scrubbed of secrets first, so no cut below can leave part of one)."""
         text = self._scrub(text) or ""
+        self._last_error_body = self._last_error_body or text  # names a rejected field
         err: Any = None
         try:
             # decoded, a JSON string may hold a secret its escapes hid from the scrub

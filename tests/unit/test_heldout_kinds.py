@@ -203,3 +203,24 @@ async def test_a_header_of_kilobytes_is_kept_short_in_every_note(fake_server):
     (r,), c = await probe(srv)
     assert r.ok and len(r.notes.content_type) <= 201
     assert all(len(k) < 300 and len(v) < 600 for k, v in c.notices.items())
+
+
+@pytest.mark.parametrize("field, event", [
+    ("stream_options", sse_data({"error": {"message": "Unrecognized request argument supplied: "
+                                                      "stream_options", "code": 400}})),
+    ("max_tokens", b"event: error\ndata: " + json.dumps({"error": {
+        "message": "Unsupported parameter: 'max_tokens'. Use 'max_completion_tokens' instead.",
+        "param": "max_tokens", "code": "unsupported_parameter"}}).encode() + b"\n\n"),
+])
+async def test_a_rejection_sent_inside_a_200_stream_is_a_rejection(fake_server, field, event):
+    """A gateway answers 200 and puts the 400 in the stream before any token.  Before:
+    every probe failed as stream_error."""
+    def complete(req):
+        if field in req.json:
+            return Reply.sse([(0.01, event), (0.02, sse_done())])
+        return Reply.sse(STREAM)
+    srv = fake_server({"GET /v1/models": models_reply("m"), "POST /v1/completions": complete})
+    rs, c = await probe(srv, n=2)
+    assert all(r.ok for r in rs), rs[0].error_message
+    assert rs[0].notes.rejected_field.field == field
+    assert field not in json.loads(srv.requests[-1].body)
