@@ -21,6 +21,7 @@ Schemes: http, https, socks5, socks5h (SOCKS needs the ``socksio`` package).
 from __future__ import annotations
 
 import ipaddress
+import socket
 import os
 import urllib.parse
 from dataclasses import dataclass
@@ -56,13 +57,24 @@ class ProxyError(ValueError):
 
 
 def _is_loopback(host: str) -> bool:
+    """This machine: localhost, a loopback address in any spelling (``127.1``,
+    ``::ffff:127.0.0.1``), or the unspecified address a server prints when it listens on
+    every interface (``0.0.0.0``, ``::``; a connection to it reaches this machine)."""
     h = host.strip("[]").lower().rstrip(".")
     if h == "localhost" or h.endswith(".localhost"):
         return True
     try:
-        return ipaddress.ip_address(h).is_loopback
+        ip = ipaddress.ip_address(h)
     except ValueError:
-        return False
+        try:  # IPv4 shorthand (127.1, 2130706433) as the resolver reads it
+            ip = ipaddress.ip_address(socket.inet_aton(h)) if h[:1].isdigit() else None
+        except OSError:
+            return False
+        if ip is None:
+            return False
+    if isinstance(ip, ipaddress.IPv6Address) and ip.ipv4_mapped is not None:
+        ip = ip.ipv4_mapped
+    return ip.is_loopback or ip.is_unspecified
 
 
 def _bypassed(host: str, port: int | None, no_proxy: str) -> bool:

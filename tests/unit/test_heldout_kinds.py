@@ -224,3 +224,30 @@ async def test_a_rejection_sent_inside_a_200_stream_is_a_rejection(fake_server, 
     assert all(r.ok for r in rs), rs[0].error_message
     assert rs[0].notes.rejected_field.field == field
     assert field not in json.loads(srv.requests[-1].body)
+
+
+# ------------------------------------------------ this machine under any name goes direct
+
+@pytest.mark.parametrize("host", ["0.0.0.0", "127.1", "[::ffff:127.0.0.1]", "[::]"])
+def test_this_machine_under_any_spelling_is_never_proxied(host):
+    """vLLM and uvicorn print "running on http://0.0.0.0:8000": pasted with HTTP_PROXY
+    set, the probes went to the proxy, which cannot reach the user's own machine."""
+    from prefilltui.measure.proxy import choose_proxy
+
+    c = choose_proxy(f"http://{host}:8000/v1", None, {"HTTP_PROXY": "http://proxy.corp:3128"})
+    assert c.url is None and c.source == "loopback"
+    assert choose_proxy("http://10.0.0.7:8000", None,
+                        {"HTTP_PROXY": "http://proxy.corp:3128"}).url == "http://proxy.corp:3128"
+
+
+def test_a_sweep_of_0_0_0_0_with_a_proxy_set_goes_direct(fake_server, tmp_path, capsys,
+                                                          monkeypatch):
+    srv = fake_server({"GET /v1/models": models_reply("m"),
+                       "POST /v1/completions": Reply.sse(STREAM)})
+    monkeypatch.setenv("HTTP_PROXY", "http://127.0.0.1:9")  # nothing listens there
+    rc = main(["sweep", srv.base_url.replace("127.0.0.1", "0.0.0.0"), "--lengths", "50,100",
+               "--repeats", "1", "--warmup", "0", "--no-telemetry",
+               "--out", str(tmp_path / "run.jsonl")])
+    cap = capsys.readouterr()
+    assert rc == 0, cap.err
+    assert "probes ok 2, failed 0" in cap.out and "via proxy" not in cap.out
