@@ -440,7 +440,29 @@ class ProbeClient:
     async def _count(self, text: str) -> int | None:
         if self.info is None or not self.info.has_tokenize:
             return None
-        return await _server.count_tokens(self._http, self.info, text)
+        return await _server.count_tokens(self._http, self.info, text,
+                                          timeout=min(30.0, self.timeout))
+
+    async def _prompt(self, tokens: int) -> tuple[str, int | None, int | None]:
+        """A prompt of ``tokens`` server-counted tokens (``build_prompt``), its counting
+        on the tokenize endpoint bounded by the probe's timeout in all: an endpoint too
+        slow for that (a trickling answer) is given up for the session, said once, and
+        the length model places the prompt, so no probe waits on it again."""
+        counter = self._count if self.info and self.info.has_tokenize else None
+        if counter is None:
+            return await build_prompt(tokens, self.builder, self.lengths, None)
+        try:
+            async with asyncio.timeout(self.timeout):
+                return await build_prompt(tokens, self.builder, self.lengths, counter)
+        except TimeoutError:
+            assert self.info is not None
+            self.info.has_tokenize = False
+            self.notices.setdefault(
+                "tokenize too slow",
+                f"the tokenize endpoint ({display_url(self.info.tokenize_url)}) took longer "
+                f"than the {self.timeout:g} s timeout to count a prompt: it is not used "
+                "again; prompt lengths come from the server's usage counts")
+            return await build_prompt(tokens, self.builder, self.lengths, None)
 
     # -- the probe
     def _body(self, prompt: str, cap: int = 1) -> JsonObject:
@@ -505,9 +527,7 @@ class ProbeClient:
         tok_count = None
         if prompt is None:
             try:
-                prompt, words, tok_count = await build_prompt(
-                    requested_tokens, self.builder, self.lengths,
-                    self._count if self.info and self.info.has_tokenize else None)
+                prompt, words, tok_count = await self._prompt(requested_tokens)
             except Exception as e:  # never raise from a probe
                 return self._fail(r, "protocol", f"prompt construction failed: {e}")
         body = self._body(prompt)

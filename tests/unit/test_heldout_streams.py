@@ -169,3 +169,38 @@ async def test_a_json_line_without_end_is_cut_not_held(fake_server, monkeypatch)
     srv = fake_server({"GET /v1/models": models_reply("m"), "POST /v1/completions": reply})
     r, _, _ = await probe(srv)
     assert r.error_kind == "protocol" and "JSON line over 65536 bytes" in r.error_message
+
+
+# ------------------------------------------------ no probe outlives its timeout
+
+async def test_a_trickling_tokenize_endpoint_cannot_hold_a_probe_past_its_timeout(fake_server):
+    """/tokenize answers the discovery's short test at once, then trickles a byte a
+    second for the prompts: each count had its own 30 s deadline, so a probe with
+    --timeout 2 took 30 s.  Counting is now bounded by the timeout in all, and the
+    endpoint is given up for the session."""
+    import json as _json
+
+    def tokenize(req):
+        n = len(str(req.json.get("prompt") or req.json.get("content") or "").split())
+        body = _json.dumps({"count": n, "tokens": list(range(n))}).encode()
+        if n < 20:
+            return Reply.json(_json.loads(body))
+        r = Reply.sse([(1.0 * i, body[i:i + 1]) for i in range(len(body))])
+        r.headers["Content-Type"] = "application/json"
+        return r
+
+    srv = fake_server({"GET /v1/models": models_reply("m"), "POST /tokenize": tokenize,
+                       "POST /v1/completions": Reply.sse([(0.02, sse_text("Hi")), (0.03, USAGE),
+                                                          (0.04, sse_done())])})
+    async with ProbeClient(srv.base_url, model="m", timeout=2) as c:
+        await c.discover()
+        assert c.info.has_tokenize
+        t = time.perf_counter()
+        r = await c.probe(200)
+        first = time.perf_counter() - t
+        t = time.perf_counter()
+        r2 = await c.probe(300)
+        second = time.perf_counter() - t
+    assert r.ok and r2.ok, (r.error_message, r2.error_message)
+    assert first < 3.0 and second < 1.0, (first, second)  # was: 30 s each
+    assert "tokenize too slow" in c.notices
