@@ -177,14 +177,14 @@ def add_sweep_args(p: argparse.ArgumentParser, *, min_tokens: int = defaults.MIN
     g.add_argument("--max-tokens", type=ranged("lengths"), default=max_tokens, metavar="N",
                    help=f"longest prompt in tokens (default {max_tokens}; capped at the "
                         "server's context)")
-    g.add_argument("--points", type=_positive_int, default=points, metavar="K",
+    g.add_argument("--points", type=ranged("points"), default=points, metavar="K",
                    help=f"number of log-spaced lengths between min and max (default {points})")
-    g.add_argument("--repeats", type=_positive_int, default=defaults.REPEATS, metavar="R",
+    g.add_argument("--repeats", type=ranged("repeats"), default=defaults.REPEATS, metavar="R",
                    help=f"probes per length (default {defaults.REPEATS})")
-    g.add_argument("--warmup", type=_non_negative_int, default=defaults.WARMUP, metavar="W",
+    g.add_argument("--warmup", type=ranged("warmup"), default=defaults.WARMUP, metavar="W",
                    help=f"warm-up probes, recorded but kept out of the fit (default "
                         f"{defaults.WARMUP})")
-    g.add_argument("--pause", type=_non_negative_float, default=None, metavar="S",
+    g.add_argument("--pause", type=ranged("pause"), default=None, metavar="S",
                    help="seconds of idle after each probe; 0 = back-to-back (default: the "
                         "headless sweep 0; the TUI and demo 2 sampler periods or 2 s of "
                         "NVML averaging, whichever is longer, as the least gap under --duty)")

@@ -62,6 +62,12 @@ RANGES: dict[str, Range] = {
     "interval": Range("number", 0, 86_400, lo_open=True, unit="seconds"),
     "timeout": Range("number", 0, 3_600, lo_open=True, unit="seconds"),
     "window": Range("int", 3, 100_000, unit="probes"),
+    # a sweep's design: a typo (--repeats 99999999: a 1.6 GB plan before the first probe;
+    # --points 100000000: minutes of planning, no probe) is refused, not planned
+    "points": Range("int", 1, MAX_LENGTHS, unit="lengths"),
+    "repeats": Range("int", 1, 100_000, unit="probes per length"),
+    "warmup": Range("int", 0, 10_000, unit="probes"),
+    "pause": Range("number", 0, 86_400, unit="seconds"),
     "peak_tflops": Range("number", 0, 1e6, lo_open=True, unit="TFLOP/s"),
     "bandwidth_tbs": Range("number", 0, 1e4, lo_open=True, unit="TB/s"),
     "params": Range("number", 1, 1e14, unit="parameters"),
