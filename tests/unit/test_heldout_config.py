@@ -36,7 +36,7 @@ def test_an_exporter_file_with_a_byte_order_mark_is_read(tmp_path, capsys):
 
 def test_an_exporter_file_not_in_utf8_names_itself_and_the_byte(tmp_path, capsys):
     """Latin-1 "café": the message was "'utf-8' codec can't decode byte 0xe9 in position
-    49", without the file (byte 49 is the one after é)."""
+    49", without the file."""
     path = tmp_path / "targets.toml"
     path.write_bytes(b"[[target]]\nurl = \"http://127.0.0.1:1\"\nname = \"caf\xe9\"\n")
     rc = main(["exporter", "--config", str(path), "--listen", "127.0.0.1:0"])
