@@ -114,6 +114,9 @@ def _setup_logging() -> None:
 def main(argv: list[str] | None = None) -> int:
     """Run the CLI; returns the process exit code."""
     argv = list(sys.argv[1:] if argv is None else argv)
+    from prefilltui.commands.signals import defer_sighup
+
+    defer_sighup(argv)  # first: the exporter's reload signal must not kill it as it starts
     _setup_logging()
     parser = build_parser()
     args = parser.parse_args(_normalise_argv(argv))

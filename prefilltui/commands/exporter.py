@@ -24,6 +24,7 @@ from pathlib import Path
 from prefilltui.commands.common import (_int_list, add_load_args, _positive_float, _positive_int,
                                         add_hardware_args, add_server_args, probe_options,
                                         roofline_spec, server_url)
+from prefilltui.commands.signals import take_early_sighups
 from prefilltui.exit_codes import ExitCode
 from prefilltui.exporter.config import (DEFAULT_INTERVAL_S, DEFAULT_LENGTHS, DEFAULT_WINDOW,
                                         MIN_INTERVAL_S, RUN_FILE_KEEP, RUN_FILE_MAX_BYTES,
@@ -208,6 +209,8 @@ def run(args) -> int:
     if hasattr(signal, "SIGHUP"):  # the Prometheus convention: reload, never exit
         handlers[signal.SIGHUP] = lambda *_: reload.set()
     old = {s: signal.signal(s, h) for s, h in handlers.items()}
+    if take_early_sighups():  # a reload asked for while starting: read the files again
+        reload.set()
     try:
         server.start()  # served from the first moment; targets start in the background
         shown = host if ":" not in host else f"[{host}]"
