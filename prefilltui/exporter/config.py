@@ -41,7 +41,7 @@ from prefilltui.model import limits, localfile
 from prefilltui.model.catalog import known_names, lookup_gpu
 from prefilltui.model.loadspec import LoadSpec, parse_load
 from prefilltui.model.health import HANG_AFTER_S
-from prefilltui.model.redact import display_url
+from prefilltui.model.redact import display_url, scrub_secrets
 from prefilltui.options import (AnalysisOptions, ProbeOptions, RooflineSpec, read_model_config)
 
 #: One probe start every 15 s per target: 4 probes/min, invisible next to any real
@@ -113,8 +113,9 @@ class TargetConfig:
     @property
     def label(self) -> str:
         """The ``target`` label value: the name, else the shown URL (never a secret;
-        it also names the run file and every log line)."""
-        return self.name or self.shown_url
+        it also names the run file and every log line).  A name holding a URL with
+        credentials (the URL pasted as the name) shows them masked too."""
+        return (scrub_secrets(self.name) or "") if self.name else self.shown_url
 
     @property
     def stale_window_s(self) -> float:

@@ -116,3 +116,17 @@ def test_the_forms_do_not_eat_the_servers_words():
     text = json.dumps({"error": "prompt is empty; see https://docs/x?page=2#key-points"})
     assert scrub_secrets(text, "EMPTY") == text
     assert scrub_secrets("the token budget is 4096", KEY) == "the token budget is 4096"
+
+
+def test_an_exporter_target_named_with_a_pasted_url_keeps_its_password_out(tmp_path):
+    """``name = "http://alice:PW@gpu-01:8000?api_key=K"`` (the URL pasted as the name):
+    the name is the ``target`` label of every series, the run file's name and every log
+    line; the password and the key went there as written."""
+    from prefilltui.exporter.config import load_toml
+
+    cfg = tmp_path / "t.toml"
+    cfg.write_text('[[target]]\nurl = "http://127.0.0.1:1"\n'
+                   'name = "http://alice:PW_SECRET_77@gpu-01:8000/v1?api_key=KEY_SECRET_77"\n')
+    (t,) = load_toml(str(cfg))
+    assert "SECRET" not in t.label and "SECRET" not in t.slug
+    assert t.label == "http://***@gpu-01:8000/v1?api_key=***"
