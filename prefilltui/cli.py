@@ -116,7 +116,14 @@ def main(argv: list[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     from prefilltui.commands.signals import defer_sighup
 
-    defer_sighup(argv)  # first: the exporter's reload signal must not kill it as it starts
+    restore = defer_sighup(argv)  # first: the exporter's reload signal must not kill it
+    try:
+        return _main(argv)
+    finally:
+        restore()
+
+
+def _main(argv: list[str]) -> int:
     _setup_logging()
     parser = build_parser()
     args = parser.parse_args(_normalise_argv(argv))

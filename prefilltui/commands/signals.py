@@ -16,13 +16,24 @@ import signal
 EARLY_SIGHUPS: list[int] = []
 
 
-def defer_sighup(argv: list[str]) -> None:
-    """For ``prefilltui exporter ...``: count SIGHUP instead of dying of it."""
-    if "exporter" in argv and hasattr(signal, "SIGHUP"):
+def defer_sighup(argv: list[str]):
+    """For ``prefilltui exporter ...``: count SIGHUP instead of dying of it.  Returns a
+    function that puts the previous handler back (``cli.main`` calls it when the
+    command returns, so a process calling ``main()`` keeps its own handler)."""
+    if "exporter" not in argv or not hasattr(signal, "SIGHUP"):
+        return lambda: None
+    try:
+        old = signal.signal(signal.SIGHUP, lambda *_: EARLY_SIGHUPS.append(1))
+    except ValueError:  # not the main thread (a test calling main() from a thread)
+        return lambda: None
+
+    def restore() -> None:
+        EARLY_SIGHUPS.clear()
         try:
-            signal.signal(signal.SIGHUP, lambda *_: EARLY_SIGHUPS.append(1))
-        except ValueError:  # not the main thread (a test calling main() from a thread)
+            signal.signal(signal.SIGHUP, old)
+        except (ValueError, TypeError):
             pass
+    return restore
 
 
 def take_early_sighups() -> bool:

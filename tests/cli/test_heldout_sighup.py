@@ -23,8 +23,12 @@ from tests.unit.test_exporter import _wait
 
 
 def _catches_sighup(pid: int) -> bool:
-    """Whether the process has a handler for SIGHUP (bit 0 of SigCgt)."""
+    """Whether the process runs prefilltui (it has exec'd: a forked child shows its
+    parent's handlers until then) and has a handler for SIGHUP (bit 0 of SigCgt)."""
     try:
+        with open(f"/proc/{pid}/cmdline", "rb") as f:
+            if b"prefilltui\x00exporter" not in f.read():
+                return False
         with open(f"/proc/{pid}/status") as f:
             caught = next(ln for ln in f if ln.startswith("SigCgt:")).split()[1]
     except (OSError, StopIteration):
@@ -74,10 +78,12 @@ def test_an_early_sighup_is_counted_not_fatal():
 
     old = signal.getsignal(signal.SIGHUP)
     try:
-        signals.defer_sighup(["exporter", "--config", "x"])
+        restore = signals.defer_sighup(["exporter", "--config", "x"])
         os.kill(os.getpid(), signal.SIGHUP)
         time.sleep(0.05)
         assert signals.take_early_sighups() is True
         assert signals.take_early_sighups() is False
+        restore()
+        assert signal.getsignal(signal.SIGHUP) is old  # main() leaves no handler behind
     finally:
         signal.signal(signal.SIGHUP, old)
