@@ -41,6 +41,14 @@ _HTML_START = re.compile(r"<(?:!doctype\s+html|html|head|body|title|meta|link|sc
                          r"noscript|form|div|h1|p)\b", re.I)
 
 
+def not_a_stream(ctype: str, head: bytes) -> bool:
+    """For a body labelled ``text/event-stream``: True when its first bytes are no event
+    stream but an HTML page or a JSON document (a proxy's error page, a JSON error), so
+    it is read as an answer, with its words; a partial first line (``da``) is not."""
+    text = head[:4096].decode("utf-8", "replace")
+    return looks_like_html("", text) or text.lstrip("\ufeff \t\r\n")[:1] in ("{", "[")
+
+
 def looks_like_html(ctype: str, head: str) -> bool:
     """True for an HTML page: a ``text/html``/``xhtml`` content type, or a body that
     starts (after a byte-order mark, whitespace, an XML declaration and comments) with

@@ -724,24 +724,28 @@ class ProbeClient:
                 r.notes.content_encoding = _head(enc)  # decoded, bounded (measure.bounded)
             ctype = _head(resp.headers.get("content-type", ""))
             first = chunks = None
-            if "text/event-stream" not in ctype.lower():
-                chunks = bounded.aiter_decoded(resp).__aiter__()
-                try:
-                    head = await chunks.__anext__()
-                except StopAsyncIteration:
-                    head = b""
-                first = (time.perf_counter(), head)
-                if looks_like_jsonlines(ctype, head) and not gateway.looks_like_sse(head):
-                    # one JSON object a line (Ollama's native API, an NDJSON relay)
-                    conv = JSONLinesAsSSE()
-                    first = (first[0], conv.feed(head))
-                    chunks = conv.wrap(chunks).__aiter__()
-                    r.notes.content_type = f"{ctype or '(none)'} (JSON lines)"
-                elif not gateway.looks_like_sse(head):
-                    await self._not_a_stream(resp, r, ctype, head, chunks)
-                    return
-                else:
+            # the first read tells what the body is, whatever it is labelled: an event
+            # stream, JSON lines, or no stream at all (an HTML error page or a JSON error
+            # labelled text/event-stream by a proxy)
+            chunks = bounded.aiter_decoded(resp).__aiter__()
+            try:
+                head = await chunks.__anext__()
+            except StopAsyncIteration:
+                head = b""
+            first = (time.perf_counter(), head)
+            labelled = "text/event-stream" in ctype.lower()
+            if gateway.looks_like_sse(head):
+                if not labelled:
                     r.notes.content_type = ctype or "(none)"
+            elif looks_like_jsonlines(ctype, head):
+                # one JSON object a line (Ollama's native API, an NDJSON relay)
+                conv = JSONLinesAsSSE()
+                first = (first[0], conv.feed(head))
+                chunks = conv.wrap(chunks).__aiter__()
+                r.notes.content_type = f"{ctype or '(none)'} (JSON lines)"
+            elif not labelled or gateway.not_a_stream(ctype, head):
+                await self._not_a_stream(resp, r, ctype, head, chunks)
+                return
             await self._read_events(resp, r, t0, first, chunks)
         finally:
             await resp.aclose()

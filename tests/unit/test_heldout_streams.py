@@ -204,3 +204,22 @@ async def test_a_trickling_tokenize_endpoint_cannot_hold_a_probe_past_its_timeou
     assert r.ok and r2.ok, (r.error_message, r2.error_message)
     assert first < 3.0 and second < 1.0, (first, second)  # was: 30 s each
     assert "tokenize too slow" in c.notices
+
+
+# ------------------------------------------------ labelled an event stream, and no stream
+
+@pytest.mark.parametrize("body, kind, words", [
+    (b"<html><head><title>502 Bad Gateway</title></head><body>upstream connect error or "
+     b"disconnect/reset before headers</body></html>", "html_page", "502 Bad Gateway"),
+    (b'{"error": {"message": "Rate limit exceeded for organization", "type": "rate_limit"}}',
+     "protocol", "Rate limit exceeded for organization"),
+])
+async def test_a_page_or_error_labelled_text_event_stream_keeps_its_words(fake_server, body,
+                                                                         kind, words):
+    """A proxy's error page or a JSON error sent with ``Content-Type: text/event-stream``
+    (the label of the route, not of the answer).  Before: no_token, "stream ended without
+    a generated token (no [DONE])", the words lost."""
+    reply = Reply(200, {"Content-Type": "text/event-stream"}, body)
+    srv = fake_server({"GET /v1/models": models_reply("m"), "POST /v1/completions": reply})
+    r, _, _ = await probe(srv)
+    assert r.error_kind == kind and words in r.error_message, r.error_message
