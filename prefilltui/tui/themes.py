@@ -217,7 +217,10 @@ def load_themes(*, user_dir: Path | None = None, extra: list[Path] = ()) -> Them
             ts.problems.append(f"theme built-in {fname}: {exc}")
     if user_dir is not None and user_dir.is_dir():
         for path in sorted(user_dir.glob("*.toml")):
-            _add_file(ts, path)
+            if path.is_file():  # a FIFO or device named *.toml would block the start
+                _add_file(ts, path)
+            else:
+                ts.problems.append(f"theme skipped: {path}: not a regular file")
     for path in extra:
         _add_file(ts, Path(path))
     return ts

@@ -42,3 +42,26 @@ def test_an_exporter_file_not_in_utf8_names_itself_and_the_byte(tmp_path, capsys
     rc = main(["exporter", "--config", str(path), "--listen", "127.0.0.1:0"])
     err = capsys.readouterr().err
     assert rc == 2 and "targets.toml: not UTF-8 text (byte 49" in err and "save it as UTF-8" in err
+
+
+def test_a_fifo_named_like_a_theme_does_not_block_the_tui_start(tmp_path):
+    """Reading a FIFO in the themes directory blocked ``load_themes`` (the TUI never
+    started); a directory named *.toml is skipped too."""
+    import os
+    import threading
+
+    from prefilltui.tui.themes import load_themes
+
+    d = tmp_path / "themes"
+    d.mkdir()
+    (d / "dir.toml").mkdir()
+    if hasattr(os, "mkfifo"):
+        os.mkfifo(d / "pipe.toml")
+    out = {}
+    t = threading.Thread(target=lambda: out.setdefault("ts", load_themes(user_dir=d)),
+                         daemon=True)
+    t.start()
+    t.join(10)
+    assert "ts" in out, "load_themes blocked on the FIFO"
+    problems = "\n".join(out["ts"].problems)
+    assert "dir.toml: not a regular file" in problems
