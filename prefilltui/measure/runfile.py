@@ -373,7 +373,9 @@ def read_run_sessions(path: str | os.PathLike, *, calibration: list[ProbeResult]
     """Read a run file split into its runs: a new one starts at a session line with
     another ``session_id``, or, in a file written before session ids, where ``seq``
     starts again (a probe numbered at or below the previous one).  Sessions without a probe are
-    dropped.  Bad lines are reported as ``"line N: reason"``, never raised.
+    dropped.  Bad lines are reported as ``"line N: reason"``, never raised; so is a probe
+    line the file already holds (same run, seq, start time and request id: a file joined
+    to itself), which is counted once.
     ``calibration``: a list that receives the calibration requests (skipped otherwise).
 
     Raises:
@@ -381,6 +383,7 @@ def read_run_sessions(path: str | os.PathLike, *, calibration: list[ProbeResult]
     """
     sessions: list[RunSession] = [RunSession(None, 1)]
     problems: list[str] = []
+    seen: dict[tuple, int] = {}  # (session, seq, started_at, request id) -> its line
     last_seq: int | None = None
     with open(path, encoding="utf-8-sig", errors="replace") as f:
         for i, line in _lines(f):
@@ -415,6 +418,13 @@ def read_run_sessions(path: str | os.PathLike, *, calibration: list[ProbeResult]
                     raise ValueError("not a probe record (no ok / requested_tokens)")
                 r = ProbeResult.from_json(obj)
                 _check(r)
+                key = (sessions[-1].session_id, r.seq, r.started_at, r.notes.request_id)
+                if r.started_at is not None and key in seen:
+                    # the same probe twice (a run file joined to itself, copied in twice):
+                    # counted once, or its fit would claim a precision it does not have
+                    raise ValueError(f"the same probe as line {seen[key]} (the file holds "
+                                     "it twice)")
+                seen[key] = i
                 if (sessions[-1].session_id is None and r.seq is not None
                         and last_seq is not None and r.seq <= last_seq):
                     # a file without session ids: seq restarted, another run (with ids,

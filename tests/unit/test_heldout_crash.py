@@ -208,3 +208,23 @@ def test_a_run_file_saved_with_a_byte_order_mark_keeps_its_first_line(tmp_path):
     sessions, problems = read_run_sessions(path)
     assert problems == [] and [s.session_id for s in sessions] == ["s1"]
     assert read_session(path)["server"]["kind"] == "vllm"
+
+
+def test_a_run_file_joined_to_itself_counts_each_probe_once(tmp_path, capsys):
+    """``cat run.jsonl run.jsonl > all.jsonl``: the second copy's session line has the
+    same session id, so both copies were one run: 8 probes for 4, and a fit whose
+    interval collapsed to zero width ("95% [51.03 to 51.03] ms")."""
+    good = {"ok": True, "prompt_tokens_source": "usage", "total_s": 0.2}
+    lines = ['{"record":"session","session_id":"s1","server":{"kind":"vllm"}}']
+    for i, n in enumerate((100, 200, 400, 800), 1):
+        lines.append(json.dumps({**good, "seq": i, "requested_tokens": n, "prompt_tokens": n,
+                                 "ttft_s": 0.05 + n * 1e-4 + i * 1e-4,
+                                 "started_at": 1.7e9 + i,
+                                 "extra": {"request_id": f"prefilltui-ab-{i}"}}))
+    one = "\n".join(lines) + "\n"
+    path = tmp_path / "all.jsonl"
+    path.write_text(one + one)
+    sessions, problems = read_run_sessions(path)
+    assert [len(s.results) for s in sessions] == [4]
+    assert problems == [f"line {i + 5}: the same probe as line {i} (the file holds it twice)"
+                        for i in range(2, 6)]
