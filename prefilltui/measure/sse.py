@@ -155,6 +155,23 @@ def _nonempty(v: Any) -> bool:
     return True
 
 
+#: Keys of a content part that say what it is, not what was generated.
+_PART_META = frozenset({"type", "index", "role"})
+
+
+def _has_text(v: Any, depth: int = 0) -> bool:
+    """Whether a text channel's value (``content``, ``reasoning``, ...) carries generated
+    text: a non-empty string, or content parts with one inside
+    (``[{"type": "text", "text": ""}]``, the role chunk of gateways that send content as
+    parts, carries none)."""
+    if isinstance(v, list):
+        return depth < 8 and any(_has_text(x, depth + 1) for x in v)
+    if isinstance(v, dict):
+        return depth < 8 and any(_has_text(x, depth + 1) for k, x in v.items()
+                                 if k not in _PART_META)
+    return _nonempty(v)
+
+
 #: Delta keys that carry a generated token, with the channel each names (vLLM and
 #: SGLang ``reasoning_content``, OpenRouter/Ollama ``reasoning``, ``thinking`` of
 #: gateways that relay Anthropic-style thinking, tool calls old and new).
@@ -212,7 +229,8 @@ def classify_chunk(obj: Any) -> ChunkInfo:
                 if not isinstance(d, dict):
                     continue
                 for k, channel in TOKEN_KEYS:
-                    if _nonempty(d.get(k)):
+                    v = d.get(k)
+                    if _has_text(v) if channel in ("content", "reasoning") else _nonempty(v):
                         info.has_token, info.channel = True, info.channel or channel
                         break
     return info

@@ -223,3 +223,18 @@ async def test_a_page_or_error_labelled_text_event_stream_keeps_its_words(fake_s
     srv = fake_server({"GET /v1/models": models_reply("m"), "POST /v1/completions": reply})
     r, _, _ = await probe(srv)
     assert r.error_kind == kind and words in r.error_message, r.error_message
+
+
+async def test_an_empty_content_part_in_the_role_chunk_is_not_the_token(fake_server):
+    """Gateways that send chat content as parts open with
+    ``{"role": "assistant", "content": [{"type": "text", "text": ""}]}`` at once; it
+    was taken for the token (TTFT 0.01 s, before any prefill).  Parts with text, and
+    thinking parts, still are."""
+    role = sse_data({"choices": [{"index": 0, "delta": {
+        "role": "assistant", "content": [{"type": "text", "text": ""}]}}]})
+    tok = sse_data({"choices": [{"index": 0, "delta": {
+        "content": [{"type": "thinking", "thinking": [{"type": "text", "text": "Hm"}]}]}}]})
+    srv = fake_server({"GET /v1/models": models_reply("m"), "POST /v1/chat/completions":
+                       Reply.sse([(0.01, role), (0.2, tok), (0.21, USAGE), (0.22, sse_done())])})
+    r, _, _ = await probe(srv, api="chat")
+    assert r.ok and 0.19 <= r.ttft_s <= 0.4, (r.ttft_s, r.error_message)
