@@ -796,7 +796,6 @@ class ProbeClient:
         brought the end is marked ``notes.token_with_end`` (``probe_kinds``
         decides whether the path buffers)."""
         dec = SSEStreamDecoder()
-        classify = classify_response_event if self.api == "responses" else classify_chunk
         size = reads = 0
         done = finished = stop = False
         deadline: float | None = None  # set when the data is complete
@@ -880,7 +879,8 @@ class ProbeClient:
                     else:
                         self._fail(r, "protocol", msg)
                     continue
-                info = classify(obj)
+                info = (classify_response_event(obj, ev.event) if self.api == "responses"
+                        else classify_chunk(obj))
                 if info.error is not None and late:
                     _note_late(r, self._scrub(info.error) or "")
                     continue

@@ -190,7 +190,6 @@ async def check_streaming(client: ProbeClient, deadline_s: float | None = None
     the deadline cut it short.  "buffers": two or more tokens, all in one moment.
     Never raises."""
     body = client._body(_CHECK_PROMPT, CHECK_TOKENS)
-    classify = classify_response_event if client.api == "responses" else classify_chunk
     times: list[float] = []
     scratch = ProbeResult()
     complete = True
@@ -216,7 +215,10 @@ async def check_streaming(client: ProbeClient, deadline_s: float | None = None
                     size += len(chunk)
                     for ev in dec.feed(chunk):
                         try:
-                            if classify(json_loads(ev.data)).has_token:
+                            obj = json_loads(ev.data)
+                            info = (classify_response_event(obj, ev.event)
+                                    if client.api == "responses" else classify_chunk(obj))
+                            if info.has_token:
                                 times.append(now)
                         except ValueError:
                             continue

@@ -246,8 +246,9 @@ RESPONSES_TOKEN_EVENTS = {
 }
 
 
-def classify_response_event(obj: Any) -> ChunkInfo:
-    """Classify a decoded JSON event of a Responses API stream (``type`` names it).
+def classify_response_event(obj: Any, event: str | None = None) -> ChunkInfo:
+    """Classify a decoded JSON event of a Responses API stream (``type`` names it; a
+    server that names it only in the SSE ``event:`` field passes that as ``event``).
 
     A token: an event of ``RESPONSES_TOKEN_EVENTS`` with a non-empty ``delta``.  The
     end: ``response.completed`` / ``response.incomplete`` (``finish_reason`` is the
@@ -260,6 +261,8 @@ def classify_response_event(obj: Any) -> ChunkInfo:
         info.error = f"stream event is {type(obj).__name__}, not an object"
         return info
     kind = obj.get("type")
+    if kind is None and event and event != "message":
+        kind = event
     if kind == "error" or ("error" in obj and obj["error"] not in (None, "")
                            and kind is None):
         info.error_obj = obj.get("error") or obj

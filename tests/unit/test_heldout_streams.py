@@ -238,3 +238,20 @@ async def test_an_empty_content_part_in_the_role_chunk_is_not_the_token(fake_ser
                        Reply.sse([(0.01, role), (0.2, tok), (0.21, USAGE), (0.22, sse_done())])})
     r, _, _ = await probe(srv, api="chat")
     assert r.ok and 0.19 <= r.ttft_s <= 0.4, (r.ttft_s, r.error_message)
+
+
+async def test_responses_events_named_only_in_the_sse_event_field_are_read(fake_server):
+    """A Responses API server that names each event in ``event:`` and leaves ``type``
+    out of the data: no token was seen (no_token)."""
+    def ev(name, obj):
+        import json as _json
+
+        return f"event: {name}\ndata: {_json.dumps(obj)}\n\n".encode()
+    stream = [(0.01, ev("response.created", {"response": {"status": "in_progress"}})),
+              (0.10, ev("response.output_text.delta", {"delta": "Hi"})),
+              (0.11, ev("response.completed", {"response": {"status": "completed", "usage": {
+                  "input_tokens": 12, "output_tokens": 1}}}))]
+    srv = fake_server({"GET /v1/models": models_reply("m"),
+                       "POST /v1/responses": Reply.sse(stream)})
+    r, _, _ = await probe(srv, api="responses")
+    assert r.ok and 0.09 <= r.ttft_s <= 0.3 and r.prompt_tokens == 12, r.error_message
