@@ -337,11 +337,17 @@ class MetricsDelta:
         return max(0.0, h[0])
 
     def gauge(self, role: str) -> float | None:
-        vals = [g[role] for g in (self.gauges_before, self.gauges_after) if role in g]
+        """The larger of the before/after readings of a gauge; a reading no server can
+        have (negative, or over ``MAX_GAUGE``: 1e308 "running requests") is left out."""
+        vals = [g[role] for g in (self.gauges_before, self.gauges_after)
+                if role in g and 0 <= g[role] <= MAX_GAUGE]
         return max(vals) if vals else None
 
 
 _GAUGES = ("running", "waiting", "cache_hit_rate")
+#: Largest gauge reading taken (requests running or waiting; a hit rate is <= 1): a
+#: million requests in one server's queue is far beyond any served today.
+MAX_GAUGE = 1_000_000
 
 
 def delta(before: MetricsSample, after: MetricsSample) -> MetricsDelta:

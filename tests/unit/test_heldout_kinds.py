@@ -251,3 +251,22 @@ def test_a_sweep_of_0_0_0_0_with_a_proxy_set_goes_direct(fake_server, tmp_path, 
     cap = capsys.readouterr()
     assert rc == 0, cap.err
     assert "probes ok 2, failed 0" in cap.out and "via proxy" not in cap.out
+
+
+# ------------------------------------------------ /metrics readings no server can have
+
+@pytest.mark.parametrize("reading", ["1e308", "-5", "NaN", "+Inf"])
+def test_a_gauge_no_server_can_read_is_not_a_count_of_requests(reading):
+    """``vllm:num_requests_running 1e308`` was shown as "[1e+308 running, 1e+308
+    waiting]" on every probe line and read as a busy server."""
+    from prefilltui.model import metrics as M
+
+    text = (f'vllm:num_requests_running{{model_name="m"}} {reading}\n'
+            f'vllm:num_requests_waiting{{model_name="m"}} {reading}\n')
+    before = M.parse_metrics(text, "vllm", t=0.0)
+    after = M.parse_metrics(text, "vllm", t=1.0)
+    d = M.delta(before, after)
+    assert d.gauge("running") is None and d.gauge("waiting") is None
+    ok = M.delta(M.parse_metrics('vllm:num_requests_running{model_name="m"} 3\n', "vllm", t=0),
+                 M.parse_metrics('vllm:num_requests_running{model_name="m"} 2\n', "vllm", t=1))
+    assert ok.gauge("running") == 3
