@@ -418,8 +418,9 @@ def read_run_sessions(path: str | os.PathLike, *, calibration: list[ProbeResult]
                     raise ValueError("not a probe record (no ok / requested_tokens)")
                 r = ProbeResult.from_json(obj)
                 _check(r)
-                key = (sessions[-1].session_id, r.seq, r.started_at, r.notes.request_id)
-                if r.started_at is not None and key in seen:
+                key = (sessions[-1].session_id, r.seq, r.started_at, r.t_send,
+                       r.notes.request_id)
+                if r.started_at and key in seen:  # 0.0: no send time recorded, nothing to match
                     # the same probe twice (a run file joined to itself, copied in twice):
                     # counted once, or its fit would claim a precision it does not have
                     raise ValueError(f"the same probe as line {seen[key]} (the file holds "
