@@ -162,7 +162,8 @@ def _roofline_lines(d: RunSummary) -> list[str]:
         lo, hi = sf.rows[0], sf.rows[-1]
         out.append(f"  the server's own FLOP count (vLLM --enable-mfu-metrics) / prefilltui's matmul count: "
                    f"median {sf.ratio_median:.2f} over {sf.probes} probes; {lo[3]:.2f} at "
-                   f"{lo[0]:,} tokens, {hi[3]:.2f} at {hi[0]:,}")
+                   f"{lo[0]:,} tokens, {hi[3]:.2f} at {hi[0]:,} (vLLM bills attention's full n² "
+                   "square, MFU its causal half)")
     if roof and roof.achieved_flops:
         line = f"  achieved {roof.achieved_flops / 1e12:.3g} TFLOP/s (from the {roof.slope_source} slope)"
         if roof.mfu is not None:
