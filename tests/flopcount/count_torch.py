@@ -4,7 +4,7 @@ Run with a python that has torch and transformers (never prefilltui's own venv: 
 is no dependency of the app); prints one JSON object on stdout:
 
     $TORCH_PY tests/flopcount/count_torch.py [--lengths 16,64,...]
-        [--shapes smollm2-135m,llama-3-8b-2layers] [--attn eager]
+        [--shapes smollm2-135m,llama-3-8b-2layers] [--attn eager] [--device cpu]
 
 For each shape and prompt length n: a ``LlamaForCausalLM`` built from a config of
 that shape with random weights (``torch.manual_seed(0)``, fp32, on the CPU; the
@@ -40,6 +40,9 @@ SHAPES = {
                                max_position_embeddings=8192, rope_theta=500000.0,
                                rms_norm_eps=1e-5),
 }
+#: the whole Llama-3-8B (32 layers): for the GPU device check (tests/bench/gpu/run.sh),
+#: where the sweep's model is this shape; 16 GB in bf16, too big for the CPU tests
+SHAPES["llama-3-8b"] = dict(SHAPES["llama-3-8b-2layers"], num_hidden_layers=32)
 
 
 def count(name: str, lengths: list[int], device: str, attn: str) -> dict:
@@ -49,8 +52,10 @@ def count(name: str, lengths: list[int], device: str, attn: str) -> dict:
 
     cfg = LlamaConfig(**SHAPES[name], attn_implementation=attn)
     torch.manual_seed(0)
+    # the count does not depend on the dtype; bf16 halves a GPU's memory for the weights
+    dtype = torch.float32 if device == "cpu" else torch.bfloat16
     with torch.device(device):
-        model = LlamaForCausalLM(cfg).eval()
+        model = LlamaForCausalLM(cfg).to(dtype).eval()
     out = {"config": SHAPES[name], "counts": {}}
     for n in lengths:
         ids = torch.randint(0, cfg.vocab_size, (1, n), device=device)
@@ -69,6 +74,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--lengths", default="16,64,256,1024,4096")
     ap.add_argument("--shapes", default=",".join(SHAPES))
     ap.add_argument("--attn", default="eager", choices=["eager", "sdpa"])
+    ap.add_argument("--device", default="cpu", help="cpu (the tests' fixture) or cuda")
     a = ap.parse_args(argv)
     import torch
     import transformers
@@ -76,10 +82,10 @@ def main(argv: list[str] | None = None) -> int:
     lengths = [int(x) for x in a.lengths.split(",")]
     res = {"command": "python tests/flopcount/count_torch.py " + " ".join(sys.argv[1:] if argv is None else argv),
            "torch": torch.__version__, "transformers": transformers.__version__,
-           "python": platform.python_version(), "device": "cpu", "attn_implementation": a.attn,
+           "python": platform.python_version(), "device": a.device, "attn_implementation": a.attn,
            "logits_to_keep": 1, "shapes": {}}
     for name in a.shapes.split(","):
-        res["shapes"][name] = count(name, lengths, "cpu", a.attn)
+        res["shapes"][name] = count(name, lengths, a.device, a.attn)
     print(json.dumps(res, indent=1, sort_keys=True))
     return 0
 

@@ -1,6 +1,7 @@
 #!/bin/bash
 # Device check: matmul ceiling, random-weight Llama-3.1-8B-shape server, prefilltui sweep.
-# Env: OUT (results dir), PY (python), SERVER_ARGS (extra server args), LENGTHS, REPEATS, MM_N.
+# Env: OUT (results dir), PY (python), SERVER_ARGS (extra server args), LENGTHS, REPEATS, MM_N,
+# COUNTER_DEVICE/COUNTER_SHAPE/COUNTER_LENGTHS (the FLOP counter step), MFU_MODEL.
 set -u
 HERE=$(cd "$(dirname "$0")" && pwd)
 PY=${PY:-python3}
@@ -45,4 +46,14 @@ $PY -m prefilltui report $OUT/run.jsonl > $OUT/report.txt 2>&1; echo "report rc=
 cat $OUT/report.txt
 pkill -P $DPID 2>/dev/null; kill $DPID 2>/dev/null; kill $SPID 2>/dev/null
 wait $SPID 2>/dev/null
+# PyTorch's FLOP count of the same forward pass (the server is down: the GPU is free),
+# then MFU of the fit under every count (issue 23: quick 2·P, matmul, the counter)
+el "flop counter"
+timeout 180 $PY $HERE/../../flopcount/count_torch.py --device ${COUNTER_DEVICE:-cuda} \
+   --shapes ${COUNTER_SHAPE:-llama-3-8b} --lengths ${COUNTER_LENGTHS:-1024,2048,4096,8192} \
+   > $OUT/counter.json 2> $OUT/counter.log; echo "counter rc=$?"
+el "mfu"
+$PY $HERE/mfu_counts.py $OUT/sweep.json $OUT/counter.json --model ${MFU_MODEL:-llama-3-8b} \
+   > $OUT/mfu.txt 2>&1 || $PY $HERE/mfu_counts.py $OUT/sweep.json --model ${MFU_MODEL:-llama-3-8b} > $OUT/mfu.txt 2>&1
+cat $OUT/mfu.txt
 el "done"
