@@ -6,7 +6,8 @@ The quick figure FLOPs(n) = 2*P*n + 2*L*d_attn*n^2 (the seed's back-of-envelope)
 time = FLOPs / (efficiency * peak); arithmetic intensity n*d/(d+2n) against the ridge
 point peak/bandwidth.  Beside it, labelled, the term-by-term matmul count MFU uses
 (prefilltui/model/flops.py) and the ratio quick / exact.  Formulas and figures:
-prefilltui/model/roofline.py, flops.py, catalog.py.  Every number printed is an estimate.
+prefilltui/model/roofline.py, flops.py, catalog.py, gpu_catalog.py.  Every number
+printed is an estimate.
 """
 
 from __future__ import annotations

@@ -16,7 +16,8 @@ from typing import Iterable
 
 from prefilltui.model import flops as flopcount
 from prefilltui.model import intercept, percentiles, roofline
-from prefilltui.model.catalog import Hardware, ModelShape
+from prefilltui.model.catalog import ModelShape
+from prefilltui.model.gpu_catalog import Hardware
 from prefilltui.model.depth import depth_table, is_depth_probe
 from prefilltui.model.diagnose import summarize_diagnosis
 from prefilltui.model.fit import LinearFit
