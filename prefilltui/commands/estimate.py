@@ -14,8 +14,8 @@ from __future__ import annotations
 
 import json
 
-from prefilltui.commands.common import (_positive_int, add_hardware_args, add_output_args, err,
-                                        roofline_spec)
+from prefilltui.commands.argtypes import _positive_int
+from prefilltui.commands.common import add_hardware_args, add_output_args, err, roofline_spec
 from prefilltui.model import roofline
 from prefilltui.model.catalog import known_names
 from prefilltui.model.spec import resolve_gpu, resolve_model
