@@ -15,8 +15,8 @@ from __future__ import annotations
 import asyncio
 import json
 
-from prefilltui.commands.common import (_positive_int, add_output_args, add_server_args, err,
-                                        probe_options, say, server_url)
+from prefilltui.commands.argtypes import _positive_int, server_url
+from prefilltui.commands.common import add_output_args, add_server_args, err, probe_options, say
 from prefilltui.model import defaults
 from prefilltui.measure.prefix_cache import cache_check
 from prefilltui.exit_codes import ExitCode

@@ -17,9 +17,8 @@ import sys
 from dataclasses import replace
 from typing import Callable
 
+from prefilltui.commands.argtypes import _positive_float, _positive_int
 from prefilltui.commands.common import (
-    _positive_float,
-    _positive_int,
     add_analysis_args,
     add_depth_arg,
     add_hardware_args,

@@ -6,15 +6,16 @@ The quick figure FLOPs(n) = 2*P*n + 2*L*d_attn*n^2 (the seed's back-of-envelope)
 time = FLOPs / (efficiency * peak); arithmetic intensity n*d/(d+2n) against the ridge
 point peak/bandwidth.  Beside it, labelled, the term-by-term matmul count MFU uses
 (prefilltui/model/flops.py) and the ratio quick / exact.  Formulas and figures:
-prefilltui/model/roofline.py, flops.py, catalog.py.  Every number printed is an estimate.
+prefilltui/model/roofline.py, flops.py, catalog.py, gpu_catalog.py.  Every number
+printed is an estimate.
 """
 
 from __future__ import annotations
 
 import json
 
-from prefilltui.commands.common import (_positive_int, add_hardware_args, add_output_args, err,
-                                        roofline_spec)
+from prefilltui.commands.argtypes import _positive_int
+from prefilltui.commands.common import add_hardware_args, add_output_args, err, roofline_spec
 from prefilltui.model import roofline
 from prefilltui.model.catalog import known_names
 from prefilltui.model.spec import resolve_gpu, resolve_model

@@ -21,9 +21,9 @@ import threading
 from dataclasses import replace
 from pathlib import Path
 
-from prefilltui.commands.common import (_int_list, add_load_args, _positive_float, _positive_int,
-                                        add_hardware_args, add_server_args, probe_options,
-                                        roofline_spec, server_url)
+from prefilltui.commands.argtypes import _int_list, _positive_float, _positive_int, server_url
+from prefilltui.commands.common import (add_hardware_args, add_load_args, add_server_args,
+                                        probe_options, roofline_spec)
 from prefilltui.commands.signals import take_early_sighups
 from prefilltui.exit_codes import ExitCode
 from prefilltui.exporter.config import (DEFAULT_INTERVAL_S, DEFAULT_LENGTHS, DEFAULT_WINDOW,

@@ -23,8 +23,8 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any, Callable
 
-from prefilltui.commands.common import (_positive_float, _positive_int, err, probe_options,
-                                        roofline_spec, sweep_design)
+from prefilltui.commands.argtypes import _positive_float, _positive_int
+from prefilltui.commands.common import err, probe_options, roofline_spec, sweep_design
 from prefilltui.exit_codes import ExitCode
 from prefilltui.exporter.config import JITTER, TargetConfig, check, load_toml, unique
 from prefilltui.model import defaults

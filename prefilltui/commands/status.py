@@ -20,9 +20,10 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
+from prefilltui.commands.argtypes import server_url
 from prefilltui.commands.common import (add_analysis_args, add_hardware_args, add_output_args,
                                         add_server_args, add_sweep_args, add_telemetry_args,
-                                        analysis_options, err, say, server_url, sweep_design,
+                                        analysis_options, err, say, sweep_design,
                                         telemetry_options)
 from prefilltui.commands.fleet import (default_run_dir, fleet_targets, local_hosts,
                                        target_baseline)

@@ -15,10 +15,11 @@ import sys
 from collections import Counter
 from dataclasses import replace
 
+from prefilltui.commands.argtypes import server_url
 from prefilltui.commands.common import (add_analysis_args, add_depth_arg, add_hardware_args,
                                         add_load_args, add_output_args, add_server_args,
                                         add_sweep_args, add_telemetry_args, err, load_options,
-                                        say, server_url, session_options)
+                                        say, session_options)
 from prefilltui.commands.load_sweep import (LoadFailed, run_probes, session_facts_of_load,
                                             stall_part, with_load)
 from prefilltui.model.load_summary import main_results

@@ -19,9 +19,10 @@ import argparse
 import sys
 from typing import Any, Callable
 
+from prefilltui.commands.argtypes import server_url
 from prefilltui.commands.common import (
     add_analysis_args, add_hardware_args, add_load_args, add_server_args, add_sweep_args,
-    add_telemetry_args, err, load_options, server_url, session_options,
+    add_telemetry_args, err, load_options, session_options,
 )
 from prefilltui.commands.exports import cache_finding, make_exporter
 from prefilltui.commands.fleet import add_fleet_args, run_fleet

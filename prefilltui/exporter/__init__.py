@@ -3,6 +3,7 @@ to Prometheus.
 
 ``config``    TargetConfig and the TOML target file.
 ``target``    TargetProber: one paced continuous sweep, its window fit and snapshots.
+``snapshot``  TargetSnapshot: what /metrics shows for one target, frozen.
 ``collector`` the metric families built from snapshots at scrape time.
 ``fleet``     the set of targets: started in the background, replaced on SIGHUP; the
               target count and open-file limits.
@@ -11,6 +12,7 @@ Imports no textual.
 """
 
 from prefilltui.exporter.config import TargetConfig, load_toml
-from prefilltui.exporter.target import TargetProber, TargetSnapshot
+from prefilltui.exporter.snapshot import TargetSnapshot
+from prefilltui.exporter.target import TargetProber
 
 __all__ = ["TargetConfig", "TargetProber", "TargetSnapshot", "load_toml"]

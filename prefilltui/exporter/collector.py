@@ -81,8 +81,9 @@ from prometheus_client.core import (CounterMetricFamily, GaugeMetricFamily,
 from prometheus_client.registry import Collector
 
 from prefilltui import __version__
-from prefilltui.exporter.target import VERDICTS, TargetSnapshot
+from prefilltui.exporter.snapshot import TargetSnapshot
 from prefilltui.model.sanitize import clean
+from prefilltui.model.summary import VERDICTS
 from prefilltui.model.verdict import CAUSES
 
 LABELS = ("target", "model")

@@ -38,7 +38,8 @@ from typing import Any, Literal
 
 from prefilltui.measure.server import url_problem
 from prefilltui.model import limits, localfile
-from prefilltui.model.catalog import known_names, lookup_gpu
+from prefilltui.model.catalog import known_names
+from prefilltui.model.gpu_catalog import lookup_gpu
 from prefilltui.model.loadspec import LoadSpec, parse_load
 from prefilltui.model.health import HANG_AFTER_S
 from prefilltui.model.redact import display_url, scrub_secrets

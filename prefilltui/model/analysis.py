@@ -16,7 +16,8 @@ from typing import Iterable
 
 from prefilltui.model import flops as flopcount
 from prefilltui.model import intercept, percentiles, roofline
-from prefilltui.model.catalog import Hardware, ModelShape
+from prefilltui.model.catalog import ModelShape
+from prefilltui.model.gpu_catalog import Hardware
 from prefilltui.model.depth import depth_table, is_depth_probe
 from prefilltui.model.diagnose import summarize_diagnosis
 from prefilltui.model.fit import LinearFit
@@ -281,7 +282,8 @@ def plain_summary(results: Iterable[ProbeResult], server_info: ServerInfo | None
     """A summary without the analysis, for when ``analyze`` failed (a bug) and a finished
     sweep must still be reported: the counts, the per-length table and the plain robust
     fit (OLS when it fails) of TTFT over prompt tokens; verdict level "error"."""
-    from prefilltui.model.fit import fit_ols, fit_robust
+    from prefilltui.model.fit import fit_ols
+    from prefilltui.model.robust_fit import fit_robust
 
     plain = [r for r in results if not is_depth_probe(r)]
     pts = [(float(r.tokens), float(r.ttft_s)) for r in plain if r.fit_eligible]

@@ -15,6 +15,7 @@ from typing import Iterable, Sequence
 
 from prefilltui.model import fit as _fit
 from prefilltui.model.probe_notes import QueueSource
+from prefilltui.model.robust_fit import fit_robust
 from prefilltui.model.types import JsonObject, ProbeResult
 from prefilltui.model.units import duration
 
@@ -166,7 +167,7 @@ def _intercept_split(results: Sequence[ProbeResult], fit: _fit.LinearFit | None,
     if len(pts) < 3 or min(xs) <= 0 or max(xs) < 2 * min(xs):
         return None
     if fit is None:
-        fit = _fit.fit_robust(xs, [r.ttft_s for r in pts])
+        fit = fit_robust(xs, [r.ttft_s for r in pts])
     if fit is None:
         return None
     fixed = _ic.fixed_cost(fit)

@@ -34,7 +34,7 @@ from typing import Sequence
 
 import numpy as np
 
-from prefilltui.model.fit import t_cdf
+from prefilltui.model.tdist import t_cdf
 from prefilltui.model.types import JsonObject, ProbeResult, ServerInfo
 from prefilltui.model.units import duration
 

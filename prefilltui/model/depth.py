@@ -165,7 +165,8 @@ def depth_table(results: Iterable[ProbeResult], model: ModelShape | None = None
                 ) -> DepthTable | None:
     """Slope vs depth (``DepthTable``), or None when the run has no depth probes.
     ``model``: the resolved model shape, for the formula's expected ratio."""
-    from prefilltui.model import fit as fitmod
+    from prefilltui.model.fit import fit_ols
+    from prefilltui.model.robust_fit import fit_robust
 
     results = list(results)
     by = _points(results)
@@ -184,7 +185,7 @@ def depth_table(results: Iterable[ProbeResult], model: ModelShape | None = None
         ys = [p[1] for p in good]
         f = None
         if len(good) >= 3 and len(set(xs)) >= 2:
-            f = fitmod.fit_robust(xs, ys) or fitmod.fit_ols(xs, ys)
+            f = fit_robust(xs, ys) or fit_ols(xs, ys)
         pref = [p[2].depth.prefix_tokens for p in pts if p[2].depth is not None]
         pref = [v for v in pref if v is not None]
         cached = [p[2].cached_tokens for p in good if d > 0 and p[2].cached_tokens is not None]

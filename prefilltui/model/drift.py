@@ -16,7 +16,8 @@ from __future__ import annotations
 import math
 from typing import Iterable
 
-from prefilltui.model.fit import CONFIDENCE, LinearFit, t_ppf
+from prefilltui.model.fit import CONFIDENCE, LinearFit
+from prefilltui.model.tdist import t_ppf
 from prefilltui.model.running_fit import RunningFit
 from prefilltui.model.types import FitMethod, ProbeResult
 from prefilltui.model.units import duration

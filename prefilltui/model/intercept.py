@@ -24,7 +24,8 @@ import statistics
 from dataclasses import dataclass
 from typing import Iterable
 
-from prefilltui.model.fit import LinearFit, fit_robust
+from prefilltui.model.fit import LinearFit
+from prefilltui.model.robust_fit import fit_robust
 from prefilltui.model.types import JsonObject, ProbeResult
 
 PIN_FLOOR_S = 0.010  # see the module docstring

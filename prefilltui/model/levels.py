@@ -14,7 +14,8 @@ from dataclasses import asdict, dataclass, replace
 from typing import Any, Iterable, Sequence
 
 from prefilltui.model.breakdown import probe_parts
-from prefilltui.model.fit import LinearFit, fit_ols, fit_robust
+from prefilltui.model.fit import LinearFit, fit_ols
+from prefilltui.model.robust_fit import fit_robust
 from prefilltui.model.loadspec import LoadKind
 from prefilltui.model.stall import DecodeTrace, itl_quantiles, probe_window
 from prefilltui.model.types import ProbeResult

@@ -35,7 +35,8 @@ from typing import Sequence
 
 from prefilltui.model import intercept
 from prefilltui.model.analysis import expectation, judge, roofline_summary, window_summary
-from prefilltui.model.catalog import Hardware, ModelShape
+from prefilltui.model.catalog import ModelShape
+from prefilltui.model.gpu_catalog import Hardware
 from prefilltui.model.fit import LinearFit
 from prefilltui.model.percentiles import LengthRow, Quantiles, TtftPercentiles, quantiles
 from prefilltui.model.running_fit import RunningFit

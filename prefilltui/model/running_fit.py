@@ -22,9 +22,8 @@ from dataclasses import dataclass, replace
 
 import numpy as np
 
-from prefilltui.model.fit import (
-    LinearFit, detect_knee, fit_ols, fit_ols_moments, fit_quadratic, fit_robust,
-)
+from prefilltui.model.fit import LinearFit, fit_ols, fit_ols_moments
+from prefilltui.model.robust_fit import detect_knee, fit_quadratic, fit_robust
 from prefilltui.model import defaults
 from prefilltui.model.types import FitMethod, FitScope, JsonObject, ProbeResult
 

@@ -26,7 +26,8 @@ from prefilltui.model.types import JsonObject, ServerInfo, TelemetryKind
 from prefilltui.model.until_ci import Progress
 
 if TYPE_CHECKING:
-    from prefilltui.model.catalog import Hardware, ModelShape
+    from prefilltui.model.catalog import ModelShape
+    from prefilltui.model.gpu_catalog import Hardware
     from prefilltui.model.depth import DepthTable
     from prefilltui.model.diagnose import Diagnosis
     from prefilltui.model.load_summary import LoadSummary

@@ -40,7 +40,7 @@ def sweep(url: str, lengths: list[int], out: Path) -> dict:
 
 def agreement(out: Path) -> dict:
     """Robust-fit throughput of TTFT and of the server's prefill time, same probes."""
-    from prefilltui.model.fit import fit_robust
+    from prefilltui.model.robust_fit import fit_robust
     from prefilltui.measure.runfile import read_run
 
     rs = [r for r in read_run(out)[0] if r.fit_eligible and r.server_prefill_s is not None]

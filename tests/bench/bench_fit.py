@@ -26,7 +26,8 @@ import time
 
 import numpy as np
 
-from prefilltui.model.fit import fit_ols, fit_quadratic, fit_robust, fit_wls
+from prefilltui.model.fit import fit_ols
+from prefilltui.model.robust_fit import fit_quadratic, fit_robust, fit_wls
 from prefilltui.model.running_fit import RunningFit, analyze_points
 
 NOISE = 0.05

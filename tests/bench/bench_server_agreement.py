@@ -70,7 +70,7 @@ def run(opts) -> list[Row]:
     if isinstance(where, str):
         return [skipped(SECTION, metrics[0], where, "within 5 %"),
                 skipped(SECTION, metrics[1], where)]
-    from prefilltui.model.fit import fit_robust
+    from prefilltui.model.robust_fit import fit_robust
     from prefilltui.demo.server import LlamaServer
 
     repeats, budget = (3, 45.0) if opts.quick else (6, 90.0)

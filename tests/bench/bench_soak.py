@@ -139,7 +139,7 @@ def soak(seconds: float, tmp: str) -> dict:
     failed_in_fit = sum(1 for r in results if not r.ok and r.ttft_s in in_fit)
     snap = fit.snapshot("all", "robust")
     tp = snap.fit.prefill_tokens_per_s if snap and snap.fit else None
-    from prefilltui.model.fit import fit_robust
+    from prefilltui.model.robust_fit import fit_robust
 
     srv_pts = [(r.tokens, r.server_prefill_s) for r in eligible if r.server_prefill_s is not None]
     sf = fit_robust([p[0] for p in srv_pts], [p[1] for p in srv_pts]) if len(srv_pts) > 2 else None

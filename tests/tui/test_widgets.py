@@ -161,7 +161,7 @@ def test_ticks_and_si():
 def test_baseline_drift_warning_in_stats():
     from tests.tui.fakes import make_result as mk
 
-    from prefilltui.model.fit import fit_robust
+    from prefilltui.model.robust_fit import fit_robust
     from prefilltui.tui.viewmodel import drift_warning
 
     xs = [32, 64, 128, 256, 512, 1024, 2048, 4096]

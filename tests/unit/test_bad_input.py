@@ -13,7 +13,7 @@ import pytest
 
 from tests.fakeserver import Reply, models_reply, sse_data, sse_done, sse_text
 from prefilltui.cli import main
-from prefilltui.commands.common import _efficiency, _non_negative_float, _positive_float, _sample_hz
+from prefilltui.commands.argtypes import _efficiency, _non_negative_float, _positive_float, _sample_hz
 from prefilltui.measure import server as srv
 from prefilltui.model.catalog import model_from_config
 from prefilltui.model.diagnose import summarize_diagnosis

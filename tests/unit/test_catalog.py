@@ -6,9 +6,8 @@ import json
 
 import pytest
 
-from prefilltui.model.catalog import (
-    GPUS, MODELS, lookup_gpu, lookup_model, model_from_config,
-)
+from prefilltui.model.catalog import MODELS, lookup_model, model_from_config
+from prefilltui.model.gpu_catalog import GPUS, lookup_gpu
 from prefilltui.model.spec import RooflineSpec, resolve_gpu, resolve_model
 from prefilltui.model.types import ServerInfo
 

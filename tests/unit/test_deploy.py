@@ -22,7 +22,7 @@ from tests.components import require
 from prefilltui.exporter.collector import families
 from prefilltui.exporter.config import load_toml
 from prefilltui.exporter.health import Expected, ttft_buckets
-from prefilltui.exporter.target import LengthHistogram, TargetSnapshot
+from prefilltui.exporter.snapshot import LengthHistogram, TargetSnapshot
 from prefilltui.model import defaults
 from prefilltui.model.analysis import analyze
 from prefilltui.model.types import ProbeResult, ServerInfo

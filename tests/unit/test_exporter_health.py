@@ -15,7 +15,8 @@ from prefilltui.exporter.collector import families
 from prefilltui.exporter.config import check, load_toml, target
 from prefilltui.exporter.health import (Expected, explicit_baseline, hang_threshold,
                                         length_medians, roofline_expected, ttft_buckets)
-from prefilltui.exporter.target import TargetProber, TargetSnapshot, window_health
+from prefilltui.exporter.snapshot import TargetSnapshot
+from prefilltui.exporter.target import TargetProber, window_health
 from prefilltui.measure.runfile import RunWriter
 from prefilltui.model.analysis import analyze
 from prefilltui.model.types import ProbeResult

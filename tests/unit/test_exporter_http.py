@@ -16,7 +16,7 @@ from types import SimpleNamespace
 import pytest
 
 from prefilltui.exporter import http as H
-from prefilltui.exporter.target import TargetSnapshot
+from prefilltui.exporter.snapshot import TargetSnapshot
 
 
 class CountingProber:

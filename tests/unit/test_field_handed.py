@@ -150,7 +150,7 @@ def test_escape_codes_never_reach_the_terminal_and_the_run_file_keeps_them(fake_
 
 def test_escape_codes_are_escaped_in_tui_logs_and_exporter_labels(capsys):
     from prefilltui.exporter.collector import HealthCollector
-    from prefilltui.exporter.target import TargetSnapshot
+    from prefilltui.exporter.snapshot import TargetSnapshot
     from prefilltui.model.types import ProbeResult
     from prefilltui.model.summary import ProbeCounts
     from prefilltui.tui.viewmodel import status_line

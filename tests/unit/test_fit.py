@@ -8,9 +8,9 @@ import math
 import numpy as np
 import pytest
 
-from prefilltui.model.fit import (
-    LinearFit, detect_knee, fit_ols, fit_quadratic, fit_robust, fit_wls, t_ppf,
-)
+from prefilltui.model.fit import LinearFit, fit_ols
+from prefilltui.model.robust_fit import detect_knee, fit_quadratic, fit_robust, fit_wls
+from prefilltui.model.tdist import t_ppf
 from prefilltui.model.running_fit import FitSnapshot, RunningFit, analyze_points
 from prefilltui.model.types import ProbeResult
 

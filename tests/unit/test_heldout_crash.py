@@ -181,7 +181,7 @@ def test_an_exporter_series_labelled_with_a_surrogate_model_id_renders():
     from prometheus_client.registry import CollectorRegistry
 
     from prefilltui.exporter.collector import HealthCollector
-    from prefilltui.exporter.target import TargetSnapshot
+    from prefilltui.exporter.snapshot import TargetSnapshot
 
     class Source:
         snapshot = TargetSnapshot(target="t", model="lla\ud800ma\u200b\U000e0041",

@@ -11,7 +11,8 @@ import pytest
 from prefilltui.model import intercept, percentiles
 from prefilltui.model.analysis import analyze
 from prefilltui.model.breakdown import breakdown
-from prefilltui.model.fit import LinearFit, fit_robust
+from prefilltui.model.fit import LinearFit
+from prefilltui.model.robust_fit import fit_robust
 from prefilltui.model.types import ProbeResult
 from prefilltui.render.tables import format_breakdown
 from prefilltui.render.text import format_fixed_cost, format_percentiles, format_summary

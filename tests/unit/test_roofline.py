@@ -6,7 +6,8 @@ import numpy as np
 import pytest
 
 from prefilltui.model import flops, roofline
-from prefilltui.model.catalog import lookup_gpu, lookup_model
+from prefilltui.model.catalog import lookup_model
+from prefilltui.model.gpu_catalog import lookup_gpu
 
 LLAMA = lookup_model("llama-3-8b")
 H100 = lookup_gpu("h100-sxm").for_dtype("bf16")
