@@ -58,6 +58,10 @@ def test_a_sighup_while_the_exporter_starts_is_a_reload_not_a_death(fake_server,
             time.sleep(0.2)
             assert proc.poll() is None, "killed by the SIGHUP while starting"
             cfg.write_text(body)  # the start's read of the file
+            # the reload's writer only once the start has read to the end (a second writer
+            # opened while the first read still runs joins the same read: "listed twice")
+            assert _wait(lambda: "serving http" in err_path.read_text(), timeout=30), \
+                err_path.read_text()
             writer = threading.Thread(target=cfg.write_text, args=(body,), daemon=True)
             writer.start()  # the reload's read
             assert _wait(lambda: "reloaded" in err_path.read_text(), timeout=30), \
