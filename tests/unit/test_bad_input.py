@@ -18,7 +18,8 @@ from prefilltui.measure import server as srv
 from prefilltui.model.catalog import model_from_config
 from prefilltui.model.diagnose import summarize_diagnosis
 from prefilltui.render.tables import format_diagnosis
-from prefilltui.measure.probe import ProbeClient, parse_retry_after
+from prefilltui.measure.probe import ProbeClient
+from prefilltui.measure.probe_errors import parse_retry_after
 from prefilltui.measure.runfile import RunWriter, read_run
 from prefilltui.model.types import ProbeResult
 
