@@ -26,7 +26,8 @@ from prefilltui.model.pacing import Pacing, auto_pacing
 from prefilltui.measure.probe import ProbeClient
 from prefilltui.measure.runfile import (RotatingRunWriter, RunFileBusy, RunWriter,
                                        default_run_path)
-from prefilltui.measure.sweep import ProbeHook, SweepConfig, SweepRunner, make_lengths
+from prefilltui.measure.sweep import SweepRunner
+from prefilltui.measure.sweep_config import ProbeHook, SweepConfig, make_lengths
 from prefilltui.measure.telemetry import Sampler
 from prefilltui.model.types import ProbeResult
 from prefilltui.exit_codes import ExitCode

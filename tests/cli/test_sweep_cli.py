@@ -87,7 +87,7 @@ def test_all_failed_exit_3(fake_server, tmp_path, capsys):
 
 def test_always_rate_limited_one_pass_sweep_ends_exit_3(fake_server, tmp_path, capsys,
                                                        monkeypatch):
-    from prefilltui.measure import sweep as sweep_mod
+    from prefilltui.measure import sweep_config as sweep_mod
     monkeypatch.setattr(sweep_mod, "MIN_RATE_LIMIT_WAIT_S", 0.01)  # "-5" -> 0.01 s here
     srv = fake_server({"GET /v1/models": models_reply(),
                        "POST /v1/completions": Reply.json({"error": {"message": "slow"}},
