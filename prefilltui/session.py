@@ -163,7 +163,7 @@ class Session:
     ``hooks`` run around every probe in this order: the metrics hook first (its
     scrape right after the stream ends sees the fewest other requests), then the
     sampler (which waits for a sample at or after the probe's end).
-    ``baseline`` is the fit of ``--baseline RUN.jsonl`` (``runfile.load_baseline``),
+    ``baseline`` is the fit of ``--baseline RUN.jsonl`` (``runfile_read.load_baseline``),
     or None with the reason in ``baseline_problem`` when it could not be used.
     ``gpu_source``: where the GPU readings come from, in words (``session_sampler``).
     """
@@ -251,7 +251,7 @@ def build_session(options: SessionOptions, base_url: str, *, continuous: bool = 
         SessionError: bad options (USAGE: API key, sweep range, ``--gpus``) or a run
             file that cannot be created (FAILURE).
     """
-    from prefilltui.measure.runfile import load_baseline
+    from prefilltui.measure.runfile_read import load_baseline
 
     design, rf, tel = options.design, options.run_file, options.telemetry
     new_client = client_factory(options.probe, base_url, design.seed)

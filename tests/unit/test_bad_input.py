@@ -20,7 +20,8 @@ from prefilltui.model.diagnose import summarize_diagnosis
 from prefilltui.render.tables import format_diagnosis
 from prefilltui.measure.probe import ProbeClient
 from prefilltui.measure.probe_errors import parse_retry_after
-from prefilltui.measure.runfile import RunWriter, read_run
+from prefilltui.measure.runfile import RunWriter
+from prefilltui.measure.runfile_read import read_run
 from prefilltui.model.types import ProbeResult
 
 SECRET = "sk-SECRET123-bad-input"

@@ -12,7 +12,7 @@ import pytest
 from tests.fakeserver import Reply, llama_routes, models_reply, sse_data, sse_done, sse_text
 from prefilltui.cli import main
 from prefilltui.measure.probe import ProbeClient, scrub_key
-from prefilltui.measure.runfile import read_run
+from prefilltui.measure.runfile_read import read_run
 
 LENGTHS = "50,100,200,400"
 
