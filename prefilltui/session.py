@@ -26,7 +26,8 @@ from prefilltui.model.pacing import Pacing, auto_pacing
 from prefilltui.measure.probe import ProbeClient
 from prefilltui.measure.runfile import (RotatingRunWriter, RunFileBusy, RunWriter,
                                        default_run_path)
-from prefilltui.measure.sweep import ProbeHook, SweepConfig, SweepRunner, make_lengths
+from prefilltui.measure.sweep import SweepRunner
+from prefilltui.measure.sweep_config import ProbeHook, SweepConfig, make_lengths
 from prefilltui.measure.telemetry import Sampler
 from prefilltui.model.types import ProbeResult
 from prefilltui.exit_codes import ExitCode
@@ -162,7 +163,7 @@ class Session:
     ``hooks`` run around every probe in this order: the metrics hook first (its
     scrape right after the stream ends sees the fewest other requests), then the
     sampler (which waits for a sample at or after the probe's end).
-    ``baseline`` is the fit of ``--baseline RUN.jsonl`` (``runfile.load_baseline``),
+    ``baseline`` is the fit of ``--baseline RUN.jsonl`` (``runfile_read.load_baseline``),
     or None with the reason in ``baseline_problem`` when it could not be used.
     ``gpu_source``: where the GPU readings come from, in words (``session_sampler``).
     """
@@ -250,7 +251,7 @@ def build_session(options: SessionOptions, base_url: str, *, continuous: bool = 
         SessionError: bad options (USAGE: API key, sweep range, ``--gpus``) or a run
             file that cannot be created (FAILURE).
     """
-    from prefilltui.measure.runfile import load_baseline
+    from prefilltui.measure.runfile_read import load_baseline
 
     design, rf, tel = options.design, options.run_file, options.telemetry
     new_client = client_factory(options.probe, base_url, design.seed)

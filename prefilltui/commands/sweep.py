@@ -114,7 +114,7 @@ def _run_depth_phase(design: SweepDesign, session: Session, lengths: list[int], 
 
     from prefilltui.measure.depth import run_depths
     from prefilltui.measure.server import ServerUnreachable
-    from prefilltui.measure.sweep import cap_for_context
+    from prefilltui.measure.sweep_config import cap_for_context
 
     out: list[ProbeResult] = []
 

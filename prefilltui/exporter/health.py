@@ -57,7 +57,7 @@ def explicit_baseline(cfg: TargetConfig) -> Expected | None:
         return Expected(float(cfg.expected_throughput), "config")
     if not cfg.baseline_run:
         return None
-    from prefilltui.measure.runfile import load_baseline
+    from prefilltui.measure.runfile_read import load_baseline
 
     try:
         fit = load_baseline(cfg.baseline_run)

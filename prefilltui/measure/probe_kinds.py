@@ -36,7 +36,7 @@ from typing import Protocol
 import httpx
 
 from prefilltui.measure import bounded
-from prefilltui.measure.server import cannot_generate
+from prefilltui.measure.server_models import cannot_generate
 from prefilltui.measure.sse import SSEStreamDecoder, classify_chunk, classify_response_event
 from prefilltui.model.jsontypes import loads as json_loads
 from prefilltui.model.probe_notes import Resend
@@ -296,7 +296,7 @@ def may_try_other_models(client: ProbeClient, r: ProbeResult, auto_model: bool,
 
 async def try_other_models(client: ProbeClient, first: ProbeResult, prompt: str) -> ProbeResult:
     """Probe ``prompt`` with the next listed models (those that look able to generate
-    first, ``server.cannot_generate``), up to ``MAX_MODEL_TRIES`` per client; the first
+    first, ``server_models.cannot_generate``), up to ``MAX_MODEL_TRIES`` per client; the first
     that answers becomes the client's model (``client.model``, ``info.model``) and is
     said once.  Returns that probe, or ``first`` (the model unchanged) when none does."""
     info = client.info

@@ -182,7 +182,7 @@ TOKEN_KEYS = (("content", "content"), ("refusal", "content"),
 
 
 #: Largest ``completion_tokens`` taken as a count (the longest context windows, ~10 M
-#: tokens; probe.MAX_PLAUSIBLE_TOKENS): a server's 4,000-digit number is no count.
+#: tokens; probe_values.MAX_PLAUSIBLE_TOKENS): a server's 4,000-digit number is no count.
 MAX_COMPLETION_COUNT = 10_000_000
 
 

@@ -72,7 +72,7 @@ def summarize_diagnosis(results: Sequence[ProbeResult], server_info: ServerInfo 
                         ) -> Diagnosis:
     """The ``Diagnosis`` of a run.  The live fit is ``fit`` when given, else
     ``drift.run_fit`` of ``results``; the baseline's is ``baseline_fit`` (loaded by the
-    caller from the run file ``baseline``, ``measure.runfile.load_baseline``), or
+    caller from the run file ``baseline``, ``measure.runfile_read.load_baseline``), or
     ``baseline_problem`` says why there is none."""
     notes = [metrics_problem] if metrics_problem else []
     drift_text, used = None, False

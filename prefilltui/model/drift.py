@@ -8,7 +8,7 @@ The test is Welch's: a rise of the slope (or intercept) counts when it exceeds
 t(0.975, ν) · √(se₀² + se₁²), with each fit's own standard error and degrees of
 freedom and ν from the Welch-Satterthwaite equation (Welch 1947).  With 6 points per
 run (4 degrees of freedom each) ν = 8 and t = 2.306.  Imports no textual; the only
-No I/O: ``prefilltui.measure.runfile.load_baseline`` reads a baseline run file.
+No I/O: ``prefilltui.measure.runfile_read.load_baseline`` reads a baseline run file.
 """
 
 from __future__ import annotations

@@ -50,7 +50,8 @@ def sweep(base_url: str, repeats: int, budget_s: float) -> list:
     """The probes done within ``budget_s`` seconds (a loaded machine slows llama.cpp a
     lot: the sweep is cut there rather than the whole command running long)."""
     from prefilltui.measure.probe import ProbeClient
-    from prefilltui.measure.sweep import SweepConfig, SweepRunner, make_lengths
+    from prefilltui.measure.sweep import SweepRunner
+    from prefilltui.measure.sweep_config import SweepConfig, make_lengths
 
     runner = SweepRunner(lambda: ProbeClient(base_url, timeout=60.0),
                          SweepConfig(make_lengths(32, 512, 5), repeats=repeats, warmup=1,

@@ -69,8 +69,10 @@ class Supervisor(threading.Thread):
 def soak(seconds: float, tmp: str) -> dict:
     from prefilltui.measure.probe import ProbeClient
     from prefilltui.model.running_fit import RunningFit
-    from prefilltui.measure.runfile import RunWriter, read_run
-    from prefilltui.measure.sweep import SweepConfig, SweepRunner, make_lengths
+    from prefilltui.measure.runfile import RunWriter
+    from prefilltui.measure.runfile_read import read_run
+    from prefilltui.measure.sweep import SweepRunner
+    from prefilltui.measure.sweep_config import SweepConfig, make_lengths
 
     log = Path(tmp) / "server.log"
     runpath = Path(tmp) / "soak.jsonl"

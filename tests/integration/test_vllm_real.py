@@ -30,7 +30,7 @@ from prefilltui.measure.metrics_hook import MetricsHook
 from prefilltui.measure.prefix_cache import cache_check
 from prefilltui.measure.probe import ProbeClient
 from prefilltui.model.prompts import build_prompt
-from prefilltui.measure.runfile import read_run, read_session
+from prefilltui.measure.runfile_read import read_run, read_session
 from prefilltui.model.types import server_info_from_session
 from tests.integration.conftest import VLLM_BUDGET
 

@@ -9,7 +9,8 @@ import time
 from tests.tui.fakes import NOW, FakeClient, FakeRunner, FakeSampler, make_result
 
 from prefilltui.model.pacing import Pacing
-from prefilltui.measure.sweep import SweepConfig, SweepRunner
+from prefilltui.measure.sweep import SweepRunner
+from prefilltui.measure.sweep_config import SweepConfig
 from prefilltui.tui.app import build_app
 from prefilltui.tui.widgets.gauges import HIGHLIGHT, HistorySpark
 from prefilltui.tui.widgets.probe_log import ProbeLog

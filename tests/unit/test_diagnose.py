@@ -19,7 +19,8 @@ from prefilltui.model import drift as DR
 from prefilltui.measure import prefix_cache as PC
 from prefilltui.model.fit import fit_ols
 from prefilltui.measure.probe import ProbeClient
-from prefilltui.measure.runfile import RunWriter, load_baseline
+from prefilltui.measure.runfile import RunWriter
+from prefilltui.measure.runfile_read import load_baseline
 from prefilltui.model.types import ProbeResult, ServerInfo
 
 

@@ -15,7 +15,8 @@ from prefilltui.model import drift as DR
 from prefilltui.model.diagnose import summarize_diagnosis
 from prefilltui.model.fit import fit_ols
 from prefilltui.model.tdist import t_ppf
-from prefilltui.measure.runfile import RunWriter, read_run
+from prefilltui.measure.runfile import RunWriter
+from prefilltui.measure.runfile_read import read_run
 from prefilltui.model.running_fit import RunningFit
 from prefilltui.model.types import ProbeResult
 from prefilltui.session import build_session

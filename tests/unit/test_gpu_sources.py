@@ -142,7 +142,8 @@ def test_choose_source_never_shows_this_machine_under_another_name():
 def test_probe_clients_share_one_tls_context():
     """A fleet of 100 targets held 100 copies of the CA bundle (84 MiB, measured): one
     context per verify setting (``probe.shared_ssl_context``)."""
-    from prefilltui.measure.probe import ProbeClient, shared_ssl_context
+    from prefilltui.measure.probe import ProbeClient
+    from prefilltui.measure.probe_http import shared_ssl_context
 
     a, b = ProbeClient("http://127.0.0.1:1"), ProbeClient("https://example.invalid")
     ctx = shared_ssl_context(True)

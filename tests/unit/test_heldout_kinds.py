@@ -12,7 +12,7 @@ import pytest
 from tests.fakeserver import Reply, models_reply, sse_data, sse_done, sse_text
 from prefilltui.cli import main
 from prefilltui.measure.probe import ProbeClient
-from prefilltui.measure.server import cannot_generate
+from prefilltui.measure.server_models import cannot_generate
 
 STREAM = [(0.05, sse_text("Hi")), (0.06, sse_text("", finish="length")),
           (0.07, sse_data({"choices": [], "usage": {"prompt_tokens": 12,

@@ -8,8 +8,8 @@ import json
 import pytest
 
 from prefilltui.cli import main
-from prefilltui.measure.runfile import (LOAD_RECORD, RunWriter, read_load, read_run,
-                                        record_of_trace)
+from prefilltui.measure.runfile import LOAD_RECORD, RunWriter, record_of_trace
+from prefilltui.measure.runfile_read import read_load, read_run
 from prefilltui.model.levels import level_table, level_view, levels_from_json
 from prefilltui.render.load_text import format_levels
 from prefilltui.model.metrics import delta, parse_metrics

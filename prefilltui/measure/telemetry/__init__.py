@@ -5,9 +5,9 @@ an NVML ``GpuSampler`` (``nvml.py``) when NVML initialises and has devices, else
 ``CpuSampler`` (``cpu.py``: psutil utilization + Linux RAPL package power), else a
 ``NullSampler``.  Why the choice was made is in ``snapshot().reason``.
 
-Layout: ``base.py`` (Sampler, DeviceState, the snapshots) and ``samples.py`` (rings,
-window statistics) are imported by the leaves ``nvml.py`` and ``cpu.py``; only this
-module imports the leaves, so nothing imports in a circle.
+Layout: ``snapshots.py`` (DeviceState, the snapshots), ``base.py`` (Sampler) and
+``samples.py`` (rings, window statistics) are imported by the leaves ``nvml.py`` and
+``cpu.py``; only this module imports the leaves, so nothing imports in a circle.
 
 Honesty rules (STYLE.md pattern 2): a value that was not measured is ``None`` and its
 reason is in ``DeviceSnapshot.na[field]``, never 0.  Units: W, J, %, MHz, bytes,
@@ -18,13 +18,13 @@ from __future__ import annotations
 
 from typing import Any, Callable
 
-from prefilltui.measure.telemetry.base import (
-    HISTORY_S, RETAIN_S, DeviceSnapshot, DeviceState, NullSampler, Sampler,
-    TelemetrySnapshot, describe_error,
-)
+from prefilltui.measure.telemetry.base import NullSampler, Sampler
 from prefilltui.measure.telemetry.cpu import CpuSampler, RaplReader
 from prefilltui.measure.telemetry.nvml import GpuSampler, NvmlUnavailable, parse_gpu_selection
 from prefilltui.measure.telemetry.samples import SampleRing, WindowStats, window_stats
+from prefilltui.measure.telemetry.snapshots import (HISTORY_S, RETAIN_S, DeviceSnapshot,
+                                                    DeviceState, TelemetrySnapshot,
+                                                    describe_error)
 
 __all__ = ["DeviceSnapshot", "TelemetrySnapshot", "DeviceState", "Sampler", "NullSampler",
            "GpuSampler", "CpuSampler", "RaplReader", "NvmlUnavailable", "SampleRing",

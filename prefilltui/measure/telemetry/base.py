@@ -1,8 +1,9 @@
-"""The sampler base: frozen snapshots, per-device state and per-probe attribution.
+"""The sampler base: the sampling thread, snapshots of it, and per-probe attribution.
 
-``Sampler`` owns the background thread and the per-device ``DeviceState``; the leaf
-modules ``nvml.py`` (GPUs) and ``cpu.py`` (the CPU fallback) subclass it and implement
-``_sample``.  ``Sampler.start()`` / ``.stop()`` / ``.tick()`` / ``.snapshot()`` /
+``Sampler`` owns the background thread and the per-device ``DeviceState`` (that type
+and the snapshots are in ``snapshots.py``); the leaf modules ``nvml.py`` (GPUs) and
+``cpu.py`` (the CPU fallback) subclass it and implement ``_sample``.
+``Sampler.start()`` / ``.stop()`` / ``.tick()`` / ``.snapshot()`` /
 ``.attribute(result)`` and the ProbeHook methods ``before_probe(client)`` /
 ``after_probe(result)`` are the interface the rest of prefilltui uses.
 
@@ -20,126 +21,15 @@ import math
 import threading
 import time
 from collections import deque
-from dataclasses import dataclass, field
 from typing import Any, Callable
 
 from prefilltui.measure.telemetry.samples import SampleRing, WindowStats, window_stats
-from prefilltui.model.types import DeviceStatus, ProbeResult, TelemetryKind
+from prefilltui.measure.telemetry.snapshots import (HISTORY_S, METRICS, RETAIN_S, DeviceSnapshot,
+                                                    DeviceState, TelemetrySnapshot,
+                                                    describe_error)
+from prefilltui.model.types import ProbeResult, TelemetryKind
 
-__all__ = ["DeviceSnapshot", "TelemetrySnapshot", "DeviceState", "Sampler", "NullSampler",
-           "describe_error", "HISTORY_S", "RETAIN_S", "METRICS"]
-
-#: Seconds of history handed to the UI in each snapshot.
-HISTORY_S = 60.0
-#: Seconds of samples kept for attribution (a probe window must fit; probes time out at 120 s).
-RETAIN_S = 600.0
-
-
-#: The metric names used as ``DeviceSnapshot.na`` keys.
-METRICS = ("util", "power", "energy", "power_limit", "sm_clock", "memory", "temperature")
-
-
-def describe_error(exc: BaseException) -> str:
-    """One plain line for an exception (NVML errors read "GPU is lost" etc.)."""
-    text = str(exc).strip()
-    name = type(exc).__name__
-    if name.startswith("NVMLError") or isinstance(exc, RuntimeError):
-        return text or name
-    return f"{name}: {text}" if text else name
-
-
-@dataclass(frozen=True, slots=True)
-class DeviceSnapshot:
-    """One device at one tick (GPU or the CPU package).
-
-    label: "GPU 0" (NVML index), "GPU 0 MIG 1" (GPU instance 1 of GPU 0) or "CPU".
-    state: "ok" | "error" (a query failed mid-run; retried with back-off 1, 2, 4 ..
-    30 s; ``error`` says why, and every metric is then None with
-    na[name] = "error: <why> (retrying)", so stale values never show as current).
-    Every metric is ``None`` when not measured, with the reason in ``na[name]`` (keys:
-    "util", "power", "power_limit", "energy", "sm_clock", "memory", "temperature").
-    power_w: instantaneous where the device supports it, else averaged
-    (``power_averaged`` True; NVML's nvmlDeviceGetPowerUsage averages over ~1 s on
-    Ampere and newer boards; the CPU's RAPL power is averaged over one sample period).
-    power_scope: what the power covers: "board", "whole GPU" (a MIG slice shows its
-    parent GPU's power), "CPU package" (RAPL, all packages summed).
-    energy_j: joules since the sampler opened (energy counter where supported, else
-    None).  tensor_active_pct: share of time the tensor pipes were active (dcgm-exporter's
-    DCGM_FI_PROF_PIPE_TENSOR_ACTIVE, remote pages only; None elsewhere).  history: ``(t_perf, util_pct|None, power_w|None)`` for the last ~60 s.
-    """
-
-    label: str
-    name: str
-    index: int | None = None
-    uuid: str | None = None
-    state: DeviceStatus = "ok"
-    error: str | None = None
-    t: float | None = None
-    util_pct: float | None = None
-    power_w: float | None = None
-    power_averaged: bool | None = None
-    power_scope: str | None = None
-    power_limit_w: float | None = None
-    energy_j: float | None = None
-    sm_clock_mhz: float | None = None
-    mem_used_bytes: int | None = None
-    mem_total_bytes: int | None = None
-    temperature_c: float | None = None
-    tensor_active_pct: float | None = None
-    mig: bool = False
-    na: dict[str, str] = field(default_factory=dict)
-    history: tuple[tuple[float, float | None, float | None], ...] = ()
-
-    def reason(self, name: str) -> str | None:
-        """Why ``name`` is N/A (None when it has a value or no reason is known)."""
-        return self.na.get(name)
-
-
-@dataclass(frozen=True, slots=True)
-class TelemetrySnapshot:
-    """Everything the UI shows about telemetry at one moment.
-
-    kind: "gpu" | "cpu" | "none".  available: False when nothing can be sampled.
-    reason: one plain line on why this kind was chosen or why nothing is available
-    (e.g. "NVML unavailable: NVML Shared Library Not Found — showing CPU"), else None.
-    """
-
-    kind: TelemetryKind
-    available: bool
-    reason: str | None = None
-    devices: tuple[DeviceSnapshot, ...] = ()
-    t: float | None = None
-    hz: float = 0.0
-    running: bool = False
-
-
-@dataclass(slots=True)
-class DeviceState:
-    """Mutable per-device state owned by the sampler thread (subclasses fill it).
-
-    ring/hist: samples for attribution and for the UI history; ``last``: the latest
-    values keyed by ``DeviceSnapshot`` field name (plus "energy_counter_j");
-    ``extra``: what a subclass keeps per device (NVML handles, a psutil.Process,
-    "display_only", "power_group").
-    """
-
-    label: str
-    name: str
-    ring: SampleRing
-    hist: deque = field(default_factory=deque)  # (t, util, power) for the last history_s
-    index: int | None = None
-    uuid: str | None = None
-    state: DeviceStatus = "ok"
-    error: str | None = None
-    na: dict[str, str] = field(default_factory=dict)
-    last: dict[str, Any] = field(default_factory=dict)
-    power_averaged: bool | None = None
-    power_scope: str | None = None
-    mig: bool = False
-    energy0: float | None = None  # first energy counter reading (J)
-    retry_at: float = 0.0
-    backoff_s: float = 0.0
-    extra: dict[str, Any] = field(default_factory=dict)  # subclass handles etc.
+__all__ = ["Sampler", "NullSampler"]
 
 
 class Sampler:

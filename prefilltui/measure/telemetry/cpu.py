@@ -20,7 +20,8 @@ from typing import Callable, Mapping
 
 import psutil
 
-from prefilltui.measure.telemetry.base import DeviceState, Sampler
+from prefilltui.measure.telemetry.base import Sampler
+from prefilltui.measure.telemetry.snapshots import DeviceState
 from prefilltui.measure.telemetry.samples import WindowStats, window_stats
 from prefilltui.model.types import TelemetryKind
 

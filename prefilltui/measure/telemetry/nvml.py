@@ -21,7 +21,8 @@ import os
 import time
 from typing import Any, Callable, Mapping
 
-from prefilltui.measure.telemetry.base import DeviceState, Sampler, describe_error
+from prefilltui.measure.telemetry.base import Sampler
+from prefilltui.measure.telemetry.snapshots import DeviceState, describe_error
 from prefilltui.measure.telemetry.nvml_samples import (DRIVER_UTIL_HZ, DriverSamples,
                                                     _capability_error, _value_members)
 from prefilltui.model.types import TelemetryKind

@@ -21,7 +21,7 @@ import time
 from typing import Any, Callable
 
 from prefilltui.model.pacing import NVML_WINDOW_MAX_S
-from prefilltui.measure.telemetry.base import DeviceState
+from prefilltui.measure.telemetry.snapshots import DeviceState
 
 #: NVML's shortest utilization sample period is 1/6 s (nvmlUtilization_t): at most this
 #: many driver samples a second join each device's polled rows.

@@ -19,7 +19,8 @@ from urllib.parse import urlsplit
 
 import httpx
 
-from prefilltui.measure.telemetry.base import DeviceState, NullSampler, Sampler, describe_error
+from prefilltui.measure.telemetry.base import NullSampler, Sampler
+from prefilltui.measure.telemetry.snapshots import DeviceState, describe_error
 from prefilltui.model.gpu_pages import GpuReading, PageKind, parse_gpu_page
 from prefilltui.model.redact import display_url
 from prefilltui.model.types import TelemetryKind

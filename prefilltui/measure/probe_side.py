@@ -1,0 +1,157 @@
+"""A probe client's side requests: discovery, calibration, the warm-up GET, and the
+tokenize counts that build each prompt to its length.
+
+``SideRequests`` is the part of ``ProbeClient`` that asks the server about itself
+before (and between) probes; none of these requests is timed as a probe, except the
+calibration probes, which are ordinary warm-up probes (``ProbeClient.probe``).
+"""
+
+from __future__ import annotations
+
+import asyncio
+from typing import Callable
+
+import httpx
+
+from prefilltui.measure import bounded
+from prefilltui.measure import server as _server
+from prefilltui.measure.probe_http import connect_time, tracer
+from prefilltui.measure.proxy import ProxyChoice
+from prefilltui.model.prompts import LengthModel, PromptBuilder, build_prompt
+from prefilltui.model.redact import display_url
+from prefilltui.model.types import ProbeResult, ServerInfo
+
+#: Word prompts sent during calibration (no tokenize endpoint: two lengths give the
+#: server's tokens-per-word line before the first measured probe).
+CALIBRATION_WORDS = (48, 240)
+
+
+class SideRequests:
+    """Mixin of ``ProbeClient``: discovery, calibration, warm-up and prompt building.
+    Needs ``self._http``, ``self.root``, ``self.v1``, ``self.model``, ``self.timeout``,
+    ``self.api``, ``self.proxy``, ``self.notices``, ``self.info``, ``self.builder``,
+    ``self.lengths``, ``self._scrub`` and ``self.probe``."""
+
+    _http: httpx.AsyncClient
+    root: str
+    v1: str
+    api: str
+    model: str | None
+    timeout: float
+    proxy: ProxyChoice
+    notices: dict[str, str]
+    info: ServerInfo | None
+    builder: PromptBuilder
+    lengths: LengthModel
+
+    async def discover(self) -> ServerInfo:
+        """Fill and return ``self.info``.  Raises ``ServerUnreachable``."""
+        try:
+            info = await _server.discover(self._http, self.root, model=self.model,
+                                          timeout=min(10.0, self.timeout))
+        except _server.ServerUnreachable as e:
+            raise _server.ServerUnreachable(self._scrub(str(e))) from None
+        if self.model is None:
+            self.model = info.model
+        for n in info.notes:
+            if "pass --model" in n:  # several models listed, or none that generates
+                self.notices.setdefault(f"model {info.model}", n)
+        if self.proxy.url is not None:
+            info.proxy = display_url(self.proxy.url)
+            self.notices.setdefault("via proxy", self.proxy.sentence())
+        self.info = info
+        return info
+
+    async def calibrate(self, on_step: Callable[[str], None] | None = None
+                        ) -> list[ProbeResult]:
+        """Learn the server's prompt length before the first measured probe.
+
+        With a tokenize endpoint and the completions API the tokenize count is the
+        server's count: nothing to learn.  With chat, one request learns the chat
+        template's tokens (server count - tokenize count).  Without tokenize, one
+        request at each of ``CALIBRATION_WORDS`` fits tokens = offset + ratio *
+        words from the server's ``usage``/``timings``.  The requests are ordinary
+        probes (a rejected optional field is dropped here already), returned as
+        warm-ups marked ``notes.calibration`` so the run file holds every request
+        the server saw; they never enter a fit.  A server that reports no count
+        teaches nothing; its probes' lengths are then estimates.
+
+        ``on_step(text)`` is told, before each request, what it waits for and for how
+        long at most (the request's timeout).  A request that fails ends calibration
+        and is said once (``notices["calibration failed"]``).
+        """
+        out: list[ProbeResult] = []
+        if self.info is None:
+            return out
+        if self.info.has_tokenize:
+            if self.api == "chat":
+                n = int(CALIBRATION_WORDS[0] * self.lengths.ratio)
+                out.append(await self._calibration_probe(n, "1 of 1",
+                                                         "the chat template's tokens", on_step))
+        else:
+            ctx = self.info.context_tokens
+            for i, words in enumerate(CALIBRATION_WORDS, 1):
+                n = round(self.lengths.predict(words))
+                out.append(r := await self._calibration_probe(
+                    min(n, ctx // 2) if ctx else n, f"{i} of {len(CALIBRATION_WORDS)}",
+                    "the server's token count", on_step))
+                if r.prompt_tokens_source not in ("usage", "timings"):
+                    break  # no count from this server (or the request failed)
+        for r in out:
+            r.notes.calibration = True
+        return out
+
+    async def _calibration_probe(self, tokens: int, which: str, learns: str,
+                                 on_step: Callable[[str], None] | None) -> ProbeResult:
+        """One calibration request (a failure is noted once)."""
+        if on_step is not None:
+            on_step(f"calibrating prompt lengths (request {which}, ~{tokens} tokens, up to "
+                    f"{self.timeout:g} s): learning {learns}")
+        r = await self.probe(tokens, warmup=True)
+        if not r.ok:
+            self.notices.setdefault(
+                "calibration failed",
+                f"the calibration request ({tokens} tokens, before the first probe) failed "
+                f"after {(r.total_s or 0):.1f} s ({r.error_kind}: {r.error_message}); prompt "
+                "lengths start from the built-in estimate until a probe is counted")
+        return r
+
+    async def warm(self) -> float | None:
+        """Open (or re-use) a keep-alive connection with a cheap GET; returns its
+        connect time in seconds when a new connection was opened, else None."""
+        stamps: dict[str, float] = {}
+        try:
+            await bounded.fetch(self._http, "GET", self.v1 + "/models",
+                                max_bytes=bounded.MAX_MODELS_BYTES,
+                                deadline_s=min(10.0, self.timeout),
+                                extensions={"trace": tracer(stamps)})
+        except (httpx.HTTPError, TimeoutError):
+            return None
+        return connect_time(stamps)
+
+    async def _count(self, text: str) -> int | None:
+        if self.info is None or not self.info.has_tokenize:
+            return None
+        return await _server.count_tokens(self._http, self.info, text,
+                                          timeout=min(30.0, self.timeout))
+
+    async def _prompt(self, tokens: int) -> tuple[str, int | None, int | None]:
+        """A prompt of ``tokens`` server-counted tokens (``build_prompt``), its counting
+        on the tokenize endpoint bounded by the probe's timeout in all: an endpoint too
+        slow for that (a trickling answer) is given up for the session, said once, and
+        the length model places the prompt, so no probe waits on it again."""
+        counter = self._count if self.info and self.info.has_tokenize else None
+        if counter is None:
+            return await build_prompt(tokens, self.builder, self.lengths, None)
+        try:
+            async with asyncio.timeout(self.timeout):
+                return await build_prompt(tokens, self.builder, self.lengths, counter)
+        except TimeoutError:
+            assert self.info is not None
+            self.info.has_tokenize = False
+            self.notices.setdefault(
+                "tokenize too slow",
+                f"the tokenize endpoint ({display_url(self.info.tokenize_url)}) took longer "
+                f"than the {self.timeout:g} s timeout to count a prompt: it is not used "
+                "again; prompt lengths come from the server's usage counts")
+            return await build_prompt(tokens, self.builder, self.lengths, None)
