@@ -50,18 +50,6 @@ class Runner(Protocol):
 
     @property
     def server_info(self) -> ServerInfo | None: ...
-    def advice(self, summary: RunSummary) -> tuple[Advice, ...]:
-        """What the advisor makes of this target's measurements (``model.advisor``)."""
-        info = self.info
-        sample = self.config.metrics() if self.config.metrics is not None else None
-        return advise(AdvisorInputs(
-            summary=summary, kind=info.kind if info else None,
-            context_tokens=info.context_tokens if info else None,
-            longest_prompt_tokens=sample.longest_prompt_le if sample is not None else None,
-            longest_prompt_source="the server's prompt-length histogram",
-            cache=self.cache, stall=stall_reading(self.recent_results(), info),
-            itl_goal_s=self.config.itl_goal_s))
-
     @property
     def notices(self) -> dict[str, str]: ...
     @property
