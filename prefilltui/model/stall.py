@@ -360,15 +360,3 @@ def _secs(s: float | None) -> str:
     if abs(s) < 0.1:
         return duration(s)
     return f"{s:.2f} s" if abs(s) < 10 else f"{s:.1f} s"
-
-
-def stall_from_json(d) -> StallSummary | None:
-    """A StallSummary from its ``to_json`` dict (None for anything else)."""
-    if not isinstance(d, dict):
-        return None
-    try:
-        rows = tuple(StallRow(**r) for r in d.get("rows") or ())
-        return StallSummary(rows, d.get("gap_s"), d.get("chunked"), d.get("chunk_tokens"),
-                            d.get("chunk_source"), str(d.get("sentence", "")))
-    except TypeError:
-        return None
