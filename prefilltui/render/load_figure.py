@@ -43,6 +43,15 @@ def _legend(o: list[str], x: float, y: float, items: Sequence[tuple[str, str]]) 
         o.append(f'<text x="{x + 15}" y="{y + 16 * i + 1}" fill="#222">{esc(label)}</text>')
 
 
+def _line(o: list[str], pts: Sequence[tuple[float, float]], color: str) -> None:
+    """A series: its points (SVG coordinates) as dots, joined when there are two or more."""
+    if len(pts) > 1:
+        o.append('<polyline fill="none" stroke="{}" stroke-width="2" points="{}"/>'.format(
+            color, " ".join(f"{a:.1f},{b:.1f}" for a, b in pts)))
+    for a, b in pts:
+        o.append(f'<circle cx="{a:.1f}" cy="{b:.1f}" r="3.5" fill="{color}"/>')
+
+
 def load_figure(stall: StallSummary | None, levels: LevelTable | None, *, title: str = "",
                 width: int = 980, height: int = 520) -> str:
     """The figure as an SVG document (a string); a panel without data says so."""
@@ -80,13 +89,8 @@ def _prompt_panel(o, s: StallSummary | None, x0, y0, w, h) -> None:
     sy = lambda y: y0 + h * (1 - y / yt[-1])  # noqa: E731
     _axes(o, x0, y0, w, h, yt, [(sx(v), tick_text(v)) for v in xt], "prompt tokens", "ms")
     for attr, color in (("ttft_s", C_TTFT), ("excess_s", C_EXCESS), ("stall_s", C_STALL)):
-        pts = [(sx(x), sy(getattr(r, attr) * 1e3)) for x, r in zip(xs, rows)
-               if getattr(r, attr) is not None]
-        if len(pts) > 1:
-            o.append('<polyline fill="none" stroke="{}" stroke-width="2" points="{}"/>'.format(
-                color, " ".join(f"{a:.1f},{b:.1f}" for a, b in pts)))
-        for a, b in pts:
-            o.append(f'<circle cx="{a:.1f}" cy="{b:.1f}" r="3.5" fill="{color}"/>')
+        _line(o, [(sx(x), sy(getattr(r, attr) * 1e3)) for x, r in zip(xs, rows)
+                  if getattr(r, attr) is not None], color)
     _legend(o, x0, y0 + h + 58, [(C_TTFT, "TTFT (probe)"),
                                    (C_EXCESS, "decode excess (extra time in all)"),
                                    (C_STALL, "decode stall (longest freeze)")])
@@ -122,13 +126,8 @@ def _level_panel(o, t: LevelTable | None, x0, y0, w, h) -> None:
             o.append(f'<text x="{sx(i):.1f}" y="{sy(base * 1e3) - 6:.1f}" text-anchor="middle" '
                      f'fill="{C_PARTS["queue"]}" font-weight="bold">knee</text>')
     for attr, color in (("excess_s", C_EXCESS), ("stall_s", C_STALL)):
-        pts = [(sx(i), sy(getattr(r, attr) * 1e3)) for i, r in enumerate(rows)
-               if getattr(r, attr) is not None]
-        if len(pts) > 1:
-            o.append('<polyline fill="none" stroke="{}" stroke-width="2" points="{}"/>'.format(
-                color, " ".join(f"{a:.1f},{b:.1f}" for a, b in pts)))
-        for a, b in pts:
-            o.append(f'<circle cx="{a:.1f}" cy="{b:.1f}" r="3.5" fill="{color}"/>')
+        _line(o, [(sx(i), sy(getattr(r, attr) * 1e3)) for i, r in enumerate(rows)
+                  if getattr(r, attr) is not None], color)
     _legend(o, x0, y0 + h + 58, [(C_PARTS["queue"], "queue (the server's, per probe)"),
                                   (C_PARTS["prefill"], "prefill"),
                                   (C_PARTS["overhead"], "overhead"),
