@@ -136,7 +136,7 @@ def _one_target(t: TargetConfig, args: argparse.Namespace, analysis: AnalysisOpt
     from prefilltui.model.summary import LiveFacts
     from prefilltui.session import SessionError, build_session, session_sampler
 
-    label = t.label if t.name else (display_url(t.url) or t.url)
+    label = t.label
     opts = SessionOptions(
         probe=t.probe, design=replace(sweep_design(args), lengths=t.lengths, pause_s=0.0),
         telemetry=replace(telemetry, enabled=False),
@@ -202,5 +202,5 @@ def _one_target(t: TargetConfig, args: argparse.Namespace, analysis: AnalysisOpt
     advice = advise(target_inputs(
         summary, info, results, cache=cache, itl_goal_s=args.itl_goal / 1e3,
         metrics=session.metrics.last_sample if session is not None else None))
-    return TargetStatus(label=label, url=display_url(t.url) or "", row=row, summary=summary,
+    return TargetStatus(label=label, url=t.shown_url, row=row, summary=summary,
                         advice=advice, gpu_source=words)
