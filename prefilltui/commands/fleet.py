@@ -29,7 +29,6 @@ from prefilltui.exit_codes import ExitCode
 from prefilltui.exporter.config import JITTER, TargetConfig, check, load_toml, unique
 from prefilltui.model import defaults
 from prefilltui.model.fleet import fleet_interval, fleet_load
-from prefilltui.model.redact import display_url
 from prefilltui.options import (AnalysisOptions, DisplayOptions, FleetOptions, LoadOptions,
                                 RunFileOptions, SessionOptions, SweepDesign, TelemetryOptions)
 
@@ -227,7 +226,7 @@ def _feed_config(FeedConfig, t: TargetConfig, session, sampler, words: str,
     cache_tokens = min(defaults.CACHE_CHECK_TOKENS, max(t.lengths))
     base_tps, base_source, roofline = target_baseline(t, session)
     return FeedConfig(
-        label=t.label if t.name else (display_url(t.url) or t.url), url=display_url(t.url) or "",
+        label=t.label, url=t.shown_url,
         runner_factory=session.new_runner, sampler=sampler, gpu_source=words,
         analysis=session.options.analysis, baseline=session.baseline,
         sweep_range=(min(t.lengths), max(t.lengths)), run_path=session.run_path,

@@ -30,7 +30,7 @@ from prefilltui.commands.fleet import (default_run_dir, fleet_targets, local_hos
 from prefilltui.exit_codes import ExitCode
 from prefilltui.exporter.config import TargetConfig
 from prefilltui.model import defaults
-from prefilltui.model.advisor import AdvisorInputs, CacheFinding, advise, stall_reading
+from prefilltui.model.advisor import CacheFinding, advise, target_inputs
 from prefilltui.model.analysis import analyze
 from prefilltui.model.fleet import RecentProbes, fleet_row
 from prefilltui.model.redact import display_url
@@ -137,7 +137,7 @@ def _one_target(t: TargetConfig, args: argparse.Namespace, analysis: AnalysisOpt
     from prefilltui.model.summary import LiveFacts
     from prefilltui.session import SessionError, build_session, session_sampler
 
-    label = t.label if t.name else (display_url(t.url) or t.url)
+    label = t.label
     opts = SessionOptions(
         probe=t.probe, design=replace(sweep_design(args), lengths=t.lengths, pause_s=0.0),
         telemetry=replace(telemetry, enabled=False),
@@ -200,14 +200,8 @@ def _one_target(t: TargetConfig, args: argparse.Namespace, analysis: AnalysisOpt
                     baseline_roofline=roofline, ref_tokens=args.ref_tokens, results=results,
                     gpu=", ".join(sorted(set(names))) or None, in_flight_s=waited,
                     hang_after_s=t.hang_after_s)
-    advice = advise(AdvisorInputs(
-        summary=summary, kind=info.kind if info else None,
-        context_tokens=info.context_tokens if info else None, cache=cache,
-        stall=stall_reading(results, info),
-        itl_goal_s=args.itl_goal / 1e3,
-        longest_prompt_tokens=(session.metrics.last_sample.longest_prompt_le
-                               if session is not None and session.metrics.last_sample
-                               else None),
-        longest_prompt_source="the server's prompt-length histogram"))
-    return TargetStatus(label=label, url=display_url(t.url) or "", row=row, summary=summary,
+    advice = advise(target_inputs(
+        summary, info, results, cache=cache, itl_goal_s=args.itl_goal / 1e3,
+        metrics=session.metrics.last_sample if session is not None else None))
+    return TargetStatus(label=label, url=t.shown_url, row=row, summary=summary,
                         advice=advice, gpu_source=words)

@@ -128,13 +128,6 @@ class Fleet:
                 log.error("target %s cannot start: %s", p.cfg.label, e)
                 p.mark_failed(str(e))
 
-    def wait_started(self, timeout: float) -> bool:
-        """Wait until no target is queued; True when none is."""
-        deadline = time.monotonic() + timeout
-        while self.pending and time.monotonic() < deadline:
-            time.sleep(0.05)
-        return not self.pending
-
     def stop(self, timeout: float = STOP_TIMEOUT_S) -> None:
         """Stop every target (probes in flight cancelled), flush the run files."""
         self._closing = True

@@ -10,13 +10,12 @@ I/O at scrape time).
 
 from __future__ import annotations
 
-import math
-import statistics
 from dataclasses import dataclass
 from typing import Any, Sequence
 
 from prefilltui.model.stall import itl_quantiles
 from prefilltui.model.types import ProbeResult
+from prefilltui.model.percentiles import finite_median
 
 #: The span of decode gaps the ITL quantiles cover (s): the last minute.
 ITL_SPAN_S = 60.0
@@ -44,11 +43,6 @@ class LoadFigures:
     itl_p99_s: float | None = None
 
 
-def _med(vals) -> float | None:
-    v = [x for x in vals if x is not None and math.isfinite(x)]
-    return statistics.median(v) if v else None
-
-
 def load_figures(gen: Any, window: Sequence[ProbeResult], now: float) -> LoadFigures:
     """The figures of a ``LoadGenerator`` and the window's probes at ``now``
     (perf_counter)."""
@@ -57,6 +51,6 @@ def load_figures(gen: Any, window: Sequence[ProbeResult], now: float) -> LoadFig
     stalled = [r for r in window if r.decode_stall_s is not None and r.load_level == gen.level]
     return LoadFigures(kind=gen.spec.kind, level=float(gen.level if gen.alive else 0.0),
                        state=gen.state, requests=gen.requests, tokens=gen.tokens,
-                       stall_s=_med(r.decode_stall_s for r in stalled),
-                       excess_s=_med(r.decode_excess_s for r in stalled),
+                       stall_s=finite_median(r.decode_stall_s for r in stalled),
+                       excess_s=finite_median(r.decode_excess_s for r in stalled),
                        itl_p50_s=p50, itl_p99_s=p99)

@@ -20,7 +20,7 @@ from collections import deque
 from typing import Any
 
 from prefilltui.measure.load import LoadGenerator
-from prefilltui.model.stall import (Stall, ahead_tokens, apply_stall, baseline_gap,
+from prefilltui.model.stall import (ahead_tokens, apply_stall, baseline_gap,
                                     probe_window, waiting_for, window_stall)
 from prefilltui.model.types import ProbeResult
 
@@ -48,8 +48,6 @@ class LoadHook:
         self.max_wait_s = max_wait_s
         self._windows: deque[tuple[float, float]] = deque(maxlen=WINDOWS_KEPT)
         self._tag: tuple[str, float, float] | None = None
-        #: the last probe's Stall (None when not measured), for the TUI
-        self.last_stall: Stall | None = None
 
     async def before_probe(self, client: Any = None) -> None:
         g = self.gen
@@ -67,7 +65,6 @@ class LoadHook:
     async def _after(self, r: ProbeResult) -> None:
         tag, self._tag = self._tag, None
         w = probe_window(r)
-        self.last_stall = None
         if tag is not None:
             kind, level, since = tag
             r.load_kind, r.load_level = kind, level  # type: ignore[assignment]
@@ -78,7 +75,6 @@ class LoadHook:
                 gap = baseline_gap(traces, list(self._windows) + [w], since=since)
                 s = window_stall(traces, w, gap)
                 apply_stall(r, s)
-                self.last_stall = s
                 if r.t_send is not None:
                     r.load_ahead_tokens = ahead_tokens(traces, r.t_send)
                 self._server_itl(r)

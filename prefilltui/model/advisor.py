@@ -27,6 +27,7 @@ from typing import Literal, Sequence
 
 from prefilltui.model import defaults
 from prefilltui.model.jsontypes import JsonObject
+from prefilltui.model.metrics import MetricsSample
 from prefilltui.model.roofline import HEALTHY_MFU, LOW_MFU
 from prefilltui.model.summary import RunSummary
 from prefilltui.model.types import ProbeResult, ServerInfo
@@ -90,6 +91,20 @@ class AdvisorInputs:
     cache: CacheFinding | None = None
     stall: StallReading | None = None
     itl_goal_s: float = ITL_GOAL_S
+
+
+def target_inputs(summary: RunSummary, info: ServerInfo | None,
+                  results: Sequence[ProbeResult], *, cache: CacheFinding | None,
+                  itl_goal_s: float, metrics: MetricsSample | None) -> AdvisorInputs:
+    """The advisor's inputs for one target: its summary, the server ``info`` (kind,
+    context limit), the decode stall of its recent ``results`` (``stall_reading``) and
+    the longest prompt bound of its latest ``/metrics`` sample (None: not scraped)."""
+    return AdvisorInputs(
+        summary=summary, kind=info.kind if info else None,
+        context_tokens=info.context_tokens if info else None,
+        longest_prompt_tokens=metrics.longest_prompt_le if metrics is not None else None,
+        longest_prompt_source="the server's prompt-length histogram",
+        cache=cache, stall=stall_reading(results, info), itl_goal_s=itl_goal_s)
 
 
 @dataclass(frozen=True, slots=True)

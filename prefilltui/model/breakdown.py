@@ -8,23 +8,17 @@ token), per probe and for the fit's intercept.
 
 from __future__ import annotations
 
-import math
-import statistics
 from dataclasses import dataclass
-from typing import Iterable, Sequence
+from typing import Sequence
 
 from prefilltui.model import fit as _fit
+from prefilltui.model.percentiles import finite_median
 from prefilltui.model.probe_notes import QueueSource
 from prefilltui.model.robust_fit import fit_robust
 from prefilltui.model.types import JsonObject, ProbeResult
 from prefilltui.model.units import duration
 
 _PARTS = ("overhead_s", "queue_s", "prefill_s")
-
-
-def _med(vals: Iterable[float | None]) -> float | None:
-    v = [x for x in vals if x is not None and math.isfinite(x)]
-    return statistics.median(v) if v else None
 
 
 @dataclass(frozen=True, slots=True)
@@ -141,9 +135,9 @@ def breakdown(results: Sequence[ProbeResult], fit: _fit.LinearFit | None = None,
     if not rows:
         return Breakdown(False, None, None, None, "no successful probes yet")
     recent = rows[-last:]
-    med = PartMedians(*(_med(getattr(p, k) for p in recent) for k in ("ttft_s", *_PARTS)),
-                      running=_med(p.running for p in recent),
-                      waiting=_med(p.waiting for p in recent))
+    med = PartMedians(*(finite_median(getattr(p, k) for p in recent) for k in ("ttft_s", *_PARTS)),
+                      running=finite_median(p.running for p in recent),
+                      waiting=finite_median(p.waiting for p in recent))
     errs = [abs(p.sum_error_s) for p in rows if p.sum_error_s is not None]
     max_err = max(errs) if errs else None
     if not have:
@@ -198,7 +192,7 @@ def _intercept_split(results: Sequence[ProbeResult], fit: _fit.LinearFit | None,
 
 def cause_line(rows: Sequence[ProbeParts]) -> str:
     """Plain words naming the largest part of the median TTFT, with the load."""
-    med = {k: _med(getattr(p, k) for p in rows) for k in ("ttft_s", *_PARTS)}
+    med = {k: finite_median(getattr(p, k) for p in rows) for k in ("ttft_s", *_PARTS)}
     parts = {k: v for k, v in med.items() if k != "ttft_s" and v is not None}
     if not parts or not med["ttft_s"]:
         return "TTFT cannot be split (no server timings)"
@@ -206,8 +200,8 @@ def cause_line(rows: Sequence[ProbeParts]) -> str:
     share = v / med["ttft_s"] if med["ttft_s"] else 0.0
     words = {"overhead_s": "client/network overhead", "queue_s": "queueing",
              "prefill_s": "prefill"}[k]
-    run = _med(p.running for p in rows)
-    wait = _med(p.waiting for p in rows)
+    run = finite_median(p.running for p in rows)
+    wait = finite_median(p.waiting for p in rows)
     load = ""
     if run is not None or wait is not None:
         load = f"; server load {run or 0:g} running, {wait or 0:g} waiting"

@@ -9,7 +9,6 @@ analysis as if idle (``load_level`` cleared), so they never enter the idle-serve
 from __future__ import annotations
 
 import math
-import statistics
 from dataclasses import asdict, dataclass, replace
 from typing import Any, Iterable, Sequence
 
@@ -17,6 +16,7 @@ from prefilltui.model.breakdown import probe_parts
 from prefilltui.model.fit import LinearFit, fit_ols
 from prefilltui.model.robust_fit import fit_robust
 from prefilltui.model.loadspec import LoadKind
+from prefilltui.model.percentiles import finite_median
 from prefilltui.model.stall import DecodeTrace, itl_quantiles, probe_window
 from prefilltui.model.types import ProbeResult
 from prefilltui.model.units import MISSING
@@ -91,11 +91,6 @@ class LevelTable:
         return asdict(self)
 
 
-def _med(vals: Iterable[float | None]) -> float | None:
-    v = [x for x in vals if x is not None and math.isfinite(x)]
-    return statistics.median(v) if v else None
-
-
 def _fit(rs: Sequence[ProbeResult]) -> tuple[float | None, tuple[float | None, float | None]]:
     pts = [(float(r.tokens), float(r.ttft_s)) for r in rs if r.level_eligible]
     if len(pts) < 3 or len({x for x, _ in pts}) < 2:
@@ -121,29 +116,29 @@ def level_row(level: float, rs: Sequence[ProbeResult],
     fit (``idle``: TTFT = a + b*n with no load)."""
     ok = [r for r in rs if r.level_eligible]  # no warm-up, no accidental cache hit
     parts = [probe_parts(r) for r in ok]
-    ttft = _med(r.ttft_s for r in ok)
-    queue = _med(p.queue_s for p in parts)
-    wait = (_med(max(0.0, r.ttft_s - idle.predict(r.tokens)) for r in ok)
+    ttft = finite_median(r.ttft_s for r in ok)
+    queue = finite_median(p.queue_s for p in parts)
+    wait = (finite_median(max(0.0, r.ttft_s - idle.predict(r.tokens)) for r in ok)
             if idle is not None and ok else None)
     tp, ci = _fit(ok)
     span = level_span(ok)
     p50, p99, n = itl_quantiles(traces, span) if span and traces else (None, None, 0)
     longest = max((r.requested_tokens for r in ok if r.decode_stall_s is not None), default=None)
     at_top = [r for r in ok if r.requested_tokens == longest]
-    top_tokens = _med(r.prompt_tokens for r in at_top)
+    top_tokens = finite_median(r.prompt_tokens for r in at_top)
     return LevelRow(
         level=level, kind=next((r.load_kind for r in ok if r.load_kind), None),
         probes=len(ok), ttft_p50_s=ttft, queue_s=queue,
-        prefill_s=_med(p.prefill_s for p in parts),
-        overhead_s=_med(p.overhead_s for p in parts),
+        prefill_s=finite_median(p.prefill_s for p in parts),
+        overhead_s=finite_median(p.overhead_s for p in parts),
         queue_share=(queue / ttft) if queue is not None and ttft else None,
         queue_n=sum(1 for p in parts if p.queue_s is not None), wait_s=wait,
         wait_share=(wait / ttft) if wait is not None and ttft else None,
         throughput_tok_s=tp, throughput_ci=ci, itl_p50_s=p50, itl_p99_s=p99, itl_n=n,
-        stall_s=_med(r.decode_stall_s for r in at_top),
-        excess_s=_med(r.decode_excess_s for r in at_top),
+        stall_s=finite_median(r.decode_stall_s for r in at_top),
+        excess_s=finite_median(r.decode_excess_s for r in at_top),
         stall_tokens=int(top_tokens) if top_tokens is not None else longest,
-        waiting=_med(r.server_waiting for r in ok))
+        waiting=finite_median(r.server_waiting for r in ok))
 
 
 def level_table(results: Iterable[ProbeResult], traces: Sequence[DecodeTrace] = (),

@@ -108,10 +108,16 @@ def ttft_percentiles(results: Iterable[ProbeResult]) -> TtftPercentiles:
     return TtftPercentiles(quantiles(every), tuple(rows))
 
 
+def finite_median(vals: Iterable[float | int | None]) -> float | None:
+    """Median of the finite values of ``vals`` (None, NaN and inf left out); None when
+    none is left.  Same unit as the values; ints stay ints where the median is one."""
+    v = [x for x in vals if x is not None and math.isfinite(x)]
+    return statistics.median(v) if v else None
+
+
 def median_overhead_s(results: Iterable[ProbeResult]) -> float | None:
     """Median of TTFT - server prefill over ok, non-warm-up probes with both (seconds):
     the client, network, HTTP and first-token part of TTFT."""
-    v = [r.ttft_s - r.server_prefill_s for r in results
-         if r.ok and not r.warmup and r.ttft_s is not None and r.server_prefill_s is not None]
-    v = [x for x in v if math.isfinite(x)]
-    return statistics.median(v) if v else None
+    return finite_median(r.ttft_s - r.server_prefill_s for r in results
+                         if r.ok and not r.warmup and r.ttft_s is not None
+                         and r.server_prefill_s is not None)

@@ -65,8 +65,3 @@ def clean(text: object, *, multiline: bool = False) -> str:
     pat = _UNSAFE_KEEP_NL if multiline else _UNSAFE
     s = pat.sub(_escape, s)
     return s if s.isascii() else _NON_ASCII.sub(_escape_unsafe, s)
-
-
-def clean_opt(text: str | None) -> str | None:
-    """``clean(text)``, keeping ``None`` as ``None`` (an optional field)."""
-    return None if text is None else clean(text)

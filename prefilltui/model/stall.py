@@ -32,6 +32,7 @@ from dataclasses import dataclass
 from typing import Iterable, Sequence
 
 from prefilltui.model.loadspec import LoadKind
+from prefilltui.model.percentiles import finite_median
 from prefilltui.model.types import ProbeResult
 from prefilltui.model.units import MISSING, duration
 
@@ -282,11 +283,6 @@ class StallSummary:
         return asdict(self)
 
 
-def _med(vals: Iterable[float | int | None]) -> float | None:
-    v = [x for x in vals if x is not None and math.isfinite(x)]
-    return statistics.median(v) if v else None
-
-
 def _round_chunk(c: float) -> int:
     """A chunk estimate to two significant figures (it is an estimate, not a count)."""
     if c <= 0:
@@ -309,14 +305,14 @@ def stall_summary(results: Iterable[ProbeResult], *, chunk_tokens: int | None = 
     rows = []
     for n in sorted(by):
         rs = by[n]
-        pt = _med(r.prompt_tokens for r in rs)
-        dt = _med(r.decode_tokens for r in rs)
+        pt = finite_median(r.prompt_tokens for r in rs)
+        dt = finite_median(r.decode_tokens for r in rs)
         rows.append(StallRow(n, None if pt is None else int(pt), len(rs),
-                             _med(r.ttft_s for r in rs), _med(r.decode_stall_s for r in rs),
-                             _med(r.decode_excess_s for r in rs),
+                             finite_median(r.ttft_s for r in rs), finite_median(r.decode_stall_s for r in rs),
+                             finite_median(r.decode_excess_s for r in rs),
                              None if dt is None else int(round(dt)),
-                             _med(r.server_itl_max_s for r in rs)))
-    gap = _med(r.decode_gap_s for rs in by.values() for r in rs)
+                             finite_median(r.server_itl_max_s for r in rs)))
+    gap = finite_median(r.decode_gap_s for rs in by.values() for r in rs)
     top = rows[-1]
     chunked: bool | None = None
     source = None
@@ -360,15 +356,3 @@ def _secs(s: float | None) -> str:
     if abs(s) < 0.1:
         return duration(s)
     return f"{s:.2f} s" if abs(s) < 10 else f"{s:.1f} s"
-
-
-def stall_from_json(d) -> StallSummary | None:
-    """A StallSummary from its ``to_json`` dict (None for anything else)."""
-    if not isinstance(d, dict):
-        return None
-    try:
-        rows = tuple(StallRow(**r) for r in d.get("rows") or ())
-        return StallSummary(rows, d.get("gap_s"), d.get("chunked"), d.get("chunk_tokens"),
-                            d.get("chunk_source"), str(d.get("sentence", "")))
-    except TypeError:
-        return None

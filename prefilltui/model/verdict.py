@@ -24,13 +24,12 @@ cause that explains most; the others that hold are listed after it):
 
 from __future__ import annotations
 
-import math
-import statistics
 from dataclasses import asdict, dataclass
 from typing import Any, Iterable, Literal, Sequence
 
 from prefilltui.model.breakdown import probe_parts
 from prefilltui.model.fit import LinearFit
+from prefilltui.model.percentiles import finite_median
 from prefilltui.model.types import ProbeResult
 from prefilltui.model.units import duration
 
@@ -98,8 +97,9 @@ class TtftVerdict:
 
 
 def _med(vals: Iterable[float | int | None]) -> float | None:
-    v = [float(x) for x in vals if x is not None and math.isfinite(x)]
-    return statistics.median(v) if v else None
+    """``finite_median`` as a float."""
+    m = finite_median(vals)
+    return None if m is None else float(m)
 
 
 def _pct(x: float) -> str:

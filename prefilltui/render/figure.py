@@ -48,11 +48,13 @@ def nice_ticks(lo: float, hi: float, count: int = 6) -> list[float]:
     return ticks
 
 
-def _fmt(v: float) -> str:
+def tick_text(v: float) -> str:
+    """An axis tick's label: thousands separated, no decimals from 10 up."""
     return f"{v:,.0f}" if abs(v) >= 10 or v == int(v) else f"{v:g}"
 
 
-def _esc(s: str) -> str:
+def esc(s: str) -> str:
+    """``s`` escaped for SVG/HTML text and attributes."""
     return html.escape(str(s), quote=True)
 
 
@@ -148,25 +150,25 @@ def svg_figure(results: Iterable[ProbeResult], d: RunSummary, *, width: int = 82
     o: list[str] = [
         f'<svg xmlns="http://www.w3.org/2000/svg" width="{W}" height="{H}" '
         f'viewBox="0 0 {W} {H}" font-family="{FONT}" font-size="12">',
-        f"<title>{_esc(title)}</title>",
+        f"<title>{esc(title)}</title>",
         f'<rect x="0" y="0" width="{W}" height="{H}" fill="#ffffff"/>',
-        f'<text x="{left}" y="22" font-size="16" font-weight="bold" fill="#222">{_esc(title)}</text>',
-        f'<text x="{left}" y="41" fill="#444">{_esc(sub)}</text>',
+        f'<text x="{left}" y="22" font-size="16" font-weight="bold" fill="#222">{esc(title)}</text>',
+        f'<text x="{left}" y="41" fill="#444">{esc(sub)}</text>',
     ]
     for v in xt:
         X = sx(v)
         o.append(f'<line x1="{X:.1f}" y1="{top}" x2="{X:.1f}" y2="{top + ph}" stroke="#e5e5e5"/>')
         o.append(f'<text x="{X:.1f}" y="{top + ph + 16}" text-anchor="middle" fill="#333">'
-                 f"{_fmt(v)}</text>")
+                 f"{tick_text(v)}</text>")
     for v in yt:
         Y = sy(v)
         o.append(f'<line x1="{left}" y1="{Y:.1f}" x2="{left + pw}" y2="{Y:.1f}" stroke="#e5e5e5"/>')
-        o.append(f'<text x="{left - 6}" y="{Y + 4:.1f}" text-anchor="end" fill="#333">{_fmt(v)}</text>')
+        o.append(f'<text x="{left - 6}" y="{Y + 4:.1f}" text-anchor="end" fill="#333">{tick_text(v)}</text>')
     o.append(f'<rect x="{left}" y="{top}" width="{pw}" height="{ph}" fill="none" stroke="#888"/>')
     xl = "prompt tokens" + (" (new tokens after the prefix, for depth series)"
                             if d.depth else " (as the server counts them)")
     o.append(f'<text x="{left + pw / 2:.1f}" y="{H - 14}" text-anchor="middle" fill="#222">'
-             f"{_esc(xl)}</text>")
+             f"{esc(xl)}</text>")
     o.append(f'<text transform="translate(18 {top + ph / 2:.1f}) rotate(-90)" '
              f'text-anchor="middle" fill="#222">TTFT (ms)</text>')
     o.append(f'<clipPath id="plot"><rect x="{left}" y="{top}" width="{pw}" height="{ph}"/></clipPath>')
@@ -197,7 +199,7 @@ def svg_figure(results: Iterable[ProbeResult], d: RunSummary, *, width: int = 82
              'fill="#ffffff" fill-opacity="0.85" stroke="#dddddd"/>')
     for s in series:
         o.append(f'<circle cx="{left + 16}" cy="{ly + 4}" r="4" fill="{s.color}"/>')
-        o.append(f'<text x="{left + 26}" y="{ly + 8}" fill="#222">{_esc(s.label)}</text>')
+        o.append(f'<text x="{left + 26}" y="{ly + 8}" fill="#222">{esc(s.label)}</text>')
         ly += 18
     o.append("</svg>")
     return "\n".join(o) + "\n"
@@ -211,8 +213,8 @@ h2{font-size:16px;margin-top:22px}.note{color:#555;font-size:12px}"""
 
 
 def _table(head: Sequence[str], rows: Iterable[Sequence[str]]) -> str:
-    h = "".join(f"<th>{_esc(c)}</th>" for c in head)
-    b = "".join("<tr>" + "".join(f"<td>{_esc(c)}</td>" for c in r) + "</tr>" for r in rows)
+    h = "".join(f"<th>{esc(c)}</th>" for c in head)
+    b = "".join("<tr>" + "".join(f"<td>{esc(c)}</td>" for c in r) + "</tr>" for r in rows)
     return f"<table><thead><tr>{h}</tr></thead><tbody>{b}</tbody></table>"
 
 
@@ -225,10 +227,10 @@ def html_page(results: Iterable[ProbeResult], d: RunSummary, summary_text: str, 
     ``summary_text`` (the text summary)."""
     results = list(results)
     parts = [f"<!DOCTYPE html><html lang=\"en\"><head><meta charset=\"utf-8\">"
-             f"<title>{_esc(title)}</title><style>{_CSS}</style></head><body>",
-             f"<h1>{_esc(title)}</h1>"]
+             f"<title>{esc(title)}</title><style>{_CSS}</style></head><body>",
+             f"<h1>{esc(title)}</h1>"]
     if d.run_file:
-        parts.append(f'<p class="note">run file: {_esc(d.run_file)}</p>')
+        parts.append(f'<p class="note">run file: {esc(d.run_file)}</p>')
     parts.append(svg_figure(results, d))
     parts.append("<h2>Probes per length</h2>")
     parts.append(_table(["requested tokens", "counted", "probes", "TTFT median (ms)",
@@ -256,11 +258,11 @@ def html_page(results: Iterable[ProbeResult], d: RunSummary, summary_text: str, 
         parts.append(_table(["depth", "prefix tokens", "cached tokens", "probes (verified/sent)",
                              "slope (µs/token)", "prefill tok/s", "ratio vs depth 0",
                              "formula ratio (estimate)"], body))
-        parts.append(f'<p class="note">{_esc(dt.formula)}</p>')
+        parts.append(f'<p class="note">{esc(dt.formula)}</p>')
     if extra_svg:
         parts.append("<h2>Prefill under background load</h2>")
         parts.append(extra_svg)
     parts.append("<h2>Summary</h2>")
-    parts.append(f"<pre>{_esc(summary_text)}</pre>")
+    parts.append(f"<pre>{esc(summary_text)}</pre>")
     parts.append("</body></html>")
     return "\n".join(parts) + "\n"

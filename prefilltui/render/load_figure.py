@@ -11,24 +11,15 @@ no external resources.
 
 from __future__ import annotations
 
-import html
 from typing import Sequence
 
 from prefilltui.model.levels import LevelTable
 from prefilltui.model.stall import StallSummary
-from prefilltui.render.figure import FONT, nice_ticks
+from prefilltui.render.figure import FONT, esc, nice_ticks, tick_text
 
 #: Okabe-Ito colours: TTFT, excess, stall; queue, prefill, overhead, rest.
 C_TTFT, C_EXCESS, C_STALL = "#0072B2", "#E69F00", "#D55E00"
 C_PARTS = {"queue": "#CC79A7", "prefill": "#56B4E9", "overhead": "#999999", "rest": "#dddddd"}
-
-
-def _esc(s: str) -> str:
-    return html.escape(str(s), quote=True)
-
-
-def _fmt(v: float) -> str:
-    return f"{v:,.0f}" if abs(v) >= 10 or v == int(v) else f"{v:g}"
 
 
 def _axes(o: list[str], x0: float, y0: float, w: float, h: float, yt: Sequence[float],
@@ -37,19 +28,28 @@ def _axes(o: list[str], x0: float, y0: float, w: float, h: float, yt: Sequence[f
     for v in yt:
         Y = y0 + h * (1 - v / y1)
         o.append(f'<line x1="{x0}" y1="{Y:.1f}" x2="{x0 + w}" y2="{Y:.1f}" stroke="#e5e5e5"/>')
-        o.append(f'<text x="{x0 - 6}" y="{Y + 4:.1f}" text-anchor="end" fill="#333">{_fmt(v)}</text>')
+        o.append(f'<text x="{x0 - 6}" y="{Y + 4:.1f}" text-anchor="end" fill="#333">{tick_text(v)}</text>')
     for X, lab in xlabels:
-        o.append(f'<text x="{X:.1f}" y="{y0 + h + 16}" text-anchor="middle" fill="#333">{_esc(lab)}</text>')
+        o.append(f'<text x="{X:.1f}" y="{y0 + h + 16}" text-anchor="middle" fill="#333">{esc(lab)}</text>')
     o.append(f'<rect x="{x0}" y="{y0}" width="{w}" height="{h}" fill="none" stroke="#888"/>')
-    o.append(f'<text x="{x0 + w / 2:.1f}" y="{y0 + h + 34}" text-anchor="middle" fill="#222">{_esc(xtitle)}</text>')
+    o.append(f'<text x="{x0 + w / 2:.1f}" y="{y0 + h + 34}" text-anchor="middle" fill="#222">{esc(xtitle)}</text>')
     o.append(f'<text transform="translate({x0 - 48} {y0 + h / 2:.1f}) rotate(-90)" '
-             f'text-anchor="middle" fill="#222">{_esc(ytitle)}</text>')
+             f'text-anchor="middle" fill="#222">{esc(ytitle)}</text>')
 
 
 def _legend(o: list[str], x: float, y: float, items: Sequence[tuple[str, str]]) -> None:
     for i, (color, label) in enumerate(items):
         o.append(f'<rect x="{x}" y="{y + 16 * i - 8}" width="10" height="10" fill="{color}"/>')
-        o.append(f'<text x="{x + 15}" y="{y + 16 * i + 1}" fill="#222">{_esc(label)}</text>')
+        o.append(f'<text x="{x + 15}" y="{y + 16 * i + 1}" fill="#222">{esc(label)}</text>')
+
+
+def _line(o: list[str], pts: Sequence[tuple[float, float]], color: str) -> None:
+    """A series: its points (SVG coordinates) as dots, joined when there are two or more."""
+    if len(pts) > 1:
+        o.append('<polyline fill="none" stroke="{}" stroke-width="2" points="{}"/>'.format(
+            color, " ".join(f"{a:.1f},{b:.1f}" for a, b in pts)))
+    for a, b in pts:
+        o.append(f'<circle cx="{a:.1f}" cy="{b:.1f}" r="3.5" fill="{color}"/>')
 
 
 def load_figure(stall: StallSummary | None, levels: LevelTable | None, *, title: str = "",
@@ -61,14 +61,14 @@ def load_figure(stall: StallSummary | None, levels: LevelTable | None, *, title:
     ph = H - top - bottom
     o = [f'<svg xmlns="http://www.w3.org/2000/svg" width="{W}" height="{H}" '
          f'viewBox="0 0 {W} {H}" font-family="{FONT}" font-size="12">',
-         f"<title>{_esc(title or 'prefill under background load')}</title>",
+         f"<title>{esc(title or 'prefill under background load')}</title>",
          f'<rect x="0" y="0" width="{W}" height="{H}" fill="#ffffff"/>',
          f'<text x="70" y="22" font-size="16" font-weight="bold" fill="#222">'
-         f'{_esc(title or "Prefill under background load")}</text>']
+         f'{esc(title or "Prefill under background load")}</text>']
     if stall is not None:
-        o.append(f'<text x="70" y="42" fill="#444">{_esc(stall.sentence)}</text>')
+        o.append(f'<text x="70" y="42" fill="#444">{esc(stall.sentence)}</text>')
     if levels is not None and levels.knee_line and len(levels.rows) > 1:
-        o.append(f'<text x="70" y="60" fill="#444">{_esc(levels.knee_line)}</text>')
+        o.append(f'<text x="70" y="60" fill="#444">{esc(levels.knee_line)}</text>')
     _prompt_panel(o, stall, 70, top, pw, ph)
     _level_panel(o, levels, 70 + pw + gapx, top, pw, ph)
     o.append("</svg>")
@@ -87,15 +87,10 @@ def _prompt_panel(o, s: StallSummary | None, x0, y0, w, h) -> None:
     xt = nice_ticks(0.0, max(xs))
     sx = lambda x: x0 + w * x / xt[-1]  # noqa: E731
     sy = lambda y: y0 + h * (1 - y / yt[-1])  # noqa: E731
-    _axes(o, x0, y0, w, h, yt, [(sx(v), _fmt(v)) for v in xt], "prompt tokens", "ms")
+    _axes(o, x0, y0, w, h, yt, [(sx(v), tick_text(v)) for v in xt], "prompt tokens", "ms")
     for attr, color in (("ttft_s", C_TTFT), ("excess_s", C_EXCESS), ("stall_s", C_STALL)):
-        pts = [(sx(x), sy(getattr(r, attr) * 1e3)) for x, r in zip(xs, rows)
-               if getattr(r, attr) is not None]
-        if len(pts) > 1:
-            o.append('<polyline fill="none" stroke="{}" stroke-width="2" points="{}"/>'.format(
-                color, " ".join(f"{a:.1f},{b:.1f}" for a, b in pts)))
-        for a, b in pts:
-            o.append(f'<circle cx="{a:.1f}" cy="{b:.1f}" r="3.5" fill="{color}"/>')
+        _line(o, [(sx(x), sy(getattr(r, attr) * 1e3)) for x, r in zip(xs, rows)
+                  if getattr(r, attr) is not None], color)
     _legend(o, x0, y0 + h + 58, [(C_TTFT, "TTFT (probe)"),
                                    (C_EXCESS, "decode excess (extra time in all)"),
                                    (C_STALL, "decode stall (longest freeze)")])
@@ -131,13 +126,8 @@ def _level_panel(o, t: LevelTable | None, x0, y0, w, h) -> None:
             o.append(f'<text x="{sx(i):.1f}" y="{sy(base * 1e3) - 6:.1f}" text-anchor="middle" '
                      f'fill="{C_PARTS["queue"]}" font-weight="bold">knee</text>')
     for attr, color in (("excess_s", C_EXCESS), ("stall_s", C_STALL)):
-        pts = [(sx(i), sy(getattr(r, attr) * 1e3)) for i, r in enumerate(rows)
-               if getattr(r, attr) is not None]
-        if len(pts) > 1:
-            o.append('<polyline fill="none" stroke="{}" stroke-width="2" points="{}"/>'.format(
-                color, " ".join(f"{a:.1f},{b:.1f}" for a, b in pts)))
-        for a, b in pts:
-            o.append(f'<circle cx="{a:.1f}" cy="{b:.1f}" r="3.5" fill="{color}"/>')
+        _line(o, [(sx(i), sy(getattr(r, attr) * 1e3)) for i, r in enumerate(rows)
+                  if getattr(r, attr) is not None], color)
     _legend(o, x0, y0 + h + 58, [(C_PARTS["queue"], "queue (the server's, per probe)"),
                                   (C_PARTS["prefill"], "prefill"),
                                   (C_PARTS["overhead"], "overhead"),

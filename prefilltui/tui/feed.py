@@ -19,8 +19,8 @@ from typing import Any, Callable, Protocol
 
 from prefilltui.measure.telemetry import TelemetrySnapshot
 from prefilltui.model import defaults
-from prefilltui.model.advisor import (ITL_GOAL_S, Advice, AdvisorInputs, CacheFinding,
-                                     advise, stall_reading)
+from prefilltui.model.advisor import (ITL_GOAL_S, Advice, CacheFinding, advise,
+                                     target_inputs)
 from prefilltui.model.fit import LinearFit
 from prefilltui.model.fleet import RecentProbes
 from prefilltui.model.health import HANG_AFTER_S
@@ -50,18 +50,6 @@ class Runner(Protocol):
 
     @property
     def server_info(self) -> ServerInfo | None: ...
-    def advice(self, summary: RunSummary) -> tuple[Advice, ...]:
-        """What the advisor makes of this target's measurements (``model.advisor``)."""
-        info = self.info
-        sample = self.config.metrics() if self.config.metrics is not None else None
-        return advise(AdvisorInputs(
-            summary=summary, kind=info.kind if info else None,
-            context_tokens=info.context_tokens if info else None,
-            longest_prompt_tokens=sample.longest_prompt_le if sample is not None else None,
-            longest_prompt_source="the server's prompt-length histogram",
-            cache=self.cache, stall=stall_reading(self.recent_results(), info),
-            itl_goal_s=self.config.itl_goal_s))
-
     @property
     def notices(self) -> dict[str, str]: ...
     @property
@@ -307,15 +295,10 @@ class TargetFeed:
 
     def advice(self, summary: RunSummary) -> tuple[Advice, ...]:
         """What the advisor makes of this target's measurements (``model.advisor``)."""
-        info = self.info
         sample = self.config.metrics() if self.config.metrics is not None else None
-        return advise(AdvisorInputs(
-            summary=summary, kind=info.kind if info else None,
-            context_tokens=info.context_tokens if info else None,
-            longest_prompt_tokens=sample.longest_prompt_le if sample is not None else None,
-            longest_prompt_source="the server's prompt-length histogram",
-            cache=self.cache, stall=stall_reading(self.recent_results(), info),
-            itl_goal_s=self.config.itl_goal_s))
+        return advise(target_inputs(summary, self.info, self.recent_results(),
+                                    cache=self.cache, itl_goal_s=self.config.itl_goal_s,
+                                    metrics=sample))
 
     @property
     def notices(self) -> dict[str, str]:

@@ -12,7 +12,7 @@ from typing import Any, Sequence
 
 from prefilltui.model.fit import LinearFit
 from prefilltui.model.sanitize import clean
-from prefilltui.model.stall import DecodeTrace, gap_series, probe_window
+from prefilltui.model.stall import DecodeTrace, gap_series
 from prefilltui.model.types import ProbeResult
 from prefilltui.model.units import MISSING
 from prefilltui.model.verdict import Expectation, TtftVerdict, ttft_verdict
@@ -92,8 +92,3 @@ def load_status(describe: str | None) -> str | None:
     colour = "$error" if "stopped" in describe else "$warning"
     words = clean(describe).replace("[", "\\[")  # a server's words never become markup
     return f"[{colour}]{words}[/]"
-
-
-def probe_windows(results: Sequence[ProbeResult]) -> list[tuple[float, float]]:
-    """The probes' prefill windows (send .. first token)."""
-    return [w for w in (probe_window(r) for r in results) if w is not None]

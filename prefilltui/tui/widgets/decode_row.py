@@ -18,11 +18,10 @@ from rich.style import Style
 from textual.app import ComposeResult
 from textual.color import Color
 from textual.containers import Horizontal, Vertical
-from textual.strip import Strip
 from textual.widgets import Static
 
 from prefilltui.tui.load_view import DecodeView
-from prefilltui.tui.widgets.gauges import BARS, HistorySpark, marks, window_mask
+from prefilltui.tui.widgets.gauges import HistorySpark, bar_glyph, marks, window_mask
 
 #: mark level of a column holding a stall (above the probe tints 1 and 2)
 STALL = 3
@@ -69,41 +68,16 @@ class DecodeSpark(HistorySpark):
         return (width, self.hi, tuple(bucket_max(self.history, self.now, self.span, width)),
                 tuple(mask))
 
-    def render_line(self, y: int) -> Strip:
-        width, height = self.size.width, self.size.height
-        if width <= 0 or height <= 0:
-            return Strip.blank(width)
-        sig = self._sig
-        if sig is None or sig[0] != width or sig[1] != self.hi:
-            sig = self._sig = self._columns()
-        vals, mask = sig[2], sig[3]
-        variables = self.app.theme_variables
-        cool = Color.parse(variables.get("gauge-cool", "#2f6f4f"))
-        hot = Color.parse(variables.get("gauge-hot", "#f0625d"))
-        probe = Color.parse(variables.get("gauge-probe", "#f5b342"))
-        base = self.background_colors[1]
-        tints = (base.rich_color, base.blend(probe, 0.22).rich_color,
-                 base.blend(probe, 0.55).rich_color, base.blend(hot, 0.35).rich_color)
-        row = height - 1 - y
-        segs = []
-        for v, mark in zip(vals, mask):
-            bg = tints[mark]
-            if v is None:
-                segs.append(Segment(" ", Style(bgcolor=bg)))
-                continue
-            ratio = max(0.0, min(v / self.hi, 1.0)) if self.hi else 0.0
-            filled = ratio * height * len(BARS) - row * len(BARS)
-            if mark == STALL and row == height - 1:
-                ch = "▲"  # the top row of a stall column: marked whatever its height
-            elif filled >= len(BARS):
-                ch = "█"
-            elif filled >= 1:
-                ch = BARS[int(filled) - 1]
-            else:
-                ch = BARS[0] if row == 0 else " "
-            color = hot if mark == STALL else cool.blend(hot, ratio)
-            segs.append(Segment(ch, Style(color=color.rich_color, bgcolor=bg)))
-        return Strip(segs, width)
+    def _tints(self, base: Color, probe: Color, hot: Color) -> tuple:
+        return super()._tints(base, probe, hot) + (base.blend(hot, 0.35).rich_color,)
+
+    def _cell(self, ratio: float, mark: int, row: int, height: int, cool: Color,
+              hot: Color, bg: Any) -> Segment:
+        if mark != STALL:
+            return super()._cell(ratio, mark, row, height, cool, hot, bg)
+        # the top row of a stall column is marked whatever its height
+        ch = "▲" if row == height - 1 else bar_glyph(ratio, row, height)
+        return Segment(ch, Style(color=hot.rich_color, bgcolor=bg))
 
 
 class DecodeRow(Horizontal):

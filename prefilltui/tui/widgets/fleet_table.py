@@ -22,28 +22,22 @@ from textual.events import Click
 from textual.geometry import Region, Size
 from textual.message import Message
 from textual.reactive import Reactive
-from textual.scroll_view import ScrollView
 from textual.strip import Strip
 
 from prefilltui.model.fleet import FleetRow
 from prefilltui.render.fleet import Column, cell, fit, layout, ref_title
+from prefilltui.tui.widgets.cursor import RowCursor
 
 _STYLE_CLASSES = {"ok": "fleet-table--ok", "warn": "fleet-table--warn",
                   "bad": "fleet-table--bad", "dim": "fleet-table--dim",
                   "bold": "fleet-table--bold"}
 
 
-class FleetTable(ScrollView, can_focus=True):
+class FleetTable(RowCursor, can_focus=True):
     """See the module docstring.  ``sort_key`` / ``reverse`` only mark the header."""
 
     BINDINGS = [
         Binding("enter", "select_cursor", "Open", key_display="↵"),
-        Binding("up", "cursor_up", "Up", show=False),
-        Binding("down", "cursor_down", "Down", show=False),
-        Binding("pageup", "page_up", "Page up", show=False),
-        Binding("pagedown", "page_down", "Page down", show=False),
-        Binding("home", "cursor_home", "First", show=False),
-        Binding("end", "cursor_end", "Last", show=False),
     ]
     COMPONENT_CLASSES = {"fleet-table--header", "fleet-table--cursor", "fleet-table--ok",
                          "fleet-table--warn", "fleet-table--bad", "fleet-table--dim",
@@ -188,41 +182,14 @@ class FleetTable(ScrollView, can_focus=True):
         return Strip(segs).crop(0, width)
 
     # -- cursor
-    def move_cursor(self, row: int) -> None:
-        if not self.rows:
-            return
-        self.cursor_row = max(0, min(row, len(self.rows) - 1))
+    @property
+    def row_count(self) -> int:
+        return len(self.rows)
+
+    def _cursor_moved(self) -> None:
         self.selected = self.rows[self.cursor_row].index
         self.moved = True
-        visible = max(self.scrollable_content_region.height - 1, 1)
-        top = round(self.scroll_y)
-        if self.cursor_row < top:
-            self.scroll_to(y=self.cursor_row, animate=False, immediate=True)
-        elif self.cursor_row >= top + visible:
-            self.scroll_to(y=self.cursor_row - visible + 1, animate=False, immediate=True)
         self.post_message(self.Highlighted(self.selected))
-        self.refresh()
-
-    def _page(self) -> int:
-        return max(self.scrollable_content_region.height - 2, 1)
-
-    def action_cursor_up(self) -> None:
-        self.move_cursor(self.cursor_row - 1)
-
-    def action_cursor_down(self) -> None:
-        self.move_cursor(self.cursor_row + 1)
-
-    def action_page_up(self) -> None:
-        self.move_cursor(self.cursor_row - self._page())
-
-    def action_page_down(self) -> None:
-        self.move_cursor(self.cursor_row + self._page())
-
-    def action_cursor_home(self) -> None:
-        self.move_cursor(0)
-
-    def action_cursor_end(self) -> None:
-        self.move_cursor(len(self.rows) - 1)
 
     def action_select_cursor(self) -> None:
         row = self.current()

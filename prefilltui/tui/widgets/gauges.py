@@ -150,11 +150,8 @@ class HistorySpark(Sparkline):
         cool = Color.parse(variables.get("gauge-cool", "#2f6f4f"))
         hot = Color.parse(variables.get("gauge-hot", "#f0625d"))
         probe = Color.parse(variables.get("gauge-probe", "#f5b342"))
-        base = self.background_colors[1]
-        tints = (base.rich_color, base.blend(probe, 0.22).rich_color,
-                 base.blend(probe, 0.55).rich_color)
+        tints = self._tints(self.background_colors[1], probe, hot)
         row = height - 1 - y  # 0 = bottom row
-        levels = len(BARS)
         segs = []
         for v, mark in zip(vals, mask):
             bg = tints[mark]
@@ -162,16 +159,29 @@ class HistorySpark(Sparkline):
                 segs.append(Segment(" ", _blank_style(bg)))
                 continue
             ratio = max(0.0, min(v / self.hi, 1.0))
-            total = ratio * height * levels
-            filled = total - row * levels
-            if filled >= levels:
-                ch = "█"
-            elif filled >= 1:
-                ch = BARS[int(filled) - 1]
-            else:
-                ch = BARS[0] if row == 0 else " "
-            segs.append(Segment(ch, _cell_style(cool, hot, round(ratio * 100), bg)))
+            segs.append(self._cell(ratio, mark, row, height, cool, hot, bg))
         return Strip(segs, width)
+
+    def _tints(self, base: Color, probe: Color, hot: Color) -> tuple:
+        """Background per mark level: none, a probe window, the selected probe's."""
+        return (base.rich_color, base.blend(probe, 0.22).rich_color,
+                base.blend(probe, 0.55).rich_color)
+
+    def _cell(self, ratio: float, mark: int, row: int, height: int, cool: Color,
+              hot: Color, bg: Any) -> Segment:
+        """The cell of a column at ``ratio`` of the scale, ``row`` rows up (0 = bottom)."""
+        return Segment(bar_glyph(ratio, row, height), _cell_style(cool, hot, round(ratio * 100), bg))
+
+
+def bar_glyph(ratio: float, row: int, height: int) -> str:
+    """The glyph of a bar ``ratio`` (0..1) of ``height`` rows tall, at ``row`` (0 =
+    bottom): full, a partial eighth, or blank (the bottom row keeps the lowest bar)."""
+    filled = ratio * height * len(BARS) - row * len(BARS)
+    if filled >= len(BARS):
+        return "█"
+    if filled >= 1:
+        return BARS[int(filled) - 1]
+    return BARS[0] if row == 0 else " "
 
 
 @lru_cache(maxsize=64)

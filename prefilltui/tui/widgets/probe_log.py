@@ -26,12 +26,12 @@ from textual.events import Click
 from textual.geometry import Size
 from textual.message import Message
 from textual.reactive import Reactive
-from textual.scroll_view import ScrollView
 from textual.strip import Strip
 
 from prefilltui.model.sanitize import clean
 from prefilltui.model.types import ProbeResult
 from prefilltui.model.units import MISSING
+from prefilltui.tui.widgets.cursor import RowCursor
 
 #: column headers and widths (cells); the status column takes the rest
 COLUMNS = (("time", 8), ("tokens", 6), ("TTFT ms", 8), ("util pk/avg", 11), ("J", 6),
@@ -95,19 +95,13 @@ def probe_message(r: ProbeResult) -> str:
     return f"{head}; failed: {r.error_kind}{status}: {msg}"
 
 
-class ProbeLog(ScrollView, can_focus=True):
+class ProbeLog(RowCursor, can_focus=True):
     """The last ``max_rows`` probes, newest at the bottom (followed like a log
     unless the cursor was moved up).  Keys: up/down/page up/page down/home/end move
     the cursor, enter selects; a click selects the row under the pointer."""
 
     BINDINGS = [
         Binding("enter", "select_cursor", "Select", show=False),
-        Binding("up", "cursor_up", "Up", show=False),
-        Binding("down", "cursor_down", "Down", show=False),
-        Binding("pageup", "page_up", "Page up", show=False),
-        Binding("pagedown", "page_down", "Page down", show=False),
-        Binding("home", "cursor_home", "First", show=False),
-        Binding("end", "cursor_end", "Last", show=False),
     ]
     COMPONENT_CLASSES = {"probe-log--header", "probe-log--cursor"}
     DEFAULT_CSS = """
@@ -250,41 +244,9 @@ class ProbeLog(ScrollView, can_focus=True):
         return strip.crop_extend(scroll_x, scroll_x + width, style)
 
     # -- cursor and selection ------------------------------------------------
-    def move_cursor(self, *, row: int | None = None, **_kw) -> None:
-        """Put the cursor on ``row`` (clamped) and scroll it into view."""
-        if row is None or not self._rows:
-            return
-        self.cursor_row = max(0, min(row, len(self._rows) - 1))
+    def _cursor_moved(self) -> None:
         self._highlighting = self.has_focus
-        visible = max(self.scrollable_content_region.height - 1, 1)
-        top = round(self.scroll_y)
-        if self.cursor_row < top:
-            self.scroll_to(y=self.cursor_row, animate=False, immediate=True)
-        elif self.cursor_row >= top + visible:
-            self.scroll_to(y=self.cursor_row - visible + 1, animate=False, immediate=True)
         self._post_highlight()
-        self.refresh()
-
-    def _page(self) -> int:
-        return max(self.scrollable_content_region.height - 2, 1)
-
-    def action_cursor_up(self) -> None:
-        self.move_cursor(row=self.cursor_row - 1)
-
-    def action_cursor_down(self) -> None:
-        self.move_cursor(row=self.cursor_row + 1)
-
-    def action_page_up(self) -> None:
-        self.move_cursor(row=self.cursor_row - self._page())
-
-    def action_page_down(self) -> None:
-        self.move_cursor(row=self.cursor_row + self._page())
-
-    def action_cursor_home(self) -> None:
-        self.move_cursor(row=0)
-
-    def action_cursor_end(self) -> None:
-        self.move_cursor(row=len(self._rows) - 1)
 
     def action_select_cursor(self) -> None:
         if 0 <= self.cursor_row < len(self._rows):
