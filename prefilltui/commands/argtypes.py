@@ -114,16 +114,6 @@ def _positive_int(text: str) -> int:
     return v
 
 
-def _non_negative_int(text: str) -> int:
-    try:
-        v = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected an integer, got {text!r}")
-    if v < 0:
-        raise argparse.ArgumentTypeError(f"expected an integer >= 0, got {text!r}")
-    return v
-
-
 def _depth_list(text: str) -> list[int]:
     try:
         values = [int(v) for v in text.split(",") if v.strip()]

@@ -79,7 +79,9 @@ def hang_threshold(cfg: TargetConfig, window: Iterable[ProbeResult]) -> float:
 
 def length_medians(window: Iterable[ProbeResult]) -> tuple[tuple[int, float], ...]:
     """(requested tokens, median TTFT in s) of the window's probes, by length: exact
-    figures from the probes themselves (the dashboard's TTFT by length)."""
+    figures from the probes themselves, every probe with a TTFT as the TTFT histogram
+    counts them (a prefix-cache hit included: the exporter's prompts are fresh, so one
+    is rare; the dashboard's by-length table and the fit leave hits out)."""
     by: dict[int, list[float]] = {}
     for r in window:
         if r.ttft_s is not None and r.requested_tokens:

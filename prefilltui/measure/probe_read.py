@@ -124,6 +124,7 @@ class StreamReading:
         brought the end is marked ``notes.token_with_end`` (``probe_kinds``
         decides whether the path buffers)."""
         dec = SSEStreamDecoder()
+        cap = self.token_cap  # the cap this request sent: built once, not per event
         size = reads = 0
         done = finished = stop = False
         deadline: float | None = None  # set when the data is complete
@@ -219,9 +220,9 @@ class StreamReading:
                     self._fail(r, "protocol", info.error)
                     continue
                 if info.has_token and r.ttft_s is not None and r.notes.token_channel != "hidden":
-                    if (self.token_cap or 1) > 1:
+                    if (cap or 1) > 1:
                         continue  # a cap over 1 (Responses API: 16): read on, within the tail
-                    _kinds.second_token(r, now, self.token_cap)
+                    _kinds.second_token(r, now, cap)
                     # two tokens there at the body's first read (the role chunk, the
                     # 1st token and the 2nd at once): a buffering path that also ignores
                     # the cap (probe_kinds.settle_buffered decides)
@@ -244,7 +245,7 @@ class StreamReading:
                     r.ttft_s, token_read, t_tok = (t_answer or now) - t0, reads, now
                     r.notes.token_channel = "hidden"
                 if info.completion_tokens is not None:
-                    _kinds.count_tokens(r, info.completion_tokens, self.token_cap)
+                    _kinds.count_tokens(r, info.completion_tokens, cap)
                 finished = finished or info.finish_reason is not None
                 take_usage(r, info.usage, info.timings,
                             token_ceiling(self.info.context_tokens if self.info else None))
