@@ -37,7 +37,8 @@ class OriginCredentials(httpx.Auth):
     that URL's own origin: its query parameters on every request, and its
     ``user:password`` as the ``Authorization: Basic`` header (``basic``; None when an
     API key is sent instead).  A request to another origin (a redirect elsewhere)
-    gets none of them."""
+    gets none of them; the same origin is ``gateway.same_origin``'s, the API key's rule
+    (an upgrade of the same host from http to https keeps them)."""
 
     def __init__(self, root: str, basic: str | None,
                  params: tuple[tuple[str, str], ...]) -> None:
@@ -45,12 +46,8 @@ class OriginCredentials(httpx.Auth):
         self._basic = basic
         self._params = params
 
-    def _same_origin(self, url: httpx.URL) -> bool:
-        o = self._origin
-        return (url.scheme, url.host, url.port) == (o.scheme, o.host, o.port)
-
     def auth_flow(self, request: httpx.Request):
-        if self._same_origin(request.url):
+        if gateway.same_origin(self._origin, request.url):
             if self._params:
                 request.url = request.url.copy_merge_params(self._params)
             if self._basic is not None and "Authorization" not in request.headers:
