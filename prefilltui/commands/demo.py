@@ -41,7 +41,7 @@ ENGINES = ("llama.cpp", "vllm")
 VLLM_VERSION_TEXT = "0.32.0"
 
 #: Sweep defaults sized for a CPU: SmolLM2-135M prefill on 2 cores measured here at
-#: ~150-175 prompt tokens/s, so the longest probe (1,024 tokens) takes ~6-7 s; from
+#: ~150-320 prompt tokens/s, so the longest probe (1,024 tokens) takes ~3-7 s; from
 #: a few tokens (anchoring the intercept), as every default sweep.
 DEMO_MIN_TOKENS = defaults.MIN_TOKENS
 DEMO_MAX_TOKENS = 1024
@@ -76,7 +76,7 @@ def register(sub) -> None:
     g.add_argument("--engine", choices=ENGINES, default="llama.cpp",
                    help="llama.cpp (default: needs no torch) or vllm (a real vLLM "
                         f"{VLLM_VERSION_TEXT} on the CPU, random weights of the SmolLM2-135M "
-                        "shape; first run installs it into its own venv, ~2-4 min, 2.5 GB)")
+                        "shape; first run installs it into its own venv, ~1.5-2 min, 2.4 GB)")
     g.add_argument("--vllm-arg", action="append", default=[], metavar="ARG",
                    help="extra vLLM server argument(s), split like a shell line; repeatable, "
                         "e.g. --vllm-arg='--max-num-batched-tokens 512'")

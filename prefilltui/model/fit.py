@@ -80,6 +80,14 @@ class LinearFit:
     def outliers(self) -> int:
         return max(0, self.n_offered - self.n)
 
+    @property
+    def unresolved(self) -> bool:
+        """True when the slope's 95 % interval reaches 0 or below: the probes do not yet
+        tell how TTFT grows with the prompt, so 1/b is no prefill throughput yet (a
+        noisy early fit; R² near or below 0)."""
+        lo = self.slope_ci[0] if self.slope_ci else None
+        return lo is not None and math.isfinite(lo) and lo <= 0
+
     def predict(self, n: Any) -> Any:
         """TTFT in seconds at ``n`` prompt tokens (scalar or ndarray)."""
         y = self.intercept_s + self.slope_s_per_token * np.asarray(n, dtype=float)

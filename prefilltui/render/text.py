@@ -80,6 +80,9 @@ def format_fit_lines(f: LinearFit | None, indent: str = "  ",
                      f"{_ci(f.prefill_tokens_per_s_ci, tp)} tok/s")
     else:
         lines.append(f"{indent}throughput   {MISSING} (slope <= 0)")
+    if f.unresolved:
+        lines.append(f"{indent}too noisy yet: the slope's 95% interval includes 0, so the "
+                     "throughput is not measured yet (more probes, or a quieter server)")
     if f.knee_tokens:
         lines.append(f"{indent}knee: TTFT flat below ~{f.knee_tokens:,} tokens; line fitted above it")
     return lines

@@ -35,6 +35,7 @@ class StatsView:
     prefill_tokens_per_s: float | None = None  # 1/slope, prompt tokens/s
     prefill_tokens_per_s_ci: tuple[float, float] | None = None
     r2: float | None = None
+    unresolved: bool = False  # the slope's 95 % interval includes 0 (LinearFit.unresolved)
     quadratic_note: str | None = None
     achieved_tflops: float | None = None
     mfu: float | None = None  # fraction
@@ -138,6 +139,7 @@ def _from_summary(v: StatsView, s: RunSummary, last: ProbeResult | None) -> None
         if ci and ci[0] is not None and ci[1] is not None:
             v.prefill_tokens_per_s_ci = (ci[0], ci[1])
         v.r2 = fit.r2
+        v.unresolved = fit.unresolved
     if s.fixed_cost is not None:
         v.fixed_pinned = s.fixed_cost.pinned
         server = s.fixed_cost.server

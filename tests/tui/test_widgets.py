@@ -189,3 +189,23 @@ def test_stats_say_a_miss_the_server_counted():
     text = stats_text(StatsView(cache_counted=v.cache_counted, ok_probes=v.ok_probes)).plain
     assert "0 hits, server-counted on 4/5" in text
     assert "server-counted" not in stats_text(StatsView(ok_probes=5)).plain
+
+
+def test_a_fit_whose_slope_interval_includes_zero_says_too_noisy():
+    """A new user's early fit on a loaded machine: R² -3.185, slope 95% -8,285 to
+    46,162 µs/token, shown as "prefill 52.8 tok/s" with no warning.  The panel and the
+    text summary now say the throughput is not measured yet."""
+    from prefilltui.model.fit import fit_ols
+    from prefilltui.render.text import format_fit_lines
+
+    noisy = fit_ols([4, 8, 16, 32, 64], [0.9, 0.1, 1.4, 0.2, 1.1])
+    assert noisy.unresolved and noisy.slope_ci[0] < 0
+    clean = fit_ols([4, 8, 16, 32, 64], [0.012, 0.014, 0.018, 0.026, 0.042])
+    assert not clean.unresolved
+    v = StatsView(slope_s=noisy.slope_s_per_token, slope_ci=noisy.slope_ci,
+                  prefill_tokens_per_s=noisy.prefill_tokens_per_s, r2=noisy.r2, unresolved=True)
+    assert "too noisy yet" in stats_text(v).plain
+    assert "too noisy yet" not in stats_text(StatsView(slope_s=1e-3, slope_ci=(5e-4, 2e-3),
+                                                       prefill_tokens_per_s=1e3)).plain
+    assert any("too noisy yet" in ln for ln in format_fit_lines(noisy))
+    assert not any("too noisy yet" in ln for ln in format_fit_lines(clean))

@@ -91,6 +91,8 @@ def stats_text(v: StatsView) -> Text:
         interval(v.slope_ci, _us, "µs/tok")
         line("prefill", f"{si(v.prefill_tokens_per_s)} tok/s", "bold")
         interval(v.prefill_tokens_per_s_ci, si, "tok/s")
+        if v.unresolved:
+            t.append("too noisy yet: slope 95%\n  includes 0\n", style="bold")
         if v.r2 is not None:
             line("R²", f"{v.r2:.3f}")
         if v.quadratic_note:
