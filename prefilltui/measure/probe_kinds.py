@@ -110,7 +110,7 @@ def count_tokens(r: ProbeResult, n: int, cap: int | None) -> None:
 _CHANNEL_WORDS = {
     "reasoning": "hidden reasoning (reasoning_content, reasoning or thinking deltas)",
     "tool_call": "a tool call",
-    "hidden": "a token the server counted (usage.completion_tokens) and sent as no text",
+    "hidden": "a token counted by the server (usage.completion_tokens) and sent as no text",
 }
 
 
