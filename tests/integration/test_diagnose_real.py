@@ -74,6 +74,8 @@ async def test_breakdown_sums_to_client_ttft(llama_server):
     assert b.available and b.max_sum_error_s < 1e-9
 
 
+# timing-sensitive (the cache's TTFT gap timed on a shared CPU target): the same assertions, rerun up to twice
+@pytest.mark.flaky(reruns=2, reruns_delay=5)
 async def test_cache_check_on_real_server(llama_server):
     async with ProbeClient(llama_server.base_url, timeout=180) as c:
         await c.discover()

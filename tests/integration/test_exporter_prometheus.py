@@ -115,6 +115,8 @@ def _ok_probes(prober) -> int:
     return dict(prober.snapshot.probes).get(("ok", ""), 0)
 
 
+# timing-sensitive (two fits of a CPU target taken minutes apart): the same assertions, rerun up to twice
+@pytest.mark.flaky(reruns=2, reruns_delay=5)
 @pytest.mark.timeout(1800)  # ~1.5 min on a quiet 2-core machine; minutes under heavy load
 def test_prometheus_reads_the_sweeps_throughput(one_thread_server, prometheus_binary, tmp_path,
                                                 capsys):

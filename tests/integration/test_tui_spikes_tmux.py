@@ -105,6 +105,8 @@ def runs(marks: list[bool]) -> list[tuple[int, int]]:
     return out
 
 
+# timing-sensitive (the spike is timed against the CPU target under load): the same assertions, rerun up to twice
+@pytest.mark.flaky(reruns=2, reruns_delay=5)
 def test_burst_from_pause_spikes_the_server_history(tmp_path, llama_server_binary,
                                                     demo_gguf):
     tmux = Tmux(tmp_path)

@@ -163,6 +163,8 @@ async def _exact_prompt(c: ProbeClient, n: int, words: list[str]) -> tuple[str, 
     return text, await c._count(text)
 
 
+# timing-sensitive (45-90 ms steps against client jitter on a loaded machine): the same assertions, rerun up to twice
+@pytest.mark.flaky(reruns=2, reruns_delay=5)
 async def test_small_budget_steps_are_found(vllm_server):
     """Budget 128: a 1,300-token prompt runs as 11 engine steps (measured here: 127
     tokens 92 ms, 129 tokens 210 ms).  Probes of exact lengths 8 tokens either side of

@@ -6,6 +6,8 @@ import asyncio
 import json
 import threading
 
+import pytest
+
 from tests.tui.fakes import (FAKE_RANGE, NOW, FakeRunner, FakeSampler, fixed_results,
                              gpu_snapshot, make_result)
 
@@ -177,6 +179,8 @@ async def test_replot_is_throttled():
         assert plot.replots - start <= 6
 
 
+# timing-sensitive (a Pilot timing race under heavy load, on older commits too): the same assertions, rerun up to twice
+@pytest.mark.flaky(reruns=2, reruns_delay=5)
 async def test_row_selection_shows_message():
     app, h = _app(preload=fixed_results())
     notes: list[str] = []

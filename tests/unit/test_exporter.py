@@ -132,6 +132,8 @@ def test_rotating_run_writer_bounds_disk(tmp_path):
 # ------------------------------------------------------------------ pacing
 
 
+# timing-sensitive (wall-clock pacing on a shared 2-core machine): the same assertions, rerun up to twice
+@pytest.mark.flaky(reruns=2, reruns_delay=5)
 def test_interval_is_a_ceiling_for_probes_and_failures(fake_server):
     srv = prefill_server(fake_server)
     runner = SweepRunner(lambda: ProbeClient(srv.base_url, timeout=5),

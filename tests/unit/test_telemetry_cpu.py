@@ -52,9 +52,16 @@ def test_real_machine_cpu_fallback_reports_utilization():
             pytest.skip("this machine has an NVIDIA GPU")
         assert snap.kind == "cpu" and snap.reason.startswith("NVML")
         assert snap.reason.endswith("— showing CPU")
-        sum(i * i for i in range(200_000))  # some CPU time between samples
-        s.tick()
-        d = s.snapshot().devices[0]
+        # a utilization needs the system's CPU clock (10 ms ticks) to move between two
+        # samples; the sampler's own thread may have sampled just before this tick
+        deadline = time.monotonic() + 5.0
+        while True:
+            sum(i * i for i in range(200_000))  # some CPU time between samples
+            time.sleep(0.02)
+            s.tick()
+            d = s.snapshot().devices[0]
+            if d.util_pct is not None or time.monotonic() > deadline:
+                break
         assert d.label == "CPU" and d.state == "ok"
         assert d.util_pct is not None and 0.0 <= d.util_pct <= 100.0
         # RAPL: a value, or N/A with the reason (never 0 for "unknown")
