@@ -146,7 +146,10 @@ class Server:
                         n = int(h[15:].strip() or 0)
                     elif h[:13].lower() == b"x-request-id:":
                         rid = h[13:].strip().decode("ascii", "replace") or "-"
-                body = await reader.readexactly(n) if n else b""
+                try:
+                    body = await reader.readexactly(n) if n else b""
+                except (asyncio.IncompleteReadError, ConnectionError):
+                    return  # the client went away mid-request (a bench segment's end)
                 if method == b"POST" and target.endswith(b"/completions"):
                     self.last_request = head + body
                     if not await self.completion(writer, body, t0, rid):
