@@ -77,7 +77,8 @@ def fleet_targets(args: argparse.Namespace) -> list[TargetConfig]:
     --gpu-metrics-url, --gpus).
 
     Raises:
-        ValueError: a bad target file or a duplicate target; OSError: unreadable file.
+        ValueError: a bad target file, a duplicate target or no target at all;
+        OSError: unreadable file.
     """
     from prefilltui.session import SessionError, sweep_lengths
 
@@ -92,6 +93,8 @@ def fleet_targets(args: argparse.Namespace) -> list[TargetConfig]:
     targets = [check(replace(base, url=u)) for u in args.urls]
     if args.config:
         targets += load_toml(args.config, base)
+    if not targets:
+        raise ValueError("no target: give server URLs or --config FILE")
     return unique(targets)
 
 
@@ -276,9 +279,6 @@ def run_fleet(args: argparse.Namespace, display: DisplayOptions) -> int:
         targets = fleet_targets(args)
     except (ValueError, OSError) as exc:
         err(str(exc))
-        return ExitCode.USAGE
-    if not targets:
-        err("no target: give server URLs or --config FILE")
         return ExitCode.USAGE
     options = fleet_options(args)
     try:
