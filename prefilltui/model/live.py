@@ -216,7 +216,7 @@ class LiveSummary:
         if got is not None:
             return got
         snap = self.fit.snapshot(which, method)
-        win = self.fit.snapshot("window", method)
+        win = snap if which == "window" else self.fit.window_fit(method)
         model, hw, rnotes = self.resolve(info, gpu_names)
         notes = list(rnotes)
         fit = snap.fit if snap else None

@@ -61,11 +61,13 @@ class FitSnapshot:
 
 def analyze_points(x, y, *, which: FitScope = "all", method: FitMethod = "robust", seed: int = 0,
                    ols: LinearFit | None = None, sampled: bool = False,
-                   n_points: int | None = None, x_full=None, y_full=None) -> FitSnapshot | None:
+                   n_points: int | None = None, x_full=None, y_full=None,
+                   quadratic: bool = True) -> FitSnapshot | None:
     """Fits of one point set (tokens ``x``, seconds ``y``).  None with < 3 points.
 
     ``ols`` -- a precomputed OLS over the full set (RunningFit's running sums);
-    ``x_full``/``y_full`` -- the full set when ``x``/``y`` is a sample (for OLS above a knee).
+    ``x_full``/``y_full`` -- the full set when ``x``/``y`` is a sample (for OLS above a knee);
+    ``quadratic`` -- False leaves the quadratic fit out (None; the linear fits are the same).
     Raises ValueError for an unknown ``method``.
     """
     if method not in ("robust", "ols"):
@@ -81,12 +83,12 @@ def analyze_points(x, y, *, which: FitScope = "all", method: FitMethod = "robust
         robust = fit_robust(x[sel], y[sel], seed=seed)
         robust = robust and _with(robust, knee=knee, sampled=sampled or robust.sampled)
         ols = _ols_above(knee, x if x_full is None else x_full, y if y_full is None else y_full)
-        quad = fit_quadratic(x[sel], y[sel], seed=seed)
+        quad = fit_quadratic(x[sel], y[sel], seed=seed) if quadratic else None
     else:
         robust = robust and _with(robust, sampled=sampled or robust.sampled)
         if ols is None:
             ols = fit_ols(x if x_full is None else x_full, y if y_full is None else y_full)
-        quad = fit_quadratic(x, y, seed=seed)
+        quad = fit_quadratic(x, y, seed=seed) if quadratic else None
     return _assemble(which, method, robust, ols, quad, knee,
                      len(x) if n_points is None else n_points, sampled)
 
@@ -240,6 +242,30 @@ class RunningFit:
         if key not in self._cache:
             self._cache[key] = _assemble(which, method, base.robust, base.ols, base.quadratic,
                                          base.knee_tokens, base.n_points, base.sampled)
+        return self._cache[key]
+
+    def window_fit(self, method: FitMethod = "robust") -> FitSnapshot | None:
+        """``snapshot("window", method)`` without its quadratic fit (None, not applying):
+        the window's linear fits, knee and ``n_points``, all a summary's window part
+        reads (``analysis.window_summary``).  The full window snapshot when it is
+        cached; else cached itself until the next ``add``.  The quadratic's robust fit
+        was about a fifth of a live summary's cost (cProfile, TUI redraw).
+
+        Raises ValueError for an unknown ``method``."""
+        if method not in ("robust", "ols"):
+            raise ValueError(f"method must be 'robust' or 'ols', got {method!r}")
+        if "window" in self._cache:
+            return self.snapshot("window", method)
+        key = f"window-linear:{method}"
+        if key not in self._cache:
+            base = self._cache.get("window-linear")
+            if "window-linear" not in self._cache:
+                x, y = self.window_points()
+                base = analyze_points(x, y, which="window", seed=self.seed, quadratic=False)
+                self._cache["window-linear"] = base
+            self._cache[key] = base if base is None or base.method == method else _assemble(
+                "window", method, base.robust, base.ols, None, base.knee_tokens,
+                base.n_points, base.sampled)
         return self._cache[key]
 
     def _compute(self, which: str) -> FitSnapshot | None:

@@ -107,3 +107,22 @@ def test_every_probe_failed_verdict():
     s = _live(bad).summary(None)
     assert s.verdict.level == "failed" and s.probes.errors == {"connect": 4}
     assert s.server is None and s.fit is None
+
+
+@pytest.mark.parametrize("method", ["robust", "ols"])
+def test_window_fit_is_the_window_snapshot_without_its_quadratic(method):
+    """The summary's window part reads RunningFit.window_fit (no quadratic fit): the
+    same linear fits, knee and point count as the full window snapshot."""
+    from prefilltui.model.running_fit import RunningFit
+
+    results = run(60)
+    lite, full = RunningFit(window=20), RunningFit(window=20)
+    for r in results:
+        lite.add(r)
+        full.add(r)
+    w, s = lite.window_fit(method), full.snapshot("window", method)
+    assert w is not None and s is not None
+    assert (w.fit, w.ols, w.robust, w.knee_tokens, w.n_points, w.method) == \
+        (s.fit, s.ols, s.robust, s.knee_tokens, s.n_points, s.method)
+    assert w.quadratic is None and not w.quadratic_applies
+    assert full.window_fit(method) is s  # the full snapshot when it is cached
