@@ -43,6 +43,8 @@ FitScope = Literal["all", "window"]
 TelemetryKind = Literal["gpu", "cpu", "none"]
 #: A telemetry device's state: sampling, or a query failed (retried with back-off).
 DeviceStatus = Literal["ok", "error"]
+#: What a utilization reading measures (``measure.telemetry.snapshots.UTIL_WORDS``).
+UtilKind = Literal["kernel_active", "busy_percent", "gfx_activity", "awake_share", "cpu_busy"]
 
 #: The fit methods ``--fit`` accepts, in --help order.
 FIT_METHODS: tuple[FitMethod, ...] = get_args(FitMethod)
