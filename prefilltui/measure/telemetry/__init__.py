@@ -99,6 +99,8 @@ def make_sampler(gpus: str | None = None, hz: float = 10.0, nvml_module: Any = N
                             f"{root}/class/drm")
             continue
         note = others_note(root, other.devices[0].vendor or "")
+        if not (note and "NVIDIA" in note):  # NVML's failure matters only beside an
+            whys = [w for w in whys if not w.startswith("NVML")]  # NVIDIA card
         if whys and vendor is None:
             other.reason = "; ".join(whys + ([other.reason] if other.reason else []))
         if note:
