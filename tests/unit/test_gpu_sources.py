@@ -209,3 +209,18 @@ def test_remote_sampler_reads_an_amd_page(fake_server):
         assert snap.devices[1].na["memory"] == "not on the amd-device-metrics-exporter page"
     finally:
         s.stop()
+
+
+def test_a_vendor_prefix_in_gpus_selects_by_index_on_a_page(fake_server):
+    from prefilltui.options import TelemetryOptions
+    from prefilltui.session import session_sampler
+
+    srv = fake_server({"GET /metrics": Reply.text(AMD_PAGE)})
+    tel = TelemetryOptions(gpus="amd:1", gpu_metrics_url=srv.base_url + "/metrics")
+    sampler, words = session_sampler(tel, "http://gpu-01.example:8000")
+    try:
+        sampler.tick()
+        assert [d.label for d in sampler.snapshot().devices] == ["GPU 1"]
+        assert words.startswith("GPU page")
+    finally:
+        sampler.stop()
