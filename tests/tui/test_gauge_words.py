@@ -33,3 +33,17 @@ def test_power_note_instant_vs_averaged():
     assert power_note(dev(power_averaged=True)) == " avg"  # window not documented
     assert power_note(dev(power_averaged=True, power_scope="CPU package",
                           power_window_s=0.1)) == " avg"
+
+
+def test_help_line_says_what_the_gauges_measure():
+    from prefilltui.tui.widgets.gauges import device_measures
+
+    line = device_measures(dev(name="AMD Instinct MI300X", vendor="AMD", source="amdgpu sysfs",
+                               util_kind="busy_percent", power_averaged=False))
+    assert line == ("GPU 0 AMD MI300X (amdgpu sysfs): busy = the SMU firmware's busy percent "
+                    "of the IP cores (amdgpu gpu_busy_percent) (window not documented); "
+                    "power instantaneous")
+    assert "over 0.1 s" in device_measures(dev(vendor="Intel", util_kind="awake_share",
+                                                util_window_s=0.1, power_averaged=True,
+                                                power_window_s=0.1))
+    assert device_measures(dev()) is None

@@ -241,6 +241,28 @@ def power_note(dev: DeviceSnapshot) -> str:
     return f" ({dev.power_window_s:g} s avg)"
 
 
+def device_measures(dev: DeviceSnapshot) -> str | None:
+    """One help line on what a device's gauges measure, e.g. "GPU 0 AMD MI300X
+    (amdgpu sysfs): busy = the SMU firmware's busy percent ... (window not documented);
+    power instantaneous"; None when the source says nothing (fakes, old snapshots).
+    For the help screen (``dashboard_actions._sampler_details`` may list it)."""
+    if dev.util_kind is None and dev.source is None:
+        return None
+    word, long = UTIL_WORDS.get(dev.util_kind or "", ("util", "utilization"))
+    window = (f"over {dev.util_window_s:g} s" if dev.util_window_s is not None
+              else "window not documented")
+    if dev.power_averaged is None:
+        power = "power not read"
+    elif dev.power_averaged:
+        power = ("power averaged over " + (f"{dev.power_window_s:g} s"
+                                           if dev.power_window_s is not None
+                                           else "a window the source does not document"))
+    else:
+        power = "power instantaneous"
+    src = f" ({dev.source})" if dev.source else ""
+    return f"{device_title(dev)}{src}: {word} = {long} ({window}); {power}"
+
+
 def _fmt(v: float | None, unit: str, digits: int = 0) -> str:
     return MISSING if v is None else f"{v:.{digits}f} {unit}"
 
