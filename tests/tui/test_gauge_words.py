@@ -47,3 +47,37 @@ def test_help_line_says_what_the_gauges_measure():
                                                 util_window_s=0.1, power_averaged=True,
                                                 power_window_s=0.1))
     assert device_measures(dev()) is None
+
+
+async def test_gauge_panel_shows_an_amd_and_an_intel_device():
+    from textual.app import App
+
+    from prefilltui.measure.telemetry import TelemetrySnapshot
+    from prefilltui.tui.widgets.gauges import GaugePanel
+
+    devs = (dev(name="AMD Instinct MI300X", vendor="AMD", source="amdgpu sysfs",
+                util_kind="busy_percent", util_pct=87.0, power_w=612.0, power_limit_w=750.0,
+                power_averaged=False, history=((9.0, 87.0, 612.0),)),
+            dev(label="GPU 1", name="AMD Instinct MI250X", vendor="AMD", source="amdsmi",
+                util_kind="gfx_activity", util_pct=20.0,
+                na={"power": "reads 0 W: this device reports no power of its own"}),
+            dev(label="GPU 2", name="Intel GPU 0x0bd5", vendor="Intel", source="xe sysfs",
+                util_kind="awake_share", util_pct=75.0, power_w=300.0, power_averaged=True,
+                power_window_s=0.1))
+    snap = TelemetrySnapshot(kind="gpu", available=True, devices=devs, t=9.0)
+
+    class GaugeApp(App):
+        def compose(self):
+            yield GaugePanel()
+
+    app = GaugeApp()
+    async with app.run_test(size=(160, 20)) as pilot:
+        app.query_one(GaugePanel).show(snap, 10.0)
+        await pilot.pause()
+        await pilot.pause()
+        texts = [str(w.render()) for w in app.query(".gauge-text")]
+    assert "GPU 0 AMD MI300X busy  87 %" in texts and "power 612 W / 750 W" in texts
+    assert "GPU 1 AMD MI250X gfx  20 %" in texts
+    assert any(t.startswith("power N/A (reads 0 W") for t in texts)  # n/a, never 0 W
+    assert "GPU 2 Intel GPU 0x0bd5 awake  75 %" in texts
+    assert "power 300 W (0.1 s avg)" in texts

@@ -358,3 +358,16 @@ def test_amdsmi_query_failing_mid_run_is_retried(tmp_path):
     s.tick()
     d = s.snapshot().devices[0]
     assert d.state == "ok" and d.util_pct == 40
+
+
+def test_a_pci_device_is_one_card_and_connectors_are_not_cards(tmp_path):
+    from prefilltui.measure.telemetry.sysfs import drm_cards
+
+    amd_card(tmp_path, 0, pci="0000:05:00.0")
+    amd_card(tmp_path, 1, pci="0000:05:00.0")  # a second node of the same board
+    nvidia_card(tmp_path, 2)
+    cards = drm_cards(str(tmp_path))
+    assert [(c.card, c.vendor_name, c.driver) for c in cards] == [
+        ("card0", "AMD", "amdgpu"), ("card2", "NVIDIA", "nvidia")]
+    assert drm_cards(str(tmp_path / "nowhere")) == []  # no /sys/class/drm: none, no error
+    assert len(amd_sampler(tmp_path, gpus="amd").snapshot().devices) == 1
