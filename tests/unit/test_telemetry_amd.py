@@ -371,3 +371,18 @@ def test_a_pci_device_is_one_card_and_connectors_are_not_cards(tmp_path):
         ("card0", "AMD", "amdgpu"), ("card2", "NVIDIA", "nvidia")]
     assert drm_cards(str(tmp_path / "nowhere")) == []  # no /sys/class/drm: none, no error
     assert len(amd_sampler(tmp_path, gpus="amd").snapshot().devices) == 1
+
+
+def test_sysfs_energy_counter_that_disagrees_with_power_is_dropped(tmp_path):
+    c = amd_card(tmp_path, power_uw=400_000_000, energy_uj=0)
+    clock = FakeClock(0.0)
+    s = amd_sampler(tmp_path, clock)
+    for i in range(1, 31):  # 400 W read, but the counter says 40 kW
+        clock.t = i * 0.1
+        c.set("hwmon/energy1_input", i * 4_000_000_000)
+        s.tick()
+    d = s.snapshot().devices[0]
+    assert d.energy_j is None and "disagrees" in d.na["energy"] and d.power_w == 400.0
+    r = ProbeResult(t_send=2.5, t_end=2.9)
+    s.attribute(r)
+    assert r.energy_source == "integrated" and r.energy_j == pytest.approx(160.0)

@@ -38,8 +38,8 @@ installed), OSError (libamd_smi.so not found), AttributeError (amdsmi older than
 ROCm library), KeyError; it also prints to stdout when the library is missing.  Zeus
 guards the same import the same way (ml-energy/zeus, zeus/device/gpu/amd.py,
 ``amdsmi_is_available``).  Zeus also found the energy counter wrong on some boards
-(ROCm/amdsmi issue 38) and checks it against power with a loose 0.1-10x bound; so
-does ``AmdSmiReader`` before a probe's energy is taken from it.
+(ROCm/amdsmi issue 38) and checks it against power with a loose 0.1-10x bound; so do
+both readers here, for any energy counter beside a power reading.
 """
 
 from __future__ import annotations
@@ -156,6 +156,7 @@ class AmdSysfsReader:
             f.drop("power_limit", "power1_cap reads 0 (no cap of its own)")
         e = f.probe("energy", os.path.join(hw, "energy1_input") if hw else None, nohw)
         self.counter = EnergyCounter(1e-6) if e is not None else None
+        self.check = _CounterCheck()
         if self.no_own_power and self.counter is not None:
             f.drop("energy", NO_OWN_POWER)
             self.counter = None
@@ -184,9 +185,16 @@ class AmdSysfsReader:
         if self.counter is not None:
             raw = f.read("energy")
             if raw is not None:
-                out["energy"], pw = self.counter.update(raw, now)
+                e, pw = self.counter.update(raw, now)
                 if out["power"] is None and "power" not in f.paths:
                     out["power"] = pw
+                else:  # a counter beside a power reading: checked against it first
+                    self.check.add(now, e, out["power"])
+                if isinstance(self.check.verdict, str):
+                    f.drop("energy", self.check.verdict)
+                    self.counter = None
+                else:
+                    out["energy"] = e
         if slow:
             cap = f.read("power_limit")
             out["power_limit"] = cap / 1e6 if cap else None
