@@ -103,10 +103,11 @@ class SweepDesign:
 @dataclass(frozen=True, slots=True)
 class TelemetryOptions:
     """What the sampler watches: ``enabled`` (``--no-telemetry`` turns it off), ``gpus``
-    (NVML indices "0,1"; None: every visible GPU), ``sample_hz``, ``processes``
+    (indices "0,1", a vendor prefix "amd:0" / "intel:0" / "nvidia:0"; None: every
+    visible GPU of the first vendor found), ``sample_hz``, ``processes``
     ((label, pid) pairs shown beside the CPU gauge, e.g. the demo's llama-server), and
     ``gpu_metrics_url`` (``--gpu-metrics-url``: the server's GPUs from its
-    dcgm-exporter or nvitop exporter page; without it a server on another host has
+    dcgm-exporter, nvitop or AMD device-metrics-exporter page; without it a server on another host has
     no GPU source, ``measure.telemetry.remote``)."""
 
     enabled: bool = True

@@ -147,7 +147,10 @@ def session_sampler(tel: TelemetryOptions, base_url: str) -> tuple[Sampler, str]
     from prefilltui.measure.telemetry import make_sampler
     from prefilltui.measure.telemetry.remote import RemoteGpuSampler, choose_gpu_source
 
-    select = tuple(x.strip() for x in tel.gpus.split(",")) if tel.gpus else None
+    from prefilltui.measure.telemetry.vendors import split_vendor
+
+    picked = split_vendor(tel.gpus)[1]  # a page's GPUs by index/UUID, without "amd:"
+    select = tuple(x.strip() for x in picked.split(",")) if picked else None
     src = choose_gpu_source(
         base_url, tel.gpu_metrics_url,
         local=lambda: make_sampler(tel.gpus, hz=tel.sample_hz,

@@ -138,15 +138,16 @@ def add_hardware_args(p: argparse.ArgumentParser) -> None:
 def add_telemetry_args(p: argparse.ArgumentParser) -> None:
     g = p.add_argument_group("telemetry")
     g.add_argument("--gpus", metavar="I,J", help="GPU indices to sample (default: all visible; "
-                   "CUDA_VISIBLE_DEVICES is respected)")
+                   "CUDA_VISIBLE_DEVICES is respected); a prefix amd:, intel: or nvidia: "
+                   "picks the vendor (default: NVIDIA, else AMD, else Intel)")
     g.add_argument("--sample-hz", type=_sample_hz, default=defaults.SAMPLE_HZ, metavar="HZ",
                    help=f"GPU/CPU sampling rate (default {defaults.SAMPLE_HZ:g})")
     g.add_argument("--no-telemetry", action="store_true", help="do not sample GPU/CPU")
     g.add_argument("--gpu-metrics-url", metavar="URL",
-                   help="read the server's GPUs from this dcgm-exporter or nvitop exporter "
-                        "page (e.g. http://HOST:9400/metrics); without it only a server on "
-                        "this machine shows GPU gauges (this machine's NVML), another shows "
-                        "'no GPU source'")
+                   help="read the server's GPUs from this dcgm-exporter, nvitop exporter or "
+                        "AMD device-metrics-exporter page (e.g. http://HOST:9400/metrics); "
+                        "without it only a server on this machine shows GPU gauges (this "
+                        "machine's GPUs), another shows 'no GPU source'")
 
 
 def add_analysis_args(p: argparse.ArgumentParser) -> None:

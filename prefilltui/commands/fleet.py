@@ -156,6 +156,7 @@ def build_fleet(targets: list[TargetConfig], fleet: FleetOptions, *, analysis: A
             sent, an unwritable run file); what was built is closed.
     """
     from prefilltui.measure.telemetry import make_sampler
+    from prefilltui.measure.telemetry.vendors import split_vendor
     from prefilltui.measure.telemetry.remote import (NO_SOURCE, RemoteGpuSampler,
                                                      choose_gpu_source, poll_hz)
     from prefilltui.session import build_session
@@ -181,7 +182,8 @@ def build_fleet(targets: list[TargetConfig], fleet: FleetOptions, *, analysis: A
         def remote(url: str) -> Any:
             key = f"{url}#{select or ''}"
             if key not in shared:
-                sel = tuple(x.strip() for x in select.split(",")) if select else None
+                picked = split_vendor(select)[1]  # "amd:0": the page's GPU 0
+                sel = tuple(x.strip() for x in picked.split(",")) if picked else None
                 shared[key] = RemoteGpuSampler(url, hz=poll_hz(len(pages)), select=sel).start()
                 out.samplers.append(shared[key])
             return shared[key]

@@ -39,10 +39,12 @@ Dtype = Literal["bf16", "fp16", "fp8"]
 FitMethod = Literal["robust", "ols"]
 #: Which probes a fit covers: every eligible probe, or the sliding window.
 FitScope = Literal["all", "window"]
-#: What the telemetry samples: NVML GPUs, the CPU fallback, or nothing.
+#: What the telemetry samples: GPUs (NVML, AMD, Intel, a GPU page), the CPU fallback, or nothing.
 TelemetryKind = Literal["gpu", "cpu", "none"]
 #: A telemetry device's state: sampling, or a query failed (retried with back-off).
 DeviceStatus = Literal["ok", "error"]
+#: What a utilization reading measures (``measure.telemetry.snapshots.UTIL_WORDS``).
+UtilKind = Literal["kernel_active", "busy_percent", "gfx_activity", "awake_share", "cpu_busy"]
 
 #: The fit methods ``--fit`` accepts, in --help order.
 FIT_METHODS: tuple[FitMethod, ...] = get_args(FitMethod)

@@ -121,6 +121,7 @@ def test_locality():
 
 class _Local:
     kind = "gpu"
+    source = "NVML"
 
 
 def test_choose_source_never_shows_this_machine_under_another_name():
@@ -150,3 +151,76 @@ def test_probe_clients_share_one_tls_context():
     assert a._transport._pool._ssl_context is b._transport._pool._ssl_context is ctx
     c = ProbeClient("https://example.invalid", verify=False)
     assert c._transport._pool._ssl_context is shared_ssl_context(False) is not ctx
+
+
+AMD_PAGE = (FIX / "amd_metrics_exporter_mi300x2.prom").read_text()
+
+
+def test_amd_device_metrics_exporter_page_readings():
+    kind, gpus = parse_gpu_page(AMD_PAGE)
+    assert kind == "amd-device-metrics-exporter" and [g.key for g in gpus] == ["0", "1"]
+    g, h = gpus
+    assert (g.name, g.vendor, g.uuid) == ("AMD Instinct MI300X", "AMD",
+                                          "5ad9b7c1-0000-1000-80f8-cb5b93f7c1d6")
+    assert (g.util_pct, g.power_w, g.power_averaged) == (91, 702, False)
+    assert g.energy_j == pytest.approx(3.5218762e7)  # µJ -> J
+    assert g.mem_used_bytes == 180224 * 2**20 and g.mem_total_bytes == 196592 * 2**20
+    assert g.temperature_c == 71 and g.sm_clock_mhz == 2050  # the system clocks' mean
+    # without the card_series label the board part number is all there is (no MFU)
+    assert h.name == "AMD 102-D65209-0C" and h.power_w == 141 and h.mem_used_bytes is None
+    assert [x.key for x in parse_gpu_page(AMD_PAGE, ("1",))[1]] == ["1"]
+
+
+def _amd_line(name: str, gpu_id: str, part: str, value: float, **extra: str) -> str:
+    labels = {"card_model": "102-D65209-0C", "gpu_id": gpu_id, "gpu_partition_id": part,
+              "hostname": "h", **extra}
+    text = ",".join(f'{k}="{v}"' for k, v in sorted(labels.items()))
+    return f"{name}{{{text}}} {value}"
+
+
+def test_amd_page_partitions_and_zero_power_are_na_never_zero():
+    page = "\n".join([
+        _amd_line("gpu_gfx_activity", "0", "0", 80),
+        _amd_line("gpu_gfx_activity", "1", "1", 0),
+        _amd_line("gpu_power_usage", "0", "0", 650),
+        _amd_line("gpu_power_usage", "1", "1", 0),     # "all other partitions report 0"
+        _amd_line("gpu_average_package_power", "2", "0", 0),  # an MI250's second die
+        _amd_line("gpu_gfx_activity", "2", "0", 12),
+    ]) + "\n"
+    kind, (p0, p1, die) = parse_gpu_page(page)
+    assert p0.power_w == 650 and p0.util_pct == 80
+    assert p1.power_w is None and p1.util_pct is None
+    assert "partition" in dict(p1.na)["power"]
+    assert die.power_w is None and "no power of its own" in dict(die.na)["power"]
+    assert die.util_pct == 12
+
+
+def test_remote_sampler_reads_an_amd_page(fake_server):
+    srv = fake_server({"GET /metrics": Reply.text(AMD_PAGE)})
+    s = RemoteGpuSampler(srv.base_url + "/metrics", hz=5.0)
+    try:
+        s.tick()
+        snap = s.snapshot()
+        d = snap.devices[0]
+        assert (d.vendor, d.source, d.util_kind) == ("AMD", "amd-device-metrics-exporter",
+                                                     "gfx_activity")
+        assert d.util_pct == 91 and d.power_w == 702 and d.power_averaged is False
+        assert "amd-device-metrics-exporter" in snap.reason
+        assert snap.devices[1].na["memory"] == "not on the amd-device-metrics-exporter page"
+    finally:
+        s.stop()
+
+
+def test_a_vendor_prefix_in_gpus_selects_by_index_on_a_page(fake_server):
+    from prefilltui.options import TelemetryOptions
+    from prefilltui.session import session_sampler
+
+    srv = fake_server({"GET /metrics": Reply.text(AMD_PAGE)})
+    tel = TelemetryOptions(gpus="amd:1", gpu_metrics_url=srv.base_url + "/metrics")
+    sampler, words = session_sampler(tel, "http://gpu-01.example:8000")
+    try:
+        sampler.tick()
+        assert [d.label for d in sampler.snapshot().devices] == ["GPU 1"]
+        assert words.startswith("GPU page")
+    finally:
+        sampler.stop()

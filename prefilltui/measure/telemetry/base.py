@@ -43,6 +43,8 @@ class Sampler:
     """
 
     kind: TelemetryKind = "none"
+    #: where the readings come from, in words (subclasses: "NVML", "amdgpu sysfs", ...)
+    source: str = "nothing"
 
     def __init__(self, hz: float = 10.0, *, clock: Callable[[], float] | None = None,
                  reason: str | None = None, history_s: float = HISTORY_S,
@@ -212,7 +214,9 @@ class Sampler:
             mem_total_bytes=last.get("mem_total_bytes"),
             temperature_c=last.get("temperature_c"),
             tensor_active_pct=last.get("tensor_active_pct"), mig=d.mig, na=na,
-            history=tuple(d.hist))
+            history=tuple(d.hist), vendor=d.vendor, source=d.source,
+            util_kind=d.util_kind, util_window_s=d.util_window_s,
+            power_window_s=d.power_window_s)
 
     def ring_bytes(self) -> int:
         """Bytes held by the sample rings (constant after construction)."""

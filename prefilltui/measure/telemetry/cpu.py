@@ -109,6 +109,7 @@ class CpuSampler(Sampler):
     """
 
     kind: TelemetryKind = "cpu"
+    source = "CPU"
 
     def __init__(self, hz: float = 10.0, *, clock: Callable[[], float] | None = None,
                  reason: str | None = None, rapl_root: str | None = None,
@@ -121,6 +122,8 @@ class CpuSampler(Sampler):
         dev = self._new_dev("CPU", f"{_cpu_name()} ({ncpu} cores)")
         dev.power_averaged = True
         dev.power_scope = "CPU package"
+        dev.source, dev.util_kind = "psutil + RAPL", "cpu_busy"
+        dev.util_window_s = dev.power_window_s = self.period_s
         dev.na.update(sm_clock="not sampled for CPU", temperature="not sampled for CPU",
                       power_limit="not reported by RAPL powercap here")
         if not self.rapl.available:
@@ -138,6 +141,7 @@ class CpuSampler(Sampler):
         AccessDenied propagate to the caller)."""
         proc = psutil.Process(pid)
         dev = self._new_dev(f"{pname} (pid {pid})", proc.name())
+        dev.source, dev.util_kind, dev.util_window_s = "psutil", "cpu_busy", self.period_s
         ct = proc.cpu_times()
         dev.extra.update(proc=proc, display_only=True,
                          prev=(ct.user + ct.system, self.clock()))

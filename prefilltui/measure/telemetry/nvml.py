@@ -22,6 +22,7 @@ import time
 from typing import Any, Callable, Mapping
 
 from prefilltui.measure.telemetry.base import Sampler
+from prefilltui.model.pacing import NVML_WINDOW_MAX_S
 from prefilltui.measure.telemetry.snapshots import DeviceState, describe_error
 from prefilltui.measure.telemetry.nvml_samples import (DRIVER_UTIL_HZ, DriverSamples,
                                                     _capability_error, _value_members)
@@ -88,6 +89,8 @@ class GpuSampler(DriverSamples, Sampler):
     """Samples NVML GPUs; build with ``GpuSampler.open(...)`` (or ``make_sampler``)."""
 
     kind: TelemetryKind = "gpu"
+    #: where the readings come from, in words ("this machine's NVML")
+    source = "NVML"
 
     def __init__(self, nv: Any, hz: float = 10.0, *,
                  clock: Callable[[], float] | None = None, reason: str | None = None,
@@ -210,6 +213,7 @@ class GpuSampler(DriverSamples, Sampler):
         dev = self._new_dev(label, name, index=index, uuid=uuid)
         dev.mig = bool(is_mig_slice or mig_mode)
         dev.power_scope = "whole GPU" if dev.mig else "board"
+        dev.vendor, dev.source, dev.util_kind = "NVIDIA", "NVML", "kernel_active"
         dev.extra.update(h=h, parent=parent, target=uuid or tgt, ticks=0,
                          power_group=_try(lambda: _s(nv.nvmlDeviceGetUUID(parent)), index))
         try:
@@ -274,6 +278,9 @@ class GpuSampler(DriverSamples, Sampler):
             raise RuntimeError(f"probing: {describe_error(exc)}") from exc
         dev.extra["use"] = use
         self._probe_buffers(dev, use)
+        # the driver buffer's measured period, else unknown (1/6 s .. 1 s, nvml.h)
+        dev.util_window_s = dev.extra.get("util_window_s")
+        dev.power_window_s = NVML_WINDOW_MAX_S if dev.power_averaged else None
         self._record(dev, self.clock(), vals, slow=True)  # the probe is the first sample
 
     @staticmethod

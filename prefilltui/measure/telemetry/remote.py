@@ -2,7 +2,8 @@
 a target on this host, else "no GPU source" (never this machine's GPU under another
 machine's name).
 
-``RemoteGpuSampler(url)`` polls a dcgm-exporter or nvitop-exporter page
+``RemoteGpuSampler(url)`` polls a dcgm-exporter, nvitop-exporter or AMD
+device-metrics-exporter page
 (``model.gpu_pages``) in the sampler thread and keeps the same rings and snapshots as
 the NVML sampler, so the gauges, the per-probe attribution and the roofline's GPU name
 work unchanged.  ``is_local(url)`` tells whether a target's host is this machine;
@@ -44,6 +45,7 @@ class RemoteGpuSampler(Sampler):
     """
 
     kind: TelemetryKind = "gpu"
+    source = "GPU page"
 
     def __init__(self, url: str, *, hz: float = REMOTE_HZ, select: tuple[str, ...] | None = None,
                  fetch: Callable[[str], str] | None = None,
@@ -101,8 +103,9 @@ class RemoteGpuSampler(Sampler):
             return now
         with self._lock:
             if kind is None or not gpus:
-                self.problem = ("no GPU readings on the page (neither dcgm-exporter's "
-                                "DCGM_FI_DEV_* nor nvitop's gpu_* series"
+                self.problem = ("no GPU readings on the page (none of dcgm-exporter's "
+                                "DCGM_FI_DEV_*, nvitop's gpu_* or AMD device-metrics-"
+                                "exporter's gpu_gfx_activity/gpu_package_power series"
                                 + (f" for GPU {','.join(self.select)}" if self.select else "")
                                 + ")")
                 self.reason = f"{NO_SOURCE}: {self.shown}: {self.problem}"
@@ -120,20 +123,26 @@ class RemoteGpuSampler(Sampler):
         if dev is None:
             dev = self._new_dev(f"GPU {g.key}", g.name, uuid=g.uuid,
                                 index=int(g.key) if g.key.isdigit() else None)
-            dev.power_averaged = True  # dcgm and NVML average power over ~1 s
-            dev.power_scope = "board"
+            dev.power_averaged = g.power_averaged
+            # dcgm and nvitop read NVML's power, averaged over ~1 s; AMD's average
+            # socket power has no documented window
+            dev.power_window_s = 1.0 if g.vendor == "NVIDIA" else None
+            dev.power_scope = "board" if g.vendor == "NVIDIA" else "socket"
+            dev.vendor, dev.source = g.vendor, self.page_kind
+            dev.util_kind = "kernel_active" if g.vendor == "NVIDIA" else "gfx_activity"
             dev.mig = "/" in g.key
             self._by_key[g.key] = dev
             self.devices.append(dev)
         if dev.state == "error":
             self._mark_ok(dev)
         dev.na.clear()
+        dev.na.update(g.na)
         for field, value in (("util", g.util_pct), ("power", g.power_w),
                              ("power_limit", g.power_limit_w), ("sm_clock", g.sm_clock_mhz),
                              ("memory", g.mem_used_bytes), ("temperature", g.temperature_c),
                              ("energy", g.energy_j)):
             if value is None:
-                dev.na[field] = f"not on the {self.page_kind} page"
+                dev.na.setdefault(field, f"not on the {self.page_kind} page")
         if g.energy_j is not None and dev.energy0 is None:
             dev.energy0 = g.energy_j
         dev.last = {"t": now, "util_pct": g.util_pct, "power_w": g.power_w,
@@ -227,11 +236,11 @@ def choose_gpu_source(url: str, gpu_metrics_url: str | None, *,
     here = is_local(url) if local_host is None else local_host
     if here:
         sampler = local()
-        words = "this machine's NVML" if sampler.kind == "gpu" else (
-            "this machine's CPU (no NVML GPU here)" if sampler.kind == "cpu" else NO_SOURCE)
+        words = f"this machine's {sampler.source}" if sampler.kind == "gpu" else (
+            "this machine's CPU (no GPU here)" if sampler.kind == "cpu" else NO_SOURCE)
         return GpuSource(sampler, words)
     why = (f"{NO_SOURCE}: {_host(url)} is another machine; set gpu_metrics_url to its "
-           "dcgm-exporter or nvitop exporter page")
+           "dcgm-exporter, nvitop exporter or AMD device-metrics-exporter page")
     return GpuSource(NullSampler(1.0, reason=why), NO_SOURCE)
 
 

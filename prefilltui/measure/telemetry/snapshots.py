@@ -14,16 +14,31 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from prefilltui.measure.telemetry.samples import SampleRing
-from prefilltui.model.types import DeviceStatus, TelemetryKind
+from prefilltui.model.types import DeviceStatus, TelemetryKind, UtilKind
 
 __all__ = ["DeviceSnapshot", "TelemetrySnapshot", "DeviceState", "describe_error",
-           "HISTORY_S", "RETAIN_S", "METRICS"]
+           "HISTORY_S", "RETAIN_S", "METRICS", "UTIL_WORDS"]
 
 #: Seconds of history handed to the UI in each snapshot.
 HISTORY_S = 60.0
 #: Seconds of samples kept for attribution (a probe window must fit; probes time out at 120 s).
 RETAIN_S = 600.0
 
+
+#: What each utilization reading measures, in the words a gauge uses (short) and the
+#: help/docs use (long).  Sources: NVML reference (nvmlUtilization_t.gpu), the kernel's
+#: amdgpu_pm.c (DOC: gpu_busy_percent), amdsmi's py-interface README
+#: (amdsmi_get_gpu_activity), the kernel's xe_gt_idle.c (DOC: Xe GT Idle) and i915's
+#: rc6_residency_ms, psutil.cpu_times.
+UTIL_WORDS: dict[str, tuple[str, str]] = {
+    "kernel_active": ("util", "share of the last sample period in which a kernel ran (NVML)"),
+    "busy_percent": ("busy", "the SMU firmware's busy percent of the IP cores (amdgpu "
+                     "gpu_busy_percent)"),
+    "gfx_activity": ("gfx", "graphics/compute engine activity (amdsmi gfx_activity)"),
+    "awake_share": ("awake", "share of wall time the GT was out of its RC6/C6 idle state "
+                    "(an upper bound on busy: the GT stays awake a little after work)"),
+    "cpu_busy": ("util", "busy share of all CPU cores (psutil)"),
+}
 
 #: The metric names used as ``DeviceSnapshot.na`` keys.
 METRICS = ("util", "power", "energy", "power_limit", "sm_clock", "memory", "temperature")
@@ -55,7 +70,14 @@ class DeviceSnapshot:
     parent GPU's power), "CPU package" (RAPL, all packages summed).
     energy_j: joules since the sampler opened (energy counter where supported, else
     None).  tensor_active_pct: share of time the tensor pipes were active (dcgm-exporter's
-    DCGM_FI_PROF_PIPE_TENSOR_ACTIVE, remote pages only; None elsewhere).  history: ``(t_perf, util_pct|None, power_w|None)`` for the last ~60 s.
+    DCGM_FI_PROF_PIPE_TENSOR_ACTIVE, remote pages only; None elsewhere).  history:
+    ``(t_perf, util_pct|None, power_w|None)`` for the last ~60 s.
+    vendor: "NVIDIA" | "AMD" | "Intel" (None: the CPU or a process).  source: where
+    the readings come from ("NVML", "amdgpu sysfs", "amdsmi", "xe sysfs", "i915 sysfs",
+    "dcgm-exporter", "amd-device-metrics-exporter", "psutil", ...).  util_kind: what
+    ``util_pct`` measures (``UTIL_WORDS``).  util_window_s / power_window_s: seconds one
+    reading covers (None: not documented by the source); power_averaged says whether
+    ``power_w`` is an average (True) or an instantaneous reading (False).
     """
 
     label: str
@@ -79,6 +101,11 @@ class DeviceSnapshot:
     mig: bool = False
     na: dict[str, str] = field(default_factory=dict)
     history: tuple[tuple[float, float | None, float | None], ...] = ()
+    vendor: str | None = None
+    source: str | None = None
+    util_kind: UtilKind | None = None
+    util_window_s: float | None = None
+    power_window_s: float | None = None
 
     def reason(self, name: str) -> str | None:
         """Why ``name`` is N/A (None when it has a value or no reason is known)."""
@@ -126,6 +153,11 @@ class DeviceState:
     power_averaged: bool | None = None
     power_scope: str | None = None
     mig: bool = False
+    vendor: str | None = None
+    source: str | None = None
+    util_kind: UtilKind | None = None
+    util_window_s: float | None = None
+    power_window_s: float | None = None
     energy0: float | None = None  # first energy counter reading (J)
     retry_at: float = 0.0
     backoff_s: float = 0.0

@@ -26,7 +26,7 @@ from textual.message import Message
 from textual.strip import Strip
 from textual.widgets import Sparkline, Static
 
-from prefilltui.measure.telemetry import DeviceSnapshot, TelemetrySnapshot
+from prefilltui.measure.telemetry import UTIL_WORDS, DeviceSnapshot, TelemetrySnapshot
 from prefilltui.model.units import MISSING
 
 BARS = "▁▂▃▄▅▆▇█"
@@ -211,6 +211,58 @@ def short_reason(why: str | None) -> str:
     return head if len(head) <= 14 else head[:13] + "…"
 
 
+def device_title(dev: DeviceSnapshot, label: str | None = None) -> str:
+    """The gauge's device words: its label, then vendor and model when the source
+    knows the vendor ("GPU 0 AMD MI300X", "GPU 1 NVIDIA H200"); the label alone for
+    the CPU and processes."""
+    label = label or dev.label
+    if not dev.vendor:
+        return label
+    words = [w for w in (dev.name or "").split()
+             if w.lower() not in (dev.vendor.lower(), "instinct")]
+    return " ".join([label, dev.vendor, *words])
+
+
+def util_word(dev: DeviceSnapshot) -> str:
+    """What the utilization figure measures, in one word: "util" (NVML's kernel-active
+    share, the CPU's busy share), "busy" (amdgpu's busy percent), "gfx" (amdsmi's
+    graphics activity), "awake" (Intel's share out of RC6)."""
+    return UTIL_WORDS.get(dev.util_kind or "", ("util", ""))[0]
+
+
+def power_note(dev: DeviceSnapshot) -> str:
+    """" (1 s avg)" for a power averaged over a known window, " avg" for the CPU's
+    (one sample period) and an average whose window the source does not document,
+    "" for an instantaneous reading."""
+    if not dev.power_averaged:
+        return ""
+    if dev.power_scope == "CPU package" or dev.power_window_s is None:
+        return " avg"
+    return f" ({dev.power_window_s:g} s avg)"
+
+
+def device_measures(dev: DeviceSnapshot) -> str | None:
+    """One help line on what a device's gauges measure, e.g. "GPU 0 AMD MI300X
+    (amdgpu sysfs): busy = the SMU firmware's busy percent ... (window not documented);
+    power instantaneous"; None when the source says nothing (fakes, old snapshots).
+    For the help screen (``dashboard_actions._sampler_details`` may list it)."""
+    if dev.util_kind is None and dev.source is None:
+        return None
+    word, long = UTIL_WORDS.get(dev.util_kind or "", ("util", "utilization"))
+    window = (f"over {dev.util_window_s:g} s" if dev.util_window_s is not None
+              else "window not documented")
+    if dev.power_averaged is None:
+        power = "power not read"
+    elif dev.power_averaged:
+        power = ("power averaged over " + (f"{dev.power_window_s:g} s"
+                                           if dev.power_window_s is not None
+                                           else "a window the source does not document"))
+    else:
+        power = "power instantaneous"
+    src = f" ({dev.source})" if dev.source else ""
+    return f"{device_title(dev)}{src}: {word} = {long} ({window}); {power}"
+
+
 def _fmt(v: float | None, unit: str, digits: int = 0) -> str:
     return MISSING if v is None else f"{v:.{digits}f} {unit}"
 
@@ -259,14 +311,14 @@ class DeviceGauge(Horizontal):
         if not self.query(".util-text"):
             return
         na = dev.na
-        label = dev.label or self.label
+        label = device_title(dev, dev.label or self.label)
+        word = util_word(dev)
         util, power, limit = dev.util_pct, dev.power_w, dev.power_limit_w
-        averaged = bool(dev.power_averaged)
         if util is None:
             why = na.get("util")
-            util_text = f"{label} util {MISSING}" + (f" ({short_reason(why)})" if why else "")
+            util_text = f"{label} {word} {MISSING}" + (f" ({short_reason(why)})" if why else "")
         else:
-            util_text = f"{label} util {util:3.0f} %"
+            util_text = f"{label} {word} {util:3.0f} %"
             if dev.tensor_active_pct is not None:  # dcgm-exporter's tensor pipe activity
                 util_text += f" · tensor {dev.tensor_active_pct:.0f} %"
         if power is None:
@@ -275,9 +327,8 @@ class DeviceGauge(Horizontal):
         else:
             power_text = f"power {power:.0f} W"
             power_text += f" / {limit:.0f} W" if limit else ""
-            if averaged:  # NVML's nvmlDeviceGetPowerUsage: ~1 s; RAPL: one sample period
-                cpu = dev.power_scope == "CPU package"
-                power_text += " avg" if cpu else " (1 s avg)"
+            # NVML's nvmlDeviceGetPowerUsage: ~1 s; RAPL, Intel's Δenergy: one period
+            power_text += power_note(dev)
         history = dev.history
         util_hist = [(h[0], h[1]) for h in history]
         power_hist = [(h[0], h[2]) for h in history]
