@@ -242,8 +242,9 @@ def check(cfg: TargetConfig, where: str | None = None) -> TargetConfig:
         if not isinstance(page, str) or not re.match(r"https?://[^/\s]+", page):
             raise ValueError(f"{where}: gpu_metrics_url must be an http(s) URL, not {page!r}")
     if cfg.gpus is not None and (not isinstance(cfg.gpus, str)
-                                 or not re.fullmatch(r"[\w-]+(,[\w-]+)*", cfg.gpus)):
-        raise ValueError(f"{where}: gpus must be GPU indices or UUIDs such as \"0,1\"")
+                                 or not re.fullmatch(r"((amd|intel|nvidia):)?[\w-]+(,[\w-]+)*", cfg.gpus)):
+        raise ValueError(f"{where}: gpus must be GPU indices or UUIDs such as \"0,1\", "
+                         "with an optional vendor prefix (\"amd:0\")")
     if not re.fullmatch(r"[A-Za-z_][A-Za-z0-9_]*", cfg.probe.api_key_env or ""):
         raise ValueError(f"{where}: api_key_env must be an environment variable name")
     if cfg.load is not None and not isinstance(cfg.load, LoadSpec):

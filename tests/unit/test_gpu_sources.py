@@ -224,3 +224,19 @@ def test_a_vendor_prefix_in_gpus_selects_by_index_on_a_page(fake_server):
         assert words.startswith("GPU page")
     finally:
         sampler.stop()
+
+
+def test_fleet_file_takes_a_vendor_prefix_in_gpus(tmp_path):
+    """``gpus = "amd:0"`` (the flag's own spelling) is a valid fleet-file value; a
+    stray colon elsewhere is still refused with the message."""
+    import pytest
+
+    from prefilltui.exporter.config import load_toml
+
+    ok = tmp_path / "ok.toml"
+    ok.write_text('[[target]]\nurl = "http://127.0.0.1:9"\ngpus = "amd:0,1"\n')
+    assert [t.gpus for t in load_toml(str(ok))] == ["amd:0,1"]
+    bad = tmp_path / "bad.toml"
+    bad.write_text('[[target]]\nurl = "http://127.0.0.1:9"\ngpus = "0:1"\n')
+    with pytest.raises(ValueError, match="vendor prefix"):
+        load_toml(str(bad))
