@@ -19,7 +19,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-import prefilltui.measure.probe_read as probe_mod
+import prefilltui.measure.probe.stream as probe_mod
 from prefilltui.measure.probe import ProbeClient
 from prefilltui.model.types import ProbeResult
 

@@ -18,7 +18,7 @@ import httpx
 
 from prefilltui.measure import bounded
 from prefilltui.measure import gateway
-from prefilltui.measure import probe_kinds as _kinds
+from prefilltui.measure.probe import kinds as _kinds
 from prefilltui.measure.sse import error_message, error_part
 from prefilltui.model.jsontypes import loads as json_loads
 from prefilltui.model.types import ProbeResult

@@ -19,11 +19,11 @@ import httpx
 
 from prefilltui.measure import bounded
 from prefilltui.measure import gateway
-from prefilltui.measure import probe_kinds as _kinds
+from prefilltui.measure.probe import kinds as _kinds
 from prefilltui.measure import server as _server
 from prefilltui.measure.jsonlines import JSONLinesAsSSE, looks_like_jsonlines
-from prefilltui.measure.probe_http import clip_header, connect_time
-from prefilltui.measure.probe_values import take_usage, token_ceiling
+from prefilltui.measure.probe.sending import clip_header, connect_time
+from prefilltui.measure.probe.values import take_usage, token_ceiling
 from prefilltui.measure.sse import (SSEStreamDecoder, classify_chunk, classify_response_event,
                                     error_message)
 from prefilltui.model.jsontypes import loads as json_loads

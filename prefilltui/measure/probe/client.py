@@ -42,15 +42,15 @@ import httpx
 from prefilltui.model import defaults
 from prefilltui.measure import bounded
 from prefilltui.measure import gateway
-from prefilltui.measure import probe_kinds as _kinds
+from prefilltui.measure.probe import kinds as _kinds
 from prefilltui.measure import server as _server
-from prefilltui.measure.probe_errors import ErrorReading
-from prefilltui.measure.probe_http import (OriginCredentials, ResendOnStaleConnection,
+from prefilltui.measure.probe.errors import ErrorReading
+from prefilltui.measure.probe.sending import (OriginCredentials, ResendOnStaleConnection,
                                            Sending, shared_ssl_context)
-from prefilltui.measure.probe_read import StreamReading
-from prefilltui.measure.probe_request import API_PATHS, RequestBody
-from prefilltui.measure.probe_side import SideRequests
-from prefilltui.measure.probe_values import vet
+from prefilltui.measure.probe.stream import StreamReading
+from prefilltui.measure.probe.body import API_PATHS, RequestBody
+from prefilltui.measure.probe.side import SideRequests
+from prefilltui.measure.probe.values import vet
 from prefilltui.measure.proxy import ProxyChoice, choose_proxy
 from prefilltui.model.prompts import LengthModel, PromptBuilder
 from prefilltui.model.redact import is_secret_param, scrub_secrets, split_credentials

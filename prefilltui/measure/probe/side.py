@@ -15,7 +15,7 @@ import httpx
 
 from prefilltui.measure import bounded
 from prefilltui.measure import server as _server
-from prefilltui.measure.probe_http import connect_time, tracer
+from prefilltui.measure.probe.sending import connect_time, tracer
 from prefilltui.measure.proxy import ProxyChoice
 from prefilltui.model.prompts import LengthModel, PromptBuilder, build_prompt
 from prefilltui.model.redact import display_url
