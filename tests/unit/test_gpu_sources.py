@@ -147,6 +147,6 @@ def test_probe_clients_share_one_tls_context():
 
     a, b = ProbeClient("http://127.0.0.1:1"), ProbeClient("https://example.invalid")
     ctx = shared_ssl_context(True)
-    assert a._transport._pool._ssl_context is b._transport._pool._ssl_context is ctx
+    assert a.sender.transport._pool._ssl_context is b.sender.transport._pool._ssl_context is ctx
     c = ProbeClient("https://example.invalid", verify=False)
-    assert c._transport._pool._ssl_context is shared_ssl_context(False) is not ctx
+    assert c.sender.transport._pool._ssl_context is shared_ssl_context(False) is not ctx

@@ -16,44 +16,49 @@ closed at once), or ``TOKEN_TAIL_S`` after the token; what the server does after
 ``POST_COMPLETION_GRACE_S``, never fails the probe, and is noted in ``notes``.  What
 gateways and proxies do (another content type, 307/308 redirects, compression,
 buffering, hidden tokens, HTML sign-in pages, the Responses API, proxies) is
-recognised here with ``gateway.py``, ``proxy.py`` and ``probe_kinds.py``
+recognised here with ``gateway.py``, ``proxy.py`` and ``kinds.py``
 (docs/measurement.md, "Gateways, proxies and unusual servers").
 
-The client is one class assembled from parts, one module each:
-``probe_request`` (the body, rejected fields), ``probe_http`` (TLS, credentials,
-the POST and its redirects, trace stamps), ``probe_read`` (the stream read loop and
-its timing rules), ``probe_errors`` (error answers), ``probe_values`` (server counts
-and times), ``probe_side`` (discovery, calibration, warm-up, tokenize counts).  This
-module holds the client's state and ``probe()``, which runs one probe through them.
-SSE framing (``sse.py``), prompts (``prompts.py``) and discovery (``server.py``) are
-apart.
+``ProbeClient`` is composed of parts it builds in its constructor, each an object
+with its own state (httpx's ``Client`` and its transport and auth are the model):
+
+  part              class (module)                 holds
+  ``sender``        ``Sender`` (sending)           the httpx pool, credentials, request ids
+  ``body``          ``RequestBody`` (body)         the model, the user's fields, rejected ones
+  ``reader``        ``StreamReader`` (stream)      (none) the read loop and its timing rules
+  ``errors``        ``ErrorReader`` (errors)       the last error body
+  ``side``          ``SideRequests`` (side)        the discovered server, prompt lengths
+  ``buffering``     ``BufferCheck`` (kinds)        whether the path buffers
+  ``responses``     ``ResponsesCheck`` (kinds)     whether the server has /v1/responses
+  ``models``        ``ModelChoice`` (kinds)        the models tried
+  ``notices``       a dict shared by all           what the session says once
+
+``probe()`` is the life of one probe through them, top to bottom.  Server counts
+and times are vetted in ``values``; SSE framing (``sse.py``), prompts
+(``model/prompts.py``) and discovery (``server.py``) are apart.
 """
 
 from __future__ import annotations
 
 import asyncio
-import base64
-import os
 import time
-from typing import Any
+from typing import Any, Callable
 
 import httpx
 
 from prefilltui.model import defaults
-from prefilltui.measure import bounded
-from prefilltui.measure import gateway
-from prefilltui.measure.probe import kinds as _kinds
 from prefilltui.measure import server as _server
-from prefilltui.measure.probe.errors import ErrorReading
-from prefilltui.measure.probe.sending import (OriginCredentials, ResendOnStaleConnection,
-                                           Sending, shared_ssl_context)
-from prefilltui.measure.probe.stream import StreamReading
 from prefilltui.measure.probe.body import API_PATHS, RequestBody
+from prefilltui.measure.probe.errors import ErrorReader
+from prefilltui.measure.probe.kinds import (BufferCheck, ModelChoice, ResponsesCheck,
+                                            model_hint, note)
+from prefilltui.measure.probe.sending import Sender
 from prefilltui.measure.probe.side import SideRequests
-from prefilltui.measure.probe.values import vet
+from prefilltui.measure.probe.stream import StreamReader
+from prefilltui.measure.probe.values import token_ceiling, vet
 from prefilltui.measure.proxy import ProxyChoice, choose_proxy
 from prefilltui.model.prompts import LengthModel, PromptBuilder
-from prefilltui.model.redact import is_secret_param, scrub_secrets, split_credentials
+from prefilltui.model.redact import scrub_secrets, split_credentials
 from prefilltui.model.probe_notes import RejectedField, Resend
 from prefilltui.model.types import JsonObject, ProbeResult, ServerInfo
 
@@ -63,12 +68,16 @@ def scrub_key(text: str | None, key: str | None) -> str | None:
     return scrub_secrets(text, key)
 
 
-class ProbeClient(SideRequests, RequestBody, Sending, StreamReading, ErrorReading):
+class ProbeClient:
     """An async client that discovers a server and fires one-token probes.
 
     ``async with ProbeClient(url) as c: info = await c.discover(); r = await c.probe(512)``.
     The API key is sent as ``Authorization: Bearer``; it is never put in results,
     error messages, logs or ``repr``.
+
+    Raises (constructor): ValueError for an unknown ``api``, a URL that does not parse
+    or an API key that cannot be sent; ``proxy.ProxyError`` (a ValueError) for an
+    unusable ``--proxy`` or proxy variable.
     """
 
     def __init__(self, base_url: str, *, api: str = "completions", model: str | None = None,
@@ -80,95 +89,94 @@ class ProbeClient(SideRequests, RequestBody, Sending, StreamReading, ErrorReadin
             raise ValueError(f"api must be one of {', '.join(API_PATHS)}, not {api!r}")
         #: Things about this session a reader must know, once each, in order:
         #: short label (status line) -> sentence (summary).  E.g. a field the
-        #: server rejected, prompt lengths that are estimates.
+        #: server rejected, prompt lengths that are estimates.  Every part writes here.
         self.notices: dict[str, str] = {}
         # Credentials leave the URL here, once: every URL derived from it (root, v1,
-        # ServerInfo.base_url, tokenize, /metrics) holds none; the client sends them.
+        # ServerInfo.base_url, tokenize, /metrics) holds none; the sender sends them.
         url = base_url.strip()
         creds = split_credentials(url if "://" in url else "http://" + url)
         self.root, self.v1 = _server.split_base_url(creds.url)
         #: the proxy requests go through (``measure.proxy``); ProxyError (a
         #: ValueError) for an unusable --proxy or proxy variable
         self.proxy: ProxyChoice = choose_proxy(self.root, proxy)
-        self.api = api
-        self.model = model
         self.timeout = float(timeout)
-        self.extra_body = dict(extra_body or {})
-        self.info: ServerInfo | None = None
-        api_key = (api_key or "").strip() or None
-        if api_key is not None and not (api_key.isascii() and api_key.isprintable()):
-            # said without the key: httpx would echo it in the error
-            raise ValueError("the API key contains characters that cannot be sent in an "
-                             "HTTP header (a control character or non-ASCII)")
-        self._key = api_key
-        headers = {"Accept-Encoding": bounded.ACCEPT_ENCODING}
-        if api_key:
-            headers["Authorization"] = f"Bearer {api_key}"
-        basic = None
-        if creds.has_userinfo and api_key:
-            self.notices["URL user:password not sent"] = (
-                "the URL's user:password is not sent: the API key is (Authorization: "
-                "Bearer), and a request carries one Authorization header")
-        elif creds.has_userinfo:
-            pair = f"{creds.username or ''}:{creds.password or ''}".encode()
-            basic = "Basic " + base64.b64encode(pair).decode("ascii")
-            self.notices["Basic auth from the URL"] = (
-                "the URL's user:password is sent as HTTP Basic auth (no API key is set)")
-        #: every secret this client sends (the key, the URL's password and secret query
-        #: values, the proxy's credentials), scrubbed from whatever comes back: a
-        #: proxy's 407 page may echo its Proxy-Authorization
-        pcreds = (split_credentials(self.proxy.url) if self.proxy.url is not None
-                  else None)
-        upair = (f"{creds.username or ''}:{creds.password or ''}" if basic else None)
-        ppair = (f"{pcreds.username or ''}:{pcreds.password or ''}"
-                 if pcreds is not None and pcreds.has_userinfo else None)
-        self._secrets = tuple(v for v in (api_key, creds.password, upair,
-                                          creds.username if basic else None,
-                                          *(v for k, v in creds.params if is_secret_param(k)),
-                                          pcreds.password if pcreds else None, ppair)
-                              if v)
-        self._transport = ResendOnStaleConnection(
-            verify=shared_ssl_context(verify),
-            # discovery asks up to 4 things at once; probes and scrapes go one at a
-            # time, so a prober keeps one connection (a long-running prober holds 1 fd,
-            # not 4); a load generator (more connections) keeps them all
-            limits=httpx.Limits(max_connections=max_connections,
-                                max_keepalive_connections=1 if max_connections <= 4
-                                else max_connections,
-                                keepalive_expiry=300.0),
-            proxy=self.proxy.url)
-        # GETs (discovery, /metrics) follow redirects (httpx drops the API key on a
-        # cross-origin one); a probe's POST follows only 307/308 itself (_send).  The
-        # URL's credentials go only to the server's own origin (``OriginCredentials``).
-        self._http = httpx.AsyncClient(
-            headers=headers, transport=self._transport,
-            auth=OriginCredentials(self.root, basic, creds.params),
-            timeout=httpx.Timeout(self.timeout, connect=10.0), follow_redirects=True,
-            max_redirects=gateway.MAX_REDIRECTS, trust_env=False)
-        self.builder = PromptBuilder(seed)
-        self.lengths = LengthModel()
-        self._dropped: set[str] = set()
-        self._kept: set[str] = set()  # named in a 400 that was not about them
-        self._replaced: set[str] = set()  # cap fields replaced (CAP_REPLACEMENTS)
-        #: "streams" | "buffers" | "unknown" once a token-with-the-end probe asked
-        #: (``probe_kinds.check_streaming``); None before
-        self.streaming: str | None = None
-        #: whether the server answers /v1/responses (asked on a 404/405), None before
-        self.has_responses: bool | None = None
-        self._last_error_body = ""
-        self._session_id = os.urandom(4).hex()  # request ids: prefilltui-<this>-<n>
-        self._requests = 0
-        #: the model was discovery's pick (no --model): a refused one may be swapped for
-        #: another listed model until a probe succeeds (probe_kinds.try_other_models)
-        self._auto_model = model is None
-        self._any_ok = False
-        self.tried_models = 0
+        self.sender = Sender(self.root, creds, (api_key or "").strip() or None,
+                             proxy=self.proxy, verify=verify, timeout=self.timeout,
+                             max_connections=max_connections, notices=self.notices)
+        self.secrets = self.sender.secrets
+        self.body = RequestBody(api, model, dict(extra_body or {}), self.notices)
+        #: the URL probes are POSTed to (``API_PATHS`` of the API flavour)
+        self.endpoint = self.v1 + API_PATHS[api]
+        self.responses = ResponsesCheck(self.sender.http, self.v1 + "/responses", api,
+                                        self.timeout, self.notices)
+        self.errors = ErrorReader(api, self.secrets, self.responses)
+        self.reader = StreamReader(api, self.sender, self.errors, self.secrets)
+        self.side = SideRequests(self.sender.http, self.root, self.v1, api=api,
+                                 timeout=self.timeout, proxy=self.proxy,
+                                 secrets=self.secrets, notices=self.notices, seed=seed,
+                                 probe=self.probe)
+        self.buffering = BufferCheck(self.sender, self.body, self.endpoint, self.timeout)
+        self.models = ModelChoice(self.body, self.notices)
+
+    # -- what callers read and set (each held by the part that owns it) --
+
+    @property
+    def api(self) -> str:
+        """The API flavour probed: "completions", "chat" or "responses"."""
+        return self.body.api
+
+    @property
+    def model(self) -> str | None:
+        """The model requested (``--model``, discovery's pick, or a swap)."""
+        return self.body.model
+
+    @model.setter
+    def model(self, value: str | None) -> None:
+        self.body.model = value
+
+    @property
+    def extra_body(self) -> dict:
+        """The user's own body fields, sent as given (``--extra-body``)."""
+        return self.body.extra_body
+
+    @extra_body.setter
+    def extra_body(self, value: dict) -> None:
+        self.body.extra_body = value
+
+    @property
+    def token_cap(self) -> int | None:
+        """The output-token cap the probes send (``RequestBody.token_cap``)."""
+        return self.body.token_cap
+
+    @property
+    def info(self) -> ServerInfo | None:
+        """The server as discovered (None before ``discover``)."""
+        return self.side.info
+
+    @property
+    def builder(self) -> PromptBuilder:
+        return self.side.builder
+
+    @property
+    def lengths(self) -> LengthModel:
+        return self.side.lengths
+
+    @property
+    def streaming(self) -> str | None:
+        """"streams" | "buffers" | "unknown" once a token-with-the-end probe asked
+        (``kinds.BufferCheck``); None before."""
+        return self.buffering.verdict
 
     @property
     def http(self) -> httpx.AsyncClient:
         """The client's httpx pool (auth header, TLS settings, keep-alive), for
         side requests to the same server such as ``/metrics`` scrapes."""
-        return self._http
+        return self.sender.http
+
+    def scrub(self, text: str | None) -> str | None:
+        """``text`` with every secret this client sends replaced by ``***``
+        (``sending.Secrets``); call it before cutting a text."""
+        return self.secrets.scrub(text)
 
     def __repr__(self) -> str:
         return f"ProbeClient({self.root!r}, api={self.api!r}, model={self.model!r})"
@@ -180,28 +188,35 @@ class ProbeClient(SideRequests, RequestBody, Sending, StreamReading, ErrorReadin
         await self.aclose()
 
     async def aclose(self) -> None:
-        await self._http.aclose()
+        await self.sender.aclose()
 
-    def _scrub(self, text: str | None) -> str | None:
-        """``text`` with the API key and the URL's credentials replaced by ``***``
-        where they can appear (``redact.scrub_secrets``).  Called before any cut."""
-        text = scrub_secrets(text, self._key)
-        for secret in self._secrets:
-            text = scrub_secrets(text, secret)
-        return text
+    # -- the side requests --
 
-    def _scrub_json(self, value: Any, depth: int = 0) -> Any:
-        """A decoded JSON value with every string in it scrubbed (``_scrub``)."""
-        if isinstance(value, str):
-            return self._scrub(value)
-        if depth > 50:
-            return value if isinstance(value, (int, float, bool)) or value is None else None
-        if isinstance(value, dict):
-            return {self._scrub(str(k)): self._scrub_json(v, depth + 1) for k, v in value.items()}
-        if isinstance(value, list):
-            return [self._scrub_json(v, depth + 1) for v in value]
-        return value
+    async def discover(self) -> ServerInfo:
+        """Ask the server what it is (``SideRequests.discover``); the model becomes
+        discovery's pick unless one was given.  Raises ``ServerUnreachable``."""
+        info = await self.side.discover(self.body.model)
+        if self.body.model is None:
+            self.body.model = info.model
+        self.body.server_kind = info.kind
+        return info
 
+    async def calibrate(self, on_step: Callable[[str], None] | None = None
+                        ) -> list[ProbeResult]:
+        """Learn the server's prompt length before the first measured probe
+        (``SideRequests.calibrate``: warm-up probes, marked ``notes.calibration``)."""
+        return await self.side.calibrate(on_step)
+
+    async def warm(self) -> float | None:
+        """Open (or re-use) a keep-alive connection; its connect time in seconds when
+        a new one was opened, else None (``SideRequests.warm``)."""
+        return await self.side.warm()
+
+    async def count_tokens(self, text: str) -> int | None:
+        """``text``'s tokens by the server's tokenize endpoint, or None."""
+        return await self.side.count(text)
+
+    # -- one probe --
 
     async def probe(self, requested_tokens: int, *, warmup: bool = False, burst: bool = False,
                     prompt: str | None = None) -> ProbeResult:
@@ -212,43 +227,48 @@ class ProbeClient(SideRequests, RequestBody, Sending, StreamReading, ErrorReadin
         field is left out of every later probe of this client."""
         r = ProbeResult(requested_tokens=int(requested_tokens), warmup=warmup, burst=burst,
                         api=self.api, model=self.model)
+        # 1. the prompt, built to its length on the server's own count
         words = None
         tok_count = None
         if prompt is None:
             try:
-                prompt, words, tok_count = await self._prompt(requested_tokens)
+                prompt, words, tok_count = await self.side.prompt(requested_tokens)
             except Exception as e:  # never raise from a probe
-                return self._fail(r, "protocol", f"prompt construction failed: {e}")
-        body = self._body(prompt)
+                return self.errors.fail(r, "protocol", f"prompt construction failed: {e}")
+        # 2. sent and read; resent without an optional field the server rejects
+        body = self.body.build(prompt)
         await self._attempt(r, body)
-        while (field := self._rejected_field(r, body)) is not None:
-            label, replaced = self._reject(field, r)
+        while (field := self.body.rejected_field(r, body, self.errors.last_body)) is not None:
+            label, replaced = self.body.reject(field, self.secrets.scrub(r.error_message) or "")
             first = r
             r = ProbeResult(requested_tokens=first.requested_tokens, warmup=warmup, burst=burst,
                             api=self.api, model=self.model)
             r.notes.rejected_field = RejectedField(
                 field=field, http_status=first.http_status,
-                message=(self._scrub(first.error_message) or "")[:300], replaced_by=replaced)
+                message=(self.secrets.scrub(first.error_message) or "")[:300],
+                replaced_by=replaced)
             r.notes.resends = [*first.notes.resends, Resend(
                 reason=f"HTTP {first.http_status} rejected the optional field {field}; "
                        "resent without it", request_id=first.notes.request_id)]
-            body = self._body(prompt)
+            body = self.body.build(prompt)
             await self._attempt(r, body)
             if r.http_status == first.http_status and r.error_message == first.error_message:
                 # the same answer without the field: it was quoted, not the cause; the
                 # answer may still name the one that is (the next candidate)
-                (self._replaced if replaced else self._dropped).discard(field)
-                self._kept.add(field)  # never retried for it again
-                self.notices.pop(label, None)
+                self.body.keep(field, label, replaced)
                 r.notes.rejected_field = None
-                body = self._body(prompt)
-        if _kinds.may_try_other_models(self, r, self._auto_model, self._any_ok):
-            r = await _kinds.try_other_models(self, r, prompt)
+                body = self.body.build(prompt)
+        # 3. discovery's model refused: another listed model
+        if self.models.may_try_others(r, self.info):
+            assert self.info is not None
+            r = await self.models.try_others(r, prompt, self.info, self._attempt)
+        # 4. the token came with the end: does the path buffer?
         if r.notes.token_with_end and r.ok:
-            await _kinds.settle_buffered(self, r)
-        self._any_ok = self._any_ok or r.ok
-        _kinds.note(self, r)
-        _kinds.model_hint(self, r)
+            await self.buffering.settle(r)
+        self.models.any_ok = self.models.any_ok or r.ok
+        # 5. what the session says once, and the server values that cannot be true
+        note(self.notices, r)
+        model_hint(r, self.info, self.model)
         vet(r)
         if r.notes.ignored:
             self.notices.setdefault(
@@ -256,69 +276,36 @@ class ProbeClient(SideRequests, RequestBody, Sending, StreamReading, ErrorReadin
                 "the server sent counts or times that cannot be true ("
                 + "; ".join(r.notes.ignored)[:300]
                 + "): they are ignored, never fitted (each probe's extra.ignored says which)")
-        self._learn(r, words, tok_count)
-        r.error_message = self._scrub(r.error_message)
-        r.notes.after_complete = [self._scrub(m) for m in r.notes.after_complete]
+        # 6. the prompt's length, and what the length model learns from it
+        self.side.learn_length(r, words, tok_count)
+        r.error_message = self.secrets.scrub(r.error_message)
+        r.notes.after_complete = [self.secrets.scrub(m) for m in r.notes.after_complete]
         return r
-
 
     async def _attempt(self, r: ProbeResult, body: JsonObject) -> None:
         """Send ``body`` once and fill ``r`` (never raises for server or network faults)."""
         url = self.endpoint
-        self._last_error_body = ""
+        self.errors.last_body = ""
+        info = self.side.info
+        fail = self.errors.fail
         try:
             # asyncio.timeout runs the stream in this task (wait_for would add a task
             # and its scheduling to every probe).
             async with asyncio.timeout(self.timeout):
-                await self._stream(url, body, r)
+                await self.reader.read(url, body, r, self.body.token_cap, token_ceiling(
+                    info.context_tokens if info else None))
         except (asyncio.TimeoutError, httpx.TimeoutException):
             what = "first token" if r.ttft_s is None else "end of stream"
-            self._fail(r, "timeout", f"no {what} within {self.timeout:g} s")
+            fail(r, "timeout", f"no {what} within {self.timeout:g} s")
         except httpx.ConnectError as e:
-            self._fail(r, "connect", _server.describe_exc(e))
+            fail(r, "connect", _server.describe_exc(e))
         except httpx.RemoteProtocolError as e:
-            self._fail(r, "protocol", "stream cut off: " + _server.describe_exc(e))
+            fail(r, "protocol", "stream cut off: " + _server.describe_exc(e))
         except (httpx.ReadError, httpx.WriteError, httpx.NetworkError) as e:
-            self._fail(r, "connect", "connection lost: " + _server.describe_exc(e))
+            fail(r, "connect", "connection lost: " + _server.describe_exc(e))
         except httpx.HTTPError as e:
-            self._fail(r, "protocol", _server.describe_exc(e))
+            fail(r, "protocol", _server.describe_exc(e))
         if r.t_end is None:
             r.t_end = time.perf_counter()
             if r.t_send is not None:
                 r.total_s = r.t_end - r.t_send
-
-    def _learn(self, r: ProbeResult, words: int | None, tok_count: int | None) -> None:
-        """Record the prompt length (server count > tokenize count > estimate) and
-        feed the length model from a server count."""
-        if r.prompt_tokens is None and tok_count is not None and r.ok:
-            r.prompt_tokens, r.prompt_tokens_source = tok_count + round(self.lengths.offset), "tokenize"
-        if r.prompt_tokens is None and r.ok:
-            # No count from the server at all: the length the model predicts (the
-            # requested one when nothing was learned) still places the probe.
-            r.prompt_tokens = max(1, round(self.lengths.predict(words))) if words \
-                else r.requested_tokens
-            r.prompt_tokens_source = "estimate"
-            self.notices.setdefault(
-                "lengths estimated",
-                "the server reports no prompt token count (no usage, timings or tokenize "
-                "endpoint): prompt lengths are estimates, and so is the fit's x axis")
-            return
-        if r.prompt_tokens is None or r.prompt_tokens_source == "tokenize":
-            return
-        if tok_count is not None:
-            self.lengths.update_offset(tok_count, r.prompt_tokens)
-        elif words:
-            self.lengths.update(words, r.prompt_tokens)
-
-    def _fail(self, r: ProbeResult, kind: str, message: str | None) -> ProbeResult:
-        """Mark ``r`` failed (the first failure wins); the message is scrubbed of
-        secrets *before* it is cut to 1,000 characters."""
-        if r.error_kind is None:
-            r.ok, r.error_kind = False, kind
-            r.error_message = (self._scrub(message) or kind)[:1000]
-        return r
-
-    def _next_request_id(self) -> str:
-        """``prefilltui-<client session>-<n>``: the X-Request-Id of the next request."""
-        self._requests += 1
-        return f"prefilltui-{self._session_id}-{self._requests}"

@@ -1,27 +1,33 @@
-"""The connection side of a probe: TLS context, credentials, stale-connection resend,
+"""A probe client's HTTP sending: credentials, TLS context, stale-connection resend,
 trace stamps, and the POST that follows 307/308 redirects.
 
-``shared_ssl_context`` (one TLS context per verify setting), ``OriginCredentials``
-(the URL's credentials, sent only to its origin), ``ResendOnStaleConnection`` (the
-transport that resends once on a keep-alive connection the server closed), the
-httpcore trace hook whose stamps start the TTFT clock (``tracer``, ``connect_time``),
-and ``Sending``, the part of ``ProbeClient`` that POSTs a probe's body
-(``_send``).  The clock itself is read in ``probe_read``.
+``Sender`` owns the httpx pool and the request ids and POSTs a probe's body
+(``post``); ``Secrets`` holds everything the client sends, for the other parts to
+scrub with.  Beside them: ``shared_ssl_context`` (one TLS context per verify
+setting), ``OriginCredentials`` (the URL's credentials, sent only to its origin),
+``ResendOnStaleConnection`` (the transport that resends once on a keep-alive
+connection the server closed), and the httpcore trace hook whose stamps start the
+TTFT clock (``tracer``, ``connect_time``).  The clock itself is read in ``stream``.
 """
 
 from __future__ import annotations
 
+import base64
 import functools
+import os
 import ssl
 import time
+from typing import Any
 
 import httpx
 
 from prefilltui.measure import bounded
 from prefilltui.measure import gateway
 from prefilltui.measure import server as _server
+from prefilltui.measure.proxy import ProxyChoice
 from prefilltui.model.probe_notes import Redirect, Resend
-from prefilltui.model.redact import display_url
+from prefilltui.model.redact import (UrlCredentials, display_url, is_secret_param,
+                                     scrub_secrets, split_credentials)
 from prefilltui.model.types import ProbeResult
 
 @functools.lru_cache(maxsize=2)
@@ -129,22 +135,125 @@ def connect_time(stamps: dict[str, float]) -> float | None:
     return None if t0 is None or t1 is None else t1 - t0
 
 
-class Sending:
-    """Mixin of ``ProbeClient``: the POST of a probe's body.  Needs ``self._http`` (the
-    httpx client) and ``self._next_request_id()``."""
+class Secrets:
+    """Every secret a client sends (the API key, the URL's password and secret query
+    values, the proxy's credentials), scrubbed from whatever comes back: a proxy's 407
+    page may echo its Proxy-Authorization.  ``scrub`` is called before any cut."""
 
-    _http: httpx.AsyncClient
+    def __init__(self, key: str | None, others: tuple[str, ...]) -> None:
+        self._key = key
+        self._others = others
 
-    async def _send(self, url: str, body: dict, r: ProbeResult, stamps: dict[str, float],
-                    rid: str | None = None, resends: list[Resend] | None = None
-                    ) -> httpx.Response:
+    def scrub(self, text: str | None) -> str | None:
+        """``text`` with the API key and the URL's credentials replaced by ``***``
+        where they can appear (``redact.scrub_secrets``)."""
+        text = scrub_secrets(text, self._key)
+        for secret in self._others:
+            text = scrub_secrets(text, secret)
+        return text
+
+    def scrub_json(self, value: Any, depth: int = 0) -> Any:
+        """A decoded JSON value with every string in it scrubbed (``scrub``)."""
+        if isinstance(value, str):
+            return self.scrub(value)
+        if depth > 50:
+            return value if isinstance(value, (int, float, bool)) or value is None else None
+        if isinstance(value, dict):
+            return {self.scrub(str(k)): self.scrub_json(v, depth + 1) for k, v in value.items()}
+        if isinstance(value, list):
+            return [self.scrub_json(v, depth + 1) for v in value]
+        return value
+
+
+class Sender:
+    """The HTTP side of a probe client: one httpx pool with the client's credentials,
+    TLS settings, proxy and keep-alive limits; the POST of a probe (``post``) with its
+    307/308 redirects; and the request ids (``next_request_id``).
+
+    ``creds`` is the server URL split by ``redact.split_credentials``; ``root`` is its
+    clean root.  The API key goes as ``Authorization: Bearer``; the URL's
+    ``user:password`` as Basic auth when no key is set (said in ``notices``); the URL's
+    query on every request to its origin (``OriginCredentials``).  ``secrets`` holds
+    everything sent, for the other parts to scrub with.
+
+    Raises:
+        ValueError: an API key that cannot be sent in an HTTP header (said without it).
+    """
+
+    def __init__(self, root: str, creds: UrlCredentials, api_key: str | None, *,
+                 proxy: ProxyChoice, verify: bool, timeout: float, max_connections: int,
+                 notices: dict[str, str]) -> None:
+        if api_key is not None and not (api_key.isascii() and api_key.isprintable()):
+            # said without the key: httpx would echo it in the error
+            raise ValueError("the API key contains characters that cannot be sent in an "
+                             "HTTP header (a control character or non-ASCII)")
+        headers = {"Accept-Encoding": bounded.ACCEPT_ENCODING}
+        if api_key:
+            headers["Authorization"] = f"Bearer {api_key}"
+        basic = None
+        if creds.has_userinfo and api_key:
+            notices["URL user:password not sent"] = (
+                "the URL's user:password is not sent: the API key is (Authorization: "
+                "Bearer), and a request carries one Authorization header")
+        elif creds.has_userinfo:
+            pair = f"{creds.username or ''}:{creds.password or ''}".encode()
+            basic = "Basic " + base64.b64encode(pair).decode("ascii")
+            notices["Basic auth from the URL"] = (
+                "the URL's user:password is sent as HTTP Basic auth (no API key is set)")
+        pcreds = split_credentials(proxy.url) if proxy.url is not None else None
+        upair = (f"{creds.username or ''}:{creds.password or ''}" if basic else None)
+        ppair = (f"{pcreds.username or ''}:{pcreds.password or ''}"
+                 if pcreds is not None and pcreds.has_userinfo else None)
+        self.secrets = Secrets(api_key, tuple(
+            v for v in (api_key, creds.password, upair, creds.username if basic else None,
+                        *(v for k, v in creds.params if is_secret_param(k)),
+                        pcreds.password if pcreds else None, ppair) if v))
+        #: the pool's transport (``ResendOnStaleConnection``)
+        self.transport = ResendOnStaleConnection(
+            verify=shared_ssl_context(verify),
+            # discovery asks up to 4 things at once; probes and scrapes go one at a
+            # time, so a prober keeps one connection (a long-running prober holds 1 fd,
+            # not 4); a load generator (more connections) keeps them all
+            limits=httpx.Limits(max_connections=max_connections,
+                                max_keepalive_connections=1 if max_connections <= 4
+                                else max_connections,
+                                keepalive_expiry=300.0),
+            proxy=proxy.url)
+        # GETs (discovery, /metrics) follow redirects (httpx drops the API key on a
+        # cross-origin one); a probe's POST follows only 307/308 itself (``post``).  The
+        # URL's credentials go only to the server's own origin (``OriginCredentials``).
+        self._http = httpx.AsyncClient(
+            headers=headers, transport=self.transport,
+            auth=OriginCredentials(root, basic, creds.params),
+            timeout=httpx.Timeout(timeout, connect=10.0), follow_redirects=True,
+            max_redirects=gateway.MAX_REDIRECTS, trust_env=False)
+        self._session_id = os.urandom(4).hex()  # request ids: prefilltui-<this>-<n>
+        self._requests = 0
+
+    @property
+    def http(self) -> httpx.AsyncClient:
+        """The httpx pool (auth header, TLS settings, keep-alive)."""
+        return self._http
+
+    async def aclose(self) -> None:
+        await self._http.aclose()
+
+    def next_request_id(self) -> str:
+        """``prefilltui-<client session>-<n>``: the X-Request-Id of the next request."""
+        self._requests += 1
+        return f"prefilltui-{self._session_id}-{self._requests}"
+
+    async def post(self, url: str, body: dict, r: ProbeResult, stamps: dict[str, float],
+                   rid: str | None = None, resends: list[Resend] | None = None
+                   ) -> httpx.Response:
         """POST ``body`` (streamed), following 307/308 redirects that keep the method
         and body (at most ``gateway.MAX_REDIRECTS``; the API key only to the same
         origin); ``notes.redirected`` says where to.  Other 3xx are answered
-        as they are (``_http_error`` explains them)."""
+        as they are (``ErrorReader.http_error`` explains them).  ``stamps`` gets the
+        trace stamps (``tracer``); ``resends`` the stale-connection resends."""
         payload = bounded.json_request(body)  # a server's own odd model id round-trips
         accept = {"Accept": "text/event-stream", "Accept-Encoding": "identity",
-                  REQUEST_ID_HEADER: rid or self._next_request_id(), **payload["headers"]}
+                  REQUEST_ID_HEADER: rid or self.next_request_id(), **payload["headers"]}
         ext = {"trace": tracer(stamps), RESENDS: [] if resends is None else resends}
         req = self._http.build_request("POST", url, content=payload["content"], headers=accept,
                                        extensions=ext)
