@@ -23,6 +23,7 @@ recognised here with ``gateway.py``, ``proxy.py`` and ``kinds.py``
 with its own state (httpx's ``Client`` and its transport and auth are the model):
 
   part              class (module)                 holds
+  ``urls``          ``ServerUrls`` (urls)          where requests go, the key's header
   ``sender``        ``Sender`` (sending)           the httpx pool, credentials, request ids
   ``body``          ``RequestBody`` (body)         the model, the user's fields, rejected ones
   ``reader``        ``StreamReader`` (stream)      (none) the read loop and its timing rules
@@ -55,6 +56,7 @@ from prefilltui.measure.probe.kinds import (BufferCheck, ModelChoice, ResponsesC
 from prefilltui.measure.probe.sending import Sender
 from prefilltui.measure.probe.side import SideRequests
 from prefilltui.measure.probe.stream import StreamReader
+from prefilltui.measure.probe.urls import server_urls
 from prefilltui.measure.probe.values import token_ceiling, vet
 from prefilltui.measure.proxy import ProxyChoice, choose_proxy
 from prefilltui.model.prompts import LengthModel, PromptBuilder
@@ -72,8 +74,9 @@ class ProbeClient:
     """An async client that discovers a server and fires one-token probes.
 
     ``async with ProbeClient(url) as c: info = await c.discover(); r = await c.probe(512)``.
-    The API key is sent as ``Authorization: Bearer``; it is never put in results,
-    error messages, logs or ``repr``.
+    The API key is sent as ``Authorization: Bearer`` (to an Azure OpenAI URL as the
+    ``api-key`` header, ``urls``); it is never put in results, error messages, logs or
+    ``repr``.
 
     Raises (constructor): ValueError for an unknown ``api``, a URL that does not parse
     or an API key that cannot be sent; ``proxy.ProxyError`` (a ValueError) for an
@@ -95,14 +98,22 @@ class ProbeClient:
         # ServerInfo.base_url, tokenize, /metrics) holds none; the sender sends them.
         url = base_url.strip()
         creds = split_credentials(url if "://" in url else "http://" + url)
-        self.root, self.v1 = _server.split_base_url(creds.url)
+        #: where requests go (``urls.server_urls``: an Azure deployment's API is the
+        #: deployment itself, its key an api-key header, its model the deployment)
+        self.urls = server_urls(creds.url, creds.params, model)
+        self.root, self.v1 = self.urls.root, self.urls.v1
+        if self.urls.deployment is not None:
+            api = "chat" if api == "completions" else api  # a deployment serves chat
+            model = model or self.urls.deployment
+        self.notices.update(self.urls.notices)
         #: the proxy requests go through (``measure.proxy``); ProxyError (a
         #: ValueError) for an unusable --proxy or proxy variable
         self.proxy: ProxyChoice = choose_proxy(self.root, proxy)
         self.timeout = float(timeout)
         self.sender = Sender(self.root, creds, (api_key or "").strip() or None,
                              proxy=self.proxy, verify=verify, timeout=self.timeout,
-                             max_connections=max_connections, notices=self.notices)
+                             max_connections=max_connections, notices=self.notices,
+                             params=self.urls.params, key_header=self.urls.key_header)
         self.secrets = self.sender.secrets
         self.body = RequestBody(api, model, dict(extra_body or {}), self.notices)
         #: the URL probes are POSTed to (``API_PATHS`` of the API flavour)
@@ -111,7 +122,7 @@ class ProbeClient:
                                         self.timeout, self.notices)
         self.errors = ErrorReader(api, self.secrets, self.responses)
         self.reader = StreamReader(api, self.sender, self.errors, self.secrets)
-        self.side = SideRequests(self.sender.http, self.root, self.v1, api=api,
+        self.side = SideRequests(self.sender.http, self.urls, api=api,
                                  timeout=self.timeout, proxy=self.proxy,
                                  secrets=self.secrets, notices=self.notices, seed=seed,
                                  probe=self.probe)

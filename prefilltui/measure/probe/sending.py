@@ -135,6 +135,20 @@ def connect_time(stamps: dict[str, float]) -> float | None:
     return None if t0 is None or t1 is None else t1 - t0
 
 
+class _KeyToOrigin:
+    """An httpx request hook that drops an API key sent in a header of its own
+    (``api-key``) from a request to another origin than ``root``'s (a redirect
+    elsewhere): httpx drops only ``Authorization`` there.  Runs on every hop."""
+
+    def __init__(self, root: str, header: str) -> None:
+        self._origin = httpx.URL(root).copy_with(path="/", query=None, fragment=None)
+        self._header = header
+
+    async def __call__(self, request: httpx.Request) -> None:
+        if not gateway.same_origin(self._origin, request.url):
+            request.headers.pop(self._header, None)
+
+
 class Secrets:
     """Every secret a client sends (the API key, the URL's password and secret query
     values, the proxy's credentials), scrubbed from whatever comes back: a proxy's 407
@@ -171,10 +185,12 @@ class Sender:
     307/308 redirects; and the request ids (``next_request_id``).
 
     ``creds`` is the server URL split by ``redact.split_credentials``; ``root`` is its
-    clean root.  The API key goes as ``Authorization: Bearer``; the URL's
-    ``user:password`` as Basic auth when no key is set (said in ``notices``); the URL's
-    query on every request to its origin (``OriginCredentials``).  ``secrets`` holds
-    everything sent, for the other parts to scrub with.
+    clean root.  The API key goes as ``Authorization: Bearer``, or in ``key_header``
+    when that is another header (Azure's ``api-key``: dropped, as httpx drops
+    Authorization, from a request to another origin); the URL's ``user:password`` as
+    Basic auth when no key is set (said in ``notices``); ``params`` (the URL's query,
+    ``urls.ServerUrls.params``) on every request to its origin (``OriginCredentials``).
+    ``secrets`` holds everything sent, for the other parts to scrub with.
 
     Raises:
         ValueError: an API key that cannot be sent in an HTTP header (said without it).
@@ -182,19 +198,25 @@ class Sender:
 
     def __init__(self, root: str, creds: UrlCredentials, api_key: str | None, *,
                  proxy: ProxyChoice, verify: bool, timeout: float, max_connections: int,
-                 notices: dict[str, str]) -> None:
+                 notices: dict[str, str], params: tuple[tuple[str, str], ...] | None = None,
+                 key_header: str = "Authorization") -> None:
         if api_key is not None and not (api_key.isascii() and api_key.isprintable()):
             # said without the key: httpx would echo it in the error
             raise ValueError("the API key contains characters that cannot be sent in an "
                              "HTTP header (a control character or non-ASCII)")
+        params = creds.params if params is None else params
+        #: the header the API key goes in ("Authorization" as a Bearer token, else as is)
+        self.key_header = key_header
+        bearer = key_header.lower() == "authorization"
         headers = {"Accept-Encoding": bounded.ACCEPT_ENCODING}
         if api_key:
-            headers["Authorization"] = f"Bearer {api_key}"
+            headers[key_header] = f"Bearer {api_key}" if bearer else api_key
         basic = None
         if creds.has_userinfo and api_key:
             notices["URL user:password not sent"] = (
                 "the URL's user:password is not sent: the API key is (Authorization: "
-                "Bearer), and a request carries one Authorization header")
+                "Bearer), and a request carries one Authorization header" if bearer else
+                f"the URL's user:password is not sent: the API key is ({key_header})")
         elif creds.has_userinfo:
             pair = f"{creds.username or ''}:{creds.password or ''}".encode()
             basic = "Basic " + base64.b64encode(pair).decode("ascii")
@@ -206,7 +228,7 @@ class Sender:
                  if pcreds is not None and pcreds.has_userinfo else None)
         self.secrets = Secrets(api_key, tuple(
             v for v in (api_key, creds.password, upair, creds.username if basic else None,
-                        *(v for k, v in creds.params if is_secret_param(k)),
+                        *(v for k, v in params if is_secret_param(k)),
                         pcreds.password if pcreds else None, ppair) if v))
         #: the pool's transport (``ResendOnStaleConnection``)
         self.transport = ResendOnStaleConnection(
@@ -222,11 +244,12 @@ class Sender:
         # GETs (discovery, /metrics) follow redirects (httpx drops the API key on a
         # cross-origin one); a probe's POST follows only 307/308 itself (``post``).  The
         # URL's credentials go only to the server's own origin (``OriginCredentials``).
+        hooks = {} if bearer or not api_key else {"request": [_KeyToOrigin(root, key_header)]}
         self._http = httpx.AsyncClient(
             headers=headers, transport=self.transport,
-            auth=OriginCredentials(root, basic, creds.params),
+            auth=OriginCredentials(root, basic, params),
             timeout=httpx.Timeout(timeout, connect=10.0), follow_redirects=True,
-            max_redirects=gateway.MAX_REDIRECTS, trust_env=False)
+            max_redirects=gateway.MAX_REDIRECTS, trust_env=False, event_hooks=hooks)
         self._session_id = os.urandom(4).hex()  # request ids: prefilltui-<this>-<n>
         self._requests = 0
 
@@ -270,7 +293,8 @@ class Sender:
                                            headers=accept, extensions=ext)
             if not gateway.same_origin(origin, target):
                 req.headers.pop("Authorization", None)
+                req.headers.pop(self.key_header, None)
             r.notes.redirected = Redirect(status=resp.status_code, to=clip_header(display_url(str(target))),
-                                          hops=hops, key_sent="Authorization" in req.headers)
+                                          hops=hops, key_sent=self.key_header in req.headers)
             resp = await self._http.send(req, stream=True, follow_redirects=False)
         return resp

@@ -15,6 +15,7 @@ import httpx
 from prefilltui.measure import bounded
 from prefilltui.measure import server as _server
 from prefilltui.measure.probe.sending import Secrets, connect_time, tracer
+from prefilltui.measure.probe.urls import ServerUrls
 from prefilltui.measure.proxy import ProxyChoice
 from prefilltui.model.prompts import LengthModel, PromptBuilder, build_prompt
 from prefilltui.model.redact import display_url
@@ -30,12 +31,12 @@ class SideRequests:
 
     State: ``info`` (the server as discovered; None before), the prompt builder
     (``builder``: seeded words) and the length model (``lengths``: tokens per word,
-    learnt from the server's counts).  Given: the httpx pool, the server's ``root``
-    and ``v1`` URLs, the API flavour, the client's timeout (seconds), its proxy,
+    learnt from the server's counts).  Given: the httpx pool, the server's URLs
+    (``urls.ServerUrls``), the API flavour, the client's timeout (seconds), its proxy,
     ``Secrets`` and session ``notices``, and ``probe`` (the client's own, for the
     calibration probes)."""
 
-    def __init__(self, http: httpx.AsyncClient, root: str, v1: str, *, api: str,
+    def __init__(self, http: httpx.AsyncClient, urls: ServerUrls, *, api: str,
                  timeout: float, proxy: ProxyChoice, secrets: Secrets,
                  notices: dict[str, str], seed: int | None,
                  probe: Callable[..., Awaitable[ProbeResult]]) -> None:
@@ -43,7 +44,7 @@ class SideRequests:
         self.builder = PromptBuilder(seed)
         self.lengths = LengthModel()
         self._http = http
-        self.root, self.v1 = root, v1
+        self.urls = urls
         self.api = api
         self.timeout = timeout
         self.proxy = proxy
@@ -55,8 +56,11 @@ class SideRequests:
         """Fill and return ``self.info`` (``model``: the one asked for, or None for
         discovery's pick).  Raises ``ServerUnreachable``."""
         try:
-            info = await _server.discover(self._http, self.root, model=model,
-                                          timeout=min(10.0, self.timeout))
+            if self.urls.deployment is not None:
+                info = await self._deployment(model)
+            else:
+                info = await _server.discover(self._http, self.urls.root, model=model,
+                                              timeout=min(10.0, self.timeout))
         except _server.ServerUnreachable as e:
             raise _server.ServerUnreachable(self._secrets.scrub(str(e))) from None
         for n in info.notes:
@@ -67,6 +71,24 @@ class SideRequests:
             self.notices.setdefault("via proxy", self.proxy.sentence())
         self.info = info
         return info
+
+    async def _deployment(self, model: str | None) -> ServerInfo:
+        """An Azure OpenAI deployment, which lists no models and has no tokenize
+        endpoint or /metrics: one GET of the resource's model list (``models_url``,
+        its answer unused) tells the server can be reached.  Raises
+        ``ServerUnreachable``."""
+        root, timeout = self.urls.root, min(10.0, self.timeout)
+        try:
+            await bounded.fetch(self._http, "GET", self.urls.models_url,
+                                max_bytes=bounded.MAX_MODELS_BYTES, deadline_s=timeout)
+        except httpx.HTTPError as e:
+            raise _server.ServerUnreachable(
+                f"cannot reach {display_url(root)}: {_server.describe_exc(e)}") from None
+        except TimeoutError:
+            raise _server.ServerUnreachable(
+                f"cannot reach {display_url(root)}: no complete answer within "
+                f"{timeout:g} s") from None
+        return ServerInfo(base_url=root, kind="openai", model=model or self.urls.deployment)
 
     async def calibrate(self, on_step: Callable[[str], None] | None = None
                         ) -> list[ProbeResult]:
@@ -127,7 +149,7 @@ class SideRequests:
         connect time in seconds when a new connection was opened, else None."""
         stamps: dict[str, float] = {}
         try:
-            await bounded.fetch(self._http, "GET", self.v1 + "/models",
+            await bounded.fetch(self._http, "GET", self.urls.models_url,
                                 max_bytes=bounded.MAX_MODELS_BYTES,
                                 deadline_s=min(10.0, self.timeout),
                                 extensions={"trace": tracer(stamps)})
