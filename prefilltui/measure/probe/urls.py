@@ -74,16 +74,23 @@ class ServerUrls:
 
 
 def is_azure_host(url: str) -> bool:
-    """Whether ``url``'s host is an Azure OpenAI resource (``AZURE_HOST_SUFFIXES``)."""
-    host = (urllib.parse.urlsplit(url if "://" in url else "http://" + url).hostname or "")
-    return host.lower().rstrip(".").endswith(AZURE_HOST_SUFFIXES)
+    """Whether ``url``'s host is an Azure OpenAI resource (``AZURE_HOST_SUFFIXES``);
+    False for a URL that does not parse (its own check says why)."""
+    try:
+        host = urllib.parse.urlsplit(url if "://" in url else "http://" + url).hostname
+    except ValueError:
+        return False
+    return (host or "").lower().rstrip(".").endswith(AZURE_HOST_SUFFIXES)
 
 
 def is_azure(url: str) -> bool:
     """Whether ``url`` (as pasted, query and credentials allowed) is one of the Azure
-    shapes: a deployment path on any host, or any URL of an Azure host."""
-    path = urllib.parse.urlsplit(url if "://" in url else "http://" + url).path
-    return bool(_DEPLOYMENT.match(path)) or is_azure_host(url)
+    shapes: a deployment path on any host, or any URL of an Azure host.  Never raises."""
+    try:
+        path = urllib.parse.urlsplit(url.strip() if "://" in url else "http://" + url).path
+    except ValueError:
+        return False
+    return bool(_DEPLOYMENT.match(path.rstrip("/"))) or is_azure_host(url)
 
 
 def server_urls(url: str, params: tuple[tuple[str, str], ...] = (),
