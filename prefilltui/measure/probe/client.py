@@ -276,7 +276,7 @@ class ProbeClient:
         # 4. the token came with the end: does the path buffer?
         if r.notes.token_with_end and r.ok:
             await self.buffering.settle(r)
-        self.models.any_ok = self.models.any_ok or r.ok
+        self.models.saw(r)
         # 5. what the session says once, and the server values that cannot be true
         note(self.notices, r)
         model_hint(r, self.info, self.model)

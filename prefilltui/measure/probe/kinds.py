@@ -308,6 +308,10 @@ class ModelChoice:
         self._body = body
         self._notices = notices
 
+    def saw(self, r: ProbeResult) -> None:
+        """Count a finished probe: once one succeeded, the model stands."""
+        self.any_ok = self.any_ok or r.ok
+
     def may_try_others(self, r: ProbeResult, info: ServerInfo | None) -> bool:
         """Whether a failed probe should be tried with another listed model: the model
         was picked by discovery, no probe of this client has succeeded, the server
