@@ -23,7 +23,7 @@ from prefilltui.measure.load import LoadGenerator
 from prefilltui.measure.load_hook import LoadHook
 from prefilltui.measure.metrics_hook import MetricsHook
 from prefilltui.model.pacing import Pacing, auto_pacing
-from prefilltui.measure.probe import ProbeClient
+from prefilltui.measure.probe import AZURE_KEY_ENV, ProbeClient, is_azure
 from prefilltui.measure.runfile import (RotatingRunWriter, RunFileBusy, RunWriter,
                                        default_run_path)
 from prefilltui.measure.sweep import SweepRunner
@@ -31,7 +31,8 @@ from prefilltui.measure.sweep_config import ProbeHook, SweepConfig, make_lengths
 from prefilltui.measure.telemetry import Sampler
 from prefilltui.model.types import ProbeResult
 from prefilltui.exit_codes import ExitCode
-from prefilltui.options import ProbeOptions, SessionOptions, SweepDesign, TelemetryOptions
+from prefilltui.options import (API_KEY_ENV, ProbeOptions, SessionOptions, SweepDesign,
+                                TelemetryOptions)
 
 
 #: Prompt seed offset between successive runners of one session (the first keeps
@@ -48,16 +49,25 @@ class SessionError(Exception):
         self.code = code
 
 
-def read_api_key(probe: ProbeOptions) -> str | None:
+def read_api_key(probe: ProbeOptions, base_url: str | None = None) -> str | None:
     """The API key from the environment variable named by ``probe.api_key_env``
     (``--api-key-env``, default OPENAI_API_KEY; surrounding whitespace removed), or None.
+    For an Azure OpenAI ``base_url`` (``measure.probe.is_azure``) with the default
+    variable, AZURE_OPENAI_API_KEY (the OpenAI SDK's ``AzureOpenAI`` reads it) comes
+    first, then OPENAI_API_KEY.
 
     Raises:
         SessionError: (USAGE) the key cannot be sent in an HTTP header; the message
             never contains the key.
     """
-    name = probe.api_key_env
-    key = (os.environ.get(name) or "").strip() or None
+    names = [probe.api_key_env]
+    if base_url is not None and probe.api_key_env == API_KEY_ENV and is_azure(base_url):
+        names.insert(0, AZURE_KEY_ENV)
+    name, key = names[-1], None
+    for name in names:
+        key = (os.environ.get(name) or "").strip() or None
+        if key is not None:
+            break
     if key is not None and not (key.isascii() and key.isprintable()):
         raise SessionError(f"the API key in ${name} contains characters that cannot be sent "
                            "in an HTTP header (a control character or non-ASCII)",
@@ -78,7 +88,7 @@ def client_factory(probe: ProbeOptions, base_url: str, seed: int | None = None
     """
     from prefilltui.measure.proxy import ProxyError, choose_proxy
 
-    api_key = read_api_key(probe)
+    api_key = read_api_key(probe, base_url)
     try:
         choose_proxy(base_url, probe.proxy)  # a bad --proxy or proxy variable: said up front
     except ProxyError as exc:

@@ -63,7 +63,7 @@ async def prime(client: Any, depth: int) -> Prefix:
     """Send a new prefix of about ``depth`` server tokens once, cached (a warm-up
     probe marked ``depth_role: prefix``); never raises for server failures (the
     returned result says ``ok=False``)."""
-    counter = client._count if client.info is not None and client.info.has_tokenize else None
+    counter = client.count_tokens if client.info is not None and client.info.has_tokenize else None
     text, _w, _c = await build_prompt(depth, client.builder, client.lengths, counter)
     r = await probe_with_cache(client, text, depth, True)
     r.warmup = True
@@ -75,7 +75,7 @@ async def prime(client: Any, depth: int) -> Prefix:
 async def probe_at_depth(client: Any, prefix: Prefix, n: int) -> ProbeResult:
     """One probe: ``prefix`` + about ``n`` new tokens (unique from the first word),
     prefix caching on; annotated and verified (see the module docstring)."""
-    counter = client._count if client.info is not None and client.info.has_tokenize else None
+    counter = client.count_tokens if client.info is not None and client.info.has_tokenize else None
     tail, _w, _c = await build_prompt(n, client.builder, client.lengths, counter)
     r = await probe_with_cache(client, prefix.text + " " + tail, n, True)
     why = verify(r, prefix.tokens)

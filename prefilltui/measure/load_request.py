@@ -69,7 +69,7 @@ async def send_load_request(client: Any, body: dict[str, Any], live: Any,
             if resp.status_code != 200:
                 head, _ = await bounded.read_capped(resp, 2000)
                 # the probe client's secrets out of the server's words, before any cut
-                text = client._scrub(head.decode("utf-8", "replace")) or ""
+                text = client.scrub(head.decode("utf-8", "replace")) or ""
                 for k in OPTIONAL_FIELDS:
                     if resp.status_code in (400, 422) and k in body and k in text:
                         dropped.add(k)

@@ -115,7 +115,7 @@ async def cache_check(client: Any, tokens: int = 512, *, tail_tokens: int = 32
                                     unreachable=True)
     if client.info.context_tokens:
         tokens = min(tokens, max(16, client.info.context_tokens - CONTEXT_MARGIN_TOKENS))
-    counter = client._count if client.info.has_tokenize else None
+    counter = client.count_tokens if client.info.has_tokenize else None
     prompt, _w, _c = await build_prompt(tokens, client.builder, client.lengths, counter)
     tail = " ".join(client.builder.words(tail_tokens))
     kind = client.info.kind

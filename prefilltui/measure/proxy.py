@@ -1,7 +1,7 @@
 """Which proxy a server's requests go through: ``choose_proxy(url, flag)``.
 
 httpx reads the proxy variables only when it builds its own transport; prefilltui
-passes its own (``probe_http.ResendOnStaleConnection``), so it resolves them here, once
+passes its own (``probe.sending.ResendOnStaleConnection``), so it resolves them here, once
 per client, for the server's host (discovery, probes, ``/metrics`` and tokenize
 all go to that host through the one client):
 

@@ -100,7 +100,7 @@ async def test_exact_counts(vllm_server):
     async with ProbeClient(vllm_server.base_url, seed=3) as c:
         await c.discover()
         for n in (17, 300, 1500):
-            prompt, _w, counted = await build_prompt(n, c.builder, c.lengths, c._count)
+            prompt, _w, counted = await build_prompt(n, c.builder, c.lengths, c.count_tokens)
             r = await c.probe(n, prompt=prompt)
             assert r.ok, r.error_message
             assert r.prompt_tokens_source == "usage" and r.prompt_tokens == counted
@@ -118,7 +118,7 @@ async def test_cache_proved_by_the_servers_counters(vllm_server):
         assert "usage.prompt_tokens_details.cached_tokens" in " ".join(res.notes)
         # the counters alone say the same: a repeat scraped around, usage aside
         hook = MetricsHook()
-        prompt, _w, n = await build_prompt(700, c.builder, c.lengths, c._count)
+        prompt, _w, n = await build_prompt(700, c.builder, c.lengths, c.count_tokens)
         await hook.before_probe(c)
         cold = await c.probe(700, prompt=prompt)
         await hook.after_probe(cold)
@@ -155,12 +155,12 @@ async def _exact_prompt(c: ProbeClient, n: int, words: list[str]) -> tuple[str, 
     lo, hi = 1, len(words)
     while lo < hi:
         mid = (lo + hi + 1) // 2
-        if (await c._count(" ".join(words[:mid]))) <= n:
+        if (await c.count_tokens(" ".join(words[:mid]))) <= n:
             lo = mid
         else:
             hi = mid - 1
     text = " ".join(words[:lo])
-    return text, await c._count(text)
+    return text, await c.count_tokens(text)
 
 
 # timing-sensitive (45-90 ms steps against client jitter on a loaded machine): the same assertions, rerun up to twice

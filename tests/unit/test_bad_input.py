@@ -19,7 +19,7 @@ from prefilltui.model.catalog import model_from_config
 from prefilltui.model.diagnose import summarize_diagnosis
 from prefilltui.render.tables import format_diagnosis
 from prefilltui.measure.probe import ProbeClient
-from prefilltui.measure.probe_errors import parse_retry_after
+from prefilltui.measure.probe.errors import parse_retry_after
 from prefilltui.measure.runfile import RunWriter
 from prefilltui.measure.runfile_read import read_run
 from prefilltui.model.types import ProbeResult

@@ -144,13 +144,13 @@ def test_probe_clients_share_one_tls_context():
     """A fleet of 100 targets held 100 copies of the CA bundle (84 MiB, measured): one
     context per verify setting (``probe.shared_ssl_context``)."""
     from prefilltui.measure.probe import ProbeClient
-    from prefilltui.measure.probe_http import shared_ssl_context
+    from prefilltui.measure.probe.sending import shared_ssl_context
 
     a, b = ProbeClient("http://127.0.0.1:1"), ProbeClient("https://example.invalid")
     ctx = shared_ssl_context(True)
-    assert a._transport._pool._ssl_context is b._transport._pool._ssl_context is ctx
+    assert a.sender.transport._pool._ssl_context is b.sender.transport._pool._ssl_context is ctx
     c = ProbeClient("https://example.invalid", verify=False)
-    assert c._transport._pool._ssl_context is shared_ssl_context(False) is not ctx
+    assert c.sender.transport._pool._ssl_context is shared_ssl_context(False) is not ctx
 
 
 AMD_PAGE = (FIX / "amd_metrics_exporter_mi300x2.prom").read_text()

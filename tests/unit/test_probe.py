@@ -126,7 +126,7 @@ async def test_timeout_and_size_caps(fake_server, monkeypatch):
         (0.0, b": wait\n\n"), (3.0, sse_text("late"))])})
     r = await run_probe(srv, timeout=0.5)
     assert r.error_kind == "timeout" and "first token" in r.error_message
-    import prefilltui.measure.probe_read as probe_mod
+    import prefilltui.measure.probe.stream as probe_mod
     monkeypatch.setattr(probe_mod, "MAX_STREAM_BYTES", 1000)
     srv.set("POST /v1/completions", Reply.sse([(0.0, b": " + b"x" * 2000 + b"\n\n"), (0.1, sse_text("x"))]))
     r = await run_probe(srv)

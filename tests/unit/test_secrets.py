@@ -64,7 +64,7 @@ def test_a_key_at_character_285_of_an_html_401_never_leaks_in_part(fake_server):
     c, r = _run(_probe_against(srv))
     assert not r.ok and r.http_status == 401
     assert KEY[:6] not in r.error_message and KEY[3:12] not in r.error_message
-    assert "***" in c._last_error_body and KEY[:6] not in c._last_error_body
+    assert "***" in c.errors.last_body and KEY[:6] not in c.errors.last_body
 
 
 def test_a_key_echoed_in_a_number_field_is_never_copied(fake_server):

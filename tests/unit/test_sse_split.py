@@ -4,7 +4,7 @@ multi-byte UTF-8) are cut at every byte boundary, with a clock step at the cut;
 the probe's TTFT must be the time of the read that completes the first token
 event (the line end of its blank line), never a later read.
 
-Runs the probe's own stream reader (``ProbeClient._read_events``) on an
+Runs the probe's own stream reader (``StreamReader.read_events``) on an
 in-memory response with a fake clock: no sockets, no sleeping.
 """
 
@@ -19,7 +19,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-import prefilltui.measure.probe_read as probe_mod
+import prefilltui.measure.probe.stream as probe_mod
 from prefilltui.measure.probe import ProbeClient
 from prefilltui.model.types import ProbeResult
 
@@ -113,7 +113,7 @@ def _read(client: ProbeClient, clock: Clock, pieces) -> ProbeResult:
     clock.t = 0.0
 
     async def go():
-        await client._read_events(resp, r, 0.0)
+        await client.reader.read_events(resp, r, 0.0)
     _LOOP.run_until_complete(go())
     return r
 

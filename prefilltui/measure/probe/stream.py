@@ -1,10 +1,9 @@
 """A probe's stream and its timing rules: where the TTFT clock starts and stops, and
 when a probe's data is complete.
 
-``StreamReading`` is the part of ``ProbeClient`` that sends the request
-(``_stream``: the clock starts when its bytes go out), tells what the body is (an
-event stream, JSON lines, or no stream: ``probe_errors``), and reads the events
-(``_read_events``: TTFT at the read that completes the first token event; the data
+``StreamReader`` sends the request (``read``: the clock starts when its bytes go
+out), tells what the body is (an event stream, JSON lines, or no stream:
+``errors``), and reads the events (``read_events``: TTFT at the read that completes the first token event; the data
 is complete at ``[DONE]``, the finish_reason, a second token, or ``TOKEN_TAIL_S``
 after the token; ``POST_COMPLETION_GRACE_S`` more for the closing bytes).  The
 timing constants live here, with the loop they time.
@@ -19,16 +18,17 @@ import httpx
 
 from prefilltui.measure import bounded
 from prefilltui.measure import gateway
-from prefilltui.measure import probe_kinds as _kinds
+from prefilltui.measure.probe import kinds as _kinds
+from prefilltui.measure.probe.errors import ErrorReader
 from prefilltui.measure import server as _server
 from prefilltui.measure.jsonlines import JSONLinesAsSSE, looks_like_jsonlines
-from prefilltui.measure.probe_http import clip_header, connect_time
-from prefilltui.measure.probe_values import take_usage, token_ceiling
+from prefilltui.measure.probe.sending import Secrets, Sender, clip_header, connect_time
+from prefilltui.measure.probe.values import MAX_PLAUSIBLE_TOKENS, take_usage
 from prefilltui.measure.sse import (SSEStreamDecoder, classify_chunk, classify_response_event,
                                     error_message)
 from prefilltui.model.jsontypes import loads as json_loads
 from prefilltui.model.probe_notes import Resend
-from prefilltui.model.types import ProbeResult, ServerInfo
+from prefilltui.model.types import ProbeResult
 
 #: Cap on a streamed body (a one-token stream is a few KiB; 4 MiB means runaway).
 MAX_STREAM_BYTES = 4 * 1024 * 1024
@@ -45,23 +45,33 @@ TOKEN_TAIL_S = 1.0
 POST_COMPLETION_GRACE_S = 0.25
 
 
-class StreamReading:
-    """Mixin of ``ProbeClient``: the stream of one probe.  Needs ``self.api``,
-    ``self.info``, ``self.token_cap``, ``self._send``, ``self._next_request_id``,
-    ``self._http_error``, ``self._not_a_stream``, ``self._classify_body_error``,
-    ``self._fail`` and ``self._scrub``."""
+class StreamReader:
+    """The stream of one probe, timed: ``read`` sends the request and reads its answer
+    into a ``ProbeResult``.  No state of its own between probes; given: the API
+    flavour, the ``Sender`` that POSTs, the ``ErrorReader`` for answers that are no
+    token stream, and the client's ``Secrets``."""
 
-    api: str
-    info: ServerInfo | None
+    def __init__(self, api: str, sender: Sender, errors: ErrorReader, secrets: Secrets) -> None:
+        self.api = api
+        self._sender = sender
+        self._errors = errors
+        self._secrets = secrets
 
-    async def _stream(self, url: str, body: dict, r: ProbeResult) -> None:
+    async def read(self, url: str, body: dict, r: ProbeResult, cap: int | None = 1,
+                   ceiling: int = MAX_PLAUSIBLE_TOKENS) -> None:
+        """POST ``body`` to ``url`` and fill ``r``: the clock starts when the request's
+        bytes go out (``r.t_send``), the answer is told apart (an event stream, JSON
+        lines, an error, no stream) and read (``read_events``).  ``cap``: the output
+        cap the body sends; ``ceiling``: the largest prompt count believed
+        (``values.token_ceiling``).  Raises httpx and timeout errors (the client's
+        ``_attempt`` turns them into a failed result)."""
         stamps: dict[str, float] = {}
         resends: list[Resend] = []
-        rid = r.notes.request_id = self._next_request_id()
+        rid = r.notes.request_id = self._sender.next_request_id()
         r.started_at = time.time()
         t0 = r.t_send = time.perf_counter()
         try:
-            resp = await self._send(url, body, r, stamps, rid, resends)
+            resp = await self._sender.post(url, body, r, stamps, rid, resends)
         finally:
             if resends:  # recorded whether or not the resend got an answer
                 r.notes.resent_on_stale_connection = True
@@ -75,7 +85,7 @@ class StreamReading:
             t0 = r.t_send = stamps.get("send", stamps.get("ready", t0))
             r.http_status = resp.status_code
             if resp.status_code != 200:
-                await self._http_error(resp, r)
+                await self._errors.http_error(resp, r)
                 return
             enc = resp.headers.get("content-encoding", "")
             if enc and enc.lower() != "identity":
@@ -102,14 +112,15 @@ class StreamReading:
                 chunks = conv.wrap(chunks).__aiter__()
                 r.notes.content_type = f"{ctype or '(none)'} (JSON lines)"
             elif not labelled or gateway.not_a_stream(ctype, head):
-                await self._not_a_stream(resp, r, ctype, head, chunks)
+                await self._errors.not_a_stream(resp, r, ctype, head, chunks)
                 return
-            await self._read_events(resp, r, t0, first, chunks)
+            await self.read_events(resp, r, t0, first, chunks, cap=cap, ceiling=ceiling)
         finally:
             await resp.aclose()
 
-    async def _read_events(self, resp: httpx.Response, r: ProbeResult, t0: float,
-                           first: tuple[float, bytes] | None = None, rest=None) -> None:
+    async def read_events(self, resp: httpx.Response, r: ProbeResult, t0: float,
+                          first: tuple[float, bytes] | None = None, rest=None, *,
+                          cap: int | None = 1, ceiling: int = MAX_PLAUSIBLE_TOKENS) -> None:
         """Read the stream, stamping TTFT at the read that completes the first token
         event (``first``: a read already taken, with its time; ``rest``: the
         byte iterator it came from).  The data is
@@ -121,10 +132,10 @@ class StreamReading:
         probe: it is noted in ``notes.stream_end``.  A token with no visible
         text (only ``usage.completion_tokens``) is timed at the first event of the
         answer (``notes.token_channel = "hidden"``); a token whose read also
-        brought the end is marked ``notes.token_with_end`` (``probe_kinds``
-        decides whether the path buffers)."""
+        brought the end is marked ``notes.token_with_end`` (``kinds.BufferCheck``
+        decides whether the path buffers).  ``cap`` and ``ceiling`` as for ``read``."""
         dec = SSEStreamDecoder()
-        cap = self.token_cap  # the cap this request sent: built once, not per event
+        errors, scrub = self._errors, self._secrets.scrub
         size = reads = 0
         done = finished = stop = False
         deadline: float | None = None  # set when the data is complete
@@ -178,7 +189,7 @@ class StreamReading:
                 continue  # after [DONE]: only the closing bytes, ignored
             size += len(chunk)
             if size > MAX_STREAM_BYTES:
-                self._fail(r, "protocol", f"stream over {MAX_STREAM_BYTES} bytes, cut off")
+                errors.fail(r, "protocol", f"stream over {MAX_STREAM_BYTES} bytes, cut off")
                 return
             for ev in dec.feed(chunk):
                 if ev.data.strip() == "[DONE]":
@@ -195,29 +206,29 @@ class StreamReading:
                     except ValueError:
                         msg = ev.data
                     if late:
-                        _note_late(r, self._scrub(msg) or "error event")
+                        _note_late(r, scrub(msg) or "error event")
                     else:
-                        self._classify_body_error(r, ev.data, msg or "error event", stream=True)
+                        errors.classify_body_error(r, ev.data, msg or "error event", stream=True)
                     continue
                 try:
                     obj = json_loads(ev.data)
                 except ValueError:
-                    msg = f"malformed JSON in stream: {(self._scrub(ev.data) or '')[:120]!r}"
+                    msg = f"malformed JSON in stream: {(scrub(ev.data) or '')[:120]!r}"
                     if late:
                         _note_late(r, msg)
                     else:
-                        self._fail(r, "protocol", msg)
+                        errors.fail(r, "protocol", msg)
                     continue
                 info = (classify_response_event(obj, ev.event) if self.api == "responses"
                         else classify_chunk(obj))
                 if info.error is not None and late:
-                    _note_late(r, self._scrub(info.error) or "")
+                    _note_late(r, scrub(info.error) or "")
                     continue
                 if info.error is not None and info.error_obj is not None:
-                    self._classify_body_error(r, ev.data, info.error, stream=True)
+                    errors.classify_body_error(r, ev.data, info.error, stream=True)
                     continue
                 if info.error is not None:
-                    self._fail(r, "protocol", info.error)
+                    errors.fail(r, "protocol", info.error)
                     continue
                 if info.has_token and r.ttft_s is not None and r.notes.token_channel != "hidden":
                     if (cap or 1) > 1:
@@ -225,7 +236,7 @@ class StreamReading:
                     _kinds.second_token(r, now, cap)
                     # two tokens there at the body's first read (the role chunk, the
                     # 1st token and the 2nd at once): a buffering path that also ignores
-                    # the cap (probe_kinds.settle_buffered decides)
+                    # the cap (kinds.BufferCheck decides)
                     if waited_body < _kinds.BUFFER_WAIT_S:
                         r.notes.token_with_end = True
                     stop = True  # the data a probe needs is complete: close at once
@@ -247,8 +258,7 @@ class StreamReading:
                 if info.completion_tokens is not None:
                     _kinds.count_tokens(r, info.completion_tokens, cap)
                 finished = finished or info.finish_reason is not None
-                take_usage(r, info.usage, info.timings,
-                            token_ceiling(self.info.context_tokens if self.info else None))
+                take_usage(r, info.usage, info.timings, ceiling)
             if stop:
                 break
             if (tail_note is not None or deadline is None) and finished and r.ttft_s is not None:
@@ -264,7 +274,7 @@ class StreamReading:
         if r.error_kind is not None:
             return
         if r.ttft_s is None:
-            self._fail(r, "no_token", "stream ended without a generated token"
+            errors.fail(r, "no_token", "stream ended without a generated token"
                        + ("" if done else " (no [DONE])"))
             return
         r.ok = True
@@ -272,8 +282,8 @@ class StreamReading:
 
 def _together(span: float, after: int) -> bool:
     """Whether the end came with the token over several reads: the reads after the
-    token's brought at least ``probe_kinds.TOGETHER_BYTES`` within
-    ``probe_kinds.TOGETHER_SPAN_S`` (``span``: token read to end).  A buffered body
+    token's brought at least ``kinds.TOGETHER_BYTES`` within
+    ``kinds.TOGETHER_SPAN_S`` (``span``: token read to end).  A buffered body
     released at once spans many 64 KiB reads in a few ms; a streaming server's
     one-token answer ends in a few hundred bytes."""
     return span < _kinds.TOGETHER_SPAN_S and after >= _kinds.TOGETHER_BYTES

@@ -1,8 +1,7 @@
 """How a probe reads an answer that is not a token stream: an HTTP error, a 200 that
 is no event stream (an HTML page, one buffered JSON body), or an error in the stream.
 
-``ErrorReading`` is the part of ``ProbeClient`` that turns these into an
-``error_kind`` and a message scrubbed of secrets (the context-length rule reads the
+``ErrorReader`` turns these into an ``error_kind`` and a message scrubbed of secrets (the context-length rule reads the
 prompt and context sizes a server quotes: ``context_numbers``); ``parse_retry_after``
 reads a 429/503's Retry-After.
 """
@@ -18,7 +17,8 @@ import httpx
 
 from prefilltui.measure import bounded
 from prefilltui.measure import gateway
-from prefilltui.measure import probe_kinds as _kinds
+from prefilltui.measure.probe.kinds import BUFFER_ADVICE, NAMES_RESPONSES, ResponsesCheck
+from prefilltui.measure.probe.sending import Secrets
 from prefilltui.measure.sse import error_message, error_part
 from prefilltui.model.jsontypes import loads as json_loads
 from prefilltui.model.types import ProbeResult
@@ -75,14 +75,30 @@ def parse_retry_after(value: str | None) -> float | None:
         return None
 
 
-class ErrorReading:
-    """Mixin of ``ProbeClient``: error answers.  Needs ``self.api``,
-    ``self._last_error_body``, ``self._scrub``, ``self._scrub_json`` and ``self._fail``."""
+class ErrorReader:
+    """Turns error answers into a probe's ``error_kind`` and message.
 
-    api: str
-    _last_error_body: str
+    State: ``last_body``, the last error body read (scrubbed; the client clears it
+    before each request, and ``RequestBody.rejected_field`` reads it for the field a
+    400 names).  Given: the API flavour, the client's ``Secrets`` (every message is
+    scrubbed before it is cut) and its ``ResponsesCheck`` (a 404/405 asks whether the
+    server has the Responses API)."""
 
-    async def _not_a_stream(self, resp: httpx.Response, r: ProbeResult, ctype: str,
+    def __init__(self, api: str, secrets: Secrets, responses: ResponsesCheck) -> None:
+        self.api = api
+        self.last_body = ""
+        self._secrets = secrets
+        self._responses = responses
+
+    def fail(self, r: ProbeResult, kind: str, message: str | None) -> ProbeResult:
+        """Mark ``r`` failed (the first failure wins); the message is scrubbed of
+        secrets *before* it is cut to 1,000 characters."""
+        if r.error_kind is None:
+            r.ok, r.error_kind = False, kind
+            r.error_message = (self._secrets.scrub(message) or kind)[:1000]
+        return r
+
+    async def not_a_stream(self, resp: httpx.Response, r: ProbeResult, ctype: str,
                             head: bytes, chunks) -> None:
         """A 200 answer that is no event stream: an HTML page (sign-in portal), one
         JSON completion (the server ignored ``stream: true``: buffered, TTFT cannot
@@ -94,11 +110,11 @@ class ErrorReading:
                 break
         r.t_end = time.perf_counter()
         # scrubbed before the cut: a key straddling it is masked whole
-        text = (self._scrub(bytes(buf[:MAX_ERROR_BYTES + _SCRUB_MARGIN]).decode(
+        text = (self._secrets.scrub(bytes(buf[:MAX_ERROR_BYTES + _SCRUB_MARGIN]).decode(
             "utf-8", "replace")) or "")[:MAX_ERROR_BYTES]
-        self._last_error_body = text
+        self.last_body = text
         if gateway.looks_like_html(ctype, text):
-            self._fail(r, "html_page", gateway.html_message(200, text))
+            self.fail(r, "html_page", gateway.html_message(200, text))
             return
         try:
             obj = json_loads(text)
@@ -106,15 +122,15 @@ class ErrorReading:
             obj = None
         if isinstance(obj, dict) and isinstance(obj.get("choices") or obj.get("output"), list):
             r.arrival_s = r.t_end - r.t_send if r.t_send is not None else None
-            self._fail(r, "buffered", f"the server did not stream (content-type {ctype!r}): one "
+            self.fail(r, "buffered", f"the server did not stream (content-type {ctype!r}): one "
                        "JSON body came at the end, so TTFT cannot be known; "
-                       + _kinds.BUFFER_ADVICE)
+                       + BUFFER_ADVICE)
             return
-        self._classify_body_error(r, text, f"server did not stream (content-type {ctype!r})")
+        self.classify_body_error(r, text, f"server did not stream (content-type {ctype!r})")
 
-    async def _http_error(self, resp: httpx.Response, r: ProbeResult) -> None:
+    async def http_error(self, resp: httpx.Response, r: ProbeResult) -> None:
         text = await self._read_scrubbed(resp, MAX_ERROR_BYTES)
-        self._last_error_body = text
+        self.last_body = text
         r.t_end = time.perf_counter()
         if r.t_send is not None:
             r.total_s = r.t_end - r.t_send
@@ -122,13 +138,13 @@ class ErrorReading:
         ctype = resp.headers.get("content-type", "")
         target = gateway.redirect_target(resp.request, resp) if 300 <= status < 400 else None
         if gateway.looks_like_html(ctype, text):
-            self._fail(r, "html_page", gateway.html_message(
+            self.fail(r, "html_page", gateway.html_message(
                 status, text, str(target) if target is not None else None))
             if status in (404, 405) and self.api != "responses":
-                await _kinds.responses_hint(self, r)  # a web server's own 404 page
+                await self._responses.add_hint(r)  # a web server's own 404 page
             return
         if 300 <= status < 400:
-            self._fail(r, "redirect", gateway.redirect_message(
+            self.fail(r, "redirect", gateway.redirect_message(
                 status, target, r.notes.redirected.hops if r.notes.redirected else 0))
             return
         if status in (429, 503):
@@ -136,7 +152,7 @@ class ErrorReading:
             kind = "rate_limited"
         else:
             kind = "http"
-        self._classify_body_error(r, text, f"HTTP {status}", default_kind=kind)
+        self.classify_body_error(r, text, f"HTTP {status}", default_kind=kind)
         red = r.notes.redirected
         if status in (401, 403) and red and not red.key_sent:
             r.error_message = (f"{r.error_message} (redirected to {red.to}, another origin: "
@@ -146,27 +162,27 @@ class ErrorReading:
                                "USER:PASSWORD@ before its host in the proxy URL; they are "
                                "never shown)")
         if self.api != "responses" and (status in (404, 405) or (
-                400 <= status < 500 and _kinds.NAMES_RESPONSES.search(r.error_message or ""))):
-            await _kinds.responses_hint(self, r)
+                400 <= status < 500 and NAMES_RESPONSES.search(r.error_message or ""))):
+            await self._responses.add_hint(r)
 
     async def _read_scrubbed(self, resp: httpx.Response, cap: int) -> str:
         """At most ``cap`` characters of the body, scrubbed *before* the cut: a secret
         straddling the cap is read whole (up to ``_SCRUB_MARGIN`` bytes past it),
         masked, then the text is cut."""
         content, _ = await bounded.read_capped(resp, cap + _SCRUB_MARGIN)
-        return (self._scrub(content.decode("utf-8", "replace")) or "")[:cap]
+        return (self._secrets.scrub(content.decode("utf-8", "replace")) or "")[:cap]
 
-    def _classify_body_error(self, r: ProbeResult, text: str, fallback: str, *,
+    def classify_body_error(self, r: ProbeResult, text: str, fallback: str, *,
                              stream: bool = False, default_kind: str = "protocol") -> None:
         """Turn an error body / stream error into error_kind + message (the server's
         text scrubbed of secrets first, so no cut below can leave part of one)."""
-        text = self._scrub(text) or ""
-        self._last_error_body = self._last_error_body or text  # names a rejected field
+        text = self._secrets.scrub(text) or ""
+        self.last_body = self.last_body or text  # names a rejected field
         err: Any = None
         try:
             # decoded, a JSON string may hold a secret its escapes hid from the scrub
             # above (``\u0073k-...``, ``\/``): scrubbed again, before any cut below
-            err = error_part(self._scrub_json(json_loads(text)))
+            err = error_part(self._secrets.scrub_json(json_loads(text)))
         except ValueError:  # not JSON: the server's own words, as text
             err = " ".join(text.split())[:300] or None
         msg = error_message(err) if err is not None else fallback
@@ -184,6 +200,6 @@ class ErrorReading:
                 r.notes.n_ctx = n_ctx
             if n_prompt:
                 r.notes.n_prompt_tokens = n_prompt
-            self._fail(r, "context_length", msg)
+            self.fail(r, "context_length", msg)
             return
-        self._fail(r, default_kind, msg)
+        self.fail(r, default_kind, msg)

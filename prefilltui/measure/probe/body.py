@@ -1,9 +1,9 @@
 """A probe's request body, and what to leave out of it when a server rejects a field.
 
-``RequestBody`` is the part of ``ProbeClient`` that builds the JSON body of each
-``--api`` flavour (``API_PATHS``), and reads a 400/422 answer (or an error event
-before any token) for the optional field it names (``OPTIONAL_FIELDS``) or a token
-cap to replace (``CAP_REPLACEMENTS``); ``ProbeClient.probe`` resends without it.
+``RequestBody`` builds the JSON body of each ``--api`` flavour (``API_PATHS``), and
+reads a 400/422 answer (or an error event before any token) for the optional field
+it names (``OPTIONAL_FIELDS``) or a token cap to replace (``CAP_REPLACEMENTS``);
+``ProbeClient.probe`` resends without it.
 """
 
 from __future__ import annotations
@@ -11,7 +11,7 @@ from __future__ import annotations
 import re
 from typing import Any
 
-from prefilltui.model.types import JsonObject, ProbeResult, ServerInfo
+from prefilltui.model.types import JsonObject, ProbeResult
 
 #: Fields a probe adds beyond what a completion request needs.  A 400/422 answer
 #: naming one of them or any of its sub-keys (``include_usage`` inside
@@ -35,23 +35,29 @@ API_PATHS = {"completions": "/completions", "chat": "/chat/completions",
 
 
 class RequestBody:
-    """Mixin of ``ProbeClient``: the request body and rejected fields.  Needs
-    ``self.api``, ``self.model``, ``self.info``, ``self.extra_body``, ``self.notices``,
-    the sets ``self._dropped``, ``self._kept``, ``self._replaced``,
-    ``self._last_error_body``, ``self.v1`` and ``self._scrub``."""
+    """The JSON body of each probe and the fields a server rejected.
 
-    api: str
-    model: str | None
-    info: ServerInfo | None
-    extra_body: dict
-    notices: dict[str, str]
-    v1: str
-    _dropped: set[str]
-    _kept: set[str]
-    _replaced: set[str]
-    _last_error_body: str
+    State: the API flavour (``api``, fixed), the model requested (``model``: set by
+    discovery or a model swap), the user's fields (``extra_body``, sent as given and
+    never dropped), the server's kind (``server_kind``, from discovery: which
+    server-specific fields are added), and the fields dropped, kept (named in a 400
+    that was not about them) or replaced (``CAP_REPLACEMENTS``).  A rejection is said
+    once in ``notices`` (the client's session notices, given)."""
 
-    def _body(self, prompt: str, cap: int = 1) -> JsonObject:
+    def __init__(self, api: str, model: str | None, extra_body: dict,
+                 notices: dict[str, str]) -> None:
+        self.api = api
+        self.model = model
+        self.extra_body = extra_body
+        #: ``ServerInfo.kind`` once discovered ("openai" before)
+        self.server_kind = "openai"
+        self._notices = notices
+        self._dropped: set[str] = set()
+        self._kept: set[str] = set()  # named in a 400 that was not about them
+        self._replaced: set[str] = set()  # cap fields replaced (CAP_REPLACEMENTS)
+
+    def build(self, prompt: str, cap: int = 1) -> JsonObject:
+        """The body of a request for ``prompt`` with an output cap of ``cap`` tokens."""
         body: JsonObject = {"stream": True, "temperature": 0}
         if self.model:
             body["model"] = self.model
@@ -67,7 +73,7 @@ class RequestBody:
             new, value = CAP_REPLACEMENTS[old]
             body.pop(old, None)
             body[new] = max(value, cap)
-        kind = self.info.kind if self.info else "openai"
+        kind = self.server_kind
         if kind == "llama.cpp":
             body["cache_prompt"] = False
         if kind in ("llama.cpp", "vllm", "sglang"):
@@ -77,18 +83,19 @@ class RequestBody:
             body.pop(k, None)
         return body
 
-    def _rejected_field(self, r: ProbeResult, body: JsonObject) -> str | None:
+    def rejected_field(self, r: ProbeResult, body: JsonObject, error_body: str) -> str | None:
         """The optional field a 400/422 answer names (itself or any of its sub-keys,
         in any wording: "Unknown field: stream_options", "extraneous key
         [include_usage] is not permitted", "streamOptions.includeUsage", "max tokens
         is not supported"), or None.  When it names several, the one it names first:
         "unknown field `ignore_eos`, expected one of `model`, ..., `stream_options`"
         rejects ignore_eos, not stream_options.  A gateway may answer 200 and put the
-        rejection in the stream, as an error event before any token: read the same way."""
+        rejection in the stream, as an error event before any token: read the same way.
+        ``error_body``: the answer's body as read (``ErrorReader.last_body``)."""
         in_stream = r.error_kind == "stream_error" and r.ttft_s is None
         if not in_stream and (r.http_status not in (400, 422) or r.error_kind != "http"):
             return None
-        said = _first_mentions(f"{r.error_message}\n{self._last_error_body}")
+        said = _first_mentions(f"{r.error_message}\n{error_body}")
         best: tuple[int, str] | None = None
         for k in OPTIONAL_FIELDS + CAP_FIELDS:
             if k in self._replaced and CAP_REPLACEMENTS[k][0] == k:
@@ -100,36 +107,39 @@ class RequestBody:
                     best = (at, k)
         return best[1] if best else None
 
-    def _reject(self, field: str, r: ProbeResult) -> tuple[str, str | None]:
+    def reject(self, field: str, message: str) -> tuple[str, str | None]:
         """Leave ``field`` out of later bodies (or replace it, CAP_REPLACEMENTS) and
-        say so once; returns (the notice's label, what replaced it or None)."""
-        said = (self._scrub(r.error_message) or "")[:200]
+        say so once, quoting ``message`` (the rejection, already scrubbed); returns
+        (the notice's label, what replaced it or None)."""
+        said = message[:200]
         new = CAP_REPLACEMENTS.get(field)
         if new is not None and field not in self._replaced and new[0] not in self._dropped:
             self._replaced.add(field)
             what = f"{new[0]}: {new[1]}" if new[0] != field else f"{field}: {new[1]}"
             label = f"{what} for {field}" if new[0] != field else f"{field} {new[1]}"
-            self.notices.setdefault(label, f"the server rejected {field} ({said}); probes "
-                                           f"send {what} instead")
+            self._notices.setdefault(label, f"the server rejected {field} ({said}); probes "
+                                            f"send {what} instead")
             return label, what
         self._dropped.add(field)
         label = f"sent without {field}"
         tail = (" (no token cap: the client closes each stream at the second token)"
                 if field in CAP_FIELDS else "")
-        self.notices.setdefault(label, f"the server rejected {field} ({said}); probes are "
-                                       f"sent without it{tail}")
+        self._notices.setdefault(label, f"the server rejected {field} ({said}); probes are "
+                                        f"sent without it{tail}")
         return label, None
 
-    @property
-    def endpoint(self) -> str:
-        """The URL probes are POSTed to (``API_PATHS`` of the API flavour)."""
-        return self.v1 + API_PATHS[self.api]
+    def keep(self, field: str, label: str, replaced: str | None) -> None:
+        """Undo ``reject(field)``: the same answer came without it, so it was quoted,
+        not the cause; it is sent again and never retried for a rejection."""
+        (self._replaced if replaced else self._dropped).discard(field)
+        self._kept.add(field)
+        self._notices.pop(label, None)
 
     @property
     def token_cap(self) -> int | None:
         """The output-token cap the probes send (1, or 16 on a Responses API that
         needs it), or None when the server took none."""
-        body = self._body("", 1)
+        body = self.build("", 1)
         return next((body[k] for k in CAP_FIELDS if k in body), None)
 
 
