@@ -259,3 +259,18 @@ def test_an_unreachable_http_sd_says_so_quickly():
     d.refresh()
     assert time.monotonic() - t0 < 11
     assert d.states[0].error and d.targets() == []
+
+
+def test_the_fleet_overview_reads_file_sd_once_with_its_shard(tmp_path):
+    from prefilltui.commands.fleet import fleet_targets
+
+    f = tmp_path / "sd.yml"
+    entries = [f"http://127.0.0.1:{9000 + i}" for i in range(12)]
+    f.write_text("- targets: [" + ", ".join(entries) + "]\n  labels: {__prefilltui_model: m}\n")
+    args = build_parser().parse_args(["watch", "--file-sd", str(f), "--shard", "1/2"])
+    got = fleet_targets(args)
+    assert {t.label for t in got} == {e for e in entries if _prometheus_hashmod(e, 2) == 1}
+    assert {t.probe.model for t in got} == {"m"}
+    f.write_text("- targets: [http://u:pw@h:1]\n")
+    with pytest.raises(ValueError, match="carries a credential"):
+        fleet_targets(build_parser().parse_args(["watch", "--file-sd", str(f)]))
