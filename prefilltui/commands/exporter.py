@@ -171,6 +171,15 @@ def make_discovery(args, validate=lambda targets: None):
     return disc
 
 
+def _check_discovered(args, found: list[TargetConfig]) -> None:
+    """Refuse a discovered list the exporter would refuse at start (``_preflight`` on the
+    whole set, after sharding).  Raises ValueError (a key that cannot be sent included)."""
+    try:
+        _preflight(targets_from_args(args, found))
+    except SessionError as e:
+        raise ValueError(str(e)) from None
+
+
 def _restart_note(args, targets: list[TargetConfig], listed: int) -> str:
     """What a restart of this replica loses (its own targets' windows, no other's)."""
     shard = args.shard
@@ -269,8 +278,7 @@ def run(args) -> int:
 
     try:
         host, port = parse_listen(args.listen)
-        disc = make_discovery(args, validate=lambda found: _preflight(
-            targets_from_args(args, found)))
+        disc = make_discovery(args, validate=lambda found: _check_discovered(args, found))
         targets = targets_from_args(args, disc.targets() if disc else ())
         room = _preflight(targets)
     except SessionError as e:

@@ -274,3 +274,15 @@ def test_the_fleet_overview_reads_file_sd_once_with_its_shard(tmp_path):
     f.write_text("- targets: [http://u:pw@h:1]\n")
     with pytest.raises(ValueError, match="carries a credential"):
         fleet_targets(build_parser().parse_args(["watch", "--file-sd", str(f)]))
+
+
+def test_a_discovered_key_that_cannot_be_sent_refuses_the_list(tmp_path, monkeypatch):
+    from prefilltui.commands.exporter import _check_discovered
+
+    monkeypatch.setenv("BAD_KEY", "sk-\x01-bad")
+    f = tmp_path / "sd.json"
+    _write(f, groups("http://127.0.0.1:9001", __prefilltui_key_env="BAD_KEY"))
+    args = build_parser().parse_args(["exporter", "--file-sd", str(f)])
+    d = make_discovery(args, validate=lambda found: _check_discovered(args, found))
+    assert d.targets() == []
+    assert "cannot be sent" in d.states[0].error and "sk-" not in d.states[0].error
