@@ -70,6 +70,14 @@ def test_the_chart_renders_every_object_with_the_operator():
         "StatefulSet/pt-prefilltui"])
 
 
+def test_helm_lint_finds_no_warning_or_error():
+    helm = pytest.importorskip("helm_python")
+    report = helm.lint(str(CHART), EVERYTHING, strict=True, kube_version="v1.30.0")
+    assert report["errors"] == []
+    # severity 2 = warning, 3 = error; 1 = info ("icon is recommended")
+    assert [m for m in report["messages"] if m["severity"] >= 2] == []
+
+
 def test_operator_objects_need_the_capability_even_when_enabled():
     objs = objects(render(EVERYTHING, api_versions=()))
     assert not [o for o in objs if o["apiVersion"] == OPERATOR]
