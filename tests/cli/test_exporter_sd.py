@@ -37,7 +37,7 @@ def test_the_exporter_follows_its_file_sd_file(fake_server, tmp_path):
                          _get(url)[1]) is not None
     try:
         assert port is not None, log()
-        assert "shard 0/1: 1 of 1 listed targets" in log()
+        assert _wait(lambda: "shard 0/1: 1 of 1 listed targets" in log(), timeout=10)
         assert "a restart loses these 1 windows" in log()
         assert _wait(lambda: up(a), timeout=30)
         _write(sd, [a, b])
