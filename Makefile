@@ -15,7 +15,7 @@ ARGS        ?=
 PYTEST_ARGS ?=
 FAST_TESTS  := tests/unit tests/cli tests/tui
 
-.PHONY: setup target components demo test test-fast test-real bench torch-venv
+.PHONY: setup target components demo test test-fast test-real bench torch-venv chart-files
 
 # The venv, with the project installed editable plus its test extras.
 $(BIN)/prefilltui: pyproject.toml
@@ -52,6 +52,11 @@ test-real: components
 test: setup
 	$(MAKE) --no-print-directory test-fast
 	$(MAKE) --no-print-directory test-real
+
+# The Helm chart's copies of the alert rules and the dashboard (a chart reads only its own
+# directory): deploy/ is the one source, tests/unit/test_helm_chart.py fails on a stale copy.
+chart-files:
+	cp deploy/prefilltui-alerts.yml deploy/grafana-dashboard.json deploy/helm/prefilltui/files/
 
 # the llama-server agreement figure is skipped, with a message, when the target is not built
 bench: setup

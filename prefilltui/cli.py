@@ -57,9 +57,11 @@ def build_parser() -> argparse.ArgumentParser:
 
 def _normalise_argv(argv: list[str]) -> list[str]:
     """``prefilltui URL ...`` -> ``prefilltui watch URL ...``; ``prefilltui --config F``
-    (the fleet overview of a target file) -> ``prefilltui watch --config F``."""
+    (the fleet overview of a target file; ``--file-sd F`` / ``--http-sd U`` alike) ->
+    ``prefilltui watch --config F``."""
     names = {name for name, _ in COMMANDS}
-    if argv and (argv[0] == "--config" or argv[0].startswith("--config=")):
+    lists = ("--config", "--file-sd", "--http-sd")  # a target list: the fleet overview
+    if argv and (argv[0] in lists or argv[0].startswith(tuple(f"{f}=" for f in lists))):
         return ["watch"] + argv
     for i, a in enumerate(argv):
         if a.startswith("-"):

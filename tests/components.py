@@ -12,6 +12,7 @@ Components (what each costs was measured on this project's 2-core machines; READ
   alertmanager   Debian's ``prometheus-alertmanager`` (alertmanager and amtool)
   chromium       Debian's ``chromium`` (headless screenshots of the figures)
   tmux           Debian's ``tmux`` (the TUI run as a person runs it)
+  yamllint       Debian's ``yamllint`` (the Helm chart's YAML and its rendering)
 
 A test needs one through ``require(name)``: when it is missing, the test skips with
 the exact install line, for every component the same way, except where
@@ -87,6 +88,7 @@ COMPONENTS = {c.name: c for c in (
     Component("chromium", _which("chromium", "chromium-browser", "google-chrome"),
               "apt-get install chromium", ("chromium",)),
     Component("tmux", _which("tmux"), "apt-get install tmux", ("tmux",)),
+    Component("yamllint", _which("yamllint"), "apt-get install yamllint", ("yamllint",)),
 )}
 
 

@@ -6,8 +6,10 @@ seconds apart (plus up to 20 % jitter), lengths reshuffled every round, a
 sliding-window robust fit.  /metrics is served at once; the targets start in the
 background.  SIGHUP reads the targets again (the Prometheus convention: a bad file
 is refused and the running targets kept).  Runs until SIGTERM or SIGINT, then cancels
-the probes in flight, flushes the run files and exits 0.  Exit: 2 usage error (no
-target, bad target file, a key that cannot be sent, too many targets or too low an
+the probes in flight, flushes the run files and exits 0.  ``--file-sd`` / ``--http-sd``
+add the targets of Prometheus' discovery formats, looked at every ``--sd-refresh``
+seconds (``exporter.discovery``); ``--shard I/N`` keeps this replica's share.  Exit: 2
+usage error (no target, bad target file, a key that cannot be sent, too many targets or too low an
 open-file limit), 1 the listen address or the run directory is unusable.
 """
 
@@ -35,6 +37,8 @@ log = logging.getLogger("prefilltui.exporter")
 
 #: Seconds SIGTERM waits for the probes in flight before closing the run files anyway.
 STOP_TIMEOUT_S = 5.0
+#: Most targets given one line each at start or on a change (more: the count only).
+ANNOUNCE_MAX = 50
 
 
 def register(sub) -> None:
@@ -72,7 +76,36 @@ def register(sub) -> None:
                    help=f"rotated run files kept per target (default {RUN_FILE_KEEP})")
     add_hardware_args(p)
     add_load_args(p)  # every target's default; a target's own load key wins
+    add_discovery_args(p)
     p.set_defaults(func=run)
+
+
+def add_discovery_args(p: argparse.ArgumentParser) -> None:
+    """``--file-sd``, ``--http-sd``, ``--sd-refresh``, ``--shard`` (exporter and fleet)."""
+    from prefilltui.exporter.discovery import DEFAULT_REFRESH_S
+
+    g = p.add_argument_group("service discovery and sharding (docs/kubernetes.md)")
+    g.add_argument("--file-sd", action="append", default=[], metavar="FILE",
+                   help="a Prometheus file_sd file (JSON or YAML list of {targets, labels}); "
+                        "looked at every --sd-refresh seconds, read again when it changed")
+    g.add_argument("--http-sd", action="append", default=[], metavar="URL",
+                   help="a Prometheus http_sd URL answering that JSON, fetched every "
+                        "--sd-refresh seconds")
+    g.add_argument("--sd-refresh", type=_positive_float, default=DEFAULT_REFRESH_S,
+                   metavar="S", help=f"seconds between looks at each discovery source "
+                                     f"(default {DEFAULT_REFRESH_S:g})")
+    g.add_argument("--shard", type=_shard, default=None, metavar="I/N",
+                   help="probe only the targets whose target label falls to shard I of N "
+                        "(Prometheus' hashmod: md5, last 8 bytes, mod N)")
+
+
+def _shard(text: str):
+    from prefilltui.exporter.discovery import Shard
+
+    try:
+        return Shard.parse(text)
+    except ValueError as e:
+        raise argparse.ArgumentTypeError(str(e)) from None
 
 
 def _interval(text: str) -> float:
@@ -104,16 +137,58 @@ def parse_listen(text: str) -> tuple[str, int]:
     return host, int(port)
 
 
-def targets_from_args(args) -> list[TargetConfig]:
-    """The targets of a parsed command line (URLs, then the file's).  Raises ValueError
-    / OSError (the file)."""
-    base = TargetConfig(url="http://unset", probe=probe_options(args),
+def _base(args) -> TargetConfig:
+    """Every target's defaults from the flags."""
+    return TargetConfig(url="http://unset", probe=probe_options(args),
                         roofline=roofline_spec(args), lengths=tuple(args.lengths),
                         interval_s=args.interval, window=args.window, load=args.load)
+
+
+def targets_from_args(args, discovered: list[TargetConfig] | tuple = ()) -> list[TargetConfig]:
+    """The targets of a parsed command line (URLs, then the file's, then ``discovered``),
+    labels unique, then this replica's ``--shard``.  Raises ValueError / OSError (the
+    file)."""
+    base = _base(args)
     targets = [check(replace(base, url=u)) for u in args.urls]
     if args.config:
         targets += load_toml(args.config, base)
-    return unique(targets)
+    shard = getattr(args, "shard", None)
+    targets = unique(targets + list(discovered))
+    return shard.select(targets) if shard else targets
+
+
+def make_discovery(args, validate=lambda targets: None):
+    """The ``Discovery`` of ``--file-sd`` / ``--http-sd`` (None without any), read once
+    (a source that fails now is said and retried every ``--sd-refresh``)."""
+    from prefilltui.exporter.discovery import Discovery, FileSource, HttpSource
+
+    sources = ([FileSource(f) for f in getattr(args, "file_sd", [])]
+               + [HttpSource(u, args.sd_refresh) for u in getattr(args, "http_sd", [])])
+    if not sources:
+        return None
+    disc = Discovery(sources, _base(args), refresh_s=args.sd_refresh, validate=validate)
+    disc.refresh()
+    return disc
+
+
+def _check_discovered(args, found: list[TargetConfig]) -> None:
+    """Refuse a discovered list the exporter would refuse at start (``_preflight`` on the
+    whole set, after sharding).  Raises ValueError (a key that cannot be sent included)."""
+    try:
+        _preflight(targets_from_args(args, found))
+    except SessionError as e:
+        raise ValueError(str(e)) from None
+
+
+def _restart_note(args, targets: list[TargetConfig], listed: int) -> str:
+    """What a restart of this replica loses (its own targets' windows, no other's)."""
+    shard = args.shard
+    span = max((t.window * t.interval_s for t in targets), default=0.0)
+    mine = (f"shard {shard}: {len(targets)} of {listed} listed targets" if shard
+            else f"{len(targets)} targets")
+    others = ", none of the other shards'" if shard and shard.count > 1 else ""
+    return (f"{mine}; each window lives only in this process: a restart loses these "
+            f"{len(targets)} windows{others} (refilled within ~{span / 60:.0f} min)")
 
 
 def _default_run_dir() -> Path:
@@ -153,12 +228,13 @@ def _announce(targets: list[TargetConfig]) -> None:
               f"~{load:.0f} prompt tokens/s", file=sys.stderr, flush=True)
 
 
-def _reload(args, fleet, server) -> None:
-    """SIGHUP: read the targets again (the command line and --config); apply them, or
-    keep the running ones and say why when the new set is not valid."""
+def _reload(args, fleet, server, disc=None, why: str = "") -> None:
+    """SIGHUP (or a discovery source's new list, ``why``): read the targets again (the
+    command line, --config and the sources' last good lists); apply them, or keep the
+    running ones and say why when the new set is not valid."""
     try:
-        targets = targets_from_args(args)
-        if not targets:
+        targets = targets_from_args(args, disc.targets() if disc else ())
+        if not targets and disc is None:
             raise ValueError("no target")
         room = _preflight(targets)
     except (ValueError, OSError, SessionError) as e:
@@ -167,9 +243,32 @@ def _reload(args, fleet, server) -> None:
         return
     server.max_connections = room
     change = fleet.apply(targets)
-    print(f"prefilltui exporter: reloaded {args.config or 'the command line'}: "
+    print(f"prefilltui exporter: reloaded {why or args.config or 'the command line'}: "
           f"{change.line()}", file=sys.stderr, flush=True)
-    _announce([t for t in targets if t.label in change.added + change.restarted])
+    fresh = [t for t in targets if t.label in change.added + change.restarted]
+    if len(fresh) <= ANNOUNCE_MAX:
+        _announce(fresh)
+
+
+def replace_shard(args):
+    """``args`` without ``--shard`` (to count every listed target)."""
+    copy = argparse.Namespace(**vars(args))
+    copy.shard = None
+    return copy
+
+
+class _SdCollector:
+    """The ``prefilltui_sd_*`` and ``prefilltui_shard_targets`` series on /metrics."""
+
+    def __init__(self, disc, shard, fleet) -> None:
+        self.disc, self.shard, self.fleet = disc, shard, fleet
+
+    def collect(self):
+        from prefilltui.exporter.discovery import Shard, sd_metrics
+
+        if self.disc is None and self.shard is None:
+            return iter(())
+        return sd_metrics(self.disc, self.shard or Shard(), len(self.fleet))
 
 
 def run(args) -> int:
@@ -178,17 +277,18 @@ def run(args) -> int:
     from prefilltui.exporter.target import TargetProber
 
     try:
-        targets = targets_from_args(args)
         host, port = parse_listen(args.listen)
-        room = _preflight(targets) if targets else 0
+        disc = make_discovery(args, validate=lambda found: _check_discovered(args, found))
+        targets = targets_from_args(args, disc.targets() if disc else ())
+        room = _preflight(targets)
     except SessionError as e:
         _err(str(e))
         return int(e.code)
     except (ValueError, OSError) as e:
         _err(str(e))
         return ExitCode.USAGE
-    if not targets:
-        _err("no target: give server URLs or --config FILE")
+    if not targets and disc is None:
+        _err("no target: give server URLs, --config FILE, --file-sd FILE or --http-sd URL")
         return ExitCode.USAGE
     run_dir = Path(args.run_dir or _default_run_dir())
     try:
@@ -200,7 +300,8 @@ def run(args) -> int:
         t, run_dir=run_dir, run_max_bytes=int(args.run_file_max_mb * 2**20),
         run_keep=max(0, args.run_file_keep), seed=args.seed))
     try:
-        server = MetricsServer(host, port, fleet, max_connections=room)
+        server = MetricsServer(host, port, fleet, max_connections=room,
+                               extra=[_SdCollector(disc, args.shard, fleet)])
     except OSError as e:
         _err(f"cannot listen on {args.listen}: {e.strerror or e}")
         return ExitCode.FAILURE
@@ -218,14 +319,28 @@ def run(args) -> int:
               f"{len(targets)} target(s); run files in {run_dir}",
               file=sys.stderr, flush=True)
         fleet.apply(targets)
-        _announce(targets)
+        if len(targets) <= ANNOUNCE_MAX:
+            _announce(targets)
+        if args.shard or disc is not None:
+            listed = len(targets_from_args(replace_shard(args), disc.targets() if disc else ()))
+            print(f"prefilltui exporter: {_restart_note(args, targets, listed)}",
+                  file=sys.stderr, flush=True)
+        sd_changed = threading.Event()
+        if disc is not None:
+            disc.on_change = sd_changed.set
+            disc.start()
         while not stop.wait(1.0):
             if reload.is_set():
                 reload.clear()
-                _reload(args, fleet, server)
+                _reload(args, fleet, server, disc)
+            if sd_changed.is_set():
+                sd_changed.clear()
+                _reload(args, fleet, server, disc, why="service discovery")
         print("prefilltui exporter: stopping", file=sys.stderr, flush=True)
         return ExitCode.OK
     finally:
+        if disc is not None:
+            disc.stop()
         fleet.stop(STOP_TIMEOUT_S)
         server.stop()
         for s, h in old.items():

@@ -62,6 +62,43 @@ def add_fleet_args(p: argparse.ArgumentParser) -> None:
     g.add_argument("--run-dir", metavar="DIR",
                    help="directory of the per-target run files (default: a new one in the "
                         "user data dir's prefilltui/fleet)")
+    g.add_argument("--file-sd", action="append", default=[], metavar="FILE",
+                   help="targets from a Prometheus file_sd file (JSON or YAML; the labels of "
+                        "docs/kubernetes.md), read once at start")
+    g.add_argument("--http-sd", action="append", default=[], metavar="URL",
+                   help="targets from a Prometheus http_sd URL, read once at start")
+    g.add_argument("--shard", type=_shard, default=None, metavar="I/N",
+                   help="only the targets whose target label falls to shard I of N "
+                        "(Prometheus' hashmod, as the exporter's --shard)")
+
+
+def _shard(text: str):
+    from prefilltui.exporter.discovery import Shard
+
+    try:
+        return Shard.parse(text)
+    except ValueError as e:
+        raise argparse.ArgumentTypeError(str(e)) from None
+
+
+def discovered_targets(args: argparse.Namespace, base: TargetConfig) -> list[TargetConfig]:
+    """The targets of ``--file-sd`` / ``--http-sd``, read once (the overview does not
+    follow later changes; the exporter does).
+
+    Raises:
+        ValueError: a source that cannot be read or holds a bad list (its reason)."""
+    from prefilltui.exporter.discovery import Discovery, FileSource, HttpSource
+
+    sources = ([FileSource(f) for f in getattr(args, "file_sd", None) or []]
+               + [HttpSource(u, 0) for u in getattr(args, "http_sd", None) or []])
+    if not sources:
+        return []
+    disc = Discovery(sources, base)
+    disc.refresh()
+    bad = [st.error for st in disc.states if st.error]
+    if bad:
+        raise ValueError(bad[0])
+    return disc.targets()
 
 
 def fleet_options(args: argparse.Namespace) -> FleetOptions:
@@ -72,8 +109,9 @@ def fleet_options(args: argparse.Namespace) -> FleetOptions:
 
 
 def fleet_targets(args: argparse.Namespace) -> list[TargetConfig]:
-    """The targets of a parsed command line: its URLs, then the ``--config`` file's,
-    with the flags as defaults (server, hardware, sweep lengths, --interval, --window,
+    """The targets of a parsed command line: its URLs, then the ``--config`` file's, then
+    ``--file-sd`` / ``--http-sd``'s (read once), this ``--shard``'s share, with the flags
+    as defaults (server, hardware, sweep lengths, --interval, --window,
     --gpu-metrics-url, --gpus).
 
     Raises:
@@ -93,9 +131,14 @@ def fleet_targets(args: argparse.Namespace) -> list[TargetConfig]:
     targets = [check(replace(base, url=u)) for u in args.urls]
     if args.config:
         targets += load_toml(args.config, base)
+    targets = unique(targets + discovered_targets(args, replace(base, name="")))
+    shard = getattr(args, "shard", None)
+    if shard:
+        targets = shard.select(targets)
     if not targets:
-        raise ValueError("no target: give server URLs or --config FILE")
-    return unique(targets)
+        raise ValueError("no target: give server URLs, --config FILE or --file-sd FILE"
+                         + (f" (none falls to shard {shard})" if shard else ""))
+    return targets
 
 
 @dataclass

@@ -74,12 +74,14 @@ def register(sub) -> None:
 
 def run(args: argparse.Namespace) -> int:
     """Entry point of ``prefilltui watch``: one URL, today's dashboard; several, or
-    ``--config``, the fleet overview."""
-    if len(args.urls) == 1 and not args.config:
+    ``--config`` / ``--file-sd`` / ``--http-sd``, the fleet overview."""
+    listed = args.config or args.file_sd or args.http_sd  # a target list: the fleet
+    if len(args.urls) == 1 and not listed:
         return run_tui(session_options(args, load=load_options(args)), display_options(args),
                        args.urls[0])
-    if not args.urls and not args.config:
-        err("no target: give a server URL (several for the fleet overview) or --config FILE")
+    if not args.urls and not listed:
+        err("no target: give a server URL (several for the fleet overview), --config FILE "
+            "or --file-sd FILE")
         return ExitCode.USAGE
     return run_fleet(args, display_options(args))
 

@@ -7,6 +7,7 @@ to Prometheus.
 ``collector`` the metric families built from snapshots at scrape time.
 ``fleet``     the set of targets: started in the background, replaced on SIGHUP; the
               target count and open-file limits.
+``discovery`` targets from Prometheus' file_sd / http_sd formats; ``--shard``'s hashmod.
 ``http``      the pages (/metrics, /probe?target=, /-/ready) and their bounded server.
 Imports no textual.
 """

@@ -64,9 +64,11 @@ RENDER_TTL_S = 1.0
 Answer = tuple[int, list[tuple[str, str]], bytes]
 
 
-def _registry(sources, *, process: bool) -> CollectorRegistry:
+def _registry(sources, *, process: bool, extra: Iterable = ()) -> CollectorRegistry:
     reg = CollectorRegistry(auto_describe=False)
     reg.register(HealthCollector(sources, with_build_info=process))
+    for collector in extra:  # the exporter's own series (service discovery, shard)
+        reg.register(collector)
     if process:
         ProcessCollector(registry=reg)
         PlatformCollector(registry=reg)
@@ -85,11 +87,12 @@ def _esc(s: str) -> str:
 class Pages:
     """What each path answers (synchronous; run in a worker thread).  ``sources``: the
     probers (a list, or a ``Fleet`` read at every request), objects with ``cfg``
-    (``label``, ``shown_url``, ``url``) and ``snapshot``."""
+    (``label``, ``shown_url``, ``url``) and ``snapshot``; ``extra``: more collectors
+    on ``/metrics`` (not on ``/probe``)."""
 
-    def __init__(self, sources: Iterable) -> None:
+    def __init__(self, sources: Iterable, extra: Iterable = ()) -> None:
         self.sources = sources
-        self._all = _registry(sources, process=True)
+        self._all = _registry(sources, process=True, extra=extra)
 
     def find(self, name: str):
         """The prober a ``/probe?target=`` value names: its label, its URL as shown, or
@@ -150,14 +153,14 @@ class MetricsServer:
     """
 
     def __init__(self, host: str, port: int, sources: Iterable, *,
-                 max_connections: int = MAX_CONNECTIONS) -> None:
+                 max_connections: int = MAX_CONNECTIONS, extra: Iterable = ()) -> None:
         #: open connections at most (``fleet.check_capacity`` gives what the file
         #: limit leaves once the targets have theirs); may be changed while serving
         self.max_connections = max_connections
         family = socket.AF_INET6 if ":" in host else socket.AF_INET
         self._sock = socket.create_server((host, port), family=family, backlog=LISTEN_BACKLOG)
         self.host, self.port = self._sock.getsockname()[:2]
-        self.pages = Pages(sources)
+        self.pages = Pages(sources, extra)
         self._pool = ThreadPoolExecutor(WORKERS, thread_name_prefix="prefilltui-render")
         self._conns: dict[_Conn, None] = {}  # insertion order: oldest first
         self._cache: dict[tuple, tuple[float, Answer]] = {}

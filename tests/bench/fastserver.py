@@ -4,7 +4,8 @@
                                      [--faults SEED] [--log FILE] [--restart-every S]
 
 Prints ``PORT <n>`` on stdout once listening.  Routes:
-  GET  /v1/models            one model, "fast-model"
+  GET  /v1/models            one model, "fast-model" (also under a path prefix,
+                             /t/7/v1/models: many targets on one server)
   POST /v1/completions       (and /v1/chat/completions) a one-token SSE stream: a token
                              chunk, a final chunk with ``usage`` and llama.cpp-style
                              ``timings`` (prompt_n, prompt_ms = the server's own time from
@@ -154,7 +155,7 @@ class Server:
                     self.last_request = head + body
                     if not await self.completion(writer, body, t0, rid):
                         return
-                elif method == b"GET" and target == b"/v1/models":
+                elif method == b"GET" and target.endswith(b"/v1/models"):  # a gateway's prefix too
                     writer.write(MODELS)
                 elif method == b"GET" and target == b"/_last_request":
                     writer.write(b"HTTP/1.1 200 OK\r\nContent-Type: application/octet-stream\r\n"

@@ -31,7 +31,7 @@ PLACEHOLDERS = {"URL": "http://127.0.0.1:9", "RUN.jsonl": str(FIXTURE), "N": "64
                 "NAME": "m", "FILE": "out.txt", "…": "x"}
 #: Programs a command line of a code block may start with, besides prefilltui.
 OTHER_PROGRAMS = ("make", "python", "python3", ".venv/bin/python", ".venv/bin/pip",
-                  ".venv/bin/lint-imports", "PREFILLTUI_SKIP_INTEGRATION=1", "docker")
+                  ".venv/bin/lint-imports", "PREFILLTUI_SKIP_INTEGRATION=1", "docker", "helm")
 
 
 def blocks() -> list[tuple[str, str, str, bool]]:
@@ -219,6 +219,17 @@ def check_fleet_toml() -> None:
     assert targets[0].gpu_metrics_url and targets[0].gpus == "0" and targets[1].interval_s == 4
 
 
+def check_file_sd_example():
+    """docs/kubernetes.md's file_sd example is a list the exporter reads, labels applied."""
+    from prefilltui.exporter.config import TargetConfig
+    from prefilltui.exporter.discovery import decode, parse_groups
+
+    body = _block_starting("kubernetes.md", '[{"targets": [')
+    a, b = parse_groups(decode(body, "doc", True), "doc", TargetConfig(url="http://unset"))
+    assert (a.label, b.url) == ("http://vllm-0.vllm.llm.svc:8000", "http://vllm-1.vllm.llm.svc:8000")
+    assert a.probe.api_key_env == "VLLM_API_KEY" and a.roofline.gpu == "H100 SXM"
+
+
 REFERENCE_CHECKS = {
     "server     --api completions|chat|responses": check_option_summary,
     "--threads N           CPU threads [-t] (default: all cores)": check_demo_options,
@@ -227,6 +238,7 @@ REFERENCE_CHECKS = {
     "prefilltui sweep URL --timeout 30": check_call_path,
     "[[target]]": check_exporter_toml,
     "# fleet.toml (the exporter's target file)": check_fleet_toml,
+    '[{"targets": [': check_file_sd_example,
 }
 
 

@@ -86,9 +86,9 @@ def test_sighup_reloads_the_targets_and_a_bad_file_is_refused(fake_server, tmp_p
 
 def test_too_many_targets_is_a_usage_error(tmp_path, capsys):
     cfg = tmp_path / "t.toml"
-    _targets(cfg, [("http://127.0.0.1:9", f"t{i}") for i in range(1001)])
+    _targets(cfg, [("http://127.0.0.1:9", f"t{i}") for i in range(1201)])
     assert main(["exporter", "--config", str(cfg), "--run-dir", str(tmp_path)]) == 2
-    assert "1001 targets: one exporter probes at most 1000" in capsys.readouterr().err
+    assert "1201 targets: one exporter probes at most 1200" in capsys.readouterr().err
 
 
 def test_an_open_file_limit_too_low_for_the_targets_is_said_up_front(tmp_path):

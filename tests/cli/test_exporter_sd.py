@@ -1,0 +1,62 @@
+"""The exporter as a process following a file_sd file (issue 33 #1): a new target
+starts within one refresh, a removed one's series leave /metrics, a half-written file
+keeps the running targets and says why (log line and prefilltui_sd_* series), and the
+start says what a restart of this shard loses."""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import signal
+
+from tests.cli.test_exporter_cli import _start_exporter
+from tests.unit.test_exporter import _get, _wait, prefill_server
+
+
+def _write(path, entries):
+    tmp = path.with_suffix(".new")
+    tmp.write_text(json.dumps([{"targets": entries, "labels": {"__prefilltui_interval": "0.2",
+                                                               "__prefilltui_lengths": "16,64"}}]))
+    os.replace(tmp, path)
+
+
+def test_the_exporter_follows_its_file_sd_file(fake_server, tmp_path):
+    srv = prefill_server(fake_server)
+    a, b = f"{srv.base_url}/", srv.base_url.replace("127.0.0.1", "localhost")
+    sd = tmp_path / "sd.json"
+    _write(sd, [a])
+    proc, port, err = _start_exporter(["--file-sd", str(sd), "--sd-refresh", "0.5",
+                                       "--shard", "0/1", "--run-dir", str(tmp_path / "r")],
+                                      tmp_path=tmp_path)
+    url = f"http://127.0.0.1:{port}/metrics"
+    log = lambda: (tmp_path / "stderr.txt").read_text()  # noqa: E731
+
+    def up(name):
+        return re.search(rf'prefilltui_target_up{{[^}}]*target="{re.escape(name)}"}} 1\.0',
+                         _get(url)[1]) is not None
+    try:
+        assert port is not None, log()
+        assert _wait(lambda: "shard 0/1: 1 of 1 listed targets" in log(), timeout=10)
+        assert "a restart loses these 1 windows" in log()
+        assert _wait(lambda: up(a), timeout=30)
+        _write(sd, [a, b])
+        assert _wait(lambda: up(b), timeout=30), log()
+        assert "reloaded service discovery: 1 added, 0 removed" in log()
+        sd.write_text('[{"targets": ["http://x')  # a writer caught mid-write
+        assert _wait(lambda: "the last good list is kept: 2 kept" in log(), timeout=10)
+        refused = r'^prefilltui_sd_last_refresh_ok\{source="[^"]+"\} 0\.0$'
+        assert _wait(lambda: re.search(refused, _get(url)[1], re.M), timeout=10)  # 1 s cache
+        assert re.search(r'^prefilltui_sd_targets\{source="[^"]+"\} 2\.0$', _get(url)[1], re.M)
+        assert up(a) and up(b) and proc.poll() is None
+        _write(sd, [b])
+        assert _wait(lambda: f'target="{a}"' not in _get(url)[1], timeout=10)
+        assert up(b)
+        proc.send_signal(signal.SIGTERM)
+        assert proc.wait(10) == 0
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+        err.close()
+    assert "Traceback" not in log()
