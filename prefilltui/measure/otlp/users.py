@@ -24,6 +24,7 @@ from typing import Callable, Iterable
 from urllib.parse import urlsplit
 
 from prefilltui.measure.otlp.spans import Batch
+from prefilltui.measure.runfile import SPAN_RECORD
 from prefilltui.model.fit import LinearFit
 from prefilltui.model.probe_notes import ServerSpan
 from prefilltui.model.types import ProbeResult
@@ -87,7 +88,7 @@ class UsersTrace:
         self._lock = threading.Lock()
         self._users: deque[UserRequest] = deque(maxlen=KEEP_REQUESTS)
         self._pending: OrderedDict[str, tuple[ProbeResult, float]] = OrderedDict()
-        self._early: OrderedDict[str, UserRequest] = OrderedDict()
+        self._early: OrderedDict[str, tuple[UserRequest, float]] = OrderedDict()
         self._latencies: deque[float] = deque(maxlen=KEEP_LATENCIES)
         self._n_users = self._matched = self._expired = self._foreign = 0
         #: the probes' fit ``window()`` uses when not given one (the TUI's live fit)
@@ -113,7 +114,7 @@ class UsersTrace:
             self._expire()
             got = self._pending.pop(key, None)
             if got is None:
-                self._early[key] = u
+                self._early[key] = (u, self._clock())
                 while len(self._early) > MAX_EARLY:
                     self._early.popitem(last=False)
                     self._foreign += 1
@@ -132,23 +133,21 @@ class UsersTrace:
             return
         with self._lock:
             self._expire()
-            u = self._early.pop(rid, None)
-            if u is None:
+            early = self._early.pop(rid, None)
+            if early is None:
                 self._pending[rid] = (r, self._clock())
                 while len(self._pending) > MAX_PENDING:
                     self._pending.popitem(last=False)
                     self._expired += 1
                 return
             self._matched += 1
-        apply_span(r, span_of(u))  # written with the probe's own line
+        apply_span(r, span_of(early[0]))  # written with the probe's own line
 
     def _record(self, r: ProbeResult, span: ServerSpan) -> None:
         if self.runfile is not None:
             try:
-                self.runfile.append_record("span", {"seq": r.seq, "request_id": span.request_id
-                                                    if not r.notes.request_id
-                                                    else r.notes.request_id,
-                                                    "span": span.to_json()})
+                self.runfile.append_record(SPAN_RECORD, {
+                    "seq": r.seq, "request_id": r.notes.request_id, "span": span.to_json()})
             except (OSError, ValueError):
                 pass  # the run file is closed or full: the live probe still has it
         if self.on_span is not None:
@@ -161,14 +160,14 @@ class UsersTrace:
         """Drop probes and early spans older than PENDING_S (lock held)."""
         cut = self._clock() - PENDING_S
         while self._pending:
-            k, (_, t) = next(iter(self._pending.items()))
+            _, (_, t) = next(iter(self._pending.items()))
             if t >= cut:
                 break
             self._pending.popitem(last=False)
             self._expired += 1
         while self._early:
-            k, u = next(iter(self._early.items()))
-            if (u.received_s or 0.0) >= cut:
+            _, (_, t) = next(iter(self._early.items()))
+            if t >= cut:
                 break
             self._early.popitem(last=False)
             self._foreign += 1
