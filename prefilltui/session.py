@@ -22,6 +22,8 @@ from prefilltui.model.fit import LinearFit
 from prefilltui.measure.load import LoadGenerator
 from prefilltui.measure.load_hook import LoadHook
 from prefilltui.measure.metrics_hook import MetricsHook
+from prefilltui.measure.otlp import OtlpReceiver, SpanHook, UsersTrace, target_names
+from prefilltui.measure.otlp import shared as otlp_shared
 from prefilltui.model.pacing import Pacing, auto_pacing
 from prefilltui.measure.probe import ProbeClient
 from prefilltui.measure.runfile import (RotatingRunWriter, RunFileBusy, RunWriter,
@@ -184,6 +186,10 @@ class Session:
     #: the background load (``--load``), not started; None unless asked for
     load: LoadGenerator | None = None
     load_hook: LoadHook | None = None
+    #: the users' requests and the probes' spans from the server's traces
+    #: (``--otlp-listen``; ``measure.otlp.UsersTrace``), None without a receiver
+    users: UsersTrace | None = None
+    otlp: OtlpReceiver | None = None
     _runners: int = 0
 
     @property
@@ -234,7 +240,38 @@ class Session:
                 pass
         if self.sampler is not None:
             self.sampler.stop()
+        if self.otlp is not None:
+            if self.users is not None:
+                self.otlp.router.remove(self.users)
+            otlp_shared.release(self.otlp)
+            self.otlp = None
         self.writer.close()
+
+
+def attach_users(session: Session, listen: str, names: tuple[str, ...] = ()) -> UsersTrace:
+    """Receive the server's traces on ``listen`` (the process's shared receiver there,
+    ``measure.otlp.shared``) into a new ``UsersTrace`` for this session's target, whose
+    probes register with it (``SpanHook``, after the metrics hook so a span's exact
+    values win) and whose late spans go to the run file.
+
+    Raises:
+        SessionError: (USAGE) not HOST:PORT; (FAILURE) the address cannot be bound.
+        The run file and sampler are closed first.
+    """
+    try:
+        rx = otlp_shared.acquire(listen)
+    except (ValueError, OSError) as exc:
+        session.close()
+        code = ExitCode.USAGE if isinstance(exc, ValueError) else ExitCode.FAILURE
+        why = exc.strerror if isinstance(exc, OSError) and exc.strerror else exc
+        raise SessionError(f"--otlp-listen {listen}: {why}", code) from None
+    label = names[0] if names else ""
+    trace = UsersTrace(label, names + target_names(label, session.base_url),
+                       runfile=session.writer)
+    rx.router.add(trace)
+    session.otlp, session.users = rx, trace
+    session.hooks.append(SpanHook(trace))
+    return trace
 
 
 def build_session(options: SessionOptions, base_url: str, *, continuous: bool = False
@@ -247,9 +284,11 @@ def build_session(options: SessionOptions, base_url: str, *, continuous: bool = 
     ``keep`` (a size-rotated run file).
     The sampler is started; the runner is made by ``Session.new_runner``.
 
+    ``options.otlp.listen``: the server's traces are received there (``attach_users``).
+
     Raises:
-        SessionError: bad options (USAGE: API key, sweep range, ``--gpus``) or a run
-            file that cannot be created (FAILURE).
+        SessionError: bad options (USAGE: API key, sweep range, ``--gpus``,
+            ``--otlp-listen``) or a run file / listen address that cannot be had (FAILURE).
     """
     from prefilltui.measure.runfile_read import load_baseline
 
@@ -300,6 +339,8 @@ def build_session(options: SessionOptions, base_url: str, *, continuous: bool = 
         session.load_hook = LoadHook(session.load, metrics)
         session.hooks.append(session.load_hook)
         writer.set_session(load=spec.to_json())
+    if options.otlp.listen:
+        attach_users(session, options.otlp.listen, options.otlp.names)
     path = options.analysis.baseline
     if path:
         try:

@@ -22,7 +22,8 @@ from dataclasses import replace
 from pathlib import Path
 
 from prefilltui.commands.argtypes import _int_list, _positive_float, _positive_int, server_url
-from prefilltui.commands.common import (add_hardware_args, add_load_args, add_server_args,
+from prefilltui.commands.common import (add_hardware_args, add_load_args, add_otlp_args,
+                                        add_server_args,
                                         probe_options, roofline_spec)
 from prefilltui.commands.signals import take_early_sighups
 from prefilltui.exit_codes import ExitCode
@@ -72,6 +73,7 @@ def register(sub) -> None:
                    help=f"rotated run files kept per target (default {RUN_FILE_KEEP})")
     add_hardware_args(p)
     add_load_args(p)  # every target's default; a target's own load key wins
+    add_otlp_args(p)  # every target's default; a target's own otlp_listen key wins
     p.set_defaults(func=run)
 
 
@@ -109,7 +111,8 @@ def targets_from_args(args) -> list[TargetConfig]:
     / OSError (the file)."""
     base = TargetConfig(url="http://unset", probe=probe_options(args),
                         roofline=roofline_spec(args), lengths=tuple(args.lengths),
-                        interval_s=args.interval, window=args.window, load=args.load)
+                        interval_s=args.interval, window=args.window, load=args.load,
+                        otlp_listen=args.otlp_listen)
     targets = [check(replace(base, url=u)) for u in args.urls]
     if args.config:
         targets += load_toml(args.config, base)

@@ -17,7 +17,8 @@ from dataclasses import replace
 
 from prefilltui.commands.argtypes import server_url
 from prefilltui.commands.common import (add_analysis_args, add_depth_arg, add_hardware_args,
-                                        add_load_args, add_output_args, add_server_args,
+                                        add_load_args, add_otlp_args, add_output_args,
+                                        add_server_args, otlp_options,
                                         add_sweep_args, add_telemetry_args, err, load_options,
                                         say, session_options)
 from prefilltui.commands.load_sweep import (LoadFailed, run_probes, session_facts_of_load,
@@ -51,6 +52,7 @@ def register(sub) -> None:
     add_telemetry_args(p)
     add_analysis_args(p)
     add_load_args(p, levels=True)
+    add_otlp_args(p)
     add_output_args(p)
     p.set_defaults(func=run)
 
@@ -144,7 +146,8 @@ def _run_depth_phase(design: SweepDesign, session: Session, lengths: list[int], 
 def run(args) -> int:
     """Entry point of ``prefilltui sweep``; returns the exit code (see the module doc)."""
     return run_sweep(session_options(args, depths=args.depth,
-                                     load=load_options(args, levels=True)),
+                                     load=load_options(args, levels=True),
+                                     otlp=otlp_options(args)),
                      args.url, as_json=args.format == "json")
 
 

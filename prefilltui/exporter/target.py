@@ -30,7 +30,7 @@ from pathlib import Path
 
 from prefilltui.model.summary import RunSummary
 from prefilltui.model.types import ERROR_KINDS, ProbeResult, ServerInfo
-from prefilltui.exporter.config import (JITTER, RUN_FILE_KEEP, RUN_FILE_MAX_BYTES,
+from prefilltui.exporter.config import (JITTER, RUN_FILE_KEEP, RUN_FILE_MAX_BYTES, otlp_options,
                                         TargetConfig)
 from prefilltui.exporter.health import (Expected, explicit_baseline, hang_threshold,
                                         length_medians, roofline_expected, ttft_buckets)
@@ -133,7 +133,8 @@ class TargetProber:
                                   max_bytes=self.run_max_bytes, keep=self.run_keep)
         return SessionOptions(probe=cfg.probe, design=design,
                               telemetry=TelemetryOptions(enabled=False), run_file=run_file,
-                              analysis=cfg.analysis, load=LoadOptions(spec=cfg.load))
+                              analysis=cfg.analysis, load=LoadOptions(spec=cfg.load),
+                              otlp=otlp_options(cfg))
 
     def start(self) -> "TargetProber":
         """Build the session and start probing.

@@ -271,6 +271,11 @@ class TraceRouter:
             self._traces.append(trace)
         return trace
 
+    def remove(self, trace: UsersTrace) -> None:
+        with self._lock:
+            if trace in self._traces:
+                self._traces.remove(trace)
+
     @property
     def traces(self) -> tuple[UsersTrace, ...]:
         return tuple(self._traces)
