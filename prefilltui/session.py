@@ -14,6 +14,7 @@ file that cannot be created; nothing is left open then.
 from __future__ import annotations
 
 import os
+import time
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable
@@ -190,6 +191,8 @@ class Session:
     #: (``--otlp-listen``; ``measure.otlp.UsersTrace``), None without a receiver
     users: UsersTrace | None = None
     otlp: OtlpReceiver | None = None
+    #: unix seconds the session was built (the users' window of a sweep starts here)
+    started_s: float = field(default_factory=time.time)
     _runners: int = 0
 
     @property

@@ -123,6 +123,39 @@ class UsersWindow:
     estimate: bool = False
 
 
+@dataclass(frozen=True, slots=True)
+class TraceStats:
+    """Counts of one target's spans: users' requests seen, probes matched to their
+    span, probes whose span never came within ``PENDING_S`` (30 s) (expired), spans of
+    prefilltui requests this session did not wait for (another prefilltui, or late),
+    probes still waiting, and the median span latency (end to receipt, s);
+    ``measure.otlp.UsersTrace.stats``."""
+
+    users: int = 0
+    probes_matched: int = 0
+    probes_expired: int = 0
+    foreign_probes: int = 0
+    probes_waiting: int = 0
+    latency_p50_s: float | None = None
+
+    @property
+    def match_rate(self) -> float | None:
+        """Matched / (matched + expired), or None before any probe settled."""
+        n = self.probes_matched + self.probes_expired
+        return self.probes_matched / n if n else None
+
+    def to_json(self) -> dict:
+        return {"users": self.users, "probes_matched": self.probes_matched,
+                "probes_expired": self.probes_expired, "foreign_probes": self.foreign_probes,
+                "probes_waiting": self.probes_waiting, "match_rate": self.match_rate,
+                "latency_p50_s": self.latency_p50_s}
+
+
+def window_to_json(w: UsersWindow) -> dict:
+    """The window as JSON (seconds, tokens, shares 0..1; docs/schema.md ``live.users``)."""
+    return {k: getattr(w, k) for k in UsersWindow.__slots__}
+
+
 #: The run-file keys of a ``UserRequest`` (a probe's own span, docs/runfile.md).
 _JSON_FLOATS = ("arrival_s", "ttft_s", "queue_s", "prefill_s", "e2e_s", "end_s", "received_s")
 _JSON_INTS = ("prompt_tokens", "cached_tokens")

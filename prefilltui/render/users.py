@@ -53,11 +53,3 @@ def users_lines(w: UsersWindow | None, *, matched: str | None = None) -> list[st
     if extra:
         lines.append("; ".join(extra))
     return lines
-
-
-def users_json(w: UsersWindow | None) -> dict | None:
-    """The window as the run summary's ``users`` object (seconds, tokens, shares 0..1),
-    or None."""
-    if w is None:
-        return None
-    return {k: getattr(w, k) for k in UsersWindow.__slots__}

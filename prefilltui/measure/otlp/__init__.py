@@ -8,8 +8,8 @@
 """
 
 from prefilltui.measure.otlp.receiver import OtlpReceiver, parse_listen
-from prefilltui.measure.otlp.users import (SpanHook, TraceRouter, TraceStats, UsersTrace,
-                                           target_names)
+from prefilltui.measure.otlp.users import SpanHook, TraceRouter, UsersTrace, target_names
+from prefilltui.model.users import TraceStats
 
 __all__ = ["OtlpReceiver", "parse_listen", "SpanHook", "TraceRouter", "TraceStats",
            "UsersTrace", "target_names"]

@@ -19,7 +19,7 @@ import re
 import threading
 import time
 from collections import OrderedDict, deque
-from dataclasses import dataclass, replace
+from dataclasses import replace
 from typing import Callable, Iterable
 from urllib.parse import urlsplit
 
@@ -28,7 +28,7 @@ from prefilltui.measure.runfile import SPAN_RECORD
 from prefilltui.model.fit import LinearFit
 from prefilltui.model.probe_notes import ServerSpan
 from prefilltui.model.types import ProbeResult
-from prefilltui.model.users import (UserRequest, UsersWindow, apply_span, span_of,
+from prefilltui.model.users import (TraceStats, UserRequest, UsersWindow, apply_span, span_of,
                                     users_window)
 
 #: The users' window (s): the figures of ``window()``; ``before()`` is the one before it.
@@ -45,27 +45,6 @@ MAX_EARLY = 512
 KEEP_LATENCIES = 256
 #: A probe's request id inside a span's ``gen_ai.request.id``.
 PROBE_ID = re.compile(r"prefilltui-[0-9a-f]+-\d+")
-
-
-@dataclass(frozen=True, slots=True)
-class TraceStats:
-    """Counts of one target's spans: users' requests seen, probes matched to their
-    span, probes whose span never came within ``PENDING_S`` (expired), spans of
-    prefilltui requests this session did not wait for (another prefilltui, or late),
-    probes still waiting, and the median span latency (end to receipt, s)."""
-
-    users: int = 0
-    probes_matched: int = 0
-    probes_expired: int = 0
-    foreign_probes: int = 0
-    probes_waiting: int = 0
-    latency_p50_s: float | None = None
-
-    @property
-    def match_rate(self) -> float | None:
-        """Matched / (matched + expired), or None before any probe settled."""
-        n = self.probes_matched + self.probes_expired
-        return self.probes_matched / n if n else None
 
 
 class UsersTrace:
