@@ -25,6 +25,7 @@ from prefilltui.measure.load_hook import LoadHook
 from prefilltui.measure.metrics_hook import MetricsHook
 from prefilltui.measure.otlp import OtlpReceiver, SpanHook, UsersTrace, target_names
 from prefilltui.measure.otlp import shared as otlp_shared
+from prefilltui.measure.users_metrics import UsersMetrics
 from prefilltui.model.pacing import Pacing, auto_pacing
 from prefilltui.measure.probe import ProbeClient
 from prefilltui.measure.runfile import (RotatingRunWriter, RunFileBusy, RunWriter,
@@ -187,9 +188,12 @@ class Session:
     #: the background load (``--load``), not started; None unless asked for
     load: LoadGenerator | None = None
     load_hook: LoadHook | None = None
-    #: the users' requests and the probes' spans from the server's traces
-    #: (``--otlp-listen``; ``measure.otlp.UsersTrace``), None without a receiver
-    users: UsersTrace | None = None
+    #: the users' requests as one face (``window`` / ``before`` / ``recent`` /
+    #: ``stats``): the server's traces (``trace``, ``--otlp-listen``), falling back to
+    #: its /metrics histograms (``users_metrics``) while no user span has come
+    users: UsersTrace | UsersMetrics | None = None
+    trace: UsersTrace | None = None
+    users_metrics: UsersMetrics | None = None
     otlp: OtlpReceiver | None = None
     #: unix seconds the session was built (the users' window of a sweep starts here)
     started_s: float = field(default_factory=time.time)
@@ -244,8 +248,8 @@ class Session:
         if self.sampler is not None:
             self.sampler.stop()
         if self.otlp is not None:
-            if self.users is not None:
-                self.otlp.router.remove(self.users)
+            if self.trace is not None:
+                self.otlp.router.remove(self.trace)
             otlp_shared.release(self.otlp)
             self.otlp = None
         self.writer.close()
@@ -271,8 +275,9 @@ def attach_users(session: Session, listen: str, names: tuple[str, ...] = ()) -> 
     label = names[0] if names else ""
     trace = UsersTrace(label, names + target_names(label, session.base_url),
                        runfile=session.writer)
+    trace.fallback = session.users_metrics
     rx.router.add(trace)
-    session.otlp, session.users = rx, trace
+    session.otlp, session.trace, session.users = rx, trace, trace
     session.hooks.append(SpanHook(trace))
     return trace
 
@@ -342,6 +347,10 @@ def build_session(options: SessionOptions, base_url: str, *, continuous: bool = 
         session.load_hook = LoadHook(session.load, metrics)
         session.hooks.append(session.load_hook)
         writer.set_session(load=spec.to_json())
+    # the users' window from /metrics, read from the scrapes the metrics hook makes
+    session.users = session.users_metrics = UsersMetrics()
+    metrics.on_text = session.users_metrics.feed
+    session.hooks.append(session.users_metrics)
     if options.otlp.listen:
         attach_users(session, options.otlp.listen, options.otlp.names)
     path = options.analysis.baseline

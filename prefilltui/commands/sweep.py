@@ -224,12 +224,12 @@ def run_sweep(options: SessionOptions, base_url: str, *, as_json: bool = False) 
         if depths and runner.state == "done":
             depth_results, depth_notes = _run_depth_phase(
                 design, session, runner.lengths, stream, max((r.seq for r in results), default=0))
-        if session.users is not None:  # the last probes' spans come seconds later
-            waiting = session.users.stats().probes_waiting
+        if session.trace is not None:  # the last probes' spans come seconds later
+            waiting = session.trace.stats().probes_waiting
             if waiting:
                 say(f"waiting up to {SPAN_WAIT_S:g} s for the server's spans of {waiting} "
                     "probe(s)", stream)
-                session.users.wait_settled(SPAN_WAIT_S)
+                session.trace.wait_settled(SPAN_WAIT_S)
     except KeyboardInterrupt:
         err("interrupted")
         return ExitCode.INTERRUPTED
@@ -270,9 +270,10 @@ def run_sweep(options: SessionOptions, base_url: str, *, as_json: bool = False) 
                                    gpu_names)
     if session.users is not None and summary.live is not None:
         started, now = session.started_s, time.time()
+        users = session.users.window(now, fit=summary.fit, window_s=max(now - started, 1.0))
         summary = replace(summary, live=replace(
-            summary.live, spans=session.users.stats(),
-            users=session.users.window(now, fit=summary.fit, window_s=max(now - started, 1.0))))
+            summary.live, spans=session.trace.stats() if session.trace is not None else None,
+            users=users if users.source != "none" else None))
     info = runner.server_info
     summary = with_load(summary, all_results, session.load.traces() if session.load else (),
                         facts=session_facts_of_load(session), under=under,

@@ -292,7 +292,28 @@ class TargetProber:
             expected=expected, last_error=self._last_error,
             metrics_problem=hook.problem if hook is not None else None,
             run_file=str(self.writer.path) if self.writer is not None else None,
-            load=self._load_figures(), **self._totals)
+            load=self._load_figures(), **self._users_figures(), **self._totals)
+
+    @property
+    def users(self):
+        """The users' requests of this target (``session.Session.users``: ``window(now)``,
+        ``before()``, ``recent()``, ``stats()``), None before the session is built."""
+        return self.session.users if self.session is not None else None
+
+    def _users_figures(self) -> dict:
+        """The snapshot's ``users`` window (against the window fit) and ``spans``."""
+        users = self.users
+        if users is None:
+            return {}
+        try:
+            fit = self._health.fit if self._health is not None else None
+            w = users.window(fit=fit)
+            trace = self.session.trace
+            return {"users": w if w.source != "none" else None,
+                    "spans": trace.stats() if trace is not None else None}
+        except Exception:  # never into the probing
+            log.exception("users' window failed for %s", self.cfg.label)
+            return {}
 
     def _load_figures(self) -> LoadFigures | None:
         gen = self.session.load if self.session is not None else None

@@ -18,6 +18,7 @@ from pathlib import Path
 from typing import Any, Callable, Protocol
 
 from prefilltui.measure.otlp import UsersTrace
+from prefilltui.measure.users_metrics import UsersMetrics
 from prefilltui.measure.telemetry import TelemetrySnapshot
 from prefilltui.model import defaults
 from prefilltui.model.advisor import (ITL_GOAL_S, Advice, CacheFinding, advise,
@@ -128,7 +129,7 @@ class FeedConfig:
     load: Any = None
     #: the users' requests from the server's traces (``measure.otlp.UsersTrace``,
     #: ``--otlp-listen``), None without a receiver
-    users: UsersTrace | None = None
+    users: UsersTrace | UsersMetrics | None = None
 
 
 @dataclass
@@ -326,7 +327,7 @@ class TargetFeed:
         if trace is None:
             return []
         st = trace.stats()
-        n = st.probes_matched + st.probes_expired
+        n = st.probes_matched + st.probes_expired if st is not None else 0
         matched = f"probes' own spans {st.probes_matched}/{n}" if n else None
         return users_lines(self.users_window(), matched=matched)
 

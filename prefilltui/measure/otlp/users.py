@@ -72,6 +72,9 @@ class UsersTrace:
         self._n_users = self._matched = self._expired = self._foreign = 0
         #: the probes' fit ``window()`` uses when not given one (the TUI's live fit)
         self.fit: Callable[[], LinearFit | None] = lambda: None
+        #: where ``window()`` / ``before()`` read while no user span has come (the
+        #: /metrics window, ``measure.users_metrics.UsersMetrics``), or None
+        self.fallback = None
 
     # -- producers
     def add(self, u: UserRequest) -> None:
@@ -181,8 +184,12 @@ class UsersTrace:
                window_s: float = WINDOW_S, running: float | None = None,
                waiting: float | None = None) -> UsersWindow:
         """The users' window ending at ``now_s`` (default: now), against ``fit`` (default:
-        ``self.fit()``): ``model.users.users_window``."""
+        ``self.fit()``): ``model.users.users_window``; the fallback's (/metrics) while no
+        user span has come."""
         now = self._clock() if now_s is None else now_s
+        if self._n_users == 0 and self.fallback is not None:
+            return self.fallback.window(now, fit=fit, window_s=window_s, running=running,
+                                        waiting=waiting)
         return users_window(self.recent(), now_s=now, window_s=window_s,
                             fit=fit if fit is not None else self.fit(), running=running,
                             waiting=waiting)

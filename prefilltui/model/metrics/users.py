@@ -136,10 +136,10 @@ def users_from_metrics(before: UsersCounters, after: UsersCounters, *, probes: i
     unexplained_prefill_share stays None (no per-request prefill to weigh)."""
     ttft = _delta_buckets(before, after, "ttft")
     prompt = _delta_buckets(before, after, "prompt")
-    n = None
+    n = None  # a series the earlier scrape lacks had counted nothing yet: 0
     for role in ("ttft", "prompt", "queue"):
-        if role in after.count and role in before.count:
-            n = after.count[role] - before.count[role]
+        if role in after.count:
+            n = after.count[role] - before.count.get(role, 0.0)
             break
     dq = {r: after.total.get(r, 0.0) - before.total.get(r, 0.0) for r in ("ttft", "queue")}
     queue_share = (dq["queue"] / dq["ttft"]
@@ -147,8 +147,8 @@ def users_from_metrics(before: UsersCounters, after: UsersCounters, *, probes: i
                    else None)
     p50 = bucket_quantile(0.5, prompt)
     hit = None
-    if "cache_queries" in after.values and "cache_queries" in before.values:
-        dq_ = after.values["cache_queries"] - before.values["cache_queries"]
+    if "cache_queries" in after.values:
+        dq_ = after.values["cache_queries"] - before.values.get("cache_queries", 0.0)
         dh = after.values.get("cache_hits", 0.0) - before.values.get("cache_hits", 0.0)
         hit = dh / dq_ if dq_ > 0 and dh >= 0 else None
     elif "cache_hit_rate" in after.values:
