@@ -84,7 +84,7 @@ async def test_users_metrics_over_scrapes():
     t = [1000.0]
     um = UsersMetrics(clock=lambda: t[0])
     um.feed("vllm", _vllm(0, 0, (0, 0), 0, 0))
-    for i in range(2):
+    for _ in range(2):
         t[0] += 0.4  # within MIN_GAP_S of the last read: not read again
         um.feed("vllm", _vllm(99, 99, (9, 9), 9, 9))
     t[0] += 61.0
