@@ -145,3 +145,16 @@ def test_router_by_service_name_and_unknown():
     assert [u.request_id for u in a.recent(-1)] == ["2"]
     assert [u.request_id for u in b.recent(-1)] == ["1"]
     assert router.unknown == 1
+
+
+def test_a_span_line_without_its_probe_is_a_bad_line(tmp_path):
+    path = tmp_path / "run.jsonl"
+    w = RunWriter(path)
+    w.append(_probe(1, "prefilltui-aa-1"))
+    w.append_record("span", {"seq": 9, "request_id": "prefilltui-aa-9",
+                             "span": {"request_id": "cmpl-prefilltui-aa-9-0", "ttft_s": 0.1}})
+    w.append_record("span", {"seq": 1, "request_id": "prefilltui-aa-1", "span": "junk"})
+    w.close()
+    (r,), problems = read_run(path)
+    assert r.span is None and r.queue_source == "metrics"  # nothing applied to another probe
+    assert [p.split(":")[0] for p in problems] == ["line 3", "line 4"]
