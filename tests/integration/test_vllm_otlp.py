@@ -1,6 +1,6 @@
 """Against a real vLLM 0.32.0 started with ``--otlp-traces-endpoint`` (its own
-``llm_request`` spans over OTLP/HTTP protobuf, gzip-compressed, the SDK's default 5 s
-export delay): ``sweep --otlp-listen`` matches every probe to its own span by request
+``llm_request`` spans over OTLP/HTTP protobuf, gzip-compressed, exported every second:
+``demo.vllm.TRACE_ENV``): ``sweep --otlp-listen`` matches every probe to its own span by request
 id (the span's TTFT becomes the probe's server TTFT, in the run file too), and the
 requests this test sends itself, as another user would, appear as users with the
 prompt lengths vLLM counted.  The span latency and the match rate are printed (the
