@@ -69,7 +69,7 @@ VLLM_ENV = {"VLLM_CPU_KVCACHE_SPACE": "1", "VLLM_SERVER_DEV_MODE": "1",
 #: With a trace receiver: OTLP over HTTP/protobuf (vLLM's default is gRPC, which the
 #: receiver does not speak), and spans exported every second instead of the
 #: BatchSpanProcessor's 5 s (OpenTelemetry SDK ``OTEL_BSP_SCHEDULE_DELAY``, ms), so the
-#: demo's probes get their span sooner.
+#: demo's probes get their span sooner.  Defaults only: a variable already set wins.
 TRACE_ENV = {"OTEL_EXPORTER_OTLP_TRACES_PROTOCOL": "http/protobuf",
              "OTEL_BSP_SCHEDULE_DELAY": "1000", "OTEL_SERVICE_NAME": "vllm-demo"}
 INSTALL_NOTICE = (f"first run installs vLLM ({VLLM_DIST}=={VLLM_VERSION}) into its own venv: "
@@ -389,7 +389,9 @@ class VllmServer(ManagedServer):
         return super().compute_pids()
 
     def env(self) -> dict[str, str]:
-        return {**os.environ, **VLLM_ENV, **(TRACE_ENV if self.otlp_endpoint else {})}
+        # the tracing knobs are defaults: an OTEL_* variable already set wins
+        trace = {k: v for k, v in TRACE_ENV.items() if k not in os.environ}
+        return {**os.environ, **VLLM_ENV, **(trace if self.otlp_endpoint else {})}
 
     def facts(self) -> dict[str, object]:
         return {**super().facts(), "engine": f"vLLM {VLLM_VERSION} ({VLLM_DIST})",

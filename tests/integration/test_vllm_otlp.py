@@ -1,6 +1,6 @@
 """Against a real vLLM 0.32.0 started with ``--otlp-traces-endpoint`` (its own
-``llm_request`` spans over OTLP/HTTP protobuf, gzip-compressed, exported every second:
-``demo.vllm.TRACE_ENV``): ``sweep --otlp-listen`` matches every probe to its own span by request
+``llm_request`` spans over OTLP/HTTP protobuf, gzip-compressed, with the OpenTelemetry
+SDK's default 5 s export delay rather than the demo's 1 s): ``sweep --otlp-listen`` matches every probe to its own span by request
 id (the span's TTFT becomes the probe's server TTFT, in the run file too), and the
 requests this test sends itself, as another user would, appear as users with the
 prompt lengths vLLM counted.  The span latency and the match rate are printed (the
@@ -45,6 +45,7 @@ def test_probes_matched_to_their_spans_and_users_seen(vllm_target, tmp_path, cap
 
     port = _free_port()
     monkeypatch.setenv("OTEL_EXPORTER_OTLP_TRACES_COMPRESSION", "gzip")
+    monkeypatch.setenv("OTEL_BSP_SCHEDULE_DELAY", "5000")  # the SDK's default, not the demo's
     endpoint = f"http://127.0.0.1:{port}/v1/traces"
     with VllmServer(vllm_target, startup_timeout=600, otlp_endpoint=endpoint,
                     log_path=tmp_path / "vllm.log") as srv:
