@@ -36,7 +36,8 @@ from prefilltui.model.loadspec import LoadSpec
 from prefilltui.model.spec import AnalysisOptions, RooflineSpec, read_model_config
 
 __all__ = ["ApiKind", "ProbeOptions", "SweepDesign", "TelemetryOptions", "RunFileOptions",
-           "LoadOptions", "LoadSpec", "OtlpOptions", "DisplayOptions", "FleetOptions", "SessionOptions",
+           "LoadOptions", "LoadSpec", "OtlpOptions", "DisplayOptions", "FleetOptions",
+           "SessionOptions",
            "AnalysisOptions", "RooflineSpec",
            "read_model_config", "API_KEY_ENV"]
 

@@ -30,8 +30,8 @@ from pathlib import Path
 
 from prefilltui.model.summary import RunSummary
 from prefilltui.model.types import ERROR_KINDS, ProbeResult, ServerInfo
-from prefilltui.exporter.config import (JITTER, RUN_FILE_KEEP, RUN_FILE_MAX_BYTES, otlp_options,
-                                        TargetConfig)
+from prefilltui.exporter.config import (JITTER, RUN_FILE_KEEP, RUN_FILE_MAX_BYTES,
+                                        TargetConfig, otlp_options)
 from prefilltui.exporter.health import (Expected, explicit_baseline, hang_threshold,
                                         length_medians, roofline_expected, ttft_buckets)
 from prefilltui.exporter.load_figures import LoadFigures, load_figures
