@@ -41,7 +41,8 @@ class UserRequest:
     target -- the label of the target the span was matched to ("" = the only one);
     end_s -- unix seconds when the span ended (the request finished), when known;
     received_s -- unix seconds when prefilltui received the span (``received_s -
-      end_s`` is the span's latency: the engine's export batching plus the network).
+      end_s`` is the span's latency: the engine's export batching plus the network);
+    max_tokens -- the output cap the request asked for (``gen_ai.request.max_tokens``).
     The prefill interval is [arrival_s + queue_s, arrival_s + queue_s + prefill_s]
     when both are known.  No prompt text is ever carried (spans have none).
     """
@@ -57,6 +58,7 @@ class UserRequest:
     target: str = ""
     end_s: float | None = None
     received_s: float | None = None
+    max_tokens: int | None = None
 
     @property
     def finished_s(self) -> float:
@@ -158,7 +160,7 @@ def window_to_json(w: UsersWindow) -> dict:
 
 #: The run-file keys of a ``UserRequest`` (a probe's own span, docs/runfile.md).
 _JSON_FLOATS = ("arrival_s", "ttft_s", "queue_s", "prefill_s", "e2e_s", "end_s", "received_s")
-_JSON_INTS = ("prompt_tokens", "cached_tokens")
+_JSON_INTS = ("prompt_tokens", "cached_tokens", "max_tokens")
 
 
 def request_to_json(u: UserRequest) -> dict:
@@ -192,7 +194,7 @@ def request_from_json(d: object) -> UserRequest | None:
                        ttft_s=num("ttft_s"), queue_s=num("queue_s"), prefill_s=num("prefill_s"),
                        e2e_s=num("e2e_s"), cached_tokens=count("cached_tokens"),
                        request_id=rid if isinstance(rid, str) else "", end_s=num("end_s"),
-                       received_s=num("received_s"))
+                       received_s=num("received_s"), max_tokens=count("max_tokens"))
 
 
 def expected_ttft_s(fit: LinearFit | None, prompt_tokens: int | None) -> float | None:

@@ -57,7 +57,7 @@ def test_protobuf_body_gives_users_with_their_numbers(rx):
     assert (u.prompt_tokens, u.ttft_s, u.queue_s, u.prefill_s, u.e2e_s) == (812, 0.25, 0.1,
                                                                              0.12, 0.3)
     assert u.arrival_s == pytest.approx(T0) and u.request_id == "cmpl-a-0"
-    assert u.target == "t" and u.end_s == pytest.approx(T0 + 0.3)
+    assert u.target == "t" and u.end_s == pytest.approx(T0 + 0.3) and u.max_tokens == 1
 
 
 def test_json_body_answered_in_json(rx):

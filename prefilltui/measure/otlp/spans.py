@@ -14,6 +14,7 @@ not send anyway) is ever looked at:
 ``gen_ai.latency.time_in_queue``       ``queue_s``
 ``gen_ai.latency.time_in_model_prefill`` ``prefill_s``
 ``gen_ai.latency.e2e``                 ``e2e_s``
+``gen_ai.request.max_tokens``          ``max_tokens``
 =====================================  ===============================
 
 A request span with a value of the wrong type or out of range (negative, not finite)
@@ -41,6 +42,7 @@ TTFT = "gen_ai.latency.time_to_first_token"
 QUEUE = "gen_ai.latency.time_in_queue"
 PREFILL = "gen_ai.latency.time_in_model_prefill"
 E2E = "gen_ai.latency.e2e"
+MAX_TOKENS = "gen_ai.request.max_tokens"
 #: Resource attributes that may name the server a span came from.
 RESOURCE_KEYS = ("service.name", "service.instance.id", "host.name", "server.address")
 #: The longest request id kept (characters): ids are matched, never shown whole.
@@ -112,7 +114,8 @@ def read_batch(req: ExportTraceServiceRequest, *, received_s: float) -> Batch:
                     out.other += 1
                     continue
                 attrs = {a.key: _value(a.value) for a in sp.attributes
-                         if a.key in (ID, PROMPT_TOKENS, CACHED_TOKENS, TTFT, QUEUE, PREFILL, E2E)}
+                         if a.key in (ID, PROMPT_TOKENS, CACHED_TOKENS, TTFT, QUEUE, PREFILL, E2E,
+                                      MAX_TOKENS)}
                 try:
                     rid = attrs.get(ID)
                     if rid is not None and not isinstance(rid, str):
@@ -128,7 +131,7 @@ def read_batch(req: ExportTraceServiceRequest, *, received_s: float) -> Batch:
                         cached_tokens=_tokens(attrs, CACHED_TOKENS),
                         request_id=(rid or "")[:MAX_ID_CHARS],
                         end_s=end if end is not None and end >= start else None,
-                        received_s=received_s)
+                        received_s=received_s, max_tokens=_tokens(attrs, MAX_TOKENS))
                 except _Bad as e:
                     out.rejected += 1
                     out.reason = out.reason or f"{sp.name[:40]!r} span: {e}"
