@@ -72,10 +72,12 @@ def fleet_options(args: argparse.Namespace) -> FleetOptions:
                         run_dir=args.run_dir)
 
 
-def fleet_targets(args: argparse.Namespace) -> list[TargetConfig]:
+def fleet_targets(args: argparse.Namespace, *, otlp_listen: str | None = None
+                  ) -> list[TargetConfig]:
     """The targets of a parsed command line: its URLs, then the ``--config`` file's,
     with the flags as defaults (server, hardware, sweep lengths, --interval, --window,
-    --gpu-metrics-url, --gpus).
+    --gpu-metrics-url, --gpus, and ``otlp_listen``: the fleet's ``--otlp-listen``;
+    ``status`` has none).
 
     Raises:
         ValueError: a bad target file, a duplicate target or no target at all;
@@ -91,7 +93,7 @@ def fleet_targets(args: argparse.Namespace) -> list[TargetConfig]:
                         roofline=roofline_spec(args), lengths=lengths,
                         interval_s=args.interval, window=args.window,
                         gpu_metrics_url=args.gpu_metrics_url, gpus=args.gpus, load=args.load,
-                        otlp_listen=args.otlp_listen)
+                        otlp_listen=otlp_listen)
     targets = [check(replace(base, url=u)) for u in args.urls]
     if args.config:
         targets += load_toml(args.config, base)
@@ -278,7 +280,7 @@ def run_fleet(args: argparse.Namespace, display: DisplayOptions) -> int:
     from prefilltui.tui.themes import load_themes, resolve_theme_arg, user_theme_dir
 
     try:
-        targets = fleet_targets(args)
+        targets = fleet_targets(args, otlp_listen=args.otlp_listen)
     except (ValueError, OSError) as exc:
         err(str(exc))
         return ExitCode.USAGE
