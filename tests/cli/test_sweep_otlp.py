@@ -25,7 +25,13 @@ def _free_port() -> int:
         return s.getsockname()[1]
 
 
-def test_probes_get_their_spans_and_users_are_counted(fake_server, tmp_path, capsys):
+def test_probes_get_their_spans_and_users_are_counted(fake_server, tmp_path, capsys,
+                                                     monkeypatch):
+    from prefilltui.commands import sweep
+
+    # the sweep returns as soon as every span is in; a loaded machine may need longer
+    # than the 10 s it gives a real server
+    monkeypatch.setattr(sweep, "SPAN_WAIT_S", 60.0)
     port = _free_port()
     endpoint = f"http://127.0.0.1:{port}/v1/traces"
     posted: list[threading.Thread] = []
