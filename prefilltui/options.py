@@ -17,6 +17,8 @@ and is also the documented default of its flag.
                        inputs: defined in the model, which reads them, and re-exported
                        here so this module names every option.
 - ``LoadOptions``      the background load (``--load``, ``--load-levels``), off by default.
+- ``OtlpOptions``      where the server's OpenTelemetry traces arrive (``--otlp-listen``)
+                       and the names that pick this target's spans.
 - ``DisplayOptions``   what only the TUI reads.
 - ``FleetOptions``     how the fleet overview spaces its targets' probes, and its columns.
 - ``SessionOptions``   what ``session.build_session`` needs: the records above together.
@@ -34,7 +36,8 @@ from prefilltui.model.loadspec import LoadSpec
 from prefilltui.model.spec import AnalysisOptions, RooflineSpec, read_model_config
 
 __all__ = ["ApiKind", "ProbeOptions", "SweepDesign", "TelemetryOptions", "RunFileOptions",
-           "LoadOptions", "LoadSpec", "DisplayOptions", "FleetOptions", "SessionOptions",
+           "LoadOptions", "LoadSpec", "OtlpOptions", "DisplayOptions", "FleetOptions",
+           "SessionOptions",
            "AnalysisOptions", "RooflineSpec",
            "read_model_config", "API_KEY_ENV"]
 
@@ -149,6 +152,18 @@ class LoadOptions:
 
 
 @dataclass(frozen=True, slots=True)
+class OtlpOptions:
+    """The OTLP trace receiver (docs/users.md): ``listen`` is ``HOST:PORT`` of the
+    receiver the server's spans are sent to (``--otlp-listen``; None: none, the
+    default), shared by every session of the process that names the same address;
+    ``names``: resource attribute values (``service.name`` ...) that name this target
+    when several share one receiver (the target's label and ``host:port`` are added)."""
+
+    listen: str | None = None
+    names: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True, slots=True)
 class DisplayOptions:
     """What only the TUI reads: ``theme`` (a theme name or a theme TOML file)."""
 
@@ -183,3 +198,4 @@ class SessionOptions:
     run_file: RunFileOptions = RunFileOptions()
     analysis: AnalysisOptions = AnalysisOptions()
     load: LoadOptions = LoadOptions()
+    otlp: OtlpOptions = OtlpOptions()

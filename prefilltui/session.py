@@ -14,6 +14,7 @@ file that cannot be created; nothing is left open then.
 from __future__ import annotations
 
 import os
+import time
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable
@@ -22,6 +23,9 @@ from prefilltui.model.fit import LinearFit
 from prefilltui.measure.load import LoadGenerator
 from prefilltui.measure.load_hook import LoadHook
 from prefilltui.measure.metrics_hook import MetricsHook
+from prefilltui.measure.otlp import OtlpReceiver, SpanHook, UsersTrace, target_names
+from prefilltui.measure.otlp import shared as otlp_shared
+from prefilltui.measure.users_metrics import UsersMetrics
 from prefilltui.model.pacing import Pacing, auto_pacing
 from prefilltui.measure.probe import AZURE_KEY_ENV, ProbeClient, is_azure
 from prefilltui.measure.runfile import (RotatingRunWriter, RunFileBusy, RunWriter,
@@ -197,6 +201,15 @@ class Session:
     #: the background load (``--load``), not started; None unless asked for
     load: LoadGenerator | None = None
     load_hook: LoadHook | None = None
+    #: the users' requests as one face (``window`` / ``before`` / ``recent`` /
+    #: ``stats``): the server's traces (``trace``, ``--otlp-listen``), falling back to
+    #: its /metrics histograms (``users_metrics``) while no user span has come
+    users: UsersTrace | UsersMetrics | None = None
+    trace: UsersTrace | None = None
+    users_metrics: UsersMetrics | None = None
+    otlp: OtlpReceiver | None = None
+    #: unix seconds the session was built (the users' window of a sweep starts here)
+    started_s: float = field(default_factory=time.time)
     _runners: int = 0
 
     @property
@@ -247,7 +260,39 @@ class Session:
                 pass
         if self.sampler is not None:
             self.sampler.stop()
+        if self.otlp is not None:
+            if self.trace is not None:
+                self.otlp.router.remove(self.trace)
+            otlp_shared.release(self.otlp)
+            self.otlp = None
         self.writer.close()
+
+
+def attach_users(session: Session, listen: str, names: tuple[str, ...] = ()) -> UsersTrace:
+    """Receive the server's traces on ``listen`` (the process's shared receiver there,
+    ``measure.otlp.shared``) into a new ``UsersTrace`` for this session's target, whose
+    probes register with it (``SpanHook``, after the metrics hook so a span's exact
+    values win) and whose late spans go to the run file.
+
+    Raises:
+        SessionError: (USAGE) not HOST:PORT; (FAILURE) the address cannot be bound.
+        The run file and sampler are closed first.
+    """
+    try:
+        rx = otlp_shared.acquire(listen)
+    except (ValueError, OSError) as exc:
+        session.close()
+        code = ExitCode.USAGE if isinstance(exc, ValueError) else ExitCode.FAILURE
+        why = exc.strerror if isinstance(exc, OSError) and exc.strerror else exc
+        raise SessionError(f"--otlp-listen {listen}: {why}", code) from None
+    label = names[0] if names else ""
+    trace = UsersTrace(label, names + target_names(label, session.base_url),
+                       runfile=session.writer)
+    trace.fallback = session.users_metrics
+    rx.router.add(trace)
+    session.otlp, session.trace, session.users = rx, trace, trace
+    session.hooks.append(SpanHook(trace))
+    return trace
 
 
 def build_session(options: SessionOptions, base_url: str, *, continuous: bool = False
@@ -260,9 +305,11 @@ def build_session(options: SessionOptions, base_url: str, *, continuous: bool = 
     ``keep`` (a size-rotated run file).
     The sampler is started; the runner is made by ``Session.new_runner``.
 
+    ``options.otlp.listen``: the server's traces are received there (``attach_users``).
+
     Raises:
-        SessionError: bad options (USAGE: API key, sweep range, ``--gpus``) or a run
-            file that cannot be created (FAILURE).
+        SessionError: bad options (USAGE: API key, sweep range, ``--gpus``,
+            ``--otlp-listen``) or a run file / listen address that cannot be had (FAILURE).
     """
     from prefilltui.measure.runfile_read import load_baseline
 
@@ -313,6 +360,12 @@ def build_session(options: SessionOptions, base_url: str, *, continuous: bool = 
         session.load_hook = LoadHook(session.load, metrics)
         session.hooks.append(session.load_hook)
         writer.set_session(load=spec.to_json())
+    # the users' window from /metrics, read from the scrapes the metrics hook makes
+    session.users = session.users_metrics = UsersMetrics()
+    metrics.on_text = session.users_metrics.feed
+    session.hooks.append(session.users_metrics)
+    if options.otlp.listen:
+        attach_users(session, options.otlp.listen, options.otlp.names)
     path = options.analysis.baseline
     if path:
         try:

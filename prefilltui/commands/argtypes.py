@@ -178,3 +178,14 @@ def _load_levels(text: str) -> tuple[float, ...]:
         return parse_levels(text)
     except ValueError as e:
         raise argparse.ArgumentTypeError(str(e))
+
+
+def otlp_listen(text: str) -> str:
+    """``--otlp-listen HOST:PORT``: checked here, kept as given."""
+    from prefilltui.measure.otlp.receiver import parse_listen
+
+    try:
+        parse_listen(text)
+    except ValueError as e:
+        raise argparse.ArgumentTypeError(str(e))
+    return text

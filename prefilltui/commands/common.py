@@ -13,13 +13,13 @@ import sys
 from typing import get_args
 
 from prefilltui.commands.argtypes import (_depth_list, _duty, _int_list, _load_levels, _load_spec,
-                                          _positive_int, _sample_hz, _until_pct, parse_budget,
-                                          ranged)
+                                          _positive_int, _sample_hz, _until_pct, otlp_listen,
+                                          parse_budget, ranged)
 from prefilltui.model import defaults
 from prefilltui.model.sanitize import clean
 from prefilltui.model.types import FIT_METHODS, Dtype
-from prefilltui.options import (API_KEY_ENV, AnalysisOptions, LoadOptions, ProbeOptions,
-                                RooflineSpec, RunFileOptions, SessionOptions, SweepDesign,
+from prefilltui.options import (API_KEY_ENV, AnalysisOptions, LoadOptions, OtlpOptions,
+                                ProbeOptions, RooflineSpec, RunFileOptions, SessionOptions, SweepDesign,
                                 TelemetryOptions, read_model_config)
 
 
@@ -180,6 +180,17 @@ def add_load_args(p: argparse.ArgumentParser, *, levels: bool = False) -> None:
                             "stall per level, and where queueing takes over")
 
 
+def add_otlp_args(p: argparse.ArgumentParser) -> None:
+    """``--otlp-listen``: receive the server's OpenTelemetry traces (docs/users.md)."""
+    g = p.add_argument_group("users' requests (the server's traces; docs/users.md)")
+    g.add_argument("--otlp-listen", type=otlp_listen, metavar="HOST:PORT", default=None,
+                   help="receive the server's OTLP/HTTP traces here (POST /v1/traces; e.g. "
+                        "vLLM --otlp-traces-endpoint http://HOST:PORT/v1/traces with "
+                        "OTEL_EXPORTER_OTLP_TRACES_PROTOCOL=http/protobuf): the probes get "
+                        "the server's own TTFT, queue and prefill, and the users' requests "
+                        "are shown beside them (default: off)")
+
+
 def add_output_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--format", choices=("text", "json"), default="text",
                    help="text summary (default) or one JSON object on stdout")
@@ -235,12 +246,18 @@ def load_options(args: argparse.Namespace, *, levels: bool = False) -> LoadOptio
     return LoadOptions(spec=args.load, levels=tuple(args.load_levels or ()) if levels else ())
 
 
+def otlp_options(args: argparse.Namespace) -> OtlpOptions:
+    """``add_otlp_args``'s flag."""
+    return OtlpOptions(listen=args.otlp_listen)
+
+
 def session_options(args: argparse.Namespace, *, depths: list[int] | None = None,
-                    load: LoadOptions = LoadOptions()) -> SessionOptions:
+                    load: LoadOptions = LoadOptions(),
+                    otlp: OtlpOptions = OtlpOptions()) -> SessionOptions:
     """The options of a measuring command (server, sweep, hardware, telemetry and
     analysis groups, ``--out``; ``load``: the command's ``load_options``, none by
-    default)."""
+    default; ``otlp``: its ``otlp_options``, no receiver by default)."""
     return SessionOptions(probe=probe_options(args), design=sweep_design(args, depths=depths),
                           telemetry=telemetry_options(args),
                           run_file=RunFileOptions(path=args.out),
-                          analysis=analysis_options(args), load=load)
+                          analysis=analysis_options(args), load=load, otlp=otlp)

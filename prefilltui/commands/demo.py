@@ -11,6 +11,7 @@ stopped on every way out (see ``prefilltui.demo.server``).
 from __future__ import annotations
 
 import argparse
+import contextlib
 import os
 import shlex
 import sys
@@ -34,7 +35,8 @@ from prefilltui.commands.common import (
 from prefilltui.commands.watch import add_tui_args, display_options
 from prefilltui.model import defaults
 from prefilltui.exit_codes import ExitCode
-from prefilltui.options import SessionOptions
+from prefilltui.measure.otlp import shared as otlp_shared
+from prefilltui.options import OtlpOptions, SessionOptions
 
 ENGINES = ("llama.cpp", "vllm")
 #: Shown in --help without importing the vLLM module's dependencies.
@@ -77,6 +79,11 @@ def register(sub) -> None:
                    help="llama.cpp (default: needs no torch) or vllm (a real vLLM "
                         f"{VLLM_VERSION_TEXT} on the CPU, random weights of the SmolLM2-135M "
                         "shape; first run installs it into its own venv, ~1.5-2 min, 2.4 GB)")
+    g.add_argument("--users", type=_positive_float, metavar="RATE", default=None,
+                   help="with --engine vllm: also send a small synthetic user load of RATE "
+                        "requests/s (shared prefixes, mixed lengths; at most 2000 requests, "
+                        "30 min, 4 at once; loopback only), shown beside the probes from "
+                        "vLLM's own traces (default: none)")
     g.add_argument("--vllm-arg", action="append", default=[], metavar="ARG",
                    help="extra vLLM server argument(s), split like a shell line; repeatable, "
                         "e.g. --vllm-arg='--max-num-batched-tokens 512'")
@@ -141,6 +148,9 @@ def run(args: argparse.Namespace) -> int:
     except ValueError as e:
         err(f"--llama-arg/--vllm-arg: {e}")
         return ExitCode.USAGE
+    if args.users and args.engine != "vllm":
+        err("--users needs --engine vllm (its traces show the users beside the probes)")
+        return ExitCode.USAGE
     if args.engine == "vllm":
         return _run_vllm(args, vllm_extra)
     try:
@@ -176,6 +186,17 @@ def run(args: argparse.Namespace) -> int:
         return code
 
 
+@contextlib.contextmanager
+def _receiver():
+    """The demo's trace receiver on a free loopback port (``measure.otlp``), stopped
+    after the job; the session's ``--otlp-listen`` names the same one."""
+    rx = otlp_shared.acquire("127.0.0.1:0")
+    try:
+        yield rx
+    finally:
+        otlp_shared.release(rx)
+
+
 def _run_vllm(args: argparse.Namespace, extra: list[str]) -> int:
     """``demo --engine vllm``: install vLLM once, build the model directory once, start
     it, run the job, stop it (on every way out, as the llama.cpp target)."""
@@ -184,25 +205,40 @@ def _run_vllm(args: argparse.Namespace, extra: list[str]) -> int:
     from prefilltui.demo.vllm import VllmServer, prepare_vllm
 
     try:
-        with exit_on_signals():
+        with exit_on_signals(), contextlib.ExitStack() as stack:
             target = prepare_vllm(gguf=args.gguf)
             if args.prepare_only:
                 print(f"vllm: {target.python}\nmodel: {target.model_dir}")
                 return ExitCode.OK
-            options = session_options(args, depths=args.depth)
+            # vLLM's spans come to prefilltui's receiver: the probes get the server's
+            # own TTFT, and the users (--users) are plotted beside them
+            rx = stack.enter_context(_receiver())
+            options = session_options(args, depths=args.depth,
+                                      otlp=OtlpOptions(listen=f"127.0.0.1:{rx.port}"))
             job = _job(args)
             print(f"prefilltui: starting vLLM ({target.model_dir.name}, --max-model-len "
                   f"{args.ctx}, random weights; start-up takes ~45 s, longer on a busy "
                   "machine)", file=sys.stderr, flush=True)
             timeout = max(args.startup_timeout, 300.0)
             with VllmServer(target, max_model_len=args.ctx, extra_args=extra,
-                            startup_timeout=timeout) as srv:
+                            startup_timeout=timeout, otlp_endpoint=rx.endpoint) as srv:
                 print(f"prefilltui: vLLM ready at {srv.base_url} in {srv.ready_s:.0f} s "
-                      f"(pid {srv.pid}, log {srv.log_path})", file=sys.stderr, flush=True)
+                      f"(pid {srv.pid}, log {srv.log_path}; traces to {rx.endpoint})",
+                      file=sys.stderr, flush=True)
                 # the CPU gauge follows vLLM's engine process, where the prefill runs
                 options = replace(options, telemetry=replace(
                     options.telemetry, processes=tuple(srv.compute_pids().items())))
-                return int(job(srv.base_url, options) or 0)
+                users = None
+                if args.users:
+                    from prefilltui.demo.users import SyntheticUsers
+                    users = SyntheticUsers(srv.base_url, args.users, seed=args.seed or 0).start()
+                    print(f"prefilltui: sending {args.users:g} user request(s)/s beside the "
+                          "probes (at most 2000, 30 min)", file=sys.stderr, flush=True)
+                try:
+                    return int(job(srv.base_url, options) or 0)
+                finally:
+                    if users is not None:
+                        users.stop()
     except DemoSetupError as e:
         err(str(e))
         return ExitCode.FAILURE

@@ -24,7 +24,8 @@ from dataclasses import replace
 from pathlib import Path
 
 from prefilltui.commands.argtypes import _int_list, _positive_float, _positive_int, server_url
-from prefilltui.commands.common import (add_hardware_args, add_load_args, add_server_args,
+from prefilltui.commands.common import (add_hardware_args, add_load_args, add_otlp_args,
+                                        add_server_args,
                                         probe_options, roofline_spec)
 from prefilltui.commands.signals import take_early_sighups
 from prefilltui.exit_codes import ExitCode
@@ -77,6 +78,7 @@ def register(sub) -> None:
     add_hardware_args(p)
     add_load_args(p)  # every target's default; a target's own load key wins
     add_discovery_args(p)
+    add_otlp_args(p)  # every target's default; a target's own otlp_listen key wins
     p.set_defaults(func=run)
 
 
@@ -141,7 +143,8 @@ def _base(args) -> TargetConfig:
     """Every target's defaults from the flags."""
     return TargetConfig(url="http://unset", probe=probe_options(args),
                         roofline=roofline_spec(args), lengths=tuple(args.lengths),
-                        interval_s=args.interval, window=args.window, load=args.load)
+                        interval_s=args.interval, window=args.window, load=args.load,
+                        otlp_listen=args.otlp_listen)
 
 
 def targets_from_args(args, discovered: list[TargetConfig] | tuple = ()) -> list[TargetConfig]:

@@ -26,7 +26,8 @@ from typing import Any, Callable
 from prefilltui.commands.argtypes import _positive_float, _positive_int
 from prefilltui.commands.common import err, probe_options, roofline_spec, sweep_design
 from prefilltui.exit_codes import ExitCode
-from prefilltui.exporter.config import JITTER, TargetConfig, check, load_toml, unique
+from prefilltui.exporter.config import (JITTER, TargetConfig, check, load_toml, otlp_options,
+                                        unique)
 from prefilltui.model import defaults
 from prefilltui.model.fleet import fleet_interval, fleet_load
 from prefilltui.options import (AnalysisOptions, DisplayOptions, FleetOptions, LoadOptions,
@@ -108,11 +109,13 @@ def fleet_options(args: argparse.Namespace) -> FleetOptions:
                         run_dir=args.run_dir)
 
 
-def fleet_targets(args: argparse.Namespace) -> list[TargetConfig]:
+def fleet_targets(args: argparse.Namespace, *, otlp_listen: str | None = None
+                  ) -> list[TargetConfig]:
     """The targets of a parsed command line: its URLs, then the ``--config`` file's, then
     ``--file-sd`` / ``--http-sd``'s (read once), this ``--shard``'s share, with the flags
     as defaults (server, hardware, sweep lengths, --interval, --window,
-    --gpu-metrics-url, --gpus).
+    --gpu-metrics-url, --gpus, and ``otlp_listen``: the fleet's ``--otlp-listen``;
+    ``status`` has none).
 
     Raises:
         ValueError: a bad target file, a duplicate target or no target at all;
@@ -127,7 +130,8 @@ def fleet_targets(args: argparse.Namespace) -> list[TargetConfig]:
     base = TargetConfig(url="http://unset", probe=probe_options(args),
                         roofline=roofline_spec(args), lengths=lengths,
                         interval_s=args.interval, window=args.window,
-                        gpu_metrics_url=args.gpu_metrics_url, gpus=args.gpus, load=args.load)
+                        gpu_metrics_url=args.gpu_metrics_url, gpus=args.gpus, load=args.load,
+                        otlp_listen=otlp_listen)
     targets = [check(replace(base, url=u)) for u in args.urls]
     if args.config:
         targets += load_toml(args.config, base)
@@ -244,7 +248,7 @@ def build_fleet(targets: list[TargetConfig], fleet: FleetOptions, *, analysis: A
                 telemetry=TelemetryOptions(enabled=False),
                 run_file=RunFileOptions(path=str(out.run_dir / f"{t.slug}.jsonl")),
                 analysis=replace(analysis, window=t.window, roofline=t.roofline),
-                load=LoadOptions(spec=t.load))
+                load=LoadOptions(spec=t.load), otlp=otlp_options(t))
             session = build_session(opts, t.url, continuous=True)
             out.sessions.append(session)
             if session.load is not None:
@@ -287,7 +291,7 @@ def _feed_config(FeedConfig, t: TargetConfig, session, sampler, words: str,
         baseline_tok_s=base_tps, baseline_source=base_source, baseline_roofline=roofline,
         hang_after_s=t.hang_after_s, interval_s=session.config.interval_s,
         metrics=lambda: session.metrics.last_sample, itl_goal_s=fleet.itl_goal_s,
-        load=session.load)
+        load=session.load, users=session.users)
 
 
 def target_baseline(t: TargetConfig, session) -> tuple[float | None, str | None, bool]:
@@ -321,7 +325,7 @@ def run_fleet(args: argparse.Namespace, display: DisplayOptions) -> int:
     from prefilltui.tui.themes import load_themes, resolve_theme_arg, user_theme_dir
 
     try:
-        targets = fleet_targets(args)
+        targets = fleet_targets(args, otlp_listen=args.otlp_listen)
     except (ValueError, OSError) as exc:
         err(str(exc))
         return ExitCode.USAGE

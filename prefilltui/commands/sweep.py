@@ -12,12 +12,14 @@ progress then goes to stderr.  Exit: 0 the sweep ran (even with failed probes), 
 from __future__ import annotations
 
 import sys
+import time
 from collections import Counter
 from dataclasses import replace
 
 from prefilltui.commands.argtypes import server_url
 from prefilltui.commands.common import (add_analysis_args, add_depth_arg, add_hardware_args,
-                                        add_load_args, add_output_args, add_server_args,
+                                        add_load_args, add_otlp_args, add_output_args,
+                                        add_server_args, otlp_options,
                                         add_sweep_args, add_telemetry_args, err, load_options,
                                         say, session_options)
 from prefilltui.commands.load_sweep import (LoadFailed, run_probes, session_facts_of_load,
@@ -26,14 +28,21 @@ from prefilltui.model.load_summary import main_results
 from prefilltui.model.analysis import analyze, plain_summary
 from prefilltui.model.redact import display_url
 from prefilltui.model.summary import LiveFacts, RunSummary
+from prefilltui.model.units import ms
 from prefilltui.model.types import ProbeResult
 from prefilltui.exit_codes import ExitCode
 from prefilltui.options import SessionOptions, SweepDesign
 from prefilltui.render.tables import format_depth, format_diagnosis
 from prefilltui.render.load_text import load_block
 from prefilltui.render.text import format_summary, format_sweep, summary_json
+from prefilltui.render.users import users_lines
 from prefilltui.measure.sweep import SweepRunner
 from prefilltui.session import Session, SessionError, build_session
+
+
+#: How long a finished sweep waits for the server's spans of its last probes (vLLM
+#: exports its spans within ~5 s, issue 30; ``--otlp-listen``).
+SPAN_WAIT_S = 10.0
 
 
 def register(sub) -> None:
@@ -51,6 +60,7 @@ def register(sub) -> None:
     add_telemetry_args(p)
     add_analysis_args(p)
     add_load_args(p, levels=True)
+    add_otlp_args(p)
     add_output_args(p)
     p.set_defaults(func=run)
 
@@ -144,7 +154,8 @@ def _run_depth_phase(design: SweepDesign, session: Session, lengths: list[int], 
 def run(args) -> int:
     """Entry point of ``prefilltui sweep``; returns the exit code (see the module doc)."""
     return run_sweep(session_options(args, depths=args.depth,
-                                     load=load_options(args, levels=True)),
+                                     load=load_options(args, levels=True),
+                                     otlp=otlp_options(args)),
                      args.url, as_json=args.format == "json")
 
 
@@ -213,6 +224,12 @@ def run_sweep(options: SessionOptions, base_url: str, *, as_json: bool = False) 
         if depths and runner.state == "done":
             depth_results, depth_notes = _run_depth_phase(
                 design, session, runner.lengths, stream, max((r.seq for r in results), default=0))
+        if session.trace is not None:  # the last probes' spans come seconds later
+            waiting = session.trace.stats().probes_waiting
+            if waiting:
+                say(f"waiting up to {SPAN_WAIT_S:g} s for the server's spans of {waiting} "
+                    "probe(s)", stream)
+                session.trace.wait_settled(SPAN_WAIT_S)
     except KeyboardInterrupt:
         err("interrupted")
         return ExitCode.INTERRUPTED
@@ -251,6 +268,12 @@ def run_sweep(options: SessionOptions, base_url: str, *, as_json: bool = False) 
                                                 *level_notes, *runner.notices.values()))))
     summary, analysed = _summarize(options, session, results, depth_results, runner, live,
                                    gpu_names)
+    if session.users is not None and summary.live is not None:
+        started, now = session.started_s, time.time()
+        users = session.users.window(now, fit=summary.fit, window_s=max(now - started, 1.0))
+        summary = replace(summary, live=replace(
+            summary.live, spans=session.trace.stats() if session.trace is not None else None,
+            users=users if users.source != "none" else None))
     info = runner.server_info
     summary = with_load(summary, all_results, session.load.traces() if session.load else (),
                         facts=session_facts_of_load(session), under=under,
@@ -271,7 +294,9 @@ def run_sweep(options: SessionOptions, base_url: str, *, as_json: bool = False) 
                   format_summary(summary, percentile_table=False) if analysed else "",
                   "\n".join(format_depth(summary.depth)),
                   format_diagnosis(summary.diagnosis) if summary.diagnosis is not None else "",
-                  load_block(summary.load, summary.ttft_verdict)]
+                  load_block(summary.load, summary.ttft_verdict),
+                  "\n".join(users_lines(summary.live.users if summary.live else None,
+                                        matched=_matched(summary.live)))]
         if runner.state == "failed":
             blocks.append(f"stopped early: {runner.state_detail}")
         say("\n" + "\n\n".join(b for b in blocks if b), stream)
@@ -279,6 +304,17 @@ def run_sweep(options: SessionOptions, base_url: str, *, as_json: bool = False) 
         err(f"the background load stopped on a fault: {session.load.fault}")
         return ExitCode.FAILURE
     return ExitCode.OK
+
+
+def _matched(live: LiveFacts | None) -> str | None:
+    """How the probes' own spans went, in words ("probes' own spans 9/10, median
+    latency 5,012 ms"), when the run had a receiver."""
+    st = live.spans if live is not None else None
+    if st is None:
+        return None
+    n = st.probes_matched + st.probes_expired + st.probes_waiting
+    return (f"probes' own spans {st.probes_matched}/{n}, span latency median "
+            f"{ms(st.latency_p50_s, 0)}")
 
 
 def _summarize(options: SessionOptions, session: Session, results: list[ProbeResult],

@@ -22,7 +22,7 @@ from typing import Any, Callable
 from prefilltui.commands.argtypes import server_url
 from prefilltui.commands.common import (
     add_analysis_args, add_hardware_args, add_load_args, add_server_args, add_sweep_args,
-    add_telemetry_args, err, load_options, session_options,
+    add_otlp_args, add_telemetry_args, err, load_options, otlp_options, session_options,
 )
 from prefilltui.commands.exports import cache_finding, make_exporter
 from prefilltui.commands.fleet import add_fleet_args, run_fleet
@@ -67,6 +67,7 @@ def register(sub) -> None:
     add_telemetry_args(p)
     add_analysis_args(p)
     add_load_args(p)
+    add_otlp_args(p)
     add_tui_args(p)
     add_fleet_args(p)
     p.set_defaults(func=run)
@@ -77,8 +78,8 @@ def run(args: argparse.Namespace) -> int:
     ``--config`` / ``--file-sd`` / ``--http-sd``, the fleet overview."""
     listed = args.config or args.file_sd or args.http_sd  # a target list: the fleet
     if len(args.urls) == 1 and not listed:
-        return run_tui(session_options(args, load=load_options(args)), display_options(args),
-                       args.urls[0])
+        return run_tui(session_options(args, load=load_options(args), otlp=otlp_options(args)),
+                       display_options(args), args.urls[0])
     if not args.urls and not listed:
         err("no target: give a server URL (several for the fleet overview), --config FILE "
             "or --file-sd FILE")
@@ -118,7 +119,8 @@ def make_watch_app(options: SessionOptions, display: DisplayOptions, base_url: s
         pacing=session.config.effective_pacing, label=display_url(base_url) or base_url,
         gpu_source=session.gpu_source, metrics=lambda: session.metrics.last_sample,
         baseline_tok_s=(session.baseline.prefill_tokens_per_s
-                        if session.baseline is not None else None), load=session.load)
+                        if session.baseline is not None else None), load=session.load,
+        users=session.users)
     if session.load is not None:
         session.load.start()  # its own thread; the decode row and status line show it
     return app, session

@@ -66,6 +66,12 @@ DEFAULT_MAX_MODEL_LEN = 4096
 VLLM_ENV = {"VLLM_CPU_KVCACHE_SPACE": "1", "VLLM_SERVER_DEV_MODE": "1",
             "HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1", "VLLM_NO_USAGE_STATS": "1",
             "DO_NOT_TRACK": "1"}
+#: With a trace receiver: OTLP over HTTP/protobuf (vLLM's default is gRPC, which the
+#: receiver does not speak), and spans exported every second instead of the
+#: BatchSpanProcessor's 5 s (OpenTelemetry SDK ``OTEL_BSP_SCHEDULE_DELAY``, ms), so the
+#: demo's probes get their span sooner.  Defaults only: a variable already set wins.
+TRACE_ENV = {"OTEL_EXPORTER_OTLP_TRACES_PROTOCOL": "http/protobuf",
+             "OTEL_BSP_SCHEDULE_DELAY": "1000", "OTEL_SERVICE_NAME": "vllm-demo"}
 INSTALL_NOTICE = (f"first run installs vLLM ({VLLM_DIST}=={VLLM_VERSION}) into its own venv: "
                   "about 1.5-2 minutes and 2.4 GB; cached afterwards")
 
@@ -336,6 +342,10 @@ class VllmServer(ManagedServer):
             ``["--max-num-batched-tokens", "512"]``.
         startup_timeout: seconds to wait for readiness (default 300: ~43 s measured
             idle, several times that on a loaded 2-core machine).
+        otlp_endpoint: prefilltui's trace receiver (``http://HOST:PORT/v1/traces``):
+            vLLM is started with ``--otlp-traces-endpoint`` there and
+            ``OTEL_EXPORTER_OTLP_TRACES_PROTOCOL=http/protobuf`` (``TRACE_ENV``), so its
+            ``llm_request`` spans reach the receiver; None: no tracing.
     """
 
     label = "vLLM"
@@ -343,16 +353,20 @@ class VllmServer(ManagedServer):
 
     def __init__(self, target: VllmTarget, *, max_model_len: int = DEFAULT_MAX_MODEL_LEN,
                  extra_args: Sequence[str] = (), startup_timeout: float = 300.0,
-                 log_path: str | os.PathLike | None = None, host: str = "127.0.0.1"):
+                 log_path: str | os.PathLike | None = None, host: str = "127.0.0.1",
+                 otlp_endpoint: str | None = None):
         super().__init__(startup_timeout=startup_timeout, log_path=log_path, host=host)
         self.target = target
+        self.otlp_endpoint = otlp_endpoint
         self.max_model_len = max_model_len
         self.extra_args = list(extra_args)
 
     def build_command(self, port: int) -> list[str]:
         return [str(self.target.python), "-m", "vllm.entrypoints.openai.api_server",
                 "--model", str(self.target.model_dir), "--host", self.host, "--port", str(port),
-                "--max-model-len", str(self.max_model_len), *VLLM_FLAGS, *self.extra_args]
+                "--max-model-len", str(self.max_model_len), *VLLM_FLAGS,
+                *(("--otlp-traces-endpoint", self.otlp_endpoint) if self.otlp_endpoint else ()),
+                *self.extra_args]
 
     def compute_pids(self) -> dict[str, int]:
         """vLLM computes in a child process (``VLLM::EngineCore``, with its worker):
@@ -375,7 +389,9 @@ class VllmServer(ManagedServer):
         return super().compute_pids()
 
     def env(self) -> dict[str, str]:
-        return {**os.environ, **VLLM_ENV}
+        # the tracing knobs are defaults: an OTEL_* variable already set wins
+        trace = {k: v for k, v in TRACE_ENV.items() if k not in os.environ}
+        return {**os.environ, **VLLM_ENV, **(trace if self.otlp_endpoint else {})}
 
     def facts(self) -> dict[str, object]:
         return {**super().facts(), "engine": f"vLLM {VLLM_VERSION} ({VLLM_DIST})",

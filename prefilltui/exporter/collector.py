@@ -60,6 +60,17 @@ prefilltui_decode_excess_seconds                gauge      window median: extra 
                                                            a probe's prefill cost each stream
 prefilltui_decode_itl_seconds                   gauge      decode gaps of the last minute, by
                                                            ``quantile`` 0.5 / 0.99
+prefilltui_users_requests                       gauge      users' requests in the 60 s window,
+                                                           by ``source`` (traces / metrics)
+prefilltui_users_ttft_seconds                   gauge      users' TTFT by ``quantile`` 0.5/0.9/0.99
+prefilltui_users_prompt_tokens                  gauge      users' prompt tokens, ``quantile`` 0.5/0.9
+prefilltui_users_queue_ratio                    gauge      users' queue time / their TTFT
+prefilltui_users_expected_ttft_seconds          gauge      the fit's TTFT at the users' lengths
+prefilltui_users_unexplained_prefill_ratio      gauge      users' prefill the fit's slope misses
+prefilltui_users_prefix_cache_hit_ratio         gauge      users' prefix-cache hit rate
+prefilltui_probe_spans_total                    counter    probes whose own span came (``outcome``
+                                                           matched) or not in 30 s (expired)
+prefilltui_span_latency_seconds                 gauge      median span end -> receipt
 ==============================================  =========  ==================================
 
 Fit series are absent until the window holds a fit (3 probes at 2+ lengths); an
@@ -255,13 +266,62 @@ def families(snaps: Sequence[TargetSnapshot], now: float | None = None) -> list[
             for q, v in (("0.5", fig.itl_p50_s), ("0.99", fig.itl_p99_s)):
                 if v is not None:
                     itl.add_metric(lvl + [q], v)
+    users = users_families(snaps, g, c)
     out = [info, up, ready, interval, probes, hit, cached, counted, ptoks, last, last_ok,
            error, inflight, hang, timeout, ttft, medians, a, a_lo, a_hi, b, tp, tp_lo, tp_hi,
            expected, mfu, mfu_lo, mfu_hi, npts, wsize, age, stale, stale_after, verdict, parts,
            cause, cause_s]
     if any(s.load is not None for s in snaps):
         out += [load_level, load_req, load_tok, stall, excess, itl]
-    return out
+    return out + users
+
+
+def users_families(snaps: Sequence[TargetSnapshot], g, c) -> list[Metric]:
+    """The users' window series (``TargetSnapshot.users`` / ``spans``): absent for a
+    target without them, none at all when no target has them.  ``source``: "traces"
+    (exact, from spans) or "metrics" (bucket estimates from the server's /metrics)."""
+    if not any(s.users is not None or s.spans is not None for s in snaps):
+        return []
+    src = ("source",)
+    n = g("prefilltui_users_requests", "Users' requests (not prefilltui's) that finished in "
+          "the users' window (60 s)", src)
+    ttft = g("prefilltui_users_ttft_seconds", "Users' TTFT by quantile over the window "
+             "(bucket estimates when source is metrics)", src + ("quantile",))
+    ptok = g("prefilltui_users_prompt_tokens", "Users' prompt tokens by quantile over the window",
+             src + ("quantile",))
+    queue = g("prefilltui_users_queue_ratio", "Users' summed queue time / summed TTFT", src)
+    exp = g("prefilltui_users_expected_ttft_seconds", "Median over users of the TTFT the "
+            "window fit expects at each user's prompt length", src)
+    unexp = g("prefilltui_users_unexplained_prefill_ratio", "Share of the users' prefill time "
+              "the fit's slope does not explain (negative: faster, e.g. cache hits)", src)
+    hit = g("prefilltui_users_prefix_cache_hit_ratio", "Users' prefix-cache hit rate (cached / "
+            "queried prompt tokens)", src)
+    spans = c("prefilltui_probe_spans", "Probes by whether their own server span came "
+              "(matched) or not within 30 s (expired)", ("outcome",))
+    lat = g("prefilltui_span_latency_seconds", "Median seconds from a span's end to its receipt "
+            "(the engine's export delay plus the network)")
+    for s in snaps:
+        lv = [clean(s.target), clean(s.model)]
+        w = s.users
+        if w is not None:
+            lw = lv + [w.source]
+            n.add_metric(lw, w.requests)
+            for fam, q, v in ((ttft, "0.5", w.ttft_p50_s), (ttft, "0.9", w.ttft_p90_s),
+                              (ttft, "0.99", w.ttft_p99_s), (ptok, "0.5", w.prompt_tokens_p50),
+                              (ptok, "0.9", w.prompt_tokens_p90)):
+                if v is not None and math.isfinite(v):
+                    fam.add_metric(lw + [q], v)
+            for fam, v in ((queue, w.queue_share), (exp, w.expected_ttft_p50_s),
+                           (unexp, w.unexplained_prefill_share), (hit, w.prefix_cache_hit_rate)):
+                if v is not None and math.isfinite(v):
+                    fam.add_metric(lw, v)
+        st = s.spans
+        if st is not None:
+            spans.add_metric(lv + ["matched"], st.probes_matched)
+            spans.add_metric(lv + ["expired"], st.probes_expired)
+            if st.latency_p50_s is not None:
+                lat.add_metric(lv, st.latency_p50_s)
+    return [n, ttft, ptok, queue, exp, unexp, hit, spans, lat]
 
 
 def build_info() -> Metric:

@@ -23,6 +23,8 @@ TOML layout (every key optional except ``url``; ``[defaults]`` applies to every
     load = "decode:2"        # background load kept on it: off unless given (docs/load.md)
     gpu_metrics_url = "http://gpu-01:9400/metrics"   # its dcgm-exporter / nvitop page
     gpus = "0"               # which GPUs of that page (default: all); the fleet view only
+    otlp_listen = "127.0.0.1:4318"  # receive the server's OTLP traces here (docs/users.md)
+    otlp_service = "gpu-01"  # its spans' service.name, when targets share a receiver
 
 API keys come only from the environment (``api_key_env`` names the variable); a key
 written in the file is refused, so it never sits in a config file or a process list.
@@ -43,7 +45,8 @@ from prefilltui.model.gpu_catalog import lookup_gpu
 from prefilltui.model.loadspec import LoadSpec, parse_load
 from prefilltui.model.health import HANG_AFTER_S
 from prefilltui.model.redact import display_url, scrub_secrets
-from prefilltui.options import (AnalysisOptions, ProbeOptions, RooflineSpec, read_model_config)
+from prefilltui.options import (AnalysisOptions, OtlpOptions, ProbeOptions, RooflineSpec,
+                                read_model_config)
 
 #: One probe start every 15 s per target: 4 probes/min, invisible next to any real
 #: workload (see docs/exporter.md for the load in requests and tokens).
@@ -104,6 +107,11 @@ class TargetConfig:
     load: LoadSpec | None = None
     gpu_metrics_url: str | None = None
     gpus: str | None = None
+    #: the OTLP trace receiver this target's server sends its spans to (``otlp_listen``,
+    #: ``--otlp-listen``) and the resource attribute value naming it there
+    #: (``otlp_service``; default: its label and host:port), docs/users.md
+    otlp_listen: str | None = None
+    otlp_service: str | None = None
 
     @property
     def shown_url(self) -> str:
@@ -149,6 +157,7 @@ KEYS: dict[str, tuple[tuple[str, str], ...]] = {
     "expected_throughput": (("", "expected_throughput"),), "baseline_run": (("", "baseline_run"),),
     "hang_after": (("", "hang_after_s"),), "stale_after": (("", "stale_after_s"),),
     "load": (("", "load"),),
+    "otlp_listen": (("", "otlp_listen"),), "otlp_service": (("", "otlp_service"),),
     **{k: (("roofline", k),) for k in ("gpu", "peak_tflops", "bandwidth_tbs", "dtype",
                                        "params", "layers", "hidden", "attn_width",
                                        "model_config", "efficiency")},
@@ -249,6 +258,7 @@ def check(cfg: TargetConfig, where: str | None = None) -> TargetConfig:
         raise ValueError(f"{where}: api_key_env must be an environment variable name")
     if cfg.load is not None and not isinstance(cfg.load, LoadSpec):
         raise ValueError(f"{where}: load must be a load spec such as \"decode:2\"")
+    _check_otlp(cfg, where)
     roof = cfg.roofline
     if roof.gpu is not None and roof.peak_tflops is None and lookup_gpu(roof.gpu) is None:
         raise ValueError(f"{where}: gpu = {roof.gpu[:60]!r} is not in the catalog (known: "
@@ -256,6 +266,29 @@ def check(cfg: TargetConfig, where: str | None = None) -> TargetConfig:
     if roof.model_config and roof.config_shape is None and roof.config_problem is None:
         roof = read_model_config(roof)
     return replace(cfg, lengths=tuple(sorted(set(cfg.lengths))), roofline=roof)
+
+
+def _check_otlp(cfg: TargetConfig, where: str) -> None:
+    """``otlp_listen`` is HOST:PORT, ``otlp_service`` a non-empty string.  Raises ValueError."""
+    from prefilltui.measure.otlp.receiver import parse_listen
+
+    if cfg.otlp_listen is not None:
+        try:
+            if not isinstance(cfg.otlp_listen, str):
+                raise ValueError("not a string")
+            parse_listen(cfg.otlp_listen)
+        except ValueError as e:
+            raise ValueError(f"{where}: otlp_listen must be HOST:PORT ({e})") from None
+    if cfg.otlp_service is not None and (not isinstance(cfg.otlp_service, str)
+                                         or not cfg.otlp_service.strip()):
+        raise ValueError(f"{where}: otlp_service must be a non-empty string")
+
+
+def otlp_options(cfg: TargetConfig) -> OtlpOptions:
+    """The target's ``OtlpOptions``: its receiver, and its label and ``otlp_service`` as
+    the names that pick its spans."""
+    names = tuple(n for n in (cfg.label, cfg.otlp_service) if n)
+    return OtlpOptions(listen=cfg.otlp_listen, names=names)
 
 
 def _coerce(d: dict[str, Any], where: str) -> dict[str, Any]:

@@ -14,6 +14,7 @@ from prefilltui.exporter.load_figures import LoadFigures
 from prefilltui.model import defaults
 from prefilltui.model.fit import LinearFit
 from prefilltui.model.summary import RunSummary
+from prefilltui.model.users import TraceStats, UsersWindow
 
 #: TTFT histogram bucket bounds in seconds at the default probe time cap
 #: (``defaults.TIMEOUT_S``, 120 s): a 1-2-5 series from the fastest fixed cost a
@@ -85,6 +86,10 @@ class TargetSnapshot:
     run_file: str | None = None
     #: the background load and its figures, only when the target's config asks for one
     load: LoadFigures | None = None
+    #: the users' window (the server's traces, else its /metrics; ``model.users``) and
+    #: the probes' own spans (``otlp_listen``); None when not known
+    users: UsersWindow | None = None
+    spans: TraceStats | None = None
 
     @property
     def fit(self) -> LinearFit | None:

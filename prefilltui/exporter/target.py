@@ -31,7 +31,7 @@ from pathlib import Path
 from prefilltui.model.summary import RunSummary
 from prefilltui.model.types import ERROR_KINDS, ProbeResult, ServerInfo
 from prefilltui.exporter.config import (JITTER, RUN_FILE_KEEP, RUN_FILE_MAX_BYTES,
-                                        TargetConfig)
+                                        TargetConfig, otlp_options)
 from prefilltui.exporter.health import (Expected, explicit_baseline, hang_threshold,
                                         length_medians, roofline_expected, ttft_buckets)
 from prefilltui.exporter.load_figures import LoadFigures, load_figures
@@ -133,7 +133,8 @@ class TargetProber:
                                   max_bytes=self.run_max_bytes, keep=self.run_keep)
         return SessionOptions(probe=cfg.probe, design=design,
                               telemetry=TelemetryOptions(enabled=False), run_file=run_file,
-                              analysis=cfg.analysis, load=LoadOptions(spec=cfg.load))
+                              analysis=cfg.analysis, load=LoadOptions(spec=cfg.load),
+                              otlp=otlp_options(cfg))
 
     def start(self) -> "TargetProber":
         """Build the session and start probing.
@@ -291,7 +292,28 @@ class TargetProber:
             expected=expected, last_error=self._last_error,
             metrics_problem=hook.problem if hook is not None else None,
             run_file=str(self.writer.path) if self.writer is not None else None,
-            load=self._load_figures(), **self._totals)
+            load=self._load_figures(), **self._users_figures(), **self._totals)
+
+    @property
+    def users(self):
+        """The users' requests of this target (``session.Session.users``: ``window(now)``,
+        ``before()``, ``recent()``, ``stats()``), None before the session is built."""
+        return self.session.users if self.session is not None else None
+
+    def _users_figures(self) -> dict:
+        """The snapshot's ``users`` window (against the window fit) and ``spans``."""
+        users = self.users
+        if users is None:
+            return {}
+        try:
+            fit = self._health.fit if self._health is not None else None
+            w = users.window(fit=fit)
+            trace = self.session.trace
+            return {"users": w if w.source != "none" else None,
+                    "spans": trace.stats() if trace is not None else None}
+        except Exception:  # never into the probing
+            log.exception("users' window failed for %s", self.cfg.label)
+            return {}
 
     def _load_figures(self) -> LoadFigures | None:
         gen = self.session.load if self.session is not None else None

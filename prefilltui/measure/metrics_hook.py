@@ -13,7 +13,7 @@ from __future__ import annotations
 import asyncio
 import statistics
 import time
-from typing import Any
+from typing import Any, Callable
 
 import httpx
 
@@ -57,6 +57,9 @@ class MetricsReader:
         self.shown_url = display_url(self.url)  # no password in a message
         self.problem: str | None = None
         self.last: MetricsSample | None = None
+        #: called with (kind, text) of every scrape that answered 200 (the users'
+        #: window from /metrics, ``measure.users_metrics``); must not raise
+        self.on_text: Callable[[str, str], None] | None = None
         self._own = client is None
         self._timeout = timeout
         self._client = client or httpx.AsyncClient(
@@ -96,9 +99,14 @@ class MetricsReader:
         if r.status != 200:
             self.problem = f"{self.shown_url} answered HTTP {r.status}; {enable_hint(self.kind)}"
             return None
-        body = r.content
+        text = r.content.decode("utf-8", "replace")
+        if self.on_text is not None:
+            try:
+                self.on_text(self.kind, text)
+            except Exception:  # noqa: BLE001 - a consumer's bug never costs the scrape
+                pass
         try:
-            sample = parse_metrics(body.decode("utf-8", "replace"), self.kind)
+            sample = parse_metrics(text, self.kind)
         except ValueError as e:
             self.problem = f"{self.shown_url} is not Prometheus text ({e}); {enable_hint(self.kind)}"
             return None
@@ -149,6 +157,8 @@ class MetricsHook:
         self._quiet: list[float] = []
         self.last_sample: MetricsSample | None = None
         self.last_delta: MetricsDelta | None = None
+        #: handed to every reader this hook uses (``MetricsReader.on_text``)
+        self.on_text: Callable[[str, str], None] | None = None
 
     @property
     def problem(self) -> str | None:
@@ -167,6 +177,7 @@ class MetricsHook:
             self.reader = MetricsReader(root, info.kind, url=info.metrics_url,
                                         client=getattr(client, "http", None),
                                         timeout=min(SCRAPE_DEADLINE_S, probe_timeout))
+        self.reader.on_text = self.on_text
         return self.reader
 
     def rebind(self) -> None:

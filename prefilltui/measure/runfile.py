@@ -8,7 +8,9 @@ killed process; ``close()`` also fsyncs for power loss).  Schema: the fields of
 model and shape, the GPU names telemetry saw, the background load), written before
 the next line whenever they become known, so ``report`` reads the run as the sweep
 saw it; and, when a background load ran (``--load``), one ``{"record": "load", ...}``
-line per load request with its token arrivals (``record_of_trace``).
+line per load request with its token arrivals (``record_of_trace``); and, with
+``--otlp-listen``, a ``{"record": "span", ...}`` line for each probe whose server span
+came after its line was written (``SPAN_RECORD``).
 
 This module writes (``RunWriter``, ``RotatingRunWriter``) and names the records;
 reading a run file back is ``runfile_read``.
@@ -41,6 +43,10 @@ LOAD_RECORD = "load"
 #: (``read_run`` skips it, ``read_requests`` keeps it), so the file holds every
 #: request the server was sent.
 CALIBRATION_RECORD = "calibration"
+#: The ``record`` value of a probe's own server span that came after its line was
+#: written (``measure.otlp``): ``{"record": "span", "seq", "request_id", "span": {...}}``;
+#: ``read_run`` applies it to the probe of that request id (``model.users.apply_span``).
+SPAN_RECORD = "span"
 
 
 class RunFileBusy(OSError):

@@ -14,12 +14,15 @@ import math
 import os
 from typing import Iterator
 
-from prefilltui.measure.runfile import CALIBRATION_RECORD, LOAD_RECORD, SESSION_RECORD
+from prefilltui.measure.runfile import (CALIBRATION_RECORD, LOAD_RECORD, SESSION_RECORD,
+                                       SPAN_RECORD)
 from prefilltui.model.drift import run_fit
 from prefilltui.model.fit import LinearFit
 from prefilltui.model.jsontypes import loads as json_loads
+from prefilltui.model.probe_notes import ServerSpan
 from prefilltui.model.stall import DecodeTrace
 from prefilltui.model.types import FitMethod, ProbeResult
+from prefilltui.model.users import apply_span
 
 _NUMBER_FIELDS = ("started_at", "ttft_s", "ttfb_s", "total_s", "connect_s", "server_prefill_s",
                   "queue_s", "overhead_s", "retry_after_s", "t_send", "t_end", "server_running",
@@ -168,6 +171,9 @@ def read_run_sessions(path: str | os.PathLike, *, calibration: list[ProbeResult]
                     continue  # facts about the run, not a probe: read_session
                 if isinstance(obj, dict) and obj.get("record") == LOAD_RECORD:
                     continue  # load requests (read_load)
+                if isinstance(obj, dict) and obj.get("record") == SPAN_RECORD:
+                    _amend_span(sessions[-1].results, obj)  # a probe's late server span
+                    continue
                 if isinstance(obj, dict) and obj.get("record") == CALIBRATION_RECORD:
                     if calibration is not None:
                         calibration.append(ProbeResult.from_json(
@@ -199,6 +205,24 @@ def read_run_sessions(path: str | os.PathLike, *, calibration: list[ProbeResult]
                     reason = "truncated last line (" + reason + ")"
                 problems.append(f"line {i}: {reason}")
     return [x for x in sessions if x.results], problems
+
+
+def _amend_span(results: list[ProbeResult], obj: dict) -> None:
+    """Apply a ``{"record": "span"}`` line to the probe of its run with that request id
+    (searched from the newest; the span comes seconds after its probe).
+
+    Raises:
+        ValueError: no span object, or no probe of this run with that request id.
+    """
+    span = ServerSpan.from_json(obj.get("span"))
+    rid = obj.get("request_id")
+    if span is None or not isinstance(rid, str):
+        raise ValueError("span record without a span or a request_id")
+    for r in reversed(results):
+        if r.notes.request_id == rid:
+            apply_span(r, span)
+            return
+    raise ValueError("span record for a probe this run does not hold")
 
 
 def read_session(path: str | os.PathLike) -> dict:

@@ -18,8 +18,9 @@ from typing import Literal, get_args
 from prefilltui.model.jsontypes import Json, JsonObject
 
 #: Where a probe's queue time came from: the server's queue histogram ("metrics"), an
-#: idle server ("idle": 0), or TTFT - prefill - the quiet overhead ("estimated").
-QueueSource = Literal["metrics", "idle", "estimated"]
+#: idle server ("idle": 0), TTFT - prefill - the quiet overhead ("estimated"), or the
+#: server's own span of this request (``ServerSpan``, "span": exact).
+QueueSource = Literal["metrics", "idle", "estimated", "span"]
 #: Where the first generated token was (``sse.classify_chunk``): visible text / content,
 #: reasoning deltas, a tool call, or only counted by the server ("hidden").
 TokenChannel = Literal["text", "content", "reasoning", "tool_call", "hidden"]
@@ -269,6 +270,42 @@ class DepthInfo:
                    new_tokens=_int(x.get("depth_new_tokens")),
                    verified=verified if isinstance(verified, bool) else None,
                    flag=_str(x.get("depth_flag"))), took
+
+
+@dataclass(frozen=True, slots=True)
+class ServerSpan:
+    """The server's own span of one probe (vLLM's ``llm_request``, ``--otlp-traces-endpoint``;
+    ``measure.otlp``): its TTFT, queue, prefill and end-to-end times (s), its prompt
+    count, its ``gen_ai.request.id``, and ``latency_s``: seconds from the span's end to
+    its receipt (the engine's export batching plus the network).  Exact for this
+    request, unlike the /metrics deltas.  Run file: the ``span`` object under ``extra``,
+    or a later ``{"record": "span"}`` line (docs/runfile.md)."""
+
+    request_id: str
+    ttft_s: float | None = None
+    queue_s: float | None = None
+    prefill_s: float | None = None
+    e2e_s: float | None = None
+    prompt_tokens: int | None = None
+    latency_s: float | None = None
+
+    def to_json(self) -> JsonObject:
+        d: JsonObject = {"request_id": self.request_id}
+        for k in ("ttft_s", "queue_s", "prefill_s", "e2e_s", "prompt_tokens", "latency_s"):
+            v = getattr(self, k)
+            if v is not None:
+                d[k] = v
+        return d
+
+    @classmethod
+    def from_json(cls, v: Json) -> "ServerSpan | None":
+        """The span of a ``to_json`` object; None when it is not one (no request id)."""
+        if not isinstance(v, dict) or _str(v.get("request_id")) is None:
+            return None
+        return cls(request_id=str(v["request_id"]), ttft_s=_num(v.get("ttft_s")),
+                   queue_s=_num(v.get("queue_s")), prefill_s=_num(v.get("prefill_s")),
+                   e2e_s=_num(v.get("e2e_s")), prompt_tokens=_int(v.get("prompt_tokens")),
+                   latency_s=_num(v.get("latency_s")))
 
 
 def number(v: Json) -> float | None:

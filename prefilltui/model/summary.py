@@ -24,6 +24,7 @@ from prefilltui.model.flops import MFU_ATTENTION
 from prefilltui.model.roofline import MFU_LABEL, MatmulEstimate, ServerFlopsCheck
 from prefilltui.model.types import JsonObject, ServerInfo, TelemetryKind
 from prefilltui.model.until_ci import Progress
+from prefilltui.model.users import TraceStats, UsersWindow, window_to_json
 
 if TYPE_CHECKING:
     from prefilltui.model.catalog import ModelShape
@@ -194,7 +195,8 @@ class LiveFacts:
     (``measure.proxy``, as it may be shown; None: direct), rate-limited attempts that
     were retried, the until-CI / budget progress, what telemetry sampled and why, why
     the sweep stopped early, and the runner's notes (lengths capped at the context,
-    fields the server rejected, lengths estimated, the depth phase's notes)."""
+    fields the server rejected, lengths estimated, the depth phase's notes), and the
+    users' window and span counts (``--otlp-listen``)."""
 
     base_url: str | None = None
     proxy: str | None = None
@@ -204,13 +206,19 @@ class LiveFacts:
     telemetry_reason: str | None = None
     stopped_early: str | None = None
     notes: tuple[str, ...] = ()
+    #: the users' requests over the run (the server's traces, ``--otlp-listen``) and
+    #: how its spans went (``model.users``); None without a receiver
+    users: UsersWindow | None = None
+    spans: TraceStats | None = None
 
     def to_json(self) -> JsonObject:
         return {"base_url": self.base_url, "proxy": self.proxy,
                 "rate_limited": self.rate_limited,
                 "until_ci": self.until_ci.to_json() if self.until_ci is not None else None,
                 "telemetry": self.telemetry, "telemetry_reason": self.telemetry_reason,
-                "stopped_early": self.stopped_early, "notes": list(self.notes)}
+                "stopped_early": self.stopped_early, "notes": list(self.notes),
+                "users": window_to_json(self.users) if self.users is not None else None,
+                "spans": self.spans.to_json() if self.spans is not None else None}
 
 
 @dataclass(frozen=True, slots=True)

@@ -13,7 +13,8 @@ from typing import Any, Literal, get_args
 
 from prefilltui.model.jsontypes import JsonObject
 from prefilltui.model.loadspec import LoadKind
-from prefilltui.model.probe_notes import (DepthInfo, ProbeNotes, QueueSource, number, text)
+from prefilltui.model.probe_notes import (DepthInfo, ProbeNotes, QueueSource, ServerSpan,
+                                          number, text)
 
 #: Why a probe failed (``ProbeResult.error_kind``).
 ErrorKind = Literal["connect", "timeout", "http", "rate_limited", "context_length",
@@ -99,7 +100,10 @@ class ProbeResult:
                   was found ("counter" | "integrated");
       arrival_s -- when a buffered answer arrived (never a TTFT: ``error_kind`` "buffered");
       notes     -- ``ProbeNotes``: stream end, ignored server values, rejected fields...;
-      depth     -- ``DepthInfo`` for a probe of the ``--depth`` phase, else None.
+      depth     -- ``DepthInfo`` for a probe of the ``--depth`` phase, else None;
+      span      -- ``ServerSpan``: the server's own trace span of this request (OTLP,
+                  ``--otlp-listen``), else None; ``model.users.apply_span`` sets it and
+                  takes ``server_ttft_s`` / ``queue_s`` / ``server_prefill_s`` from it.
     ``extra`` holds only what this version does not know (a newer file's keys).
     """
 
@@ -168,6 +172,7 @@ class ProbeResult:
     arrival_s: float | None = None
     notes: ProbeNotes = field(default_factory=ProbeNotes)
     depth: DepthInfo | None = None
+    span: ServerSpan | None = None
     extra: JsonObject = field(default_factory=dict)
 
     @property
@@ -211,6 +216,8 @@ class ProbeResult:
         extra.update(self.notes.to_extra())
         if self.depth is not None:
             extra.update(self.depth.to_extra())
+        if self.span is not None:
+            extra["span"] = self.span.to_json()
         extra.update((k, v) for k, v in self.extra.items() if k not in extra)
         if extra:
             d["extra"] = extra
@@ -241,6 +248,9 @@ class ProbeResult:
         took = {k for k in _EXTRA_SCALARS if getattr(r, k) is not None}
         r.notes, n_took = ProbeNotes.from_extra(extra)
         r.depth, d_took = DepthInfo.from_extra(extra)
+        r.span = ServerSpan.from_json(extra.get("span"))
+        if r.span is not None:
+            d_took = d_took | {"span"}
         r.extra = {k: v for k, v in extra.items() if k not in took | n_took | d_took}
         return r
 
@@ -248,7 +258,8 @@ class ProbeResult:
 #: The run file's top-level probe fields (docs/runfile.md), in order.
 LINE_FIELDS = tuple(f.name for f in dataclasses.fields(ProbeResult)
                     if f.name not in ("server_ttft_s", "queue_source", "power_mean_w",
-                                      "energy_source", "arrival_s", "notes", "depth", "extra"))
+                                      "energy_source", "arrival_s", "notes", "depth", "span",
+                                      "extra"))
 _LINE_SET = frozenset(LINE_FIELDS)
 #: Declared notes kept as plain values under ``extra``.
 _EXTRA_SCALARS = ("server_ttft_s", "queue_source", "power_mean_w", "energy_source", "arrival_s")

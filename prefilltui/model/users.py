@@ -17,8 +17,13 @@ Sources:
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
-from typing import Literal
+from typing import Iterable, Literal
+
+from prefilltui.model.fit import LinearFit
+from prefilltui.model.probe_notes import ServerSpan
+from prefilltui.model.types import ProbeResult
 
 UsersSource = Literal["traces", "metrics", "none"]
 
@@ -33,7 +38,11 @@ class UserRequest:
       queue, time in model prefill and end-to-end time (s);
     cached_tokens -- prompt tokens served from the prefix cache, when the span says;
     request_id -- the server's request id (``gen_ai.request.id``), for matching probes;
-    target -- the label of the target the span was matched to ("" = the only one).
+    target -- the label of the target the span was matched to ("" = the only one);
+    end_s -- unix seconds when the span ended (the request finished), when known;
+    received_s -- unix seconds when prefilltui received the span (``received_s -
+      end_s`` is the span's latency: the engine's export batching plus the network);
+    max_tokens -- the output cap the request asked for (``gen_ai.request.max_tokens``).
     The prefill interval is [arrival_s + queue_s, arrival_s + queue_s + prefill_s]
     when both are known.  No prompt text is ever carried (spans have none).
     """
@@ -47,6 +56,24 @@ class UserRequest:
     cached_tokens: int | None = None
     request_id: str = ""
     target: str = ""
+    end_s: float | None = None
+    received_s: float | None = None
+    max_tokens: int | None = None
+
+    @property
+    def finished_s(self) -> float:
+        """Unix seconds when it finished: the span's end, else arrival + e2e, else
+        arrival + TTFT, else the arrival."""
+        if self.end_s is not None:
+            return self.end_s
+        return self.arrival_s + (self.e2e_s if self.e2e_s is not None else self.ttft_s or 0.0)
+
+    @property
+    def latency_s(self) -> float | None:
+        """Seconds from the span's end to its receipt by prefilltui, when both are known."""
+        if self.received_s is None or self.end_s is None:
+            return None
+        return self.received_s - self.end_s
 
     @property
     def prefill_start_s(self) -> float | None:
@@ -96,3 +123,167 @@ class UsersWindow:
     running: float | None = None
     waiting: float | None = None
     estimate: bool = False
+
+
+@dataclass(frozen=True, slots=True)
+class TraceStats:
+    """Counts of one target's spans: users' requests seen, probes matched to their
+    span, probes whose span never came within ``PENDING_S`` (30 s) (expired), spans of
+    prefilltui requests this session did not wait for (another prefilltui, or late),
+    probes still waiting, and the median span latency (end to receipt, s);
+    ``measure.otlp.UsersTrace.stats``."""
+
+    users: int = 0
+    probes_matched: int = 0
+    probes_expired: int = 0
+    foreign_probes: int = 0
+    probes_waiting: int = 0
+    latency_p50_s: float | None = None
+
+    @property
+    def match_rate(self) -> float | None:
+        """Matched / (matched + expired), or None before any probe settled."""
+        n = self.probes_matched + self.probes_expired
+        return self.probes_matched / n if n else None
+
+    def to_json(self) -> dict:
+        return {"users": self.users, "probes_matched": self.probes_matched,
+                "probes_expired": self.probes_expired, "foreign_probes": self.foreign_probes,
+                "probes_waiting": self.probes_waiting, "match_rate": self.match_rate,
+                "latency_p50_s": self.latency_p50_s}
+
+
+def window_to_json(w: UsersWindow) -> dict:
+    """The window as JSON (seconds, tokens, shares 0..1; docs/schema.md ``live.users``)."""
+    return {k: getattr(w, k) for k in UsersWindow.__slots__}
+
+
+#: The run-file keys of a ``UserRequest`` (a probe's own span, docs/runfile.md).
+_JSON_FLOATS = ("arrival_s", "ttft_s", "queue_s", "prefill_s", "e2e_s", "end_s", "received_s")
+_JSON_INTS = ("prompt_tokens", "cached_tokens", "max_tokens")
+
+
+def request_to_json(u: UserRequest) -> dict:
+    """``u`` as a JSON object (seconds, tokens; None fields left out)."""
+    d: dict = {k: getattr(u, k) for k in _JSON_FLOATS + _JSON_INTS if getattr(u, k) is not None}
+    if u.request_id:
+        d["request_id"] = u.request_id
+    return d
+
+
+def request_from_json(d: object) -> UserRequest | None:
+    """A ``UserRequest`` from ``request_to_json``'s object; None when ``d`` is not an
+    object with a finite ``arrival_s``.  A field of the wrong type is left out (None)."""
+    if not isinstance(d, dict):
+        return None
+
+    def num(k: str) -> float | None:
+        v = d.get(k)
+        ok = isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v)
+        return float(v) if ok else None
+
+    def count(k: str) -> int | None:
+        v = d.get(k)
+        return v if isinstance(v, int) and not isinstance(v, bool) and v >= 0 else None
+
+    arrival = num("arrival_s")
+    if arrival is None:
+        return None
+    rid = d.get("request_id")
+    return UserRequest(arrival_s=arrival, prompt_tokens=count("prompt_tokens"),
+                       ttft_s=num("ttft_s"), queue_s=num("queue_s"), prefill_s=num("prefill_s"),
+                       e2e_s=num("e2e_s"), cached_tokens=count("cached_tokens"),
+                       request_id=rid if isinstance(rid, str) else "", end_s=num("end_s"),
+                       received_s=num("received_s"), max_tokens=count("max_tokens"))
+
+
+def expected_ttft_s(fit: LinearFit | None, prompt_tokens: int | None) -> float | None:
+    """The TTFT the probes' fit expects at ``prompt_tokens`` (intercept + slope x n, s);
+    None without a fit or a length."""
+    if fit is None or prompt_tokens is None:
+        return None
+    return fit.intercept_s + fit.slope_s_per_token * prompt_tokens
+
+
+def _q(values: list[float], q: float) -> float | None:
+    """The ``q`` quantile (linear between order statistics, numpy's default), or None."""
+    if not values:
+        return None
+    v = sorted(values)
+    pos = (len(v) - 1) * q
+    lo = math.floor(pos)
+    hi = min(lo + 1, len(v) - 1)
+    return v[lo] + (v[hi] - v[lo]) * (pos - lo)
+
+
+def in_window(requests: Iterable[UserRequest], now_s: float, window_s: float
+              ) -> list[UserRequest]:
+    """The requests that finished in ``(now_s - window_s, now_s]`` (``finished_s``)."""
+    lo = now_s - window_s
+    return [u for u in requests if lo < u.finished_s <= now_s]
+
+
+def users_window(requests: Iterable[UserRequest], *, now_s: float, window_s: float,
+                 fit: LinearFit | None = None, running: float | None = None,
+                 waiting: float | None = None) -> UsersWindow:
+    """The ``UsersWindow`` of the spans' requests that finished in the last ``window_s``
+    seconds before ``now_s`` (source "traces": exact values, no bucket estimate).
+
+    ttft quantiles over requests with a TTFT; prompt quantiles over those with a count;
+    queue_share = sum(queue) / sum(TTFT) over requests with both;
+    expected_ttft_p50_s = median of ``expected_ttft_s(fit, n)`` over the users' lengths;
+    unexplained_prefill_share = 1 - sum(slope x uncached n) / sum(prefill) over requests
+    with a prefill time and a length (cached tokens taken off when the span counts them);
+    prefix_cache_hit_rate = sum(cached) / sum(prompt) over requests that count both.
+    ``running`` / ``waiting``: the server's gauges as read now, passed through.
+    """
+    rs = in_window(requests, now_s, window_s)
+    ttft = [u.ttft_s for u in rs if u.ttft_s is not None]
+    lengths = [float(u.prompt_tokens) for u in rs if u.prompt_tokens is not None]
+    both = [(u.queue_s, u.ttft_s) for u in rs if u.queue_s is not None and u.ttft_s is not None]
+    ttft_sum = sum(t for _, t in both)
+    queue_share = sum(q for q, _ in both) / ttft_sum if both and ttft_sum > 0 else None
+    expected = [e for e in (expected_ttft_s(fit, u.prompt_tokens) for u in rs) if e is not None]
+    unexplained = None
+    if fit is not None:
+        pre = [(u.prefill_s, u.prompt_tokens - (u.cached_tokens or 0)) for u in rs
+               if u.prefill_s is not None and u.prompt_tokens is not None]
+        total = sum(p for p, _ in pre)
+        if pre and total > 0:
+            unexplained = 1.0 - sum(fit.slope_s_per_token * max(n, 0) for _, n in pre) / total
+    counted = [(u.cached_tokens, u.prompt_tokens) for u in rs
+               if u.cached_tokens is not None and u.prompt_tokens]
+    prompt_sum = sum(p for _, p in counted)
+    hit = sum(c for c, _ in counted) / prompt_sum if counted and prompt_sum > 0 else None
+    return UsersWindow(
+        source="traces", window_s=window_s, requests=len(rs),
+        ttft_p50_s=_q(ttft, 0.5), ttft_p90_s=_q(ttft, 0.9), ttft_p99_s=_q(ttft, 0.99),
+        prompt_tokens_p50=_q(lengths, 0.5), prompt_tokens_p90=_q(lengths, 0.9),
+        queue_share=queue_share, expected_ttft_p50_s=_q(expected, 0.5),
+        unexplained_prefill_share=unexplained, prefix_cache_hit_rate=hit,
+        running=running, waiting=waiting, estimate=False)
+
+
+def span_of(u: UserRequest) -> ServerSpan:
+    """The ``ServerSpan`` a probe keeps of its own request's span ``u``."""
+    return ServerSpan(request_id=u.request_id, ttft_s=u.ttft_s, queue_s=u.queue_s,
+                      prefill_s=u.prefill_s, e2e_s=u.e2e_s, prompt_tokens=u.prompt_tokens,
+                      latency_s=u.latency_s)
+
+
+def apply_span(r: ProbeResult, span: ServerSpan) -> None:
+    """Give probe ``r`` its server's own span: ``r.span``, and the span's TTFT, queue
+    (``queue_source`` "span") and prefill in place of the /metrics estimates, with
+    ``overhead_s`` = client TTFT - the span's TTFT.  The client's own TTFT (the fit's
+    y) is never changed.  Used live (``measure.otlp``) and when a run file is read back,
+    so both give the same probe."""
+    r.span = span
+    if span.ttft_s is not None:
+        r.server_ttft_s = span.ttft_s
+        if r.ttft_s is not None:
+            r.overhead_s = r.ttft_s - span.ttft_s
+    if span.queue_s is not None:
+        r.queue_s = span.queue_s
+        r.queue_source = "span"
+    if span.prefill_s is not None:
+        r.server_prefill_s = span.prefill_s

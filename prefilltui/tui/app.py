@@ -285,7 +285,8 @@ def build_app(runner_factory: RunnerFactory, sampler: TelemetrySource | None = N
               problems: list[str] = (), max_results: int = 100_000, label: str = "",
               gpu_source: str | None = None,
               metrics: Callable[[], MetricsSample | None] | None = None,
-              baseline_tok_s: float | None = None, load: Any = None, **kw: Any) -> PrefillApp:
+              baseline_tok_s: float | None = None, load: Any = None, users: Any = None,
+              **kw: Any) -> PrefillApp:
     """The one-target app (today's dashboard): the factory for the CLI and the tests.
 
     runner_factory(on_result, on_state) -> runner with start/stop/pause/resume/burst/
@@ -311,7 +312,7 @@ def build_app(runner_factory: RunnerFactory, sampler: TelemetrySource | None = N
                         problems=tuple(problems), max_results=max_results, url=label,
                         metrics=metrics, baseline_tok_s=baseline_tok_s,
                         baseline_source="--baseline run" if baseline_tok_s else None,
-                        load=load)
+                        load=load, users=users)
     return PrefillApp([TargetFeed(config, 0)], themes=themes, theme=theme, **kw)
 
 

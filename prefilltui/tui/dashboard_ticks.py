@@ -117,6 +117,7 @@ class DashboardTicks:
                 plot.set_fit(None, None)
             plot.set_reference_lines([(lab, (lambda n, f=fn: f(n) * 1e3))
                                       for lab, fn in roofline_lines(summary)])
+            plot.set_users(feed.user_points())  # the server's spans (--otlp-listen)
             plot.replot()
             # compare with what was set (the getter returns parsed content, which never
             # equals the markup: setting it anyway repaints the whole plot each tick)
@@ -134,6 +135,7 @@ class DashboardTicks:
             roof = summary.roofline
             stats.notes[:0] = self.load_lines(_Judged(roof.mfu if roof else None,
                                                       summary.verdict.level))
+            stats.notes += feed.users_lines()  # the users' window (--otlp-listen)
             self.query_one("#stats", StatsPanel).show(stats)
             title = stats_title(stats) + self.level_title()
             if title != self._border_texts.get("stats"):

@@ -17,6 +17,8 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any, Callable, Protocol
 
+from prefilltui.measure.otlp import UsersTrace
+from prefilltui.measure.users_metrics import UsersMetrics
 from prefilltui.measure.telemetry import TelemetrySnapshot
 from prefilltui.model import defaults
 from prefilltui.model.advisor import (ITL_GOAL_S, Advice, CacheFinding, advise,
@@ -31,6 +33,8 @@ from prefilltui.model.spec import AnalysisOptions
 from prefilltui.model.summary import LiveFacts, RunSummary
 from prefilltui.model.types import FitScope, ProbeResult, RunnerState, ServerInfo
 from prefilltui.model.until_ci import Progress
+from prefilltui.model.users import UsersWindow
+from prefilltui.render.users import users_lines
 
 
 class TelemetrySource(Protocol):
@@ -123,6 +127,9 @@ class FeedConfig:
     metrics: Callable[[], MetricsSample | None] | None = None
     itl_goal_s: float = ITL_GOAL_S
     load: Any = None
+    #: the users' requests from the server's traces (``measure.otlp.UsersTrace``,
+    #: ``--otlp-listen``), None without a receiver
+    users: UsersTrace | UsersMetrics | None = None
 
 
 @dataclass
@@ -299,6 +306,39 @@ class TargetFeed:
         return advise(target_inputs(summary, self.info, self.recent_results(),
                                     cache=self.cache, itl_goal_s=self.config.itl_goal_s,
                                     metrics=sample))
+
+    # -- the users' requests (the server's traces)
+    def users_window(self, now_s: float | None = None) -> UsersWindow | None:
+        """The users' window now (``UsersTrace.window``) against the all-time idle fit,
+        with the server's running/waiting gauges as last scraped; None without a
+        receiver.  ``config.users.before()`` / ``.recent()`` give the rest."""
+        trace = self.config.users
+        if trace is None:
+            return None
+        sample = self.config.metrics() if self.config.metrics is not None else None
+        return trace.window(now_s, fit=self._all_time_fit(),
+                            running=sample.get("running") if sample is not None else None,
+                            waiting=sample.get("waiting") if sample is not None else None)
+
+    def users_lines(self) -> list[str]:
+        """The users' window as the stats panel's lines (``render.users.users_lines``),
+        with how many probes got their own span; none without a receiver."""
+        trace = self.config.users
+        if trace is None:
+            return []
+        st = trace.stats()
+        n = st.probes_matched + st.probes_expired if st is not None else 0
+        matched = f"probes' own spans {st.probes_matched}/{n}" if n else None
+        return users_lines(self.users_window(), matched=matched)
+
+    def user_points(self, limit: int = 2000) -> list[tuple[int, float]]:
+        """The kept users' requests with a prompt count and a TTFT, as (prompt tokens,
+        TTFT ms) for the plot: the newest ``limit``."""
+        trace = self.config.users
+        if trace is None:
+            return []
+        rs = [u for u in trace.recent() if u.prompt_tokens is not None and u.ttft_s is not None]
+        return [(int(u.prompt_tokens), u.ttft_s * 1000.0) for u in rs[-limit:]]
 
     @property
     def notices(self) -> dict[str, str]:

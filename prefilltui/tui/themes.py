@@ -46,6 +46,7 @@ PLOT_VARIABLES: dict[str, str] = {
     "plot-warmup": "foreground",
     "plot-cache": "error",
     "plot-load": "warning",
+    "plot-user": "secondary",
     "gauge-cool": "success",
     "gauge-hot": "error",
     "gauge-probe": "accent",
@@ -56,7 +57,7 @@ PLOT_VARIABLES: dict[str, str] = {
 VARIABLE_DEFAULTS: dict[str, str] = {
     "plot-point": "#4ea1f3", "plot-newest": "#f5b342", "plot-fit": "#5cc97b",
     "plot-roofline": "#c678dd", "plot-warmup": "#7d8590", "plot-cache": "#f0625d",
-    "plot-load": "#e5c07b", "gauge-cool": "#2f6f4f", "gauge-hot": "#f0625d", "gauge-probe": "#f5b342",
+    "plot-load": "#e5c07b", "plot-user": "#56b6c2", "gauge-cool": "#2f6f4f", "gauge-hot": "#f0625d", "gauge-probe": "#f5b342",
 }
 
 

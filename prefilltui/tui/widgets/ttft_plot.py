@@ -30,6 +30,8 @@ MARK_NEWEST = "◆"
 MARK_WARMUP = "×"
 MARK_CACHE = "○"
 MARK_LOAD = "▴"
+#: A user's request (the server's own span, ``--otlp-listen``): TTFT as the server saw it.
+MARK_USER = "+"
 
 
 def nice_ticks(hi: float, target: int = 5) -> list[float]:
@@ -66,6 +68,8 @@ class TTFTPlot(PlotextPlot):
         #: probes under background load: plotted, never in the (idle) fit
         self._load: deque[tuple[int, float]] = deque(maxlen=max(8, max_points // 2))
         self._newest: tuple[int, float] | None = None
+        #: users' requests (set whole by ``set_users``): plotted, never fitted
+        self._users: list[tuple[int, float]] = []
         self._fit: tuple[float, float] | None = None  # (intercept ms, slope ms/token)
         self._lines: list[tuple[str, Callable[[float], float]]] = []
         self.show_excluded = show_excluded
@@ -108,6 +112,11 @@ class TTFTPlot(PlotextPlot):
         self._load.clear()
         self._newest = None
 
+    def set_users(self, points: list[tuple[int, float]]) -> None:
+        """The users' requests to show: (prompt tokens, server TTFT ms), replacing the
+        last set (the caller keeps the bounded window, ``measure.otlp.UsersTrace``)."""
+        self._users = list(points)
+
     def set_fit(self, intercept_ms: float | None, slope_ms_per_token: float | None) -> None:
         """The fit line TTFT = a + b*n in ms; None hides it."""
         if intercept_ms is None or slope_ms_per_token is None:
@@ -148,6 +157,8 @@ class TTFTPlot(PlotextPlot):
         if self.show_excluded:
             xs_all += [p[0] for p in self._warm] + [p[0] for p in self._cache]
             ys_all += [p[1] for p in self._warm] + [p[1] for p in self._cache]
+        xs_all += [p[0] for p in self._users]
+        ys_all += [p[1] for p in self._users]
         x_max = max(xs_all, default=0)
         if self._max_tokens_hint:
             x_max = max(x_max, self._max_tokens_hint)
@@ -176,6 +187,9 @@ class TTFTPlot(PlotextPlot):
         if self._load:
             plt.scatter([p[0] for p in self._load], [p[1] for p in self._load],
                         marker=MARK_LOAD, color=self._color("plot-load"))
+        if self._users:  # under the probes: a probe is never hidden by a user
+            plt.scatter([p[0] for p in self._users], [p[1] for p in self._users],
+                        marker=MARK_USER, color=self._color("plot-user"))
         if self._ok:
             plt.scatter([p[0] for p in self._ok], [p[1] for p in self._ok],
                         marker=MARK_OK, color=self._color("plot-point"))
@@ -282,4 +296,6 @@ class TTFTPlot(PlotextPlot):
             parts.append(f"[$plot-cache]{MARK_CACHE}[/]cached")
         if self._load:
             parts.append(f"[$plot-load]{MARK_LOAD}[/]under load")
+        if self._users:
+            parts.append(f"[$plot-user]{MARK_USER}[/]users")
         return " ".join(parts)

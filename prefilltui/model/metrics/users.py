@@ -1,0 +1,165 @@
+"""The users' window from the server's ``/metrics`` when no trace arrives: histogram
+and counter deltas between two scrapes (``users_from_metrics``).
+
+``parse_users(text, kind)`` reads only the few series it needs (``USERS_NAMES``, by the
+server's kind) from exposition text, summed over label sets: cumulative bucket counts
+of the TTFT, prompt-length and queue-time histograms, their counts and sums, and the
+prefix-cache counters (vLLM ``prefix_cache_queries_total`` / ``hits_total``) or gauge
+(SGLang ``cache_hit_rate``).  Quantiles come from bucket deltas (as Prometheus'
+``histogram_quantile``: linear within the bucket that holds the rank), so they are
+*bucket estimates* (``UsersWindow.estimate`` True) and include prefilltui's own probes
+(their count is taken off ``requests``; a probe's TTFT stays in the buckets).  No I/O.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+from dataclasses import dataclass, field
+
+from prefilltui.model.fit import LinearFit
+from prefilltui.model.users import UsersWindow
+
+#: Per kind: the histograms (role -> metric name) and the cache series.
+#: vLLM 0.32 (vllm/v1/metrics/loggers.py), SGLang (sglang/srt/metrics/collector.py),
+#: TGI (router/src/server.rs); a name the server does not publish leaves its figure None.
+USERS_NAMES: dict[str, dict[str, str]] = {
+    "vllm": {"ttft": "vllm:time_to_first_token_seconds", "prompt": "vllm:request_prompt_tokens",
+             "queue": "vllm:request_queue_time_seconds",
+             "cache_queries": "vllm:prefix_cache_queries_total",
+             "cache_hits": "vllm:prefix_cache_hits_total"},
+    "sglang": {"ttft": "sglang:time_to_first_token_seconds", "queue": "sglang:queue_time_seconds",
+               "cache_hit_rate": "sglang:cache_hit_rate"},
+    "tgi": {"prompt": "tgi_request_input_length", "queue": "tgi_request_queue_duration"},
+}
+_HIST = ("ttft", "prompt", "queue")
+_LINE = re.compile(r'^([a-zA-Z_:][a-zA-Z0-9_:]*)(\{[^}]*\})?\s+(\S+)')
+_LE = re.compile(r'le="([^"]+)"')
+
+
+@dataclass(frozen=True)
+class UsersCounters:
+    """One scrape's users' series: per histogram role, cumulative (le, count) buckets
+    (ascending, +Inf last), count and sum; the cache counters / gauge; ``t`` unix s."""
+
+    t: float
+    buckets: dict[str, tuple[tuple[float, float], ...]] = field(default_factory=dict)
+    count: dict[str, float] = field(default_factory=dict)
+    total: dict[str, float] = field(default_factory=dict)
+    values: dict[str, float] = field(default_factory=dict)
+
+
+def _num(s: str) -> float | None:
+    try:
+        v = float(s)
+    except ValueError:
+        return None
+    return v if not math.isnan(v) else None
+
+
+def parse_users(text: str, kind: str, t: float) -> UsersCounters | None:
+    """The users' series of one scrape (module docstring); None for a kind without
+    names.  Lines it cannot read are skipped (never raises)."""
+    names = USERS_NAMES.get(kind)
+    if names is None:
+        return None
+    hist = {names[r]: r for r in _HIST if r in names}
+    scal = {v: k for k, v in names.items() if k not in _HIST}
+    scal.update({v[:-6]: k for v, k in list(scal.items()) if v.endswith("_total")})
+    buckets: dict[str, dict[float, float]] = {}
+    count: dict[str, float] = {}
+    total: dict[str, float] = {}
+    values: dict[str, float] = {}
+    for line in text.splitlines():
+        if not line or line[0] == "#":
+            continue
+        m = _LINE.match(line)
+        if m is None:
+            continue
+        name, labels, raw = m.group(1), m.group(2) or "", m.group(3)
+        v = _num(raw)
+        if v is None:
+            continue
+        for suffix, into in (("_bucket", None), ("_count", count), ("_sum", total)):
+            if name.endswith(suffix) and name[:-len(suffix)] in hist:
+                role = hist[name[:-len(suffix)]]
+                if into is None:
+                    le = _LE.search(labels)
+                    bound = _num(le.group(1)) if le else None
+                    if bound is not None:
+                        b = buckets.setdefault(role, {})
+                        b[bound] = b.get(bound, 0.0) + v
+                else:
+                    into[role] = into.get(role, 0.0) + v
+                break
+        else:
+            if name in scal:
+                values[scal[name]] = values.get(scal[name], 0.0) + v
+    return UsersCounters(t=t, buckets={r: tuple(sorted(b.items())) for r, b in buckets.items()},
+                         count=count, total=total, values=values)
+
+
+def bucket_quantile(q: float, buckets: tuple[tuple[float, float], ...]) -> float | None:
+    """The ``q`` quantile of cumulative (le, count) buckets (``histogram_quantile``):
+    linear inside the bucket holding rank q x total, from the bucket below's bound (0 for
+    the first); the highest finite bound when the rank falls in +Inf.  None when empty."""
+    if not buckets or buckets[-1][1] <= 0:
+        return None
+    rank = q * buckets[-1][1]
+    lo_bound, lo_count = 0.0, 0.0
+    for bound, c in buckets:
+        if c >= rank:
+            if math.isinf(bound):
+                return lo_bound
+            if c == lo_count:
+                return bound
+            return lo_bound + (bound - lo_bound) * (rank - lo_count) / (c - lo_count)
+        lo_bound, lo_count = bound, c
+    return lo_bound
+
+
+def _delta_buckets(a: UsersCounters, b: UsersCounters, role: str
+                   ) -> tuple[tuple[float, float], ...]:
+    old = dict(a.buckets.get(role, ()))
+    out = tuple((le, c - old.get(le, 0.0)) for le, c in b.buckets.get(role, ()))
+    return out if out and all(c >= 0 for _, c in out) else ()  # a reset: no delta
+
+
+def users_from_metrics(before: UsersCounters, after: UsersCounters, *, probes: int = 0,
+                       fit: LinearFit | None = None, running: float | None = None,
+                       waiting: float | None = None) -> UsersWindow:
+    """The ``UsersWindow`` (source "metrics", ``estimate`` True) of the requests that
+    finished between two scrapes.  ``probes``: prefilltui's own requests in the window,
+    taken off ``requests``.  queue_share = Δ queue sum / Δ TTFT sum; expected TTFT at
+    the median prompt (bucket estimate) from ``fit``; the prefix-cache hit rate from
+    Δ hits / Δ queries (vLLM) or the gauge as read at the end (SGLang).
+    unexplained_prefill_share stays None (no per-request prefill to weigh)."""
+    ttft = _delta_buckets(before, after, "ttft")
+    prompt = _delta_buckets(before, after, "prompt")
+    n = None  # a series the earlier scrape lacks had counted nothing yet: 0
+    for role in ("ttft", "prompt", "queue"):
+        if role in after.count:
+            n = after.count[role] - before.count.get(role, 0.0)
+            break
+    dq = {r: after.total.get(r, 0.0) - before.total.get(r, 0.0) for r in ("ttft", "queue")}
+    queue_share = (dq["queue"] / dq["ttft"]
+                   if "queue" in after.total and "ttft" in after.total and dq["ttft"] > 0
+                   else None)
+    p50 = bucket_quantile(0.5, prompt)
+    hit = None
+    if "cache_queries" in after.values:
+        dq_ = after.values["cache_queries"] - before.values.get("cache_queries", 0.0)
+        dh = after.values.get("cache_hits", 0.0) - before.values.get("cache_hits", 0.0)
+        hit = dh / dq_ if dq_ > 0 and dh >= 0 else None
+    elif "cache_hit_rate" in after.values:
+        hit = after.values["cache_hit_rate"]
+    return UsersWindow(
+        source="metrics", window_s=max(after.t - before.t, 0.0),
+        requests=max(int(round(n)) - probes, 0) if n is not None and n >= 0 else 0,
+        ttft_p50_s=bucket_quantile(0.5, ttft), ttft_p90_s=bucket_quantile(0.9, ttft),
+        ttft_p99_s=bucket_quantile(0.99, ttft), prompt_tokens_p50=p50,
+        prompt_tokens_p90=bucket_quantile(0.9, prompt),
+        queue_share=min(max(queue_share, 0.0), 1.0) if queue_share is not None else None,
+        expected_ttft_p50_s=(fit.intercept_s + fit.slope_s_per_token * p50
+                             if fit is not None and p50 is not None else None),
+        prefix_cache_hit_rate=hit, running=running, waiting=waiting, estimate=True)
