@@ -130,7 +130,7 @@ def headline_text(v: StatsView) -> Text:
         line("MFU", f"{v.mfu * 100:.1f} %" + (" est." if v.estimate else ""), "bold")
     elif v.achieved_tflops is not None:
         # always TFLOP/s (as the roofline notes and the text summary)
-        line("achieved", f"{v.achieved_tflops:.3g} TFLOP/s" + (" est." if v.estimate else ""))
+        line("achieved", _flops(v.achieved_tflops) + (" est." if v.estimate else ""))
     elif v.flops_hint:
         t.append(v.flops_hint + "\n", style="italic")
     if v.verdict:
@@ -206,6 +206,15 @@ def detail_text(v: StatsView) -> Text:
         t.append(f"why TTFT: {clean(v.why, multiline=True)}\n", style="italic")
     t.rstrip()
     return t
+
+
+def _flops(tflops: float) -> str:
+    """Achieved FLOP/s for the headline: TFLOP/s (as the roofline notes and the text
+    summary) from 0.1 up, GFLOP/s below, so a CPU's figure fits the narrow panel with
+    its "est." (0.00113 -> '1.13 GFLOP/s')."""
+    if tflops >= 0.1 or tflops <= 0:
+        return f"{tflops:.3g} TFLOP/s"
+    return f"{tflops * 1e3:.3g} GFLOP/s"
 
 
 def _q(v: float) -> str:
