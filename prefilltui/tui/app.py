@@ -289,9 +289,9 @@ class PrefillApp(App[int]):
     def exit_code(self) -> ExitCode:
         """OK normally; UNREACHABLE when no target was ever reached (or every probe of
         every target failed)."""
-        if any(f.live.ok for f in self.feeds):
+        if any(f.session_ok for f in self.feeds):  # whole session: not reset by r
             return ExitCode.OK
-        if any(f.state == "failed" or f.live.failed for f in self.feeds):
+        if any(f.state == "failed" or f.session_failed for f in self.feeds):
             return ExitCode.UNREACHABLE
         return ExitCode.OK
 

@@ -171,6 +171,9 @@ class TargetFeed:
         #: probes added since the start or the last ``reset_fit`` (the recent results
         #: the verdict reads are only these)
         self.since_reset = 0
+        #: probes of the whole session, ok and failed: never reset (the exit line and
+        #: the exit code read them; the run file holds them all)
+        self.session_total = self.session_ok = self.session_failed = 0
 
     # -- runner
     def start(self, on_result: Callable[[ProbeResult], None],
@@ -211,6 +214,11 @@ class TargetFeed:
                 level = self.levels[r.load_level] = LiveSummary(self.config.analysis)
             level.add(replace(r, load_level=None))
         self.since_reset += 1
+        self.session_total += 1
+        if r.ok:
+            self.session_ok += 1
+        else:
+            self.session_failed += 1
         self.last_result = r
         self.last_probe_at = self.clock()
         self.probing_since = None

@@ -201,3 +201,15 @@ def test_readme_key_table_is_the_apps():
 def test_help_lists_every_key():
     for key in _app_keys():
         assert re.search(rf"(^|\s|/|\(){re.escape(key)}(\s|/|$)", HELP_TEXT, re.M), key
+
+
+async def test_reset_keeps_the_sessions_counts_for_the_exit():
+    """The exit line and code read the whole session, not the dashboard's reset view."""
+    app, _ = _app([make_result(1, 64, ok=False), make_result(2, 128)])
+    async with app.run_test(size=(80, 24)) as pilot:
+        await _settle(pilot)
+        await pilot.press("r")
+        await _settle(pilot)
+        assert app.live.total == 0
+        assert (app.feed.session_total, app.feed.session_ok, app.feed.session_failed) == (2, 1, 1)
+        assert app.exit_code() == 0
