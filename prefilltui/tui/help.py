@@ -7,7 +7,7 @@ scroll above a close hint that stays visible.
 from __future__ import annotations
 
 import time
-from typing import Any, Iterable
+from typing import TYPE_CHECKING, Iterable
 
 from textual.app import ComposeResult
 from textual.binding import Binding
@@ -17,6 +17,10 @@ from textual.widgets import Static
 
 from prefilltui.model.units import MISSING
 from prefilltui.tui.textfit import tilde
+
+if TYPE_CHECKING:
+    from prefilltui.tui.feed import FeedConfig
+    from prefilltui.tui.widgets.message_line import Notice
 
 HELP_TEXT = """\
 [b]prefilltui[/b] — live prefill monitor
@@ -114,7 +118,7 @@ class HelpScreen(ModalScreen[None]):
         self.dismiss(None)
 
 
-def dashboard_details(config: Any, messages: Iterable[Any] = ()) -> list[str]:
+def dashboard_details(config: FeedConfig, messages: Iterable[Notice] = ()) -> list[str]:
     """The help's extra lines for a dashboard: the pacing, where the GPU readings come
     from, the telemetry's full N/A reasons (the gauges show short ones), then the
     recent notifications in full (``MessageLine.history``: newest last)."""
@@ -137,7 +141,7 @@ def dashboard_details(config: Any, messages: Iterable[Any] = ()) -> list[str]:
             for dev in snap.devices:
                 for metric, why in dev.na.items():
                     lines.append(f"{dev.label} {metric} {MISSING}: {why}")
-    said = [n for n in messages]
+    said = list(messages)
     if said:
         lines.append("recent messages:")
         lines += [f" {time.strftime('%H:%M:%S', time.localtime(n.at))}  {tilde(n.line)}"

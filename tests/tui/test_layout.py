@@ -213,3 +213,15 @@ async def test_reset_keeps_the_sessions_counts_for_the_exit():
         assert app.live.total == 0
         assert (app.feed.session_total, app.feed.session_ok, app.feed.session_failed) == (2, 1, 1)
         assert app.exit_code() == 0
+
+
+async def test_help_lists_the_recent_messages_in_full():
+    app, _ = _app()
+    async with app.run_test(size=(100, 30)) as pilot:
+        await _settle(pilot)
+        app.notify("cache on: repeat of 511 tokens 14.8 s → 561 ms (510 cached)", timeout=1)
+        await pilot.press("question_mark")
+        await pilot.pause()
+        details = str(app.screen.query_one("#help-details").render())
+        assert "recent messages:" in details
+        assert "cache on: repeat of 511 tokens 14.8 s → 561 ms (510 cached)" in details
