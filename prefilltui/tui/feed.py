@@ -254,16 +254,17 @@ class TargetFeed:
         self.version += 1
 
     # -- telemetry
-    def telemetry(self) -> TelemetrySnapshot | None:
-        """The sampler's latest snapshot (None without a sampler or when it fails);
-        keeps ``device_names`` / ``device_label`` up to date (the roofline reads the
-        GPU name)."""
+    def telemetry(self, snap: TelemetrySnapshot | None = None) -> TelemetrySnapshot | None:
+        """The sampler's latest snapshot, or ``snap`` when the caller already read it
+        (None without a sampler or when it fails); keeps ``device_names`` /
+        ``device_label`` up to date (the roofline reads the GPU name)."""
         if self.config.sampler is None:
             return None
-        try:
-            snap = self.config.sampler.snapshot()
-        except Exception:  # noqa: BLE001 - the dashboard says so; the fleet shows N/A
-            return None
+        if snap is None:
+            try:
+                snap = self.config.sampler.snapshot()
+            except Exception:  # noqa: BLE001 - the dashboard says so; the fleet shows N/A
+                return None
         names = tuple(d.name for d in snap.devices)
         if names != self.device_names:
             self.device_names = names

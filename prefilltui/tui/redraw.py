@@ -208,34 +208,35 @@ class Redraw:
         """Gauges from the sampler's latest snapshot, the decode row from the load's
         (cheap; no I/O here)."""
         try:
-            self._show_gauges(highlight)
+            now = self._show_gauges(highlight)
             if self.load is not None:
-                sampler = self.feed.config.sampler
-                snap_t = sampler.snapshot().t if sampler is not None else None
-                now = snap_t or self.clock()
                 self.panels.decode.show(self.load.decode(now), now,
                                         tuple(self.feed.windows), highlight)
         except Exception as exc:  # never a traceback from a timer
             self.notify(f"gauge update failed: {exc}", severity="warning", timeout=4)
 
-    def _show_gauges(self, highlight: Window | None) -> None:
+    def _show_gauges(self, highlight: Window | None) -> float:
+        """The gauges from one snapshot of the sampler (read once per tick: a snapshot
+        copies each device's minute of history); returns the snapshot's time (the
+        decode row's "now"), else the clock's."""
         panel = self.panels.gauges
         sampler = self.feed.config.sampler
         if sampler is None:
             panel.show(None, self.clock())
-            return
+            return self.clock()
         try:
             snap = sampler.snapshot()
         except Exception as exc:
             panel.show(None, self.clock())
             self.notify(f"telemetry failed: {exc}", severity="warning")
-            return
+            return self.clock()
         before = self.feed.device_names
-        self.feed.telemetry()
+        self.feed.telemetry(snap)
         if self.feed.device_names != before:
             self._dirty = True
         now = snap.t or self.clock()
         panel.show(snap, now, tuple(self.feed.windows), highlight)
+        return now
 
     def status(self) -> None:
         """The status line now."""
