@@ -209,3 +209,12 @@ def test_a_fit_whose_slope_interval_includes_zero_says_too_noisy():
                                                        prefill_tokens_per_s=1e3)).plain
     assert any("too noisy yet" in ln for ln in format_fit_lines(noisy))
     assert not any("too noisy yet" in ln for ln in format_fit_lines(clean))
+
+
+def test_plot_ticks_never_share_a_row():
+    from prefilltui.tui.widgets.ttft_plot import apart
+
+    # the demo at 80x24: TTFT up to 7.2 s on 3 canvas rows: 2.5k and 5k on one row
+    assert apart([0.0, 2500.0, 5000.0], 7234.0, 3) == [0.0, 5000.0]
+    assert apart([0.0, 100.0, 200.0], 220.0, 3) == [0.0, 100.0, 200.0]  # one a row
+    assert apart([0.0, 1.0], 2.0, 1) == [0.0]
