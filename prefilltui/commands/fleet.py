@@ -354,8 +354,8 @@ def run_fleet(args: argparse.Namespace, display: DisplayOptions) -> int:
     finally:
         sys.setswitchinterval(switch)
         fleet.close()
-    total = sum(f.live.total for f in app.feeds)
-    failed = sum(f.live.failed for f in app.feeds)
+    total = sum(f.session_total for f in app.feeds)  # not reset by a dashboard's r
+    failed = sum(f.session_failed for f in app.feeds)
     print(f"prefilltui: {len(app.feeds)} targets, {total} probe(s), {failed} failed, run files "
           f"in {fleet.run_dir}", file=sys.stderr)
     return code

@@ -149,9 +149,9 @@ def run_tui(options: SessionOptions, display: DisplayOptions, base_url: str, *,
     finally:
         sys.setswitchinterval(switch)
         session.close()
-    c = app.live
-    print(f"prefilltui: {c.total} probe(s), {c.failed} failed, saved to {session.run_path}",
-          file=sys.stderr)
+    feed = app.feed  # the whole session's counts (the dashboard's r resets its own)
+    print(f"prefilltui: {feed.session_total} probe(s), {feed.session_failed} failed, saved "
+          f"to {session.run_path}", file=sys.stderr)
     if app.state == "failed" and app.state_detail:
         err(app.state_detail)
     return code

@@ -61,6 +61,9 @@ class PrefillApp(App[int]):
     ENABLE_COMMAND_PALETTE = False
     #: wider terminals (>= 120 columns) get a taller log and a wider stats panel
     HORIZONTAL_BREAKPOINTS = [(0, "-narrow"), (120, "-wide")]
+    #: from 28 rows the fit's details follow its headline in the side panel; below,
+    #: they open in place of the plot (``d``)
+    VERTICAL_BREAKPOINTS = [(0, "-short"), (28, "-tall")]
 
     BINDINGS = [
         # Ctrl-C quits too (Textual would only hint at ctrl+q): the run file is
@@ -219,9 +222,28 @@ class PrefillApp(App[int]):
 
     def notify(self, message: str, **kw: Any) -> None:  # type: ignore[override]
         """Textual's notify, with control characters escaped (``model.sanitize``) and
-        markup off unless asked for: notifications quote servers' words."""
+        markup off unless asked for: notifications quote servers' words.  With a
+        dashboard up it is shown on the dashboard's message line (never over its
+        widgets); the fleet overview keeps Textual's toasts."""
         kw.setdefault("markup", False)
-        super().notify(clean(message, multiline=True), **kw)
+        text = clean(message, multiline=True)
+        super().notify(text, **kw)
+        dashboard = self.dashboard()
+        if dashboard is not None:  # its message line; the toasts are hidden there
+            if kw["markup"]:
+                from rich.text import Text
+
+                text = Text.from_markup(text).plain
+            dashboard.say(text, severity=kw.get("severity", "information"),
+                          title=kw.get("title") or "", timeout=kw.get("timeout"))
+
+    def _refresh_notifications(self) -> None:
+        """Textual's toasts, except over a dashboard: it shows notifications on its
+        message line, and a toast would cover the probe log (Textual sets the toast
+        rack's display itself, so CSS cannot hide it)."""
+        if self.screen_stack and isinstance(self.screen_stack[-1], DashboardScreen):
+            return
+        super()._refresh_notifications()
 
     # ------------------------------------------------------- runner messages
     def on_probe_done(self, message: ProbeDone) -> None:
@@ -267,9 +289,9 @@ class PrefillApp(App[int]):
     def exit_code(self) -> ExitCode:
         """OK normally; UNREACHABLE when no target was ever reached (or every probe of
         every target failed)."""
-        if any(f.live.ok for f in self.feeds):
+        if any(f.session_ok for f in self.feeds):  # whole session: not reset by r
             return ExitCode.OK
-        if any(f.state == "failed" or f.live.failed for f in self.feeds):
+        if any(f.state == "failed" or f.session_failed for f in self.feeds):
             return ExitCode.UNREACHABLE
         return ExitCode.OK
 

@@ -1,45 +1,75 @@
-"""The dashboard of one target: TTFT plot, stats, gauges and probe log.
+"""The dashboard of one target: TTFT plot, the fit's headline and details, gauges,
+probe log, a line for messages.
 
 ``DashboardScreen(feed)`` shows one ``TargetFeed``: the app's only screen for
 ``prefilltui URL``, and the drill-in of the fleet overview (Esc returns).  Data flows
 one way: the runner's thread -> ProbeDone/RunnerStateChanged messages to the app ->
-the feed (always) and this screen's buffers (while it is up) -> (throttled tick) ->
-widgets.  Threads never touch widgets.  Opened on a feed that already has probes (a
-drill-in), it replays them into the plot and the log first.
+the feed (always) and this screen (while it is up) -> its ``Redraw`` (buffers, then a
+throttled tick) -> widgets.  Threads never touch widgets.  Opened on a feed that
+already has probes (a drill-in), it replays them into the plot and the log first.
 
-Cost on screen: a probe only touches buffers; one throttled timer redraws what changed
-(``dashboard_ticks.DashboardTicks``, with the budget and how it is kept).
+The screen is composed of parts that own their state, each given what it needs:
+``SweepControls`` (what the keys do to the feed and its runner), ``Jobs`` (export,
+save the screen, cache check: workers that post messages), ``LoadControl`` (the
+background load, with ``--load``), ``Redraw`` (the throttled redraw and its buffers);
+the widgets keep their own drawn state and talk by messages (``ProbeLog.Highlighted``
+/ ``Selected``, ``GaugePanel.Info``).  The screen holds the one piece of state the
+widgets share, ``highlight`` (the probe under the log's cursor), and whether the
+details panel is open.
+
+A layout per size: the headline (prefill throughput with its interval, the fixed
+cost, MFU or the achieved FLOP/s or what they need, the verdict, why TTFT) and the
+gauges are always in view; from 28 rows up the details follow the headline in the
+side panel, below that they open in place of the plot (``d``).  Notifications go to
+the message line above the footer, never over the widgets; the footer lists every
+key the width leaves room for, the help all of them.
 """
 
 from __future__ import annotations
 
 import time
-from typing import Any, Callable
+from dataclasses import replace
+from typing import Any, Callable, ClassVar
 
+from textual import events
 from textual.app import ComposeResult
 from textual.binding import Binding
-from textual.containers import Horizontal, VerticalScroll
+from textual.containers import Horizontal, Vertical, VerticalScroll
 from textual.css.query import NoMatches
+from textual.reactive import var
 from textual.screen import Screen
-from textual.widgets import Footer, Static
+from textual.worker import Worker, WorkerState
+from textual.widgets import Footer
 
 from prefilltui.model.sanitize import clean
 from prefilltui.model.types import ProbeResult
+from prefilltui.tui.controls import SweepControls
 from prefilltui.tui.feed import TargetFeed
-from prefilltui.tui.dashboard_actions import DashboardActions
-from prefilltui.tui.dashboard_ticks import DashboardTicks
-from prefilltui.tui.load_actions import LoadActions
+from prefilltui.tui.help import HelpScreen, dashboard_details
+from prefilltui.tui.jobs import Jobs
+from prefilltui.tui.load_control import NO_LOAD, LoadControl
+from prefilltui.tui.messages import CacheCheckDone, ExportDone
+from prefilltui.tui.redraw import Panels, Redraw
 from prefilltui.tui.widgets.decode_row import DecodeRow
 from prefilltui.tui.widgets.gauges import GaugePanel
-from prefilltui.tui.widgets.probe_log import ProbeLog
-from prefilltui.tui.widgets.stats import StatsPanel
+from prefilltui.tui.widgets.message_line import MessageLine
+from prefilltui.tui.widgets.probe_log import ProbeLog, probe_message
+from prefilltui.tui.widgets.stats import Headline, StatsPanel
+from prefilltui.tui.widgets.status_line import StatusLine
 from prefilltui.tui.widgets.ttft_plot import TTFTPlot
-from prefilltui.tui.workers import WorkerActions
 
 _RANGE = Binding.Group("Range", compact=True)
 
+Window = tuple[float, float]
 
-class DashboardScreen(DashboardActions, LoadActions, WorkerActions, DashboardTicks, Screen[None]):
+
+def footer_cost(binding: Binding) -> int:
+    """Columns a key takes in the compact footer: 'k Label' and one space."""
+    key = binding.key_display or binding.key.split(",")[0]
+    return len(key) + 1 + len(binding.description) + 1
+
+
+class DashboardScreen(Screen[None]):
     """One target's live dashboard (see the module docstring).
 
     feed: the target; clock: perf_counter-compatible "now" for the gauges; replot_hz /
@@ -47,21 +77,32 @@ class DashboardScreen(DashboardActions, LoadActions, WorkerActions, DashboardTic
     """
 
     BINDINGS = [
-        Binding("space", "toggle_pause", "Pause", key_display="␣"),  # fits 80 columns
+        Binding("space", "toggle_pause", "Pause", key_display="␣"),
         Binding("r", "reset_fit", "Reset"),
         Binding("w", "toggle_window", "Window"),
         Binding("b", "burst", "Burst"),
-        # one footer entry "+-Range" for the pair, so c Cache / t Theme fit at 80 columns
+        # one footer entry "+-Range" for the pair
         Binding("plus,equals_sign", "widen", "Wider", key_display="+", group=_RANGE),
         Binding("minus", "narrow", "Narrower", key_display="-", group=_RANGE),
+        Binding("d", "toggle_details", "More"),
         Binding("e", "export", "Export"),
-        Binding("s", "save_svg", "Save SVG", show=False),  # in the help; the footer is full
+        Binding("s", "save_svg", "SVG"),
         Binding("c", "cache_check", "Cache"),
+        Binding("l", "toggle_load", "Load"),
         Binding("t", "next_theme", "Theme"),
-        Binding("l", "toggle_load", "Load", show=False),  # in the help; the footer is full
         Binding("question_mark", "help", "Help", key_display="?"),
         Binding("q", "app.quit_app", "Quit"),
     ]
+    #: actions the footer shows only when the width leaves room, the first first (the
+    #: help lists every key)
+    FOOTER_OPTIONAL: ClassVar[tuple[str, ...]] = ("next_theme", "save_svg", "toggle_load")
+
+    #: the request window of the probe under the focused log's cursor
+    highlight: var[Window | None] = var(None, init=False)
+    #: the details panel open in place of the plot (``d``)
+    details: var[bool] = var(False, init=False)
+    #: the optional footer keys the width leaves room for
+    footer_room: var[frozenset[str]] = var(frozenset(), init=False)
 
     def __init__(self, feed: TargetFeed, *, clock: Callable[[], float] = time.perf_counter,
                  replot_hz: float = 1.0, gauge_hz: float = 2.0, back: bool = False) -> None:
@@ -71,93 +112,54 @@ class DashboardScreen(DashboardActions, LoadActions, WorkerActions, DashboardTic
         self.replot_hz = replot_hz
         self.gauge_hz = gauge_hz
         self.back = back
-        #: the request window of the probe under the focused log's cursor
-        self.highlight: tuple[float, float] | None = None
-        self.last_fit: Any = None
         self.replayed = False  # the feed's earlier probes are in the widgets
-        self._dirty = True
-        #: probes received since the last tick, shown in the log on the next tick
-        self._pending_rows: list[ProbeResult] = []
-        self._gauge_next = 0.0  # time.monotonic() of the next gauge update
-        self._data_next = 0.0  # ... and of the next data redraw (replot_hz)
-        self._border_texts: dict[str, str] = {}  # border titles as last set
-        self._status_text = ""
-        self._status_dirty = False  # a runner state change not yet drawn
-        self._burst_pending = False  # b pressed, its probe not back yet
-        self._notes_shown = 0  # runner notes already notified
-
-    # ----------------------------------------------------------------- plumbing
-    @property
-    def runner(self):
-        return self.feed.runner
+        self.controls = SweepControls(feed, self.notify)
+        self.jobs = Jobs(feed, notify=self.notify, run_worker=self.run_worker,
+                         post=self.post_message,
+                         save_screenshot=lambda name, path: self.app.save_screenshot(name, path))
+        load = feed.config.load
+        self.load = LoadControl(load, feed, self.notify) if load is not None else None
+        self.redraw: Redraw | None = None  # once mounted
+        self._early: list[tuple[str, dict[str, Any]]] = []  # said before the mount
+        self._notes_shown = 0  # runner notes already said
 
     @property
-    def paused(self) -> bool:
-        return self.feed.paused
-
-    @property
-    def which(self) -> str:
-        return self.feed.which
-
-    @property
-    def sweep_range(self) -> tuple[int, int]:
-        return self.feed.sweep_range
-
-    @property
-    def run_path(self):
-        return self.feed.config.run_path
-
-    @property
-    def exporter(self):
-        return self.feed.config.exporter
-
-    @property
-    def cache_checker(self):
-        return self.feed.config.cache_checker
-
-    @property
-    def probe_timeout_s(self) -> float:
-        return self.feed.config.probe_timeout_s
-
-    @property
-    def results(self):
-        return self.feed.results
-
-    # what the background-load part (LoadActions) reads: this feed's
-    @property
-    def load(self):
-        return self.feed.config.load
-
-    @property
-    def fit(self):
-        return self.feed.live.fit  # the idle fit
-
-    @property
-    def load_fits(self):
-        return {level: ls.fit for level, ls in self.feed.levels.items()}
-
-    @property
-    def windows(self):
-        return self.feed.windows
-
-    @property
-    def sampler(self):
-        return self.feed.config.sampler
+    def last_fit(self) -> Any:
+        """The fit snapshot last shown (what ``e`` exports)."""
+        return self.redraw.last_fit if self.redraw is not None else None
 
     def notify(self, message: str, **kw: Any) -> None:  # type: ignore[override]
-        """The app's notify (control characters escaped, markup off)."""
+        """The app's notify (control characters escaped, markup off; shown on this
+        screen's message line)."""
         self.app.notify(message, **kw)
+
+    def say(self, text: str, **kw: Any) -> None:
+        """Show a notification on the message line (the app's ``notify`` calls this)."""
+        try:
+            self.query_one(MessageLine).say(text, **kw)
+        except NoMatches:  # before the mount: said once the line is there
+            self._early.append((text, kw))
+
+    @property
+    def messages(self) -> MessageLine | None:
+        try:
+            return self.query_one(MessageLine)
+        except NoMatches:
+            return None
 
     # ----------------------------------------------------------------- layout
     def compose(self) -> ComposeResult:
-        yield Static("", id="status")
+        yield StatusLine(id="status")
         with Horizontal(id="top"):
             yield TTFTPlot(id="plot")
-            with VerticalScroll(id="stats-box"):
-                yield StatsPanel(id="stats")
+            with Vertical(id="stats-box"):
+                yield Headline(id="headline")
+                with VerticalScroll(id="details-box"):
+                    yield StatsPanel(id="stats")
         yield GaugePanel(id="gauges")
         yield DecodeRow(id="decode")
         yield ProbeLog(id="log")
+        yield MessageLine(id="messages")
         yield Footer(compact=True)
 
     def on_mount(self) -> None:
@@ -165,14 +167,30 @@ class DashboardScreen(DashboardActions, LoadActions, WorkerActions, DashboardTic
         plot.border_title = ("TTFT vs prompt tokens" if not self.back
                              else f"{clean(self.feed.config.label)} · TTFT vs prompt tokens")
         self.query_one("#stats-box").border_title = "fit"
+        self.query_one("#details-box").border_title = "details"
         self.query_one("#log", ProbeLog).border_title = "probes"
         plot.set_range_hint(self.feed.sweep_range[1])
+        self.redraw = Redraw(
+            self.feed,
+            Panels(status=self.query_one(StatusLine), plot=plot,
+                   side=self.query_one("#stats-box"), headline=self.query_one(Headline),
+                   stats=self.query_one(StatsPanel), gauges=self.query_one(GaugePanel),
+                   decode=self.query_one(DecodeRow), log=self.query_one(ProbeLog)),
+            load=self.load, notify=self.notify, clock=self.clock, replot_hz=self.replot_hz,
+            gauge_hz=self.gauge_hz, label=self.feed.config.label if self.back else None)
+        early, self._early = self._early, []
+        for text, kw in early:
+            self.say(text, **kw)
         self._replay()
-        self._update_status()
+        self.redraw.status()
         # one timer: data at replot_hz, gauges at gauge_hz in the same pass (fewer frames)
-        self.set_interval(1.0 / max(self.replot_hz, self.gauge_hz), self._tick)
-        self._gauge_tick()
+        self.set_interval(self.redraw.interval_s, self._tick)
+        self.redraw.gauges(self.highlight)
         self._tick()
+
+    def _tick(self) -> None:
+        if self.redraw is not None:
+            self.redraw.tick(self.highlight)
 
     def _replay(self) -> None:
         """The feed's earlier probes into the plot and the log (a drill-in)."""
@@ -184,67 +202,176 @@ class DashboardScreen(DashboardActions, LoadActions, WorkerActions, DashboardTic
             self.query_one("#log", ProbeLog).add_results(results[-200:])
         self._notes_shown = len(self.feed.runner.notes) if self.feed.runner else 0
         self.replayed = True
-        self._dirty = True
+        self.redraw.soon()
+
+    def flush(self) -> None:
+        """Redraw now whatever changed (tests call this instead of waiting a tick)."""
+        if self.redraw is not None:
+            self.redraw.flush(self.highlight)
+
+    def on_resize(self, event: events.Resize) -> None:
+        self._fit_footer(event.size.width)
+
+    def _fit_footer(self, width: int) -> None:
+        """The optional keys that fit beside the others at ``width`` columns."""
+        shown: dict[str, Binding] = {}
+        for _key, binding in self._bindings:
+            if binding.show and binding.action not in shown:
+                shown[binding.action] = binding
+        groups: set[str] = set()
+        used = 0
+        for action, b in shown.items():
+            if action in self.FOOTER_OPTIONAL:
+                continue
+            if b.group is not None:
+                if b.group.description in groups:
+                    continue
+                groups.add(b.group.description)
+                used += 2 + 1 + len(b.group.description) + 1  # "+- Range "
+            else:
+                used += footer_cost(b)
+        room: set[str] = set()
+        for action in self.FOOTER_OPTIONAL:
+            b = shown.get(action)
+            if b is not None and used + footer_cost(b) <= width + 1:  # the last one's space
+                used += footer_cost(b)
+                room.add(action)
+        self.footer_room = frozenset(room)
+
+    def watch_footer_room(self) -> None:
+        self.refresh_bindings()
+
+    @property
+    def active_bindings(self):  # type: ignore[override]
+        """Textual's, with the optional keys the width leaves no room for not shown
+        (they still work)."""
+        bindings = super().active_bindings
+        hide = set(self.FOOTER_OPTIONAL) - self.footer_room
+        return {key: (active._replace(binding=replace(active.binding, show=False))
+                      if active.binding.action in hide else active)
+                for key, active in bindings.items()}
 
     # ------------------------------------------------- data from the app
     def probe_arrived(self, r: ProbeResult) -> None:
-        """A probe of this screen's feed (already added to the feed): buffers only; the
-        log row and every redraw wait for the next tick."""
-        self._dirty = True
-        self._pending_rows.append(r)
-        try:
-            self.query_one("#plot", TTFTPlot).add_result(r)
-        except NoMatches:  # a probe that lands while the screen is closing
-            pass
+        """A probe of this screen's feed (already added to the feed)."""
+        if self.redraw is not None:
+            try:
+                self.redraw.probe(r)
+            except NoMatches:  # a probe that lands while the screen is closing
+                pass
 
     def state_changed(self, old: str, burst_done: bool) -> None:
         """The feed's runner state changed (the feed holds the new one)."""
         feed = self.feed
-        try:
-            self._effective_range()
-        except NoMatches:  # a state change that lands while the screen is closing
-            pass
+        if self.controls.effective_range():
+            self._range_changed(redraw=False)
         if feed.state == "failed" and old != "failed":
             self.notify(feed.state_detail or "probing failed", severity="error", timeout=10)
         if feed.state == "done" and old != "done" and feed.state_detail:
             self.notify(feed.state_detail, title="done", timeout=15)
+        self.controls.burst_state(feed.state, burst_done)
         if burst_done:
-            self._burst_pending = False
             self.notify(f"burst: {feed.state_detail[6:]}", timeout=8)
-        elif feed.state == "burst":
-            self._burst_pending = False  # running: +/- no longer changes what it probes
         self._notify_runner_notes()
+        if self.redraw is None:
+            return
         if old != feed.state and {old, feed.state} <= {"probing", "idle"}:
-            # the per-probe cycle waits for the next tick: each probe brings two state
-            # changes, each a screen update of its own when drawn at once (at the
-            # default pacing that was ~1 % of a core, measured)
-            self._status_dirty = True
+            self.redraw.status_later()
         else:
-            self._update_status()
+            self.redraw.status()
 
     def _notify_runner_notes(self) -> None:
         """Each new note of the runner (lengths capped at the context, ...) once."""
-        notes = list(self.runner.notes) if self.runner is not None else []
+        runner = self.feed.runner
+        notes = list(runner.notes) if runner is not None else []
         for note in notes[self._notes_shown:]:
             self.notify(note, severity="warning", timeout=12)
         self._notes_shown = max(self._notes_shown, len(notes))
 
-    def cache_found(self, finding) -> None:
-        self.feed.cache = finding
-
     def on_screen_resume(self) -> None:
-        self._border_texts.clear()  # a theme changed while away: set the legend again
-        self._redraw_soon()
+        if self.redraw is not None:
+            self.redraw.titles_again()  # a theme changed while away: set the legend again
+            self.redraw.soon()
 
     def theme_changed(self) -> None:
-        self._redraw_soon()
-        self._border_texts.clear()  # set the legend again under the new theme
-        self._gauge_tick()
+        if self.redraw is not None:
+            self.redraw.soon()
+            self.redraw.titles_again()  # set the legend again under the new theme
+            self.redraw.gauges(self.highlight)
+
+    def _redraw_now(self) -> None:
+        """After a key: the data on the next tick, the status at once."""
+        if self.redraw is not None:
+            self.redraw.soon()
+            self.redraw.status()
+
+    def _range_changed(self, *, redraw: bool = True) -> None:
+        try:
+            self.query_one("#plot", TTFTPlot).set_range_hint(self.feed.sweep_range[1])
+        except NoMatches:  # a state change that lands while the screen is closing
+            return
+        if redraw:
+            self._redraw_now()
 
     # ------------------------------------------------------------------- actions
     def check_action(self, action: str, parameters: tuple[object, ...]) -> bool | None:
         """Esc (back to the overview) exists only in the fleet's drill-in."""
         return self.back if action == "back" else True
+
+    def action_toggle_pause(self) -> None:
+        if self.controls.toggle_pause() and self.redraw is not None:
+            self.redraw.status()
+
+    def action_reset_fit(self) -> None:
+        self.controls.reset()
+        self.query_one("#plot", TTFTPlot).clear_points()
+        self._redraw_now()
+
+    def action_toggle_window(self) -> None:
+        self.controls.toggle_window()
+        self._redraw_now()
+
+    def action_burst(self) -> None:
+        self.controls.burst()
+
+    def action_widen(self) -> None:
+        if self.controls.widen():
+            self._range_changed()
+
+    def action_narrow(self) -> None:
+        if self.controls.narrow():
+            self._range_changed()
+
+    def action_toggle_details(self) -> None:
+        self.details = not self.details
+
+    def watch_details(self, on: bool) -> None:
+        self.set_class(on, "-details")
+        if self.redraw is not None:
+            self.redraw.soon()
+
+    def action_export(self) -> None:
+        self.jobs.export(self.last_fit)
+
+    def action_save_svg(self) -> None:
+        self.jobs.save_svg()
+
+    def action_cache_check(self) -> None:
+        self.jobs.cache_check()
+
+    def action_toggle_load(self) -> None:
+        if self.load is None:
+            self.notify(NO_LOAD, timeout=6)
+            return
+        self.load.toggle()
+        if self.redraw is not None:
+            self.redraw.status()
+
+    def action_help(self) -> None:
+        if not isinstance(self.app.screen, HelpScreen):
+            line = self.messages
+            self.app.push_screen(HelpScreen(dashboard_details(
+                self.feed.config, line.history if line is not None else ())))
 
     def action_next_theme(self) -> None:
         self.app.action_next_theme()
@@ -253,17 +380,46 @@ class DashboardScreen(DashboardActions, LoadActions, WorkerActions, DashboardTic
         if self.back:
             self.dismiss()
 
+    # ------------------------------------------------------------------ messages
+    def watch_highlight(self) -> None:
+        if self.redraw is not None:
+            self.redraw.gauges(self.highlight)
+
+    def on_probe_log_highlighted(self, message: ProbeLog.Highlighted) -> None:
+        r = message.result
+        self.highlight = ((r.t_send, r.t_end) if r is not None and r.t_send is not None
+                          and r.t_end is not None else None)
+
+    def on_probe_log_selected(self, message: ProbeLog.Selected) -> None:
+        r = message.result
+        self.notify(probe_message(r), severity="information" if r.ok else "warning",
+                    timeout=8)
+
+    def on_gauge_panel_info(self, message: GaugePanel.Info) -> None:
+        said = self.app.said  # once per app: a drill-in again says nothing new
+        if message.text not in said:
+            said.add(message.text)
+            self.notify(message.text, title="telemetry", timeout=6)
+
+    def on_export_done(self, message: ExportDone) -> None:
+        self.jobs.export_done(message)
+
+    def on_cache_check_done(self, message: CacheCheckDone) -> None:
+        self.jobs.cache_done(message)
+
+    def on_worker_state_changed(self, event: Worker.StateChanged) -> None:
+        if event.state == WorkerState.ERROR:
+            self.notify(f"{event.worker.name} failed: {event.worker.error}", severity="error")
+
 
 class DrillInScreen(DashboardScreen):
-    """The dashboard opened from the fleet overview: Esc returns to it; e and t work but
-    leave the footer to "esc Back", so it still fits 80 columns."""
+    """The dashboard opened from the fleet overview: Esc returns to it; e and t are
+    shown in the footer only where the width leaves room beside "esc Back"."""
 
     BINDINGS = [
-        Binding("e", "export", "Export", show=False),
-        Binding("t", "next_theme", "Theme", show=False),
         Binding("escape", "back", "Back", key_display="esc"),
     ]
+    FOOTER_OPTIONAL = ("export", "next_theme", "save_svg", "toggle_load")
 
     def __init__(self, feed: TargetFeed, **kw: Any) -> None:
         super().__init__(feed, back=True, **kw)
-

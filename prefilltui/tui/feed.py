@@ -175,6 +175,12 @@ class TargetFeed:
         self.recent = RecentProbes()
         #: the last cache check's finding (the dashboard's ``c``), for the advisor
         self.cache: CacheFinding | None = None
+        #: probes added since the start or the last ``reset_fit`` (the recent results
+        #: the verdict reads are only these)
+        self.since_reset = 0
+        #: probes of the whole session, ok and failed: never reset (the exit line and
+        #: the exit code read them; the run file holds them all)
+        self.session_total = self.session_ok = self.session_failed = 0
 
     # -- runner
     def start(self, on_result: Callable[[ProbeResult], None],
@@ -214,6 +220,12 @@ class TargetFeed:
             if level is None:
                 level = self.levels[r.load_level] = LiveSummary(self.config.analysis)
             level.add(replace(r, load_level=None))
+        self.since_reset += 1
+        self.session_total += 1
+        if r.ok:
+            self.session_ok += 1
+        else:
+            self.session_failed += 1
         self.last_result = r
         self.last_probe_at = self.clock()
         self.probing_since = None
@@ -235,22 +247,31 @@ class TargetFeed:
             self.version += 1
 
     def reset_fit(self) -> None:
-        self.live.reset_fit()
+        """The dashboard's ``r``: forget everything derived from the probes so far (the
+        fit, the counts, the percentiles, each load level's summary, the recent probes
+        the verdict and the health rules read, the sparkline, the last probe's
+        figures); ``results`` keeps them for the export (the run file has every
+        probe)."""
+        self.live = LiveSummary(self.config.analysis)
         self.levels.clear()
-        self.spark.points.clear()
+        self.spark = _Spark()
+        self.recent = RecentProbes()
+        self.last_result = self.last_ok = None
+        self.since_reset = 0
         self.version += 1
 
     # -- telemetry
-    def telemetry(self) -> TelemetrySnapshot | None:
-        """The sampler's latest snapshot (None without a sampler or when it fails);
-        keeps ``device_names`` / ``device_label`` up to date (the roofline reads the
-        GPU name)."""
+    def telemetry(self, snap: TelemetrySnapshot | None = None) -> TelemetrySnapshot | None:
+        """The sampler's latest snapshot, or ``snap`` when the caller already read it
+        (None without a sampler or when it fails); keeps ``device_names`` /
+        ``device_label`` up to date (the roofline reads the GPU name)."""
         if self.config.sampler is None:
             return None
-        try:
-            snap = self.config.sampler.snapshot()
-        except Exception:  # noqa: BLE001 - the dashboard says so; the fleet shows N/A
-            return None
+        if snap is None:
+            try:
+                snap = self.config.sampler.snapshot()
+            except Exception:  # noqa: BLE001 - the dashboard says so; the fleet shows N/A
+                return None
         names = tuple(d.name for d in snap.devices)
         if names != self.device_names:
             self.device_names = names
@@ -283,8 +304,10 @@ class TargetFeed:
         return s
 
     def current_level(self) -> float:
-        """The background-load level of the last ok probe (0: idle)."""
-        last = next((r for r in reversed(self.results) if r.ok and not r.warmup), None)
+        """The background-load level of the last ok probe since the last reset (0:
+        idle)."""
+        last = next((r for r in reversed(self.recent_results()) if r.ok and not r.warmup),
+                    None)
         return float(last.load_level or 0.0) if last is not None else 0.0
 
     def shown(self) -> LiveSummary:
@@ -293,7 +316,9 @@ class TargetFeed:
         return self.levels.get(level, self.live) if level else self.live
 
     def recent_results(self, n: int = 40) -> tuple[ProbeResult, ...]:
-        """The last ``n`` probes (the "why is TTFT high" verdict reads them)."""
+        """The last ``n`` probes since the last reset (the "why is TTFT high" verdict
+        reads them)."""
+        n = min(n, self.since_reset)
         return tuple(itertools.islice(reversed(self.results), n))[::-1]
 
     def _all_time_fit(self) -> LinearFit | None:

@@ -6,18 +6,29 @@ scroll above a close hint that stays visible.
 
 from __future__ import annotations
 
+import time
+from typing import TYPE_CHECKING, Iterable
+
 from textual.app import ComposeResult
 from textual.binding import Binding
 from textual.containers import Vertical, VerticalScroll
 from textual.screen import ModalScreen
 from textual.widgets import Static
 
+from prefilltui.model.units import MISSING
+from prefilltui.tui.textfit import tilde
+
+if TYPE_CHECKING:
+    from prefilltui.tui.feed import FeedConfig
+    from prefilltui.tui.widgets.message_line import Notice
+
 HELP_TEXT = """\
 [b]prefilltui[/b] — live prefill monitor
 [b]Keys[/b]
- space  pause / resume probing         r  reset the fit and plotted points
+ space  pause / resume probing         r  reset fit, counts, percentiles
  w      all-time / sliding-window fit  b  burst now, also paused (below)
  + / -  widen / narrow the sweep range (longest prompt ×2 / ÷2)
+ d      more: the fit's details (in place of the plot below 28 rows)
  e / s  export CSV + JSON / save the screen as SVG (beside the run file)
  c      cache check: is the server's prefix cache serving prompts?
  t      next theme                     ?  this help
@@ -105,3 +116,34 @@ class HelpScreen(ModalScreen[None]):
 
     def action_dismiss_help(self) -> None:
         self.dismiss(None)
+
+
+def dashboard_details(config: FeedConfig, messages: Iterable[Notice] = ()) -> list[str]:
+    """The help's extra lines for a dashboard: the pacing, where the GPU readings come
+    from, the telemetry's full N/A reasons (the gauges show short ones), then the
+    recent notifications in full (``MessageLine.history``: newest last)."""
+    lines = []
+    pacing = config.pacing
+    if pacing is not None:
+        burst = (f"; burst ≥ {pacing.burst_min_s:.1f} s" if pacing.burst_min_s > 0 else "")
+        lines.append(f"pacing: {pacing.describe()}{burst}")
+    if config.gpu_source:
+        lines.append(f"GPU readings: {config.gpu_source}")
+    sampler = config.sampler
+    if sampler is not None:
+        try:
+            snap = sampler.snapshot()
+        except Exception as exc:
+            lines.append(f"telemetry failed: {exc}")
+        else:
+            if snap.reason:
+                lines.append(f"telemetry: {snap.reason}")
+            for dev in snap.devices:
+                for metric, why in dev.na.items():
+                    lines.append(f"{dev.label} {metric} {MISSING}: {why}")
+    said = list(messages)
+    if said:
+        lines.append("recent messages:")
+        lines += [f" {time.strftime('%H:%M:%S', time.localtime(n.at))}  {tilde(n.line)}"
+                  for n in said[-12:]]
+    return lines

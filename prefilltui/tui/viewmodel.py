@@ -63,6 +63,10 @@ class StatsView:
     #: TTFT percentiles (n, p50, p90, p99) over recent probes, and at one length
     pct_all: tuple[int, float, float, float] | None = None
     pct_len: tuple[int, int, float, float, float] | None = None  # (tokens, n, p50, p90, p99)
+    #: what FLOP/s and MFU need when neither can be had ("... need --params")
+    flops_hint: str | None = None
+    #: the live "why is TTFT high?" verdict's headline (``model.verdict``)
+    why: str | None = None
     notes: list[str] = field(default_factory=list)
     warnings: list[str] = field(default_factory=list)
 
@@ -172,6 +176,7 @@ def _from_summary(v: StatsView, s: RunSummary, last: ProbeResult | None) -> None
         if note:
             v.notes.append(note)
     elif level == "unknown-model":
+        v.flops_hint = "FLOP/s and MFU need --params"
         v.notes.append("FLOP/s and MFU need --params (or --model-config)")
     elif level == "no-slope":
         v.notes.append(s.verdict.text)

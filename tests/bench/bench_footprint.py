@@ -79,11 +79,16 @@ class PtyApp:
         self.argv, self.cols, self.rows, self.env = argv, cols, rows, env
         self.bytes_out = 0
         self.tail = b""
+        #: seconds from the start until the footer's "Quit" was first written: the app's
+        #: first whole frame (Textual writes a frame top to bottom), None before
+        self.first_frame_s: float | None = None
+        self._t0 = 0.0
         self.proc: subprocess.Popen | None = None
         self._master = -1
         self._thread: threading.Thread | None = None
 
     def start(self) -> "PtyApp":
+        self._t0 = time.perf_counter()
         master, slave = pty.openpty()
         fcntl.ioctl(slave, termios.TIOCSWINSZ, struct.pack("HHHH", self.rows, self.cols, 0, 0))
         self.proc = subprocess.Popen(self.argv, stdin=slave, stdout=slave, stderr=slave,
@@ -105,6 +110,8 @@ class PtyApp:
                 return
             self.bytes_out += len(data)
             self.tail = (self.tail + data)[-4096:]
+            if self.first_frame_s is None and b"Quit" in self.tail:
+                self.first_frame_s = time.perf_counter() - self._t0
 
     def send(self, data: bytes) -> None:
         try:

@@ -84,6 +84,7 @@ def segment(mode: str, url: str, seconds: float, out: str, tmp: str) -> dict:
         else:
             stop_child(proc)
     return {"mode": mode, "cpu_share": (c1 - c0) / (w1 - w0), "wall_s": w1 - w0,
+            "first_frame_s": app.first_frame_s if app else None,
             "term_bytes_per_s": (b1 - b0) / (w1 - w0) if app else None, "skip": n0,
             "probes_per_s": (n1 - n0) / (w1 - w0),
             "rss_mib": rss / 2**20, "out": out}
@@ -158,7 +159,16 @@ def run(opts) -> list[Row]:
             "", None),
         Row(SECTION_FP, "terminal output of the app, 120x40", f"{tbps / 1024:.1f} KiB/s", "",
             None),
+        Row(SECTION_FP, "startup to first frame, TUI app (spawn to the footer drawn)",
+            _first_frame(tui + [dflt]), "", None),
     ]
+
+
+def _first_frame(segs: list[dict]) -> str:
+    """The median over the TUI segments of spawn-to-first-frame (the Python start-up,
+    imports, the first layout and paint)."""
+    vals = [s["first_frame_s"] for s in segs if s.get("first_frame_s") is not None]
+    return f"{median(vals):.2f} s (median of {len(vals)})" if vals else "not seen"
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -69,7 +69,8 @@ def measure(seconds: float = 60.0, *, cols: int = 80, rows: int = 24, probe_s: f
     return {"cpu_pct": 100 * (c1 - c0) / wall, "term_bytes_per_s": (b1 - b0) / wall,
             "ui_thread_cpu_pct": 100 * (m1 - m0) / wall,
             "probes": n1 - n0, "wall_s": wall, "cols": cols, "rows": rows,
-            "probe_s": probe_s, "hz": hz, "load_avg": os.getloadavg()}
+            "probe_s": probe_s, "hz": hz, "load_avg": os.getloadavg(),
+            "first_frame_s": app.first_frame_s}
 
 
 def _main_cpu(ps) -> float:
@@ -167,7 +168,8 @@ def main(argv: list[str] | None = None) -> int:
     print(f"CPU {res['cpu_pct']:.1f} % of a core (UI thread {res['ui_thread_cpu_pct']:.1f} %),"
           f" terminal {res['term_bytes_per_s'] / 1024:.2f}"
           f" KiB/s, {res['probes']} probes in {res['wall_s']:.0f} s at {opts.cols}x{opts.rows}"
-          f" (load avg {res['load_avg'][0]:.1f})")
+          f" (load avg {res['load_avg'][0]:.1f}); startup to first frame "
+          f"{res['first_frame_s'] if res['first_frame_s'] is None else round(res['first_frame_s'], 2)} s")
     print(json.dumps(res))
     return 0
 

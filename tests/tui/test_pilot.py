@@ -417,15 +417,6 @@ async def test_help_close_hint_visible_at_small_sizes():
             assert 0 < hint.region.bottom <= size[1] - 1 and hint.region.height == 1
 
 
-async def test_footer_fits_cache_theme_and_quit_at_80():
-    app, _ = _app()
-    async with app.run_test(size=(80, 24)) as pilot:
-        await pilot.pause()
-        footer = app.screen._compositor.render_strips()[-1].text
-        for entry in ("c Cache", "t Theme", "? Help", "q Quit", "+- Range"):
-            assert entry in footer, footer
-
-
 async def test_capped_lengths_and_until_ci_progress_are_shown():
     """The runner's cap note becomes a notification and "(context cap)" on the status
     line; its repeat-until-confident progress shows as "CI ±x→±target %" and the

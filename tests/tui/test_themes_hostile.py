@@ -44,7 +44,8 @@ async def _run_and_cycle(ts, theme=None, presses=6):
             await pilot.press("t")
             await pilot.pause()
         assert app.is_running
-        messages = [n.message for n in app._notifications]
+        # the message line keeps them (a notification expires from Textual's list)
+        messages = [n.text for n in app.dashboard().messages.history]
     return app, seen, messages
 
 

@@ -66,7 +66,7 @@ def test_stats_units_noise_queue_and_model():
     assert "intercept 0.0 ms" in pinned and "≈0: fit \u22122.0 ms" in pinned
     spans = stats_text(StatsView(intercept_s=0.002, intercept_ci=(-0.001, 0.005),
                                  slope_s=1e-4)).plain
-    assert "\n          ≈0: within noise" in spans
+    assert "\nintercept ≈0: within noise" in spans
     assert "slope     6,775 µs/tok" in text and "6,500–7,000 µs/tok" in text
     assert "95%     46.0–64.0 tok/s" in text
     assert "≈0" not in stats_text(StatsView(intercept_s=0.02, intercept_ci=(0.01, 0.03),
@@ -139,7 +139,7 @@ def test_stats_percentiles_and_server_fixed_cost():
     assert v.server_fixed_s is not None and abs(v.server_fixed_s - 0.0105) < 0.002
     text = stats_text(v).plain
     assert "TTFT ms   p50/p90/p99" in text and "\n all 20 " in text and "\n 1024 ×4 " in text
-    assert "\n  server  " in text
+    assert "\nintercept server " in text
 
 
 def test_probe_status_and_message():
@@ -209,3 +209,12 @@ def test_a_fit_whose_slope_interval_includes_zero_says_too_noisy():
                                                        prefill_tokens_per_s=1e3)).plain
     assert any("too noisy yet" in ln for ln in format_fit_lines(noisy))
     assert not any("too noisy yet" in ln for ln in format_fit_lines(clean))
+
+
+def test_plot_ticks_never_share_a_row():
+    from prefilltui.tui.widgets.ttft_plot import apart
+
+    # the demo at 80x24: TTFT up to 7.2 s on 3 canvas rows: 2.5k and 5k on one row
+    assert apart([0.0, 2500.0, 5000.0], 7234.0, 3) == [0.0, 5000.0]
+    assert apart([0.0, 100.0, 200.0], 220.0, 3) == [0.0, 100.0, 200.0]  # one a row
+    assert apart([0.0, 1.0], 2.0, 1) == [0.0]

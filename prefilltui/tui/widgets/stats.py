@@ -1,4 +1,5 @@
-"""Stats panel: the fit, roofline comparison and the server/probe facts, as text.
+"""The fit's panels: the headline (the figures always in view) and the details (the
+rest of the fit, the roofline comparison and the server/probe facts), as text.
 
 Renders a ``StatsView`` (plain data built by the app in ``tui/viewmodel.py``); no
 fitting or I/O here.  Seconds are converted to ms / µs for the screen only.
@@ -71,32 +72,95 @@ def short_model(name: str | None, width: int = MODEL_CHARS) -> str | None:
     return base if len(base) <= width else base[: width - 1] + "…"
 
 
-def stats_text(v: StatsView) -> Text:
-    """The panel's content (one fact per line, label then value)."""
-    t = Text(no_wrap=False, overflow="fold")
+#: Lines the headline takes at most (``headline_text``): it fits the side panel of an
+#: 80x24 terminal (9 rows, less its border) with no scrolling.
+HEADLINE_LINES = 7
 
+
+def stats_text(v: StatsView) -> Text:
+    """The headline and the details in one text (``headline_text`` + ``detail_text``)."""
+    t = headline_text(v)
+    details = detail_text(v)
+    if details.plain:
+        t.append("\n")
+        t.append_text(details)
+    return t
+
+
+def _liner(t: Text, width: int | None = None):
+    """line(label, value) and interval(ci, fmt, unit) appending to ``t``; with a
+    ``width``, a value too long for the 10-column label column follows its label after
+    one space, so the line is not cut ("achieved 0.0415 TFLOP/s est.")."""
     def line(label: str, value: str, style: str = "") -> None:
-        t.append(f"{label:<10}", style="dim")
+        tight = width is not None and label and 10 + len(value) > width
+        t.append(f"{label} " if tight else f"{label:<10}", style="dim")
         t.append(value + "\n", style=style)
 
     def interval(ci, fmt, unit: str) -> None:
         if ci and ci[0] is not None and ci[1] is not None:
             line("  95%", _interval(ci, fmt, unit), "dim")
 
+    return line, interval
+
+
+#: Text columns of the narrow (80-column) side panel: 32 less the border and padding.
+HEADLINE_WIDTH = 28
+
+#: Width of a verdict word that fits after the 10-column label in the narrow panel.
+_VERDICT_BESIDE = 18
+
+
+def headline_text(v: StatsView) -> Text:
+    """The figures always in view (at most ``HEADLINE_LINES`` lines, each one line:
+    cut with '…' rather than wrapped): prefill throughput with its 95 % interval, the
+    fixed cost (or "not pinned") with its interval, MFU or the achieved FLOP/s (or
+    what they need), the roofline verdict and the "why TTFT" line."""
+    t = Text(no_wrap=True, overflow="ellipsis")
+    line, interval = _liner(t, HEADLINE_WIDTH)
     if v.slope_s is None:
         t.append("fit: needs ≥3 probes at\n  different lengths\n", style="italic")
     else:
-        _intercept_lines(v, line, interval)
+        line("prefill", f"{si(v.prefill_tokens_per_s)} tok/s", "bold")
+        if v.unresolved:
+            line("  95%", "too noisy yet", "bold")
+        else:
+            interval(v.prefill_tokens_per_s_ci, si, "tok/s")
+        _fixed_cost(v, line, interval)
+    if v.mfu is not None:
+        line("MFU", f"{v.mfu * 100:.1f} %" + (" est." if v.estimate else ""), "bold")
+    elif v.achieved_tflops is not None:
+        # always TFLOP/s (as the roofline notes and the text summary)
+        line("achieved", _flops(v.achieved_tflops) + (" est." if v.estimate else ""))
+    elif v.flops_hint:
+        t.append(v.flops_hint + "\n", style="italic")
+    if v.verdict:
+        if len(v.verdict) <= _VERDICT_BESIDE:
+            line("verdict", v.verdict, "bold")
+        else:  # "MFU needs --peak-tflops": its own line
+            t.append(v.verdict + "\n", style="bold")
+    if v.why:
+        t.append(f"why TTFT: {clean(v.why)}\n", style="italic")
+    t.rstrip()
+    return t
+
+
+def detail_text(v: StatsView) -> Text:
+    """Everything else, one fact per line (wrapped at words): the slope, R², the fixed
+    cost's notes, TTFT percentiles, warnings, achieved FLOP/s and the MFU's count, the
+    verdict's sentence, the server, model and tokens, the TTFT breakdown, the cache,
+    the notes (under load; why TTFT in full)."""
+    t = Text(no_wrap=False, overflow="fold")
+    line, interval = _liner(t)
+    if v.slope_s is not None:
         line("slope", f"{_us(v.slope_s)} µs/tok")
         interval(v.slope_ci, _us, "µs/tok")
-        line("prefill", f"{si(v.prefill_tokens_per_s)} tok/s", "bold")
-        interval(v.prefill_tokens_per_s_ci, si, "tok/s")
         if v.unresolved:
             t.append("too noisy yet: slope 95%\n  includes 0\n", style="bold")
         if v.r2 is not None:
             line("R²", f"{v.r2:.3f}")
         if v.quadratic_note:
             t.append(v.quadratic_note + "\n", style="dim")
+        _fixed_cost_notes(v, line)
     if v.pct_all is not None:
         line("TTFT ms", "p50/p90/p99", "dim")
         n, *q = v.pct_all
@@ -106,16 +170,12 @@ def stats_text(v: StatsView) -> Text:
             line(f" {tok} ×{n}", "/".join(_q(x) for x in q))
     for warning in v.warnings:
         t.append(warning + "\n", style="bold")
-    if v.achieved_tflops is not None:
-        # always TFLOP/s (as the roofline notes and the text summary)
-        est = " est." if v.estimate else ""
-        line("achieved", f"{v.achieved_tflops:.3g} TFLOP/s{est}")
     if v.mfu is not None:
-        # the count behind it named (model/flops.py): MFU_LABEL, on its own line to fit 27 columns
+        if v.achieved_tflops is not None:
+            est = " est." if v.estimate else ""
+            line("achieved", f"{v.achieved_tflops:.3g} TFLOP/s{est}")
+        # the count behind the headline's MFU named (model/flops.py)
         t.append(MFU_LABEL + "\n", style="dim")
-        line("", f"{v.mfu * 100:.1f} %" + (" est." if v.estimate else ""), "bold")
-    if v.verdict:
-        line("verdict", v.verdict, "bold")
     facts = " · ".join(x for x in (v.server_kind, v.device) if x)
     if facts:
         t.append(facts + "\n", style="dim")
@@ -142,8 +202,19 @@ def stats_text(v: StatsView) -> Text:
                  + "\n", style="bold")
     for note in v.notes:
         t.append(clean(note, multiline=True) + "\n", style="italic")
+    if v.why:
+        t.append(f"why TTFT: {clean(v.why, multiline=True)}\n", style="italic")
     t.rstrip()
     return t
+
+
+def _flops(tflops: float) -> str:
+    """Achieved FLOP/s for the headline: TFLOP/s (as the roofline notes and the text
+    summary) from 0.1 up, GFLOP/s below, so a CPU's figure fits the narrow panel with
+    its "est." (0.00113 -> '1.13 GFLOP/s')."""
+    if tflops >= 0.1 or tflops <= 0:
+        return f"{tflops:.3g} TFLOP/s"
+    return f"{tflops * 1e3:.3g} GFLOP/s"
 
 
 def _q(v: float) -> str:
@@ -152,32 +223,43 @@ def _q(v: float) -> str:
     return f"{ms:.1f}" if ms < 100 else f"{ms:,.0f}"
 
 
-def _intercept_lines(v: StatsView, line, interval) -> None:
-    """The fixed cost as the fit allows: a value when pinned (never below 0: a
-    negative one reads 0 with the fit's value beside it), else "not pinned" with its
-    interval; the server-side fixed cost beneath when the server reports times."""
+def _pinned(v: StatsView) -> bool:
+    """Whether the fixed cost is pinned (``core.intercept``; judged from its interval
+    when the summary did not say)."""
     ci = v.intercept_ci
-    pinned = v.fixed_pinned
-    if pinned is None and v.intercept_s is not None:
-        pinned = bool(ci and ci[0] is not None and ci[1] is not None
-                      and (ci[1] - ci[0]) / 2 <= pin_bound_s(v.intercept_s))
+    if v.fixed_pinned is not None:
+        return v.fixed_pinned
+    return bool(v.intercept_s is not None and ci and ci[0] is not None
+                and ci[1] is not None and (ci[1] - ci[0]) / 2 <= pin_bound_s(v.intercept_s))
+
+
+def _fixed_cost(v: StatsView, line, interval) -> None:
+    """The fixed cost as the fit allows: a value when pinned (never below 0: a
+    negative one reads 0), else "not pinned"; its interval (cut at 0) beneath."""
     a = v.intercept_s
-    ci = physical_ci(ci)  # shown cut at 0: a fixed cost is never negative
-    if not pinned:
+    ci = physical_ci(v.intercept_ci)  # shown cut at 0: a fixed cost is never negative
+    if not _pinned(v):
         line("intercept", "not pinned", "bold")
-        interval(ci, _ms, "ms")
-        line("", "add short prompts/repeats", "italic")  # fits the 27-column panel
     elif a is not None and a < 0:
         line("intercept", "0.0 ms")
-        interval(ci, _ms, "ms")
-        line("", f"≈0: fit {_ms(a)} ms", "italic")
     else:
         line("intercept", f"{_ms(a)} ms")
-        interval(ci, _ms, "ms")
-        if ci and ci[0] is not None and ci[1] is not None and ci[0] <= 0:
-            line("", "≈0: within noise", "italic")
+    interval(ci, _ms, "ms")
+
+
+def _fixed_cost_notes(v: StatsView, line) -> None:
+    """What the headline's fixed cost leaves out: what would pin it, the fit's own
+    negative value, "within noise", the server-side fixed cost."""
+    a = v.intercept_s
+    ci = physical_ci(v.intercept_ci)
+    if not _pinned(v):
+        line("intercept", "add short prompts/repeats", "italic")  # fits the 27-column panel
+    elif a is not None and a < 0:
+        line("intercept", f"≈0: fit {_ms(a)} ms", "italic")
+    elif ci and ci[0] is not None and ci[1] is not None and ci[0] <= 0:
+        line("intercept", "≈0: within noise", "italic")
     if v.server_fixed_s is not None:
-        line("  server", f"{_ms(v.server_fixed_s)} ms")
+        line("intercept", f"server {_ms(v.server_fixed_s)} ms")
 
 
 def stats_title(v: StatsView) -> str:
@@ -186,20 +268,24 @@ def stats_title(v: StatsView) -> str:
     return f"{v.method} fit · {which} · n {v.n}"
 
 
-class StatsPanel(Static):
-    """Shows a StatsView; call ``show(view)``."""
+class _TextPanel(Static):
+    """A panel of text from a StatsView; ``show(view)`` redraws only when the text
+    changed, and lays the screen out again only when it needs another number of lines
+    than it has now (its height is auto; new figures on the same lines only need a
+    repaint)."""
 
-    DEFAULT_CSS = "StatsPanel { height: auto; }"
+    DEFAULT_CSS = "_TextPanel { height: auto; }"
     _spans: list = []
+    _plain: str | None = None
+    view: StatsView | None = None
+
+    def text_of(self, view: StatsView) -> Text:  # pragma: no cover - subclasses
+        raise NotImplementedError
 
     def show(self, view: StatsView) -> None:
-        """Update; an unchanged text is not redrawn (no layout, no terminal bytes), and
-        the screen is laid out again only when the text needs another number of lines
-        than the panel has now (its height is auto; new figures on the same lines only
-        need a repaint)."""
         self.view = view
-        text = stats_text(view)
-        if text.plain != getattr(self, "_plain", None) or text.spans != self._spans:
+        text = self.text_of(view)
+        if text.plain != self._plain or text.spans != self._spans:
             self._plain, self._spans = text.plain, list(text.spans)
             self.update(text, layout=False)
             rows = self._line_count()
@@ -214,3 +300,21 @@ class StatsPanel(Static):
             return None
         self.clear_cached_dimensions()
         return self.get_content_height(self.content_size, self.content_size, width)
+
+
+class Headline(_TextPanel):
+    """The figures always in view (``headline_text``)."""
+
+    DEFAULT_CSS = "Headline { height: auto; text-wrap: nowrap; text-overflow: ellipsis; }"
+
+    def text_of(self, view: StatsView) -> Text:
+        return headline_text(view)
+
+
+class StatsPanel(_TextPanel):
+    """The details below the headline, or in their own panel (``detail_text``)."""
+
+    DEFAULT_CSS = "StatsPanel { height: auto; }"
+
+    def text_of(self, view: StatsView) -> Text:
+        return detail_text(view)

@@ -45,6 +45,21 @@ def nice_ticks(hi: float, target: int = 5) -> list[float]:
     return [i * step for i in range(n + 1)]
 
 
+def apart(ticks: list[float], hi: float, rows: int) -> list[float]:
+    """``ticks`` thinned (every other one, again while needed) until no two fall on
+    the same one of ``rows`` canvas rows (plotext puts a tick v at row round(v / hi *
+    (rows - 1))): two labels on one row overwrite each other, and which one is left
+    then depends on plotext's set order, different from one process to the next (a
+    9-row plot at 80x24 showed 2.5k or 5k at random)."""
+    if hi <= 0 or rows < 1:
+        return ticks[:1]
+    def row(v: float) -> int:
+        return round(v / hi * (rows - 1))
+    while len(ticks) > 1 and len({row(v) for v in ticks}) < len(ticks):
+        ticks = ticks[::2]
+    return ticks
+
+
 def tick_label(v: float) -> str:
     """4096 -> '4k', 1500 -> '1.5k', 12.5 -> '12.5', 40 -> '40'."""
     if abs(v) >= 1000:
@@ -201,6 +216,9 @@ class TTFTPlot(PlotextPlot):
         width = max(self.size.width, 20)
         xt = nice_ticks(x_max, max(4, min(width // 9, 10)))
         yt = nice_ticks(y_max, max(4, min(int(self.size.height / 2.5), 8)))
+        # the canvas rows: the height less the frame's top, the x axis, its labels and
+        # its title
+        yt = apart(yt, y_max, max(1, self.size.height - 4))
         plt.xticks(xt, [tick_label(v) for v in xt])
         plt.yticks(yt, [tick_label(v) for v in yt])
         self._refresh_changed_rows()

@@ -1,0 +1,227 @@
+"""A layout per size: the headline figures and the gauges in view at 80x24, 100x30 and
+160x50 with no scrolling, the details a key away (or beneath at 28 rows and more);
+notifications on their own line, never over the probe log; the footer lists every key
+that fits; reset clears what the dropped probes told; the README's key table is the
+app's."""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+import pytest
+
+from tests.tui.fakes import (FAKE_RANGE, NOW, FakeRunner, FakeSampler, fixed_results,
+                             gpu_snapshot, make_result)
+
+from prefilltui.tui.app import build_app
+from prefilltui.tui.dashboard import DashboardScreen
+from prefilltui.tui.help import HELP_TEXT
+from prefilltui.tui.textfit import fit_line, middle, tilde
+from prefilltui.tui.widgets.message_line import MessageLine
+
+SIZES = [(80, 24), (100, 30), (160, 50)]
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def _app(results=None, sampler=None, **kw):
+    holder = {}
+
+    def factory(on_result, on_state):
+        holder["runner"] = FakeRunner(on_result, on_state,
+                                      preload=fixed_results() if results is None else results)
+        return holder["runner"]
+
+    kw.setdefault("sweep_range", FAKE_RANGE)
+    return build_app(factory, sampler or FakeSampler(), clock=lambda: NOW, **kw), holder
+
+
+def _lines(app) -> list[str]:
+    return [s.text for s in app.screen._compositor.render_strips()]
+
+
+async def _settle(pilot):
+    await pilot.pause()
+    pilot.app.flush()
+    await pilot.pause()
+
+
+def _headline_on_screen(screen: str, *, gpu: bool) -> None:
+    assert re.search(r"prefill +22\.3k tok/s", screen), screen
+    assert re.search(r"95% +21\.8k–22\.9k tok/s", screen), screen
+    assert re.search(r"intercept +20\.3 ms", screen), screen
+    assert re.search(r"95% +19\.4–21\.2 ms", screen), screen
+    if gpu:
+        assert re.search(r"MFU +0\.8 % est\.", screen), screen
+        assert "something is wrong" in screen
+        assert "GPU 0 util" in screen and "GPU 1 util" in screen  # the gauges
+    else:
+        assert re.search(r"achieved +7\.93 TFLOP/s est\.", screen), screen
+        assert "MFU needs --peak-tflops" in screen
+        assert "CPU util" in screen
+    assert "why TTFT: " in screen
+
+
+@pytest.mark.parametrize("size", SIZES, ids=lambda s: f"{s[0]}x{s[1]}")
+@pytest.mark.parametrize("gpu", [False, True], ids=["cpu", "gpus"])
+async def test_headline_figures_in_view_without_scrolling(size, gpu):
+    app, _ = _app(sampler=FakeSampler(gpu_snapshot(2)) if gpu else None)
+    async with app.run_test(size=size) as pilot:
+        await _settle(pilot)
+        lines = _lines(app)
+        screen = "\n".join(lines)
+        _headline_on_screen(screen, gpu=gpu)
+        assert lines[-1].rstrip().endswith("q Quit")  # the footer, last line, whole
+        tall = size[1] >= 28
+        # the details: beneath the headline from 28 rows, else a key away
+        assert ("slope" in screen) is tall
+        await pilot.press("d")
+        await _settle(pilot)
+        opened = "\n".join(_lines(app))
+        _headline_on_screen(opened, gpu=gpu)
+        for fact in ("slope", "44.8 µs/tok", "R²", "p50/p90/p99"):
+            assert fact in opened, opened
+        box = app.screen.query_one("#details-box")
+        assert "SmolLM2-135M-Instruct" in app.screen.query_one("#stats")._plain
+        assert box.max_scroll_y > 0 or "SmolLM2-135M-Instruct" in opened  # scrolls there
+        assert "prompt tokens" not in opened  # in place of the plot
+        await pilot.press("d")
+        await _settle(pilot)
+        assert "prompt tokens" in "\n".join(_lines(app))
+
+
+async def test_not_pinned_and_no_fit_fit_the_headline():
+    """Two short lengths only, widely scattered: the fixed cost is "not pinned"; before
+    three lengths: what the fit needs."""
+    results = [make_result(i, n, noise=((-1) ** i) * 0.015)
+               for i, n in enumerate([600, 1200, 2400] * 2, start=1)]
+    app, _ = _app(results)
+    async with app.run_test(size=(80, 24)) as pilot:
+        await _settle(pilot)
+        screen = "\n".join(_lines(app))
+        assert re.search(r"intercept +not pinned", screen), screen
+        assert re.search(r"prefill +\S+ tok/s", screen)
+    app, _ = _app(results[:1])
+    async with app.run_test(size=(80, 24)) as pilot:
+        await _settle(pilot)
+        assert "fit: needs ≥3 probes at" in "\n".join(_lines(app))
+
+
+@pytest.mark.parametrize("size", SIZES, ids=lambda s: f"{s[0]}x{s[1]}")
+async def test_footer_lists_every_key_that_fits(size):
+    app, _ = _app()
+    async with app.run_test(size=size) as pilot:
+        await _settle(pilot)
+        footer = _lines(app)[-1].rstrip()
+        assert len(footer) <= size[0] and footer.endswith("q Quit"), footer
+        base = ("␣ Pause", "r Reset", "w Window", "b Burst", "+- Range", "d More",
+                "e Export", "c Cache", "? Help", "q Quit")
+        for entry in base:
+            assert entry in footer, footer
+        optional = ("t Theme", "s SVG", "l Load")
+        shown = [e for e in optional if e in footer]
+        if size[0] >= 100:
+            assert shown == list(optional), footer
+        else:  # none of them has room at 80 columns
+            assert not shown and len(footer) + len(" t Theme") > size[0]
+
+
+async def test_notifications_on_their_own_line_never_over_the_log(tmp_path, monkeypatch):
+    monkeypatch.setenv("HOME", str(tmp_path))
+    app, _ = _app()
+    async with app.run_test(size=(80, 24), notifications=True) as pilot:
+        await _settle(pilot)
+        before = _lines(app)
+        long = tmp_path / "runs" / "2026-01-01-demo-llama-server" / "run-20260101-120000"
+        app.notify(f"exported {long}.csv, {long}.summary.json", timeout=30)
+        await _settle(pilot)
+        after = _lines(app)
+        line = app.screen.query_one(MessageLine)
+        assert line.region.y == 22  # above the footer
+        shown = after[22]
+        assert shown.startswith(" · exported ~/runs/") and "…" in shown, shown
+        assert len(shown.rstrip()) <= 80 and ".json" in shown
+        # every other row as before: nothing drawn over the log, the plot or the gauges
+        assert [a for i, a in enumerate(after) if i != 22] == \
+               [b for i, b in enumerate(before) if i != 22]
+        assert line.history[-1].text.endswith(".summary.json")  # in full for the help
+
+
+def test_fit_line_shortens_paths_never_mid_word():
+    home = "/home/ana"
+    assert tilde("wrote /home/ana/a.csv and /home/anna/b", home) == \
+        "wrote ~/a.csv and /home/anna/b"
+    assert middle("~/runs/2026-01-01-demo/run.jsonl", 20) == "~/runs/20…/run.jsonl"
+    words = "the quick brown fox jumps over the lazy dog " * 4
+    cut = fit_line(words, 30)
+    assert len(cut) <= 30 and cut.endswith("…") and cut[:-1].rstrip() in words
+    assert cut[:-1].split()[-1] in words.split()  # the last word whole
+    assert fit_line("one\ntwo", 40) == "one · two"
+
+
+async def test_reset_clears_everything_derived_from_the_dropped_probes():
+    app, _ = _app()
+    async with app.run_test(size=(100, 30)) as pilot:
+        await _settle(pilot)
+        assert "16 ok" in app.screen.query_one("#status").text
+        await pilot.press("r")
+        await _settle(pilot)
+        view = app.screen.query_one("#stats").view
+        assert view.slope_s is None and view.pct_all is None and view.probes == 0
+        assert "0 recent probe" in view.why  # the verdict reads no dropped probe
+        status = app.screen.query_one("#status").text
+        assert " 0 ok" in status and "failed" not in status
+        assert app.live.total == 0 and app.feed.recent_results() == ()
+        screen = "\n".join(_lines(app))
+        assert "fit: needs ≥3 probes at" in screen and "p50/p90/p99" not in screen
+        assert app.query_one("#plot").point_count == 0
+        assert len(app.results) == len(fixed_results())  # kept for the export
+
+
+def _readme_keys() -> dict[str, str]:
+    text = (ROOT / "README.md").read_text()
+    table = text[text.index("<!-- keys: the dashboard's bindings -->"):]
+    table = table[: table.index("\n\n")]
+    return {m.group(1): m.group(2).strip()
+            for m in re.finditer(r"^\| `([^`]+)` \| (.+?) \|$", table, re.M)}
+
+
+def _app_keys() -> set[str]:
+    keys = set()
+    for b in DashboardScreen.BINDINGS:
+        shown = b.key_display or b.key.split(",")[0]
+        keys.add({"␣": "space"}.get(shown, shown))
+    return keys | {"Ctrl-C"}
+
+
+def test_readme_key_table_is_the_apps():
+    assert set(_readme_keys()) == _app_keys()
+
+
+def test_help_lists_every_key():
+    for key in _app_keys():
+        assert re.search(rf"(^|\s|/|\(){re.escape(key)}(\s|/|$)", HELP_TEXT, re.M), key
+
+
+async def test_reset_keeps_the_sessions_counts_for_the_exit():
+    """The exit line and code read the whole session, not the dashboard's reset view."""
+    app, _ = _app([make_result(1, 64, ok=False), make_result(2, 128)])
+    async with app.run_test(size=(80, 24)) as pilot:
+        await _settle(pilot)
+        await pilot.press("r")
+        await _settle(pilot)
+        assert app.live.total == 0
+        assert (app.feed.session_total, app.feed.session_ok, app.feed.session_failed) == (2, 1, 1)
+        assert app.exit_code() == 0
+
+
+async def test_help_lists_the_recent_messages_in_full():
+    app, _ = _app()
+    async with app.run_test(size=(100, 30)) as pilot:
+        await _settle(pilot)
+        app.notify("cache on: repeat of 511 tokens 14.8 s → 561 ms (510 cached)", timeout=1)
+        await pilot.press("question_mark")
+        await pilot.pause()
+        details = str(app.screen.query_one("#help-details").render())
+        assert "recent messages:" in details
+        assert "cache on: repeat of 511 tokens 14.8 s → 561 ms (510 cached)" in details
