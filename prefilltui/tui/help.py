@@ -17,6 +17,7 @@ from textual.widgets import Static
 
 from prefilltui.model.units import MISSING
 from prefilltui.tui.textfit import tilde
+from prefilltui.tui.widgets.gauges import device_measures
 
 if TYPE_CHECKING:
     from prefilltui.tui.feed import FeedConfig
@@ -120,7 +121,8 @@ class HelpScreen(ModalScreen[None]):
 
 def dashboard_details(config: FeedConfig, messages: Iterable[Notice] = ()) -> list[str]:
     """The help's extra lines for a dashboard: the pacing, where the GPU readings come
-    from, the telemetry's full N/A reasons (the gauges show short ones), then the
+    from, what each device's gauges measure (``device_measures``), the telemetry's full
+    N/A reasons (the gauges show short ones), then the
     recent notifications in full (``MessageLine.history``: newest last)."""
     lines = []
     pacing = config.pacing
@@ -139,6 +141,9 @@ def dashboard_details(config: FeedConfig, messages: Iterable[Notice] = ()) -> li
             if snap.reason:
                 lines.append(f"telemetry: {snap.reason}")
             for dev in snap.devices:
+                measures = device_measures(dev)  # what its util and power figures are
+                if measures:
+                    lines.append(measures)
                 for metric, why in dev.na.items():
                     lines.append(f"{dev.label} {metric} {MISSING}: {why}")
     said = list(messages)

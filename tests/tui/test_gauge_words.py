@@ -81,3 +81,27 @@ async def test_gauge_panel_shows_an_amd_and_an_intel_device():
     assert any(t.startswith("power N/A (reads 0 W") for t in texts)  # n/a, never 0 W
     assert "GPU 2 Intel GPU 0x0bd5 awake  75 %" in texts
     assert "power 300 W (0.1 s avg)" in texts
+
+
+def test_help_details_list_what_each_device_measures():
+    from prefilltui.measure.telemetry import TelemetrySnapshot
+    from prefilltui.tui.feed import FeedConfig
+    from prefilltui.tui.help import dashboard_details
+
+    amd = dev(name="AMD Instinct MI300X", vendor="AMD", source="amdgpu sysfs",
+              util_kind="busy_percent", power_averaged=False)
+
+    class Sampler:
+        def snapshot(self) -> TelemetrySnapshot:
+            return TelemetrySnapshot(kind="gpu", available=True, devices=(amd,))
+
+    lines = dashboard_details(FeedConfig(label="t", runner_factory=None, sampler=Sampler()))
+    assert lines == [device_measures_of(amd)]
+
+
+def device_measures_of(d: DeviceSnapshot) -> str:
+    from prefilltui.tui.widgets.gauges import device_measures
+
+    line = device_measures(d)
+    assert line is not None and line.startswith("GPU 0 AMD MI300X (amdgpu sysfs): busy = ")
+    return line

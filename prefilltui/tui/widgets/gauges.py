@@ -245,7 +245,7 @@ def device_measures(dev: DeviceSnapshot) -> str | None:
     """One help line on what a device's gauges measure, e.g. "GPU 0 AMD MI300X
     (amdgpu sysfs): busy = the SMU firmware's busy percent ... (window not documented);
     power instantaneous"; None when the source says nothing (fakes, old snapshots).
-    For the help screen (``dashboard_actions._sampler_details`` may list it)."""
+    Listed on the help screen (``tui.help.dashboard_details``)."""
     if dev.util_kind is None and dev.source is None:
         return None
     word, long = UTIL_WORDS.get(dev.util_kind or "", ("util", "utilization"))
