@@ -220,6 +220,17 @@ def test_vllm_names_in_the_underscore_spelling_and_engines_add_up():
     assert M.parse_metrics(both, "vllm").get("running") == 7
 
 
+def test_sglangs_older_itl_name_is_read_after_the_current_one():
+    old = ("# TYPE sglang_time_per_output_token_seconds histogram\n"
+           'sglang_time_per_output_token_seconds_sum{tp_rank="0"} 0.5\n'
+           'sglang_time_per_output_token_seconds_count{tp_rank="0"} 10\n')
+    assert M.parse_metrics(old, "sglang").hist["itl"] == (pytest.approx(0.5), 10)
+    new = old + ("# TYPE sglang:inter_token_latency_seconds histogram\n"
+                 "sglang:inter_token_latency_seconds_sum 0.2\n"
+                 "sglang:inter_token_latency_seconds_count 8\n")
+    assert M.parse_metrics(new, "sglang").hist["itl"] == (pytest.approx(0.2), 8)
+
+
 def test_llamacpp_and_deprecated_vllm_names_in_either_spelling():
     s = M.parse_metrics("# TYPE llamacpp_requests_processing gauge\n"
                         "llamacpp_requests_processing 2\n", "llama.cpp")

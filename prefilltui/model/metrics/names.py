@@ -96,7 +96,8 @@ SGLANG = MetricNames(
     queue=("sglang:queue_time_seconds",),
     prefill=("sglang:per_stage_req_latency_seconds",),
     prefill_labels=(("stage", "prefill_forward"),),
-    itl=("sglang:inter_token_latency_seconds",),
+    # older releases' name last (metrics/collector.py: time_per_output_token_seconds)
+    itl=("sglang:inter_token_latency_seconds", "sglang:time_per_output_token_seconds"),
     stages=("sglang:per_stage_req_latency_seconds",),
     prompt_tokens=("sglang:prompt_tokens_total",),
     cached_tokens=("sglang:cached_tokens_total",),
