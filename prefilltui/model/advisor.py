@@ -122,13 +122,15 @@ def stall_reading(results: Sequence[ProbeResult], info: ServerInfo | None
                   ) -> StallReading | None:
     """The decode stall of the recent probes under background load (median over those
     that measured one, ``ProbeResult.decode_stall_s``, model/stall.py) and the server's
-    chunk budget where it states one (vLLM ``max_num_batched_tokens``, llama.cpp
-    ``n_ubatch``, else ``n_batch``); None without probes under load."""
+    chunk budget where it states one (vLLM ``max_num_batched_tokens``, SGLang
+    ``chunked_prefill_size``, llama.cpp ``n_ubatch``, else ``n_batch``); None without
+    probes under load."""
     stalls = [r.decode_stall_s for r in results
               if r.ok and r.load_level and r.decode_stall_s is not None]
     if not stalls:
         return None
-    budget = ((info.max_num_batched_tokens or info.n_ubatch or info.n_batch)
+    budget = ((info.max_num_batched_tokens or info.chunked_prefill_size or info.n_ubatch
+               or info.n_batch)
               if info is not None else None)
     return StallReading(stall_s=statistics.median(stalls), probes=len(stalls),
                         budget_tokens=int(budget) if budget else None)

@@ -173,8 +173,8 @@ class ChunkInfo:
     """Chunked prefill: ``chunk_tokens`` per step and where the steps fall.
 
     source: "server" (the server states its chunk size: llama.cpp ``n_ubatch``/
-    ``n_batch``, vLLM ``max_num_batched_tokens``), "detected" (no size stated; a step
-    model beat the n² fit), or None.  ``step_s`` is the TTFT added per chunk when the
+    ``n_batch``, vLLM ``max_num_batched_tokens``, SGLang ``chunked_prefill_size``),
+    "detected" (no size stated; a step model beat the n² fit), or None.  ``step_s`` is the TTFT added per chunk when the
     steps are measurable (tested at the server's size, or detected).  ``boundaries``
     are token counts inside the measured range (for the plot).  ``p_value`` is the
     step test's (Bonferroni-corrected when searched); ``test`` says it in words.
@@ -231,6 +231,9 @@ def server_chunk(info: ServerInfo | None) -> tuple[int | None, str]:
     if info.max_num_batched_tokens:
         return info.max_num_batched_tokens, (f"vLLM max_num_batched_tokens "
                                              f"{info.max_num_batched_tokens}")
+    if info.chunked_prefill_size:
+        return info.chunked_prefill_size, (f"SGLang chunked_prefill_size "
+                                           f"{info.chunked_prefill_size}")
     c = info.n_ubatch or info.n_batch
     if info.n_ubatch and info.n_batch:
         return c, f"n_ubatch {info.n_ubatch}, n_batch {info.n_batch}"
@@ -241,6 +244,10 @@ def server_chunk(info: ServerInfo | None) -> tuple[int | None, str]:
     if info.kind == "vllm":
         return None, ("vLLM states its token budget (max_num_batched_tokens) only in its "
                       "log and, with VLLM_SERVER_DEV_MODE=1, at /server_info")
+    if info.kind == "sglang":
+        if info.facts.get("chunked_prefill_size") == -1:
+            return None, "SGLang runs with chunked prefill off (chunked_prefill_size -1)"
+        return None, "SGLang states its chunked_prefill_size at /server_info, which did not answer"
     return None, ""
 
 

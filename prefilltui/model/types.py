@@ -277,6 +277,12 @@ class ServerInfo:
     n_batch / n_ubatch: chunk sizes when exposed (llama.cpp ``/props``).
     max_num_batched_tokens: vLLM's token budget per engine step (its prefill chunk)
     when exposed (``/server_info``, served with VLLM_SERVER_DEV_MODE=1).
+    chunked_prefill_size: SGLang's prefill chunk in tokens (``/server_info``), None
+    when not stated or chunked prefill is off (SGLang -1).
+    facts: what the engine states about its own setup, by its own names (SGLang
+    ``/server_info``: tp_size, dp_size, enable_dp_attention, disable_radix_cache...;
+    TGI ``/info``: max_batch_total_tokens, max_waiting_tokens, support_chunking,
+    prefix_caching), scalars only (``measure.server_facts``).
     config_path: a local ``config.json`` of the served model (vLLM ``/v1/models``
     ``root`` naming a directory on this machine), for the model shape.
     metrics_url: the Prometheus endpoint if it answered, else None.
@@ -292,7 +298,9 @@ class ServerInfo:
     n_batch: int | None = None
     n_ubatch: int | None = None
     max_num_batched_tokens: int | None = None
+    chunked_prefill_size: int | None = None
     config_path: str | None = None
+    facts: dict[str, int | float | bool | str] = field(default_factory=dict)
     has_tokenize: bool = False
     tokenize_url: str | None = None  # the endpoint discovery found counting tokens
     tokenize_style: str | None = None  # "llama.cpp" | "openai" | "tgi" (core.server)
@@ -309,7 +317,8 @@ class ServerInfo:
 
 #: The ServerInfo fields a run file's session line keeps (what the analysis reads).
 SESSION_SERVER_FIELDS = ("kind", "model", "context_tokens", "params", "hidden", "layers",
-                         "n_batch", "n_ubatch", "max_num_batched_tokens", "config_path")
+                         "n_batch", "n_ubatch", "max_num_batched_tokens",
+                         "chunked_prefill_size", "config_path")
 
 
 def session_facts(info: ServerInfo) -> JsonObject:

@@ -75,7 +75,8 @@ class PrefillApp(App[int]):
                  theme: str | None = None, clock: Callable[[], float] = time.perf_counter,
                  replot_hz: float = 1.0, gauge_hz: float = 2.0, problems: list[str] = (),
                  on_ready: Callable[["PrefillApp"], None] | None = None,
-                 load: FleetLoad | None = None, ref_tokens: int = 1024) -> None:
+                 load: FleetLoad | None = None, ref_tokens: int = 1024,
+                 sub_title: str = "") -> None:
         if not feeds:
             raise ValueError("the app needs at least one target")
         self.feeds = list(feeds)
@@ -90,6 +91,7 @@ class PrefillApp(App[int]):
         self.ref_tokens = ref_tokens
         self.said: set[str] = set()  # info notifications already shown (once per app)
         super().__init__()
+        self.sub_title = clean(sub_title)
 
     # ------------------------------------------------------------- one target
     @property
@@ -204,6 +206,21 @@ class PrefillApp(App[int]):
                 self._start(feed)
         if self.on_ready is not None:
             self.on_ready(self)
+        self.call_after_refresh(self._show_sub_title)
+
+    def watch_sub_title(self, _old: str, _new: str) -> None:
+        self._show_sub_title()
+
+    def _show_sub_title(self) -> None:
+        """The app's subtitle (Textual's ``sub_title``; the demo's server URL) on screen:
+        the bottom border of each dashboard's probe log, so it takes no row (set after
+        the first refresh and on every change; the demo has a single dashboard)."""
+        from prefilltui.tui.widgets.probe_log import ProbeLog
+
+        for screen in self.screen_stack:
+            if isinstance(screen, DashboardScreen):
+                for log in screen.query(ProbeLog):
+                    log.border_subtitle = self.sub_title
 
     def _start(self, feed: TargetFeed) -> None:
         i = feed.index
@@ -317,7 +334,8 @@ def build_app(runner_factory: RunnerFactory, sampler: TelemetrySource | None = N
     analysis: the fit shown, the window and the roofline inputs (``fit_method`` /
     ``window`` override its fields); baseline: the ``--baseline`` run's fit; load: the
     background load (``measure.load.LoadGenerator``, started by the caller).  Other
-    keyword arguments go to ``PrefillApp`` (clock, replot_hz, gauge_hz, on_ready, ...).
+    keyword arguments go to ``PrefillApp`` (clock, replot_hz, gauge_hz, on_ready,
+    sub_title: a line shown on screen, e.g. the demo server's URL, ...).
     """
     from dataclasses import replace
 

@@ -31,7 +31,7 @@ import sys
 import zlib
 
 DISCOVERY_GETS = {b"/v1/models", b"/props", b"/version", b"/metrics", b"/info",
-                  b"/api/version", b"/get_model_info"}
+                  b"/api/version", b"/model_info", b"/get_model_info"}
 METRICS = (b"# TYPE llamacpp:prompt_tokens_total counter\nllamacpp:prompt_tokens_total 10\n"
            b"# TYPE llamacpp:requests_processing gauge\nllamacpp:requests_processing 0\n")
 

@@ -54,7 +54,8 @@ def test_json_summary_and_key_never_leaks(fake_server, tmp_path, capsys, monkeyp
     assert read_session(out)["server"] == {"kind": "vllm", "model": "m", "context_tokens": 8192,
                                            "params": None, "hidden": None, "layers": None,
                                            "n_batch": None, "n_ubatch": None,
-                                           "max_num_batched_tokens": None, "config_path": None}
+                                           "max_num_batched_tokens": None,
+                                           "chunked_prefill_size": None, "config_path": None}
 
 
 def test_text_output(fake_server, tmp_path, capsys):

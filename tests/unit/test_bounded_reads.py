@@ -104,7 +104,9 @@ def test_decoder_stops_inflating_when_the_reader_stops():
 async def test_discovery_against_huge_bodies_stays_small(body):
     big = gz_reply(bomb()) if body == "gzip" else plain(BOMB_MIB)
     routes = {k: big for k in ("GET /v1/models", "GET /props", "GET /version", "GET /metrics",
-                               "GET /info", "GET /api/version", "GET /get_model_info")}
+                               "GET /info", "GET /api/version", "GET /model_info",
+                               "GET /get_model_info", "GET /server_info",
+                               "GET /get_server_info")}
     routes["POST /tokenize"] = big
     with FakeServer(routes) as srv:
         async with httpx.AsyncClient(headers={"Accept-Encoding": "identity"}) as c:

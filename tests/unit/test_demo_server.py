@@ -304,10 +304,13 @@ def test_demo_command_tui_path(fake_binary, fake_gguf, monkeypatch):
     import prefilltui.commands.watch as watch_cmd
 
     calls = []
-    monkeypatch.setattr(watch_cmd, "run_tui", lambda opts, display, url: calls.append(url) or 0,
+    monkeypatch.setattr(watch_cmd, "run_tui",
+                        lambda opts, display, url, **kw: calls.append((url, kw)) or 0,
                         raising=False)
     assert cli.main(["demo", "--llama-server", str(fake_binary), "--gguf", str(fake_gguf)]) == 0
     assert len(calls) == 1
+    url, kw = calls[0]
+    assert kw["sub_title"].startswith(f"demo target {url} (llama.cpp, ")  # URL on screen
 
 
 def test_demo_command_reports_start_failure(fake_binary, fake_gguf, monkeypatch, capsys):

@@ -3,11 +3,19 @@
 Each table (``VLLM``, ``SGLANG``, ``TGI``, ``LLAMA_CPP``) gives the source of every
 name; ``names_for`` looks one up by server kind, ``enable_hint`` says how to make a
 server publish its metrics, ``metrics_url`` where they are served.  Data only: no I/O.
+
+Names are written as the engine spells them today; a scrape also reads them with every
+``:`` as ``_`` (``canonical``): SGLang's prefix went from ``sglang:`` to ``sglang_``
+(sgl-project/sglang#15758) and back (#20821), and an exporter or gateway in between
+(OpenTelemetry, some Prometheus relays) rewrites ``vllm:`` to ``vllm_``.  The exact
+spelling wins when both are published; the two are never added up.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
+
+from prefilltui.model.metrics.ranks import FLAT, RankLayout
 
 
 @dataclass(frozen=True)
@@ -25,6 +33,7 @@ class MetricNames:
     prefill: tuple[str, ...] = ()  # histogram: prefill (prompt) phase, s
     prefill_labels: tuple[tuple[str, str], ...] = ()
     itl: tuple[str, ...] = ()  # histogram: inter-token latency, s (buckets kept too)
+    stages: tuple[str, ...] = ()  # histogram by ``stage`` label: per-stage latency, s
     prompt_seconds: tuple[str, ...] = ()  # counter: total prompt processing time, s
     prompt_tokens: tuple[str, ...] = ()  # counter: prompt tokens processed
     cached_tokens: tuple[str, ...] = ()  # counter: prompt tokens served from the prefix cache
@@ -36,6 +45,16 @@ class MetricNames:
     waiting: tuple[str, ...] = ()  # gauge: requests waiting for a slot / in the queue
     flops: tuple[str, ...] = ()  # counter: the server's own FLOP estimate of its work
     enable_hint: str = ""  # how to make the server publish /metrics
+    #: name prefixes of this engine's own series (either spelling): a page with some of
+    #: them has metrics on, whatever else it lacks
+    prefixes: tuple[str, ...] = ()
+    #: how its per-rank series combine (``ranks``)
+    layout: RankLayout = field(default=FLAT)
+
+
+def canonical(name: str) -> str:
+    """A metric name with every ``:`` as ``_`` (both spellings compare equal)."""
+    return name.replace(":", "_")
 
 
 #: vLLM: vllm/v1/metrics/loggers.py and docs/design/metrics.md (v1 names first,
@@ -61,19 +80,34 @@ VLLM = MetricNames(
     flops=("vllm:estimated_flops_per_gpu_total",),
     enable_hint="vLLM serves /metrics on its API port by default (check that a proxy "
                 "in front of it passes /metrics through)",
+    prefixes=("vllm:",),
 )
 
-#: SGLang: python/sglang/srt/metrics/collector.py, docs/references/production_metrics.md.
+#: SGLang: python/sglang/srt/observability/metrics_collector.py (was metrics/collector.py),
+#: docs/references/production_metrics.md.  The prefill time is the ``prefill_forward``
+#: stage of ``per_stage_req_latency_seconds``: from the request's first forward entry to
+#: its prefill's end, every chunk included (observability/req_time_stats.py
+#: ``set_prefill_finished_time``); servers older than that histogram publish none.
+#: Scheduler series carry tp_rank/pp_rank/moe_ep_rank (replicas) and dp_rank (shards),
+#: the queue gauges a ``priority=""`` total beside their breakdown (``ranks``).
 SGLANG = MetricNames(
     kind="sglang",
     ttft=("sglang:time_to_first_token_seconds",),
     queue=("sglang:queue_time_seconds",),
+    prefill=("sglang:per_stage_req_latency_seconds",),
+    prefill_labels=(("stage", "prefill_forward"),),
+    # older releases' name last (metrics/collector.py: time_per_output_token_seconds)
+    itl=("sglang:inter_token_latency_seconds", "sglang:time_per_output_token_seconds"),
+    stages=("sglang:per_stage_req_latency_seconds",),
     prompt_tokens=("sglang:prompt_tokens_total",),
     cached_tokens=("sglang:cached_tokens_total",),
     cache_hit_rate=("sglang:cache_hit_rate",),
     running=("sglang:num_running_reqs",),
     waiting=("sglang:num_queue_reqs",),
     enable_hint="start SGLang with --enable-metrics to publish /metrics",
+    prefixes=("sglang:",),
+    layout=RankLayout(replica_labels=("tp_rank", "pp_rank", "moe_ep_rank"),
+                      total_labels=(("priority", ""),)),
 )
 
 #: TGI: docs/source/reference/metrics.md (router, metrics-exporter-prometheus).
@@ -87,6 +121,7 @@ TGI = MetricNames(
     waiting=("tgi_queue_size",),
     enable_hint="TGI serves /metrics on its HTTP port (newer releases also on "
                 "--prometheus-port, default 9000)",
+    prefixes=("tgi_",),
 )
 
 #: llama.cpp: tools/server/server-task.cpp ``to_metrics`` (prefix ``llamacpp:``).
@@ -98,6 +133,7 @@ LLAMA_CPP = MetricNames(
     running=("llamacpp:requests_processing",),
     waiting=("llamacpp:requests_deferred",),
     enable_hint="start llama-server with --metrics to publish /metrics",
+    prefixes=("llamacpp:",),
 )
 
 NAMES: dict[str, MetricNames] = {n.kind: n for n in (VLLM, SGLANG, TGI, LLAMA_CPP)}

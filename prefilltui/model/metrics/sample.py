@@ -11,11 +11,14 @@ from __future__ import annotations
 
 import math
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 from prometheus_client.parser import text_string_to_metric_families
 
-from prefilltui.model.metrics.names import NAMES, PROMPT_LENGTH_HISTOGRAMS, MetricNames
+from prefilltui.model.metrics.names import (
+    NAMES, PROMPT_LENGTH_HISTOGRAMS, MetricNames, canonical,
+)
+from prefilltui.model.metrics.ranks import FLAT, RankLayout, combine, pick_replicas
 
 
 FIELDS = ("ttft", "queue", "prefill")
@@ -23,20 +26,30 @@ _SCALARS = ("prompt_seconds", "prompt_tokens", "cached_tokens", "cache_queries",
             "cache_hits", "cache_hit_rate", "running", "waiting", "flops")
 #: Roles a server publishes only when a flag enables them: never listed as missing.
 _OPTIONAL = ("flops",)
+#: Gauges (read as their total beside a breakdown, ``ranks.totals_only``) and ratios
+#: (averaged over shards, never added).
+_GAUGES = ("running", "waiting", "cache_hit_rate")
+_RATIOS = ("cache_hit_rate",)
 
 
 @dataclass(frozen=True)
 class MetricsSample:
     """One scrape, reduced to the values prefilltui uses (None = not published).
 
-    Histograms are kept as (sum_s, count) pairs summed over all label sets (several
-    engines / models add up); gauges and counters are summed the same way.
+    Histograms are kept as (sum_s, count) pairs summed over label sets (several
+    engines, models or data-parallel ranks add up); gauges and counters the same way,
+    a ratio gauge averaged.
     ``t`` is ``time.perf_counter()`` when the scrape finished.
     ``missing`` names the roles this server did not publish.  ``buckets["itl"]``: the
     inter-token latency histogram's cumulative (le, count) pairs, ascending (+Inf last).
     ``longest_prompt_le``: the smallest bucket bound of the server's prompt-length
     histogram that holds every prompt it counted (an upper bound of the longest prompt
     it served, tokens; ``longest_prompt_bound``), None where it publishes none.
+    ``engine_series``: series named with the kind's own prefix (``MetricNames.prefixes``,
+    either spelling), known to prefilltui or not: more than 0 means metrics are on.
+    ``hist["stage:NAME"]``: a per-stage latency histogram's stages (SGLang
+    ``per_stage_req_latency_seconds{stage}``), where published.
+    Per-rank series are combined as the engine means them (``ranks``).
     """
 
     kind: str
@@ -47,51 +60,76 @@ class MetricsSample:
     missing: tuple[str, ...] = ()
     n_series: int = 0
     longest_prompt_le: float | None = None
+    engine_series: int = 0
 
     def get(self, role: str) -> float | None:
         """A gauge/counter value by role ("running", "prompt_seconds", ...), or None."""
         return self.values.get(role)
 
 
-def _series(text: str) -> dict[str, list[tuple[dict[str, str], float]]]:
-    """Sample name -> [(labels, value)], via prometheus_client's parser.
+class Exposition:
+    """One scrape's samples by name: ``rows(name)`` gives [(labels, value)] under the
+    exact name, else under its other spelling (``names.canonical``: ``:`` as ``_``).
 
-    Raises:
+    Raises (at construction):
         ValueError: when the text is not Prometheus exposition format.
     """
-    out: dict[str, list[tuple[dict[str, str], float]]] = {}
-    for fam in text_string_to_metric_families(text):
-        for s in fam.samples:
-            out.setdefault(s.name, []).append((dict(s.labels), float(s.value)))
-    return out
+
+    def __init__(self, text: str) -> None:
+        self.series: dict[str, list[tuple[dict[str, str], float]]] = {}
+        for fam in text_string_to_metric_families(text):
+            for s in fam.samples:
+                self.series.setdefault(s.name, []).append((dict(s.labels), float(s.value)))
+        self._canon: dict[str, str] = {}
+        for name in self.series:
+            self._canon.setdefault(canonical(name), name)
+
+    def rows(self, name: str) -> list[tuple[dict[str, str], float]] | None:
+        got = self.series.get(name)
+        if got is not None:
+            return got
+        other = self._canon.get(canonical(name))
+        return self.series.get(other) if other is not None else None
+
+    def count_prefixed(self, prefixes: tuple[str, ...]) -> int:
+        """Series whose name starts with one of ``prefixes`` (either spelling)."""
+        canon = tuple(canonical(p) for p in prefixes)
+        return sum(len(rows) for name, rows in self.series.items()
+                   if canonical(name).startswith(canon)) if canon else 0
 
 
-def _total(series, names: tuple[str, ...], suffix: str = "",
-           labels: tuple[tuple[str, str], ...] = ()) -> float | None:
+def _total(exp: Exposition, names: tuple[str, ...], suffix: str = "",
+           labels: tuple[tuple[str, str], ...] = (), layout: RankLayout = FLAT, *,
+           gauge: bool = False, ratio: bool = False) -> float | None:
+    """The first of ``names`` published, its series filtered by ``labels`` and
+    combined by ``layout`` (``ranks.combine``); None when none is published."""
     for base in names:
-        rows = series.get(base + suffix)
+        rows = exp.rows(base + suffix)
         if rows is None and base.endswith("_total") and not suffix:
-            rows = series.get(base[: -len("_total")])
+            rows = exp.rows(base[: -len("_total")])
         if rows is None:
             continue
-        vals = [v for lab, v in rows
+        kept = [(lab, v) for lab, v in rows
                 if "le" not in lab and "quantile" not in lab
                 and all(lab.get(k) == want for k, want in labels)
                 and math.isfinite(v)]
-        if vals:
-            return float(sum(vals))
+        v = combine(kept, layout, gauge=gauge, ratio=ratio)
+        if v is not None:
+            return v
     return None
 
 
-def _buckets(series, names: tuple[str, ...]) -> tuple[tuple[float, float], ...]:
+def _buckets(exp: Exposition, names: tuple[str, ...], layout: RankLayout = FLAT
+             ) -> tuple[tuple[float, float], ...]:
     """Cumulative (le, count) pairs of the first histogram in ``names`` that has
-    buckets, summed over label sets, ascending by ``le``."""
+    buckets, replicas read once (``ranks.pick_replicas``) and the rest summed by
+    ``le``, ascending."""
     for base in names:
-        rows = series.get(base + "_bucket")
+        rows = exp.rows(base + "_bucket")
         if not rows:
             continue
         acc: dict[float, float] = {}
-        for lab, v in rows:
+        for lab, v in pick_replicas(rows, layout):
             try:
                 le = float(lab.get("le", "nan"))
             except ValueError:
@@ -103,38 +141,53 @@ def _buckets(series, names: tuple[str, ...]) -> tuple[tuple[float, float], ...]:
     return ()
 
 
-def parse_metrics(text: str, kind: str, *, t: float | None = None) -> MetricsSample:
+def parse_metrics(text: str, kind: str, *, t: float | None = None,
+                  group_size: int | None = None) -> MetricsSample:
     """Reduce Prometheus exposition ``text`` from a ``kind`` server to a MetricsSample.
+
+    Names are read in either spelling (``names.canonical``); per-rank series combine
+    by the kind's ``RankLayout`` (``ranks``), ``group_size`` being the ranks per
+    attention data-parallel group the server stated (SGLang ``/server_info``), if any.
 
     Raises:
         ValueError: when ``text`` is not valid exposition format.
     """
     names = NAMES.get(kind) or MetricNames(kind=kind)
-    series = _series(text)
+    layout = names.layout
+    if group_size and group_size > 0:
+        layout = replace(layout, group_size=group_size)
+    exp = Exposition(text)
     hist: dict[str, tuple[float, float]] = {}
     missing: list[str] = []
     for role in FIELDS:
         base = getattr(names, role)
         labels = names.prefill_labels if role == "prefill" else ()
-        s = _total(series, base, "_sum", labels)
-        c = _total(series, base, "_count", labels)
+        s = _total(exp, base, "_sum", labels, layout)
+        c = _total(exp, base, "_count", labels, layout)
         if s is not None and c is not None:
             hist[role] = (s, c)
         elif base:
             missing.append(role)
     buckets: dict[str, tuple[tuple[float, float], ...]] = {}
     if names.itl:
-        s = _total(series, names.itl, "_sum")
-        c = _total(series, names.itl, "_count")
-        b = _buckets(series, names.itl)
+        s = _total(exp, names.itl, "_sum", layout=layout)
+        c = _total(exp, names.itl, "_count", layout=layout)
+        b = _buckets(exp, names.itl, layout)
         if s is not None and c is not None:
             hist["itl"] = (s, c)
         if b:
             buckets["itl"] = b
+    for stage in _stages(exp, names.stages):
+        lab = (("stage", stage),)
+        s = _total(exp, names.stages, "_sum", lab, layout)
+        c = _total(exp, names.stages, "_count", lab, layout)
+        if s is not None and c is not None:
+            hist["stage:" + stage] = (s, c)
     values: dict[str, float] = {}
     for role in _SCALARS:
         labels = names.cached_labels if role == "cached_tokens" else ()
-        v = _total(series, getattr(names, role), labels=labels)
+        v = _total(exp, getattr(names, role), labels=labels, layout=layout,
+                   gauge=role in _GAUGES, ratio=role in _RATIOS)
         if v is not None:
             values[role] = v
         elif getattr(names, role) and role not in _OPTIONAL:
@@ -143,9 +196,18 @@ def parse_metrics(text: str, kind: str, *, t: float | None = None) -> MetricsSam
         missing.remove("cached_tokens")
     return MetricsSample(kind=kind, t=time.perf_counter() if t is None else t, hist=hist,
                          buckets=buckets, values=values, missing=tuple(missing),
-                         n_series=sum(len(v) for v in series.values()),
-                         longest_prompt_le=longest_prompt_bound(series))
+                         n_series=sum(len(v) for v in exp.series.values()),
+                         longest_prompt_le=longest_prompt_bound(exp.series),
+                         engine_series=exp.count_prefixed(names.prefixes))
 
+
+def _stages(exp: Exposition, names: tuple[str, ...]) -> list[str]:
+    """The ``stage`` label values of the first per-stage histogram published."""
+    for base in names:
+        rows = exp.rows(base + "_count")
+        if rows:
+            return sorted({lab["stage"] for lab, _ in rows if lab.get("stage")})
+    return []
 
 
 def longest_prompt_bound(series: dict[str, list[tuple[dict[str, str], float]]]) -> float | None:
@@ -223,7 +285,6 @@ class MetricsDelta:
         return max(vals) if vals else None
 
 
-_GAUGES = ("running", "waiting", "cache_hit_rate")
 #: Largest gauge reading taken (requests running or waiting; a hit rate is <= 1): a
 #: million requests in one server's queue is far beyond any served today.
 MAX_GAUGE = 1_000_000
