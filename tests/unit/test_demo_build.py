@@ -301,9 +301,18 @@ def test_sigterm_during_build_stops_the_whole_build(tmp_path, cache):
     try:
         sleeper = None
         deadline = time.monotonic() + 120
+        def named_sleep(p: psutil.Process) -> bool:
+            try:
+                return p.name() == "sleep"
+            except psutil.NoSuchProcess:  # a build step that ended between the two reads
+                return False
+
         while sleeper is None and time.monotonic() < deadline:
-            sleeper = next((p for p in psutil.Process(child.pid).children(recursive=True)
-                            if p.name() == "sleep"), None)
+            try:
+                sleeper = next((p for p in psutil.Process(child.pid).children(recursive=True)
+                                if named_sleep(p)), None)
+            except psutil.NoSuchProcess:
+                pass
             time.sleep(0.1)
         assert sleeper is not None, "the build never reached its compile step"
         child.send_signal(signal.SIGTERM)
