@@ -1,30 +1,55 @@
-""""Why is TTFT high right now?": one verdict over the recent probes, each cause
-quoting the numbers behind it.  Pure; shared by the sweep summary, the TUI, the
-exporter and (later) the fleet view.
+""""Why is TTFT high right now?": one verdict over the recent probes and, where the
+server tells them, the users' own requests; each cause quotes the numbers behind it.
+Pure; shared by the sweep summary, the TUI, the exporter and the fleet view.
+
+Whose TTFT: the users' (``whose == "users"``) when a users' window with requests is
+given (``users_now``: the OTLP spans or the server's /metrics histograms) and their TTFT
+rose beyond the reference (``users_before``'s TTFT p50, else the expectation at their
+median prompt); otherwise the probes'.
+
+Nothing is named unless TTFT is above its expectation beyond the expectation's
+uncertainty (``above``): the median excess of the recent probes (or of the last
+``NOW_PROBES``, so an onset shows before it owns the median) over the expected TTFT
+exceeds ``margin_s`` (the fit line's 95 % interval at the probe's length plus the 95 %
+spread of a median of k probes around it, at least ``MIN_QUEUE_S``), or a probe still
+in flight is that late (``in_flight_age_s``), or the users' TTFT p50 rose by more than
+``SHARE`` of its reference.  Below that the answer is "nothing stands out" with the
+expected TTFT at each length (``expected``), or, on an idle server with no users'
+requests, says so.  Without any expectation (no fit, no baseline, no users' reference)
+the causes are judged on the server's own split alone, as before.
 
 Causes, each with its test and the seconds of TTFT it explains (the verdict is the
-cause that explains most; the others that hold are listed after it):
+cause that explains most; a change in the users' traffic, ``cache_hit_drop`` or
+``prompts_longer``, comes first when it holds, since the queueing or blocking it brings
+is its consequence; the others that hold are listed after it):
 
 - ``queueing``: the server's queue time is at least ``SHARE`` of TTFT (and 5 ms), or
-  requests are waiting; explains the median queue time.
+  requests are waiting (``waiting_now``, the gauge as read now, else the probes'
+  median), or the users' queue share is at least ``SHARE``; explains the queue time.
 - ``head_of_line``: a long prompt was in prefill ahead of the probe (the background
-  load's prompts still in prefill when it was sent, or the decodes froze longer than
-  the probe's own prefill should take); explains TTFT above the expected TTFT.
-- ``slow_prefill``: prefill is slower than the expectation (the idle fit or a baseline
-  run: server prefill or the fit's throughput at most ``SLOW`` of it), or the MFU
-  verdict says "wrong"; explains the extra prefill time.
+  load's prompts, a user's request whose prefill interval covers the probe's wait, or
+  the decodes froze longer than the probe's own prefill should take); explains TTFT
+  above the expected TTFT.
+- ``slow_prefill``: prefill is slower than the expectation (server prefill or TTFT
+  minus the fixed cost at least 1/``SLOW`` x the expected), or the MFU verdict says
+  "wrong"; explains the extra prefill time.
 - ``prefix_cache``: probes sent after a prefix that should be cached (``--depth``)
   got no cached tokens from the server; explains the prefix's prefill time.
 - ``overhead``: client/network/TLS/gateway time (TTFT - the server's own time) is at
   least ``SHARE`` of TTFT (and 20 ms); explains it.
+- ``prompts_longer``: the users' median prompt grew by at least ``LONGER`` x; explains
+  the grown prompt's prefill at the expectation's slope.
+- ``cache_hit_drop``: the users' prefix-cache hit rate fell by at least ``HIT_DROP``
+  (0..1); explains the prefill of the prompt share no longer cached.
 
-"not_enough_data" (fewer than 3 recent probes, or no split and no expectation) and
-"none" (nothing stands out) are valid answers.
+"not_enough_data" (fewer than 3 recent probes and no users' data, or no split and no
+expectation) and "none" (nothing stands out) are valid answers.
 """
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass
+import math
+from dataclasses import asdict, dataclass, field, replace
 from typing import Any, Iterable, Literal, Sequence
 
 from prefilltui.model.breakdown import probe_parts
@@ -32,35 +57,55 @@ from prefilltui.model.fit import LinearFit
 from prefilltui.model.percentiles import finite_median
 from prefilltui.model.types import ProbeResult
 from prefilltui.model.units import duration
+from prefilltui.model.users import UserRequest, UsersWindow
 
 Cause = Literal["queueing", "head_of_line", "slow_prefill", "prefix_cache", "overhead",
-                "none", "not_enough_data"]
-#: Every verdict, in the order the exporter's state set lists them.
+                "none", "not_enough_data", "prompts_longer", "cache_hit_drop"]
+#: Every verdict, in the order the exporter's state set lists them (new ones at the end).
 CAUSES: tuple[Cause, ...] = ("queueing", "head_of_line", "slow_prefill", "prefix_cache",
-                             "overhead", "none", "not_enough_data")
+                             "overhead", "none", "not_enough_data", "prompts_longer",
+                             "cache_hit_drop")
 #: Words for each cause (the headline's first words).
 WORDS = {"queueing": "queueing", "head_of_line": "head-of-line blocking",
          "slow_prefill": "slow prefill", "prefix_cache": "prefix cache not used",
          "overhead": "overhead (network/TLS/gateway)", "none": "nothing stands out",
-         "not_enough_data": "not enough data"}
+         "not_enough_data": "not enough data", "prompts_longer": "users' prompts got longer",
+         "cache_hit_drop": "prefix cache stopped hitting"}
+#: Whose TTFT the verdict judges.
+Whose = Literal["probes", "users"]
 
-#: A part of TTFT at least this share of it is a cause.
+#: A part of TTFT at least this share of it is a cause; the users' TTFT p50 risen by
+#: more than this share of its reference is above it.
 SHARE = 0.25
 #: Prefill at most this fraction of the expected throughput (1/SLOW x the time) is slow.
 SLOW = 0.75
+#: The users' median prompt grown by this factor is "got longer" (a 1.5x longer median
+#: prompt is half as much prefill again: beyond a window's run-to-run scatter).
+LONGER = 1.5
+#: The users' prefix-cache hit rate fallen by this much (0..1) "stopped hitting" (20
+#: points of the prompt tokens: a fifth more prefill work for the same traffic).
+HIT_DROP = 0.20
 #: Recent probes the verdict reads, and the fewest it needs.
 RECENT = 20
 MIN_PROBES = 3
+#: The newest probes judged on their own too ("now": 12-30 s at a 2-5 s interval), so
+#: an onset is seen before it holds the median of ``RECENT``.
+NOW_PROBES = 6
 #: Least absolute size of a cause (s): below it a share is noise on a fast server.
 MIN_QUEUE_S = 0.005
 MIN_OVERHEAD_S = 0.020
+#: 95 % two-sided normal quantile, and the standard error of a median of k normal
+#: values in units of sigma/sqrt(k) (sqrt(pi/2)): the spread of the probes' median.
+_Z95 = 1.96
+_MEDIAN_SE = math.sqrt(math.pi / 2)
 
 
 @dataclass(frozen=True, slots=True)
 class Expectation:
     """What TTFT should be, to hold the recent probes against.
 
-    fit: TTFT = a + b*n of the server at its best (the idle level, or ``--baseline``);
+    fit: TTFT = a + b*n of the server at its best (the idle fit held before any change,
+    ``--baseline`` or the exporter's ``baseline_run`` / ``expected_throughput``);
     source: where it comes from ("idle fit", "baseline run ..."); mfu / mfu_level: the
     current MFU and its roofline verdict level (``analysis.assess``), when known.
     """
@@ -84,13 +129,25 @@ class Evidence:
 class TtftVerdict:
     """The answer: ``cause`` (the strongest), ``headline`` (its words and evidence),
     every cause that holds strongest first (``evidence``), the median TTFT and the
-    probes read."""
+    probes read.
+
+    whose: "probes" or "users" (whose TTFT is judged); above: TTFT is above its
+    expectation beyond the uncertainty (a cause may be named; False: the summary states
+    the expectation, not an alarm); idle: no users' requests and nothing waiting;
+    expected: (prompt tokens, expected TTFT s, its uncertainty s) at each recent
+    probe length, ascending; judged: whose TTFT and its reference, in words.
+    """
 
     cause: Cause
     headline: str
     evidence: tuple[Evidence, ...]
     ttft_s: float | None
     probes: int
+    whose: Whose = "probes"
+    above: bool = False
+    idle: bool = False
+    expected: tuple[tuple[int, float, float], ...] = ()
+    judged: str = ""
 
     def to_json(self) -> dict[str, Any]:
         return asdict(self)
@@ -106,56 +163,365 @@ def _pct(x: float) -> str:
     return f"{x:.0%}"
 
 
-def _expected_ttft(e: Expectation | None, n: int | None) -> float | None:
+def _fin(x: float | None) -> bool:
+    return x is not None and math.isfinite(x)
+
+
+def _expected_ttft(e: Expectation | None, n: int | float | None) -> float | None:
     if e is None or e.fit is None or n is None:
         return None
     return e.fit.intercept_s + e.fit.slope_s_per_token * n
 
 
+def margin_s(fit: LinearFit | None, n: float, k: int = 1) -> float:
+    """The uncertainty (s) of the median TTFT of ``k`` probes at ``n`` prompt tokens
+    around ``fit``'s line: the line's 95 % interval there (the intercept's and the
+    slope's half-widths added: no covariance is kept, so this is the wider, safe
+    bound) plus 1.96 x sqrt(pi/2) x the residual s.d. / sqrt(k) (the 95 % spread of a
+    median of k probes); at least ``MIN_QUEUE_S``.  ``inf`` without a usable interval
+    (a fit of 3 probes at start-up: nothing is named on it)."""
+    if fit is None:
+        return math.inf
+    lo, hi = fit.intercept_ci
+    slo, shi = fit.slope_ci
+    half = (hi - lo) / 2 + max(0.0, n) * (shi - slo) / 2
+    spread = _Z95 * _MEDIAN_SE * (fit.resid_std_s or 0.0) / math.sqrt(max(1, k))
+    m = half + spread
+    return max(m, MIN_QUEUE_S) if math.isfinite(m) else math.inf
+
+
+def throughput_expectation(tokens_per_s: float, intercept: LinearFit | None, source: str
+                           ) -> LinearFit | None:
+    """A line for an expected throughput alone (the exporter's ``expected_throughput``:
+    slope 1/``tokens_per_s``, taken as exact) with ``intercept``'s fixed cost and its
+    interval and scatter (the held idle fit's); None without an intercept or a positive
+    throughput.  ``source`` names it in the method field."""
+    if intercept is None or not tokens_per_s or not math.isfinite(tokens_per_s) or tokens_per_s <= 0:
+        return None
+    b = 1.0 / tokens_per_s
+    return replace(intercept, slope_s_per_token=b, slope_ci=(b, b), prefill_tokens_per_s=tokens_per_s,
+                   prefill_tokens_per_s_ci=(tokens_per_s, tokens_per_s), method=source,
+                   c_s_per_token2=None, c_ci=None, knee_tokens=None, slope_se=0.0)
+
+
+#: Probes a fit needs before it is held as the expectation (below, its interval is too
+#: wide to judge by: ``margin_s`` is large anyway, but a fit on a handful of probes can
+#: be off by more than its interval says).
+HOLD_PROBES = 10
+
+
+@dataclass
+class HeldExpectation:
+    """The expectation an incident cannot move (issue 30 item 5).
+
+    ``baseline``: a fixed line (``--baseline RUN``, the exporter's ``baseline_run`` or
+    ``expected_throughput``), never replaced.  Without one, ``offer(fit)`` holds the first
+    fit of at least ``HOLD_PROBES`` probes with a bounded throughput interval, and
+    afterwards replaces it only by one that expects a lower TTFT at both ends of the
+    held fit's lengths (the server at its best: an incident only ever makes TTFT
+    higher, so it can never move the expectation; a warm-up's slow first probes are
+    left behind).  ``users_before``: the users' window of the last verdict that was not
+    ``above`` (so an incident stops its updates), via ``observe``.  Not thread-safe:
+    one owner (a prober's thread, the app's thread).
+    """
+
+    baseline: LinearFit | None = None
+    source: str = "baseline run"
+    held: LinearFit | None = None
+    users_before: UsersWindow | None = None
+    min_probes: int = HOLD_PROBES
+    _held_n: int = field(default=0, repr=False)
+    _fresh: bool = field(default=True, repr=False)  # the held fit is the last offered
+
+    @property
+    def fit(self) -> LinearFit | None:
+        return self.baseline if self.baseline is not None else self.held
+
+    @property
+    def label(self) -> str:
+        """Where the expectation comes from, in words."""
+        if self.baseline is not None:
+            return self.source
+        if self.held is None or self._fresh:
+            return "idle fit"
+        return f"idle fit held at {self._held_n} probes"
+
+    def offer(self, fit: LinearFit | None) -> None:
+        """A newer fit of the same server (the all-time or window fit)."""
+        if self.baseline is not None or fit is None or fit is self.held:
+            return
+        self._fresh = False
+        lo = fit.prefill_tokens_per_s_ci[0]
+        if fit.n < self.min_probes or not fit.prefill_tokens_per_s or not _fin(lo) or lo <= 0:
+            return
+        h = self.held
+        if h is not None:
+            ends = (h.x_min, h.x_max) if h.x_max > h.x_min else (0.0, 1.0)
+            if any(_line(fit, x) > _line(h, x) for x in ends):
+                return
+        self.held, self._held_n, self._fresh = fit, fit.n, True
+
+    def observe(self, verdict: "TtftVerdict", users_now: UsersWindow | None) -> None:
+        """Keep ``users_now`` as the users' reference while the verdict is not above."""
+        if not verdict.above and users_now is not None and users_now.requests > 0:
+            self.users_before = users_now
+
+    def expectation(self, mfu: float | None = None, mfu_level: str | None = None
+                    ) -> Expectation | None:
+        if self.fit is None and mfu_level is None:
+            return None
+        return Expectation(self.fit, self.label, mfu, mfu_level)
+
+    def reset(self) -> None:
+        """Forget the held fit and the users' reference (the TUI's reset)."""
+        self.held, self._held_n, self.users_before, self._fresh = None, 0, None, True
+
+
+def _line(fit: LinearFit, x: float) -> float:
+    return fit.intercept_s + fit.slope_s_per_token * x
+
+
 def ttft_verdict(results: Sequence[ProbeResult], expect: Expectation | None = None, *,
-                 recent: int = RECENT) -> TtftVerdict:
+                 recent: int = RECENT, users_now: UsersWindow | None = None,
+                 users_before: UsersWindow | None = None,
+                 user_requests: Sequence[UserRequest] = (),
+                 in_flight_age_s: float | None = None,
+                 waiting_now: float | None = None) -> TtftVerdict:
     """The verdict over the last ``recent`` ok, non-warm-up probes (see the module
-    docstring).  Never raises for bad data."""
-    ok = [r for r in results if r.ok and not r.warmup and r.ttft_s is not None][-recent:]
-    if len(ok) < MIN_PROBES:
+    docstring).
+
+    users_now / users_before: the users' window now and its reference (the window
+    before the change); user_requests: the users' recent requests from their spans
+    (prefill intervals, for head-of-line); in_flight_age_s: how long the probe in
+    flight has waited (s; None: none in flight); waiting_now: the server's waiting
+    gauge as read now (requests).  All optional: without them the verdict reads the
+    probes alone.  Never raises for bad data.
+    """
+    ok = [r for r in results if r.ok and not r.warmup and _fin(r.ttft_s)][-recent:]
+    users = users_now if users_now is not None and users_now.requests > 0 else None
+    reqs = [u for u in user_requests if isinstance(u, UserRequest)]
+    if waiting_now is not None and not (math.isfinite(waiting_now) and waiting_now >= 0):
+        waiting_now = None
+    if in_flight_age_s is not None and not (math.isfinite(in_flight_age_s) and in_flight_age_s >= 0):
+        in_flight_age_s = None
+    # idle: the server says who else is there (a users' window) and nobody is
+    idle = (users_now is not None and users_now.source != "none" and users is None
+            and not reqs and not (waiting_now or 0)
+            and not (_med(r.server_waiting for r in ok) or 0))
+    expected = _expected_rows(ok, expect)
+    if len(ok) < MIN_PROBES and users is None:
         return TtftVerdict("not_enough_data", f"not enough data: {len(ok)} recent probe(s), "
-                       f"{MIN_PROBES} needed", (), _med(r.ttft_s for r in ok), len(ok))
-    parts = [probe_parts(r) for r in ok]
+                           f"{MIN_PROBES} needed", (), _med(r.ttft_s for r in ok), len(ok),
+                           idle=idle, expected=expected)
     ttft = _med(r.ttft_s for r in ok) or 0.0
-    found = [e for e in (_queueing(ok, parts, ttft, expect), _head_of_line(ok, expect),
-                         _slow_prefill(ok, parts, expect), _prefix_cache(ok, expect),
-                         _overhead(ok, parts, ttft)) if e is not None]
-    found.sort(key=lambda e: e.seconds, reverse=True)
+    judge = _Judge(ok, expect, in_flight_age_s, users, users_before)
+    gated = judge.has_reference
+    above = judge.above
+    whose: Whose = "users" if judge.users_above else "probes"
+    # the probes the causes read: the newest ones when only they are above
+    pr = judge.probes
+    parts = [probe_parts(r) for r in pr]
+    pttft = _med(r.ttft_s for r in pr) or ttft
+    wait = waiting_now if waiting_now is not None else _med(r.server_waiting for r in pr)
+    found: list[Evidence] = []
+    blocked = _blocked(pr, reqs)
+    if above or not gated:
+        if pr:
+            found += [e for e in (
+                _queueing(pr, parts, pttft, expect, wait, waiting_now is not None, judge),
+                _head_of_line(pr, expect, blocked, wait),
+                _slow_prefill(pr, parts, expect, wait, blocked),
+                _prefix_cache(pr, expect), _overhead(pr, parts, pttft)) if e is not None]
+        if users is not None:
+            found += [e for e in (_users_queueing(users, wait, found),) if e is not None]
+        found.sort(key=lambda e: e.seconds, reverse=True)
+        if users is not None and judge.users_above:
+            root = [e for e in (_cache_hit_drop(users, users_before, expect),
+                                _prompts_longer(users, users_before, expect, found))
+                    if e is not None]
+            root.sort(key=lambda e: e.seconds, reverse=True)
+            found = root + found
+    judged = judge.words(ttft)
     if found:
         top = found[0]
-        return TtftVerdict(top.cause, f"{WORDS[top.cause]}: {top.text}", tuple(found), ttft, len(ok))
+        return TtftVerdict(top.cause, f"{WORDS[top.cause]}: {top.text}", tuple(found),
+                           ttft, len(ok), whose, above, idle, expected, judged)
     split = any(getattr(p, k) is not None for p in parts for k in ("queue_s", "prefill_s", "overhead_s"))
-    if not split and (expect is None or expect.fit is None):
+    if not split and not gated:
         return TtftVerdict("not_enough_data",
-                       f"not enough data: TTFT {duration(ttft)}, but the server reports no "
-                       "queue or prefill time (/metrics, llama.cpp timings) and there is no "
-                       "idle fit or --baseline to hold it against", (), ttft, len(ok))
+                           f"not enough data: TTFT {duration(ttft)}, but the server reports no "
+                           "queue or prefill time (/metrics, llama.cpp timings) and there is no "
+                           "idle fit or --baseline to hold it against", (), ttft, len(ok),
+                           whose, above, idle, expected, judged)
     bits = ", ".join(f"{k.removesuffix('_s')} {duration(v)}" for k in
                      ("queue_s", "prefill_s", "overhead_s")
                      if (v := _med(getattr(p, k) for p in parts)) is not None)
     exp = _med(_expected_ttft(expect, r.tokens) for r in ok)
-    vs = f"; {duration(exp)} expected ({expect.source})" if exp is not None and expect else ""
-    # above the expectation by as much as slow prefill needs, yet no cause's test held
-    # (the server's split, if any, is in proportion): say so, not "nothing stands out"
-    high = exp is not None and exp > 0 and ttft * SLOW > exp
-    head = (f"no single cause found, TTFT {ttft / exp:.1f}x the expected" if high
-            else "nothing stands out")
+    pm = f" ± {duration(judge.margin)}" if _fin(judge.margin) else ""
+    vs = f"; {duration(exp)} expected ({expect.source}){pm}" if exp is not None and expect else ""
+    where = " on an idle server (no users' requests, nothing waiting)" if idle else ""
+    if above:
+        ratio = f", TTFT {judge.ratio:.1f}x the expected" if _fin(judge.ratio) else ""
+        head = f"no single cause found{where}{ratio}"
+        if judge.late:
+            head += f"; {judge.late}"
+    else:
+        head = "nothing stands out" + (" (idle server, no users' requests)" if idle else "")
+    if whose == "users" or (users is not None and not above):
+        return TtftVerdict("none", f"{head}: {judged}" + (f"; probes' TTFT {duration(ttft)}"
+                           + vs if ok else ""), (), ttft, len(ok), whose, above, idle,
+                           expected, judged)
     return TtftVerdict("none", f"{head}: TTFT {duration(ttft)}"
-                   + (f" = {bits}" if bits else "") + vs, (), ttft, len(ok))
+                       + (f" = {bits}" if bits else "") + vs, (), ttft, len(ok), whose,
+                       above, idle, expected, judged)
 
 
-def _queueing(ok, parts, ttft: float, expect: Expectation | None) -> Evidence | None:
+def _expected_rows(ok, expect: Expectation | None) -> tuple[tuple[int, float, float], ...]:
+    """(tokens, expected TTFT, uncertainty of one probe's median there) per length."""
+    if expect is None or expect.fit is None:
+        return ()
+    by: dict[int, int] = {}
+    for r in ok:
+        if r.tokens:
+            by[int(r.tokens)] = by.get(int(r.tokens), 0) + 1
+    out = []
+    for n in sorted(by):
+        e = _expected_ttft(expect, n)
+        if _fin(e):
+            out.append((n, float(e), margin_s(expect.fit, n, by[n])))
+    return tuple(out)
+
+
+class _Judge:
+    """Is TTFT above its expectation beyond the uncertainty?  The probes' (the recent
+    ones, or the newest ``NOW_PROBES``), the probe in flight, the users'."""
+
+    def __init__(self, ok, expect: Expectation | None, in_flight_age_s: float | None,
+                 users: UsersWindow | None, users_before: UsersWindow | None) -> None:
+        self.expect, self.probes, self.ratio, self.margin = expect, list(ok), math.nan, math.inf
+        self.late = ""
+        self.late_s = 0.0
+        fit = expect.fit if expect is not None else None
+        self.probes_above = False
+        if fit is not None and ok:
+            for group in (ok, ok[-NOW_PROBES:]):
+                x, m, ratio = self._excess(group, fit)
+                if x is not None and m is not None and x > m:
+                    self.probes_above, self.probes = True, group
+                    self.margin, self.ratio, self.excess = m, ratio, x
+                    break
+                if group is ok:
+                    self.margin, self.ratio = m if m is not None else math.inf, ratio
+        if fit is not None and in_flight_age_s is not None:
+            lens = [r.tokens for r in ok if r.tokens] or [fit.x_max]
+            worst = max(_line(fit, n) for n in lens)
+            m = max(margin_s(fit, n, 1) for n in lens)
+            if in_flight_age_s - worst > m and in_flight_age_s > 2 * worst:
+                self.late_s = in_flight_age_s - worst
+                self.late = (f"a probe in flight {duration(in_flight_age_s)}, ≤ "
+                             f"{duration(worst)} expected at the longest length")
+        self.users, self.users_before = users, users_before
+        self.users_ref, self.users_ref_src = None, ""
+        if users is not None and _fin(users.ttft_p50_s):
+            if users_before is not None and users_before.requests and _fin(users_before.ttft_p50_s):
+                self.users_ref, self.users_ref_src = users_before.ttft_p50_s, "before"
+            else:
+                e = users.expected_ttft_p50_s
+                if not _fin(e):
+                    e = _expected_ttft(expect, users.prompt_tokens_p50)
+                if _fin(e):
+                    self.users_ref, self.users_ref_src = e, "expected at their median prompt"
+        self.users_above = (self.users_ref is not None and users.ttft_p50_s - self.users_ref
+                            > max(SHARE * self.users_ref, MIN_QUEUE_S))
+
+    @staticmethod
+    def _excess(group, fit: LinearFit):
+        xs = [(r.ttft_s - _line(fit, r.tokens), margin_s(fit, r.tokens, len(group)),
+               r.ttft_s / _line(fit, r.tokens) if _line(fit, r.tokens) > 0 else None)
+              for r in group if r.tokens]
+        return _med(x for x, _, _ in xs), _med(m for _, m, _ in xs), _med(q for _, _, q in xs)
+
+    @property
+    def has_reference(self) -> bool:
+        return (self.expect is not None and self.expect.fit is not None) or self.users_ref is not None
+
+    @property
+    def above(self) -> bool:
+        return self.probes_above or bool(self.late) or self.users_above
+
+    def words(self, ttft: float) -> str:
+        """Whose TTFT, against what."""
+        u = self.users
+        if u is not None and _fin(u.ttft_p50_s):
+            est = " (bucket estimate)" if u.estimate else ""
+            ref = ""
+            if self.users_ref is not None:
+                ref = (f", was {duration(self.users_ref)}" if self.users_ref_src == "before"
+                       else f", {duration(self.users_ref)} {self.users_ref_src}")
+            return (f"users' TTFT p50 {duration(u.ttft_p50_s)}{est}{ref} over {u.requests:,} "
+                    f"requests")
+        exp = _med(_expected_ttft(self.expect, r.tokens) for r in self.probes)
+        src = f", {duration(exp)} expected ({self.expect.source})" if exp is not None else ""
+        return f"probes' TTFT {duration(ttft)}{src}"
+
+
+def _users_queueing(users: UsersWindow, wait: float | None, found) -> Evidence | None:
+    """The users' queue share of TTFT (their spans' time in queue, or the histograms')."""
+    if any(e.cause == "queueing" for e in found):
+        return None
+    q = users.queue_share
+    if not _fin(q) or q < SHARE or not _fin(users.ttft_p50_s):
+        return None
+    now = f"; {wait:,.0f} waiting now" if wait else ""
+    return Evidence("queueing", q * users.ttft_p50_s, f"users' time in queue {_pct(q)} of their "
+                    f"TTFT (p50 {duration(users.ttft_p50_s)}){now}")
+
+
+def _cache_hit_drop(users: UsersWindow, before: UsersWindow | None,
+                    expect: Expectation | None) -> Evidence | None:
+    if before is None:
+        return None
+    h0, h1 = before.prefix_cache_hit_rate, users.prefix_cache_hit_rate
+    if not (_fin(h0) and _fin(h1)) or h0 - h1 < HIT_DROP:
+        return None
+    n = users.prompt_tokens_p50 if _fin(users.prompt_tokens_p50) else before.prompt_tokens_p50
+    b = expect.fit.slope_s_per_token if expect is not None and expect.fit is not None else None
+    secs = (h0 - h1) * n * b if b and _fin(n) else max(0.0, (users.ttft_p50_s or 0) - (before.ttft_p50_s or 0))
+    cost = (f"; ≈ {duration(secs)} more prefill per request at their median {n:,.0f}-token "
+            f"prompt" if b and _fin(n) else "")
+    return Evidence("cache_hit_drop", secs, f"users' prefix-cache hit rate {_pct(h0)} → "
+                    f"{_pct(h1)}{cost}")
+
+
+def _prompts_longer(users: UsersWindow, before: UsersWindow | None,
+                    expect: Expectation | None, found) -> Evidence | None:
+    if before is None:
+        return None
+    p0, p1 = before.prompt_tokens_p50, users.prompt_tokens_p50
+    if not (_fin(p0) and _fin(p1)) or p0 <= 0 or p1 < LONGER * p0:
+        return None
+    b = expect.fit.slope_s_per_token if expect is not None and expect.fit is not None else None
+    secs = (p1 - p0) * b if b else max(0.0, (users.ttft_p50_s or 0) - (before.ttft_p50_s or 0))
+    slow = next((e for e in found if e.cause == "slow_prefill"), None)
+    per = ("prefill per token slower too (slow prefill, below)" if slow is not None
+           else "prefill per token unchanged")
+    cost = f" (≈ {duration(secs)} more prefill each)" if b else ""
+    return Evidence("prompts_longer", secs, f"users' median prompt {p0:,.0f} → {p1:,.0f} "
+                    f"tokens{cost}; {per}")
+
+
+def _queueing(ok, parts, ttft: float, expect: Expectation | None, wait: float | None,
+              now: bool, judge: "_Judge") -> Evidence | None:
     q = _med(p.queue_s for p in parts)
-    wait = _med(r.server_waiting for r in ok)
     run = _med(r.server_running for r in ok)
+    wword = "waiting now" if now else "waiting"
     load = ""
     if wait is not None or run is not None:
-        load = f", {wait or 0:g} waiting, {run or 0:g} running"
+        load = f", {wait or 0:,.0f} {wword}, {run or 0:g} running"
+    if judge.late_s > 0 and wait is not None and wait >= 1:
+        # the probe in flight is the news: completed probes predate the queue
+        return Evidence("queueing", judge.late_s, f"{wait:,.0f} requests {wword} at the server; "
+                        f"{judge.late}")
     if q is not None and q >= max(SHARE * ttft, MIN_QUEUE_S):
         src = {p.queue_source for p in parts if p.queue_s is not None}
         est = " (estimated: TTFT - prefill - idle overhead)" if src <= {"estimated", "idle"} else ""
@@ -169,21 +535,47 @@ def _queueing(ok, parts, ttft: float, expect: Expectation | None) -> Evidence | 
         if extra is not None:
             if extra < SHARE * ttft:
                 return None
-            return Evidence("queueing", extra, f"{wait:g} requests waiting at the server; TTFT "
-                            f"{duration(ttft)}, {duration(extra)} above the {expect.source} "
+            return Evidence("queueing", extra, f"{wait:,.0f} requests {wword} at the server; "
+                            f"TTFT {duration(ttft)}, {duration(extra)} above the {expect.source} "
                             f"(the server's queue time is not attributable to one request)"
-                            + load.replace(f", {wait or 0:g} waiting", ""))
-        return Evidence("queueing", 0.0, f"{wait:g} requests waiting at the server (no queue "
-                        f"time of this probe's own: its share of TTFT {duration(ttft)} is "
-                        f"unknown){load}")
+                            + load.replace(f", {wait or 0:,.0f} {wword}", ""))
+        return Evidence("queueing", 0.0, f"{wait:,.0f} requests {wword} at the server (no "
+                        f"queue time of this probe's own: its share of TTFT {duration(ttft)} "
+                        f"is unknown){load}")
     return None
 
 
-def _head_of_line(ok, expect: Expectation | None) -> Evidence | None:
-    if (_med(r.server_waiting for r in ok) or 0) >= 1:
+def _blocked(ok, reqs: Sequence[UserRequest]) -> dict[int, tuple[float, int]]:
+    """Probes (index into ``ok``) that waited behind users' longer prompts: the seconds
+    of users' prefill (spans' [arrival + queue, + prefill]) between the probe's send
+    and its first token, of requests that arrived before it with more prompt tokens,
+    when that is at least ``SHARE`` of its TTFT; with the longest such prompt."""
+    out: dict[int, tuple[float, int]] = {}
+    spans = [(u.prefill_start_s, u.prefill_end_s, u.arrival_s, u.prompt_tokens) for u in reqs
+             if _fin(u.prefill_start_s) and _fin(u.prefill_end_s) and u.prompt_tokens]
+    if not spans:
+        return out
+    for i, r in enumerate(ok):
+        s = r.started_at
+        if not s or not r.tokens:
+            continue
+        e = s + r.ttft_s
+        over, longest = 0.0, 0
+        for ps, pe, arr, n in spans:
+            if arr <= s and n > r.tokens and pe > s and ps < e:
+                over += min(pe, e) - max(ps, s)
+                longest = max(longest, n)
+        if over >= max(SHARE * r.ttft_s, MIN_QUEUE_S):
+            out[i] = (over, longest)
+    return out
+
+
+def _head_of_line(ok, expect: Expectation | None, blocked: dict[int, tuple[float, int]],
+                  wait: float | None) -> Evidence | None:
+    if (wait or 0) >= 1:
         return None  # requests wait in line: queueing (above), not one prompt ahead
     hits = []
-    for r in ok:
+    for i, r in enumerate(ok):
         exp = _expected_ttft(expect, r.tokens)
         # the probe's own prefill: the server's figure, else the expectation's
         own = r.server_prefill_s
@@ -194,18 +586,29 @@ def _head_of_line(ok, expect: Expectation | None) -> Evidence | None:
                  and r.decode_stall_s > 1.5 * own + 2 * (r.decode_gap_s or 0.0) + 0.01)
         if ahead > (r.tokens or 0) or (ahead > 0 and exp is not None and r.ttft_s > 1.5 * exp):
             # a prompt ahead: TTFT above the expectation is its doing
-            hits.append((r, exp, ahead, max(0.0, r.ttft_s - exp) if exp is not None else None))
+            hits.append((r, exp, ahead, max(0.0, r.ttft_s - exp) if exp is not None else None, 0))
+        elif i in blocked:
+            # a user's longer prompt was in prefill while this probe waited for its turn
+            over, n = blocked[i]
+            extra = max(0.0, r.ttft_s - exp) if exp is not None else over
+            hits.append((r, exp, 0, extra, n))
         elif froze:
             # the decodes froze longer than this prefill: the rest was another prefill
-            hits.append((r, exp, 0, r.decode_stall_s - own))
+            hits.append((r, exp, 0, r.decode_stall_s - own, 0))
     if len(hits) < max(1, len(ok) // 3):
         return None
     extra = _med(h[3] for h in hits)
     ttft = _med(h[0].ttft_s for h in hits)
     ahead = _med(h[2] for h in hits if h[2])
+    users = _med(h[4] for h in hits if h[4])
     stall = _med(h[0].decode_stall_s for h in hits)
-    what = (f"a median {ahead:,.0f} prompt tokens in prefill ahead of the probe" if ahead
-            else f"decodes froze {duration(stall)}, longer than the probe's own prefill")
+    if ahead:
+        what = f"a median {ahead:,.0f} prompt tokens in prefill ahead of the probe"
+    elif users:
+        what = (f"users' long prompts (median {users:,.0f} tokens) in prefill when the probe "
+                "was sent")
+    else:
+        what = f"decodes froze {duration(stall)}, longer than the probe's own prefill"
     exp = _med(h[1] for h in hits)
     vs = f" vs {duration(exp)} expected ({expect.source})" if exp is not None and expect else ""
     if extra is None:  # no expectation: the stall or the ahead tokens alone
@@ -216,7 +619,8 @@ def _head_of_line(ok, expect: Expectation | None) -> Evidence | None:
                     f"TTFT {duration(ttft)}{vs}")
 
 
-def _slow_prefill(ok, parts, expect: Expectation | None) -> Evidence | None:
+def _slow_prefill(ok, parts, expect: Expectation | None, wait: float | None,
+                  blocked: dict[int, tuple[float, int]]) -> Evidence | None:
     if expect is not None and expect.mfu_level == "wrong" and expect.mfu is not None:
         pre = _med(p.prefill_s for p in parts) or _med(r.ttft_s for r in ok) or 0.0
         return Evidence("slow_prefill", pre * 0.5, f"MFU {expect.mfu:.1%} of peak: far below "
@@ -226,7 +630,8 @@ def _slow_prefill(ok, parts, expect: Expectation | None) -> Evidence | None:
     b = expect.fit.slope_s_per_token
     # probes sent after a prefix (--depth) prefill it too when it is not cached: the
     # prefix-cache cause speaks for them
-    keep = [i for i, r in enumerate(ok) if not _after_prefix(r)]
+    # probes that waited behind a user's longer prompt: head-of-line speaks for them
+    keep = [i for i, r in enumerate(ok) if not _after_prefix(r) and i not in blocked]
     ok, parts = [ok[i] for i in keep], [parts[i] for i in keep]
     if len(ok) < MIN_PROBES:
         return None
@@ -241,7 +646,7 @@ def _slow_prefill(ok, parts, expect: Expectation | None) -> Evidence | None:
         extra = _med(pre - e for pre, e in exp)
         what = "server prefill"
     else:  # TTFT above the expected line, per probe: only when nothing else explains it
-        waiting = _med(r.server_waiting for r in ok)
+        waiting = wait
         if (waiting or 0) >= 1 or any(r.load_ahead_tokens for r in ok):
             return None  # TTFT holds queueing or a prompt ahead: not the prefill's speed
         pts = [(r.ttft_s, _expected_ttft(expect, r.tokens), r.tokens) for r in ok]

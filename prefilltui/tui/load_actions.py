@@ -15,6 +15,7 @@ from typing import Any
 from prefilltui.model.running_fit import RunningFit
 from prefilltui.model.sanitize import clean
 from prefilltui.tui.load_view import decode_view, live_verdict, load_status, stall_lines
+from prefilltui.tui.viewmodel import verdict_line, verdict_now
 from prefilltui.tui.widgets.decode_row import DecodeRow
 
 #: The decode row's time span (s): the gauges' history span.
@@ -103,5 +104,9 @@ class LoadActions:
         level = last.load_level if last is not None else None  # right now: this level
         recent = [r for r in list(self.results)[-40:] if r.load_level == level]
         snap = self.fit.snapshot("all") if self.fit is not None else None
-        v = live_verdict(recent, snap.fit if snap is not None else None, assessment=assessment)
-        return lines + [f"why TTFT: {v.headline}"]
+        feed = getattr(self, "feed", None)
+        held = feed.live.held if feed is not None and not level else None
+        now = verdict_now(feed) if feed is not None and not level else {}
+        v = live_verdict(recent, snap.fit if snap is not None else None, assessment=assessment,
+                         held=held, **now)
+        return lines + [verdict_line(v)]

@@ -246,3 +246,51 @@ VERDICT_WORDS = {
     "impossible": "impossible: check inputs", "unknown-peak": "MFU needs --peak-tflops",
     "short-prompts": "prompts too short to judge",
 }
+
+
+def verdict_now(feed: Any) -> dict[str, Any]:
+    """``ttft_verdict``'s keyword arguments about the present, from a ``Feed``: the probe
+    in flight's age (s, None when none is) and the server's waiting gauge as the newest
+    ``/metrics`` scrape read it (None without one); never raises."""
+    out: dict[str, Any] = {}
+    try:
+        out["in_flight_age_s"] = feed.in_flight_s
+        metrics = getattr(feed.config, "metrics", None)
+        sample = metrics() if metrics is not None else None
+        waiting = sample.get("waiting") if sample is not None else None
+        if waiting is not None:
+            out["waiting_now"] = float(waiting)
+    except Exception:  # noqa: BLE001 - a view never fails on its inputs
+        pass
+    return out
+
+
+def verdict_line(v: Any) -> str:
+    """The stats panel's verdict line: "why TTFT: <cause>" only when TTFT is above its
+    expectation beyond the uncertainty (or nothing can be held against it); else the
+    expectation ("TTFT as expected: 500 tok 270 ms ± 5 ms ...")."""
+    if v is None:
+        return f"why TTFT: {MISSING}"
+    if v.cause in ("none", "not_enough_data") and not v.above:
+        return v.headline if v.cause == "not_enough_data" else expected_line(v)
+    who = "users' " if v.whose == "users" else ""
+    return f"why {who}TTFT: {v.headline}"
+
+
+def expected_line(v: Any, limit: int = 3) -> str:
+    """ "TTFT as expected (idle fit): 128 tok 70 ms ± 4, 2,048 tok 1,040 ms ± 9" (the
+    shortest, longest and middle lengths when more than ``limit``)."""
+    rows = list(getattr(v, "expected", ()) or ())
+    if len(rows) > limit:
+        rows = [rows[0], rows[len(rows) // 2], rows[-1]]
+    idle = " (idle server, no users)" if getattr(v, "idle", False) else ""
+    if not rows:
+        return f"TTFT as expected{idle}"
+    parts = ", ".join(f"{n:,} tok {_ms(e)} ± {_ms(m)}" for n, e, m in rows)
+    return f"TTFT as expected{idle}: {parts}"
+
+
+def _ms(s: float) -> str:
+    if s != s or s in (float("inf"), float("-inf")):
+        return MISSING
+    return f"{s * 1000:,.0f} ms"
