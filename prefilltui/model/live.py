@@ -245,6 +245,8 @@ class LiveSummary:
         if recent:  # held against the all-time fit whatever ``which`` shows, as analyze
             idle = fit if which == "all" else self._all_fit(method)
             self.held.offer(idle)
+            if vin.get("users_before") is None and self.held.users_before is not None:
+                vin["users_before"] = self.held.users_before
             why = ttft_verdict(list(recent), expectation(self.held.fit or idle, baseline_fit,
                                                          roof, verdict,
                                                          idle_source=self.held.label), **vin)

@@ -5,7 +5,8 @@ Pure; shared by the sweep summary, the TUI, the exporter and the fleet view.
 Whose TTFT: the users' (``whose == "users"``) when a users' window with requests is
 given (``users_now``: the OTLP spans or the server's /metrics histograms) and their TTFT
 rose beyond the reference (``users_before``'s TTFT p50, else the expectation at their
-median prompt); otherwise the probes'.
+median prompt) by more than ``USERS_RISE`` of it and its uncertainty; otherwise the
+probes'.
 
 Nothing is named unless TTFT is above its expectation beyond the expectation's
 uncertainty (``above``): the median excess of the recent probes (or of the last
@@ -13,7 +14,7 @@ uncertainty (``above``): the median excess of the recent probes (or of the last
 exceeds ``margin_s`` (the fit line's 95 % interval at the probe's length plus the 95 %
 spread of a median of k probes around it, at least ``MIN_QUEUE_S``), or a probe still
 in flight is that late (``in_flight_age_s``), or the users' TTFT p50 rose by more than
-``SHARE`` of its reference.  Below that the answer is "nothing stands out" with the
+``USERS_RISE`` of its reference and the 95 % uncertainty of the two windows' p50s.  Below that the answer is "nothing stands out" with the
 expected TTFT at each length (``expected``), or, on an idle server with no users'
 requests, says so.  Without any expectation (no fit, no baseline, no users' reference)
 the causes are judged on the server's own split alone, as before.
@@ -49,6 +50,8 @@ expectation) and "none" (nothing stands out) are valid answers.
 from __future__ import annotations
 
 import math
+import time
+from collections import deque
 from dataclasses import asdict, dataclass, field, replace
 from typing import Any, Iterable, Literal, Sequence
 
@@ -85,12 +88,32 @@ LONGER = 1.5
 #: The users' prefix-cache hit rate fallen by this much (0..1) "stopped hitting" (20
 #: points of the prompt tokens: a fifth more prefill work for the same traffic).
 HIT_DROP = 0.20
+#: The users' TTFT p50 risen by more than this share of its reference is above it (and
+#: beyond its uncertainty): the p50 of a 30-s window of ~30 requests moved by up to
+#: +-35 % between healthy windows of the fake engine (tests/fakeengine.py), and real
+#: traffic is burstier, so half as much again.
+USERS_RISE = 0.5
+#: A probe whose wait was at least this share spent behind users' longer prompts in
+#: prefill was blocked by them (head-of-line): the larger part of its TTFT.
+BLOCKED = 0.5
+#: Requests waiting at the server that make a line rather than one prompt ahead: more
+#: than the probe itself and the one or two requests that arrive while a long prompt's
+#: chunk is in prefill (head-of-line behind one prompt keeps a short queue).
+LINE = 3
 #: Recent probes the verdict reads, and the fewest it needs.
 RECENT = 20
 MIN_PROBES = 3
 #: The newest probes judged on their own too ("now": 12-30 s at a 2-5 s interval), so
 #: an onset is seen before it holds the median of ``RECENT``.
 NOW_PROBES = 6
+#: The share of a group's probes that must be above their own margin for the group to
+#: be above (4 of 6): an onset moves them all, contention with users a few.
+NOW_SHARE = 2 / 3
+#: The users' TTFT p50 risen by more than this share of its reference with no cause in
+#: sight (and the probes as expected) is called out ("no single cause found"); a rise
+#: their traffic's change explains is named from ``USERS_RISE`` on.  The p50 of a 30-s
+#: window moved by up to +50 % between healthy windows of the fake engine.
+USERS_RISE_ALONE = 1.0
 #: Least absolute size of a cause (s): below it a share is noise on a fast server.
 MIN_QUEUE_S = 0.005
 MIN_OVERHEAD_S = 0.020
@@ -177,17 +200,44 @@ def margin_s(fit: LinearFit | None, n: float, k: int = 1) -> float:
     """The uncertainty (s) of the median TTFT of ``k`` probes at ``n`` prompt tokens
     around ``fit``'s line: the line's 95 % interval there (the intercept's and the
     slope's half-widths added: no covariance is kept, so this is the wider, safe
-    bound) plus 1.96 x sqrt(pi/2) x the residual s.d. / sqrt(k) (the 95 % spread of a
-    median of k probes); at least ``MIN_QUEUE_S``.  ``inf`` without a usable interval
+    bound) plus 1.96 x sqrt(pi/2) x the probes' scatter / sqrt(k) (the 95 % spread of
+    a median of k probes; ``_scatter``); at least ``MIN_QUEUE_S``.  ``inf`` without a usable interval
     (a fit of 3 probes at start-up: nothing is named on it)."""
     if fit is None:
         return math.inf
     lo, hi = fit.intercept_ci
     slo, shi = fit.slope_ci
     half = (hi - lo) / 2 + max(0.0, n) * (shi - slo) / 2
-    spread = _Z95 * _MEDIAN_SE * (fit.resid_std_s or 0.0) / math.sqrt(max(1, k))
+    spread = _Z95 * _MEDIAN_SE * _scatter(fit) / math.sqrt(max(1, k))
     m = half + spread
     return max(m, MIN_QUEUE_S) if math.isfinite(m) else math.inf
+
+
+_SCATTER: list = [None, 0.0]  # (the fit, its scatter): margin_s asks once per probe
+
+
+def _scatter(fit: LinearFit) -> float:
+    """The probes' scatter around the line (s): the s.d. of every point's residual when
+    the fit kept them (a robust fit's inliers leave out the probes that met another
+    request ahead, which normal traffic brings), else ``resid_std_s``."""
+    if _SCATTER[0] is fit:
+        return _SCATTER[1]
+    _SCATTER[0], _SCATTER[1] = fit, _scatter_of(fit)
+    return _SCATTER[1]
+
+
+def _scatter_of(fit: LinearFit) -> float:
+    res = fit.residuals
+    if res is not None:
+        try:
+            vals = [float(x) for x in res if math.isfinite(float(x))]
+        except (TypeError, ValueError):
+            vals = []
+        if len(vals) >= 3:
+            mean = sum(vals) / len(vals)
+            return max(fit.resid_std_s or 0.0,
+                       math.sqrt(sum((v - mean) ** 2 for v in vals) / (len(vals) - 1)))
+    return fit.resid_std_s or 0.0
 
 
 def throughput_expectation(tokens_per_s: float, intercept: LinearFit | None, source: str
@@ -232,6 +282,9 @@ class HeldExpectation:
     min_probes: int = HOLD_PROBES
     _held_n: int = field(default=0, repr=False)
     _fresh: bool = field(default=True, repr=False)  # the held fit is the last offered
+    _pending: deque = field(default_factory=lambda: deque(maxlen=4096), repr=False)
+    _refs: deque = field(default_factory=lambda: deque(maxlen=REF_WINDOWS), repr=False)
+    _joined: float = field(default=-math.inf, repr=False)
 
     @property
     def fit(self) -> LinearFit | None:
@@ -261,10 +314,32 @@ class HeldExpectation:
                 return
         self.held, self._held_n, self._fresh = fit, fit.n, True
 
-    def observe(self, verdict: "TtftVerdict", users_now: UsersWindow | None) -> None:
-        """Keep ``users_now`` as the users' reference while the verdict is not above."""
-        if not verdict.above and users_now is not None and users_now.requests > 0:
-            self.users_before = users_now
+    def observe(self, verdict: "TtftVerdict", users_now: UsersWindow | None,
+                at_s: float | None = None) -> None:
+        """Note the users' window judged at ``at_s`` (unix s; None: now).
+
+        A window joins the users' reference once it is a whole window old (so the
+        present window never overlaps it), no verdict since was ``above`` (an
+        ``above`` verdict drops the windows noted so far: they may hold the onset), and
+        its traffic is not worse than the reference's by half a cause's threshold (hit
+        rate down ``HIT_DROP``/2, median prompt up (``LONGER``-1)/2): an onset too slow
+        to be ``above`` at once cannot creep in either.  Windows join half a window
+        apart; the reference (``users_before``) is the median, field by field, of the
+        last ``REF_WINDOWS`` joined (minutes of traffic): one lucky window does not set
+        it."""
+        at = time.time() if at_s is None else at_s
+        if verdict.above:
+            self._pending.clear()
+            return
+        if users_now is not None and users_now.requests > 0:
+            self._pending.append((at, users_now))
+        while self._pending and self._pending[0][0] <= at - max(self._pending[0][1].window_s, 1.0):
+            t, w = self._pending.popleft()
+            spaced = t >= self._joined + max(w.window_s, 1.0) / 2  # windows half apart
+            if spaced and (self.users_before is None or not _worse(w, self.users_before)):
+                self._refs.append(w)
+                self._joined = t
+                self.users_before = _median_window(self._refs)
 
     def expectation(self, mfu: float | None = None, mfu_level: str | None = None
                     ) -> Expectation | None:
@@ -275,6 +350,42 @@ class HeldExpectation:
     def reset(self) -> None:
         """Forget the held fit and the users' reference (the TUI's reset)."""
         self.held, self._held_n, self.users_before, self._fresh = None, 0, None, True
+        self._pending.clear()
+        self._refs.clear()
+        self._joined = -math.inf
+
+
+#: Users' windows the reference is the median of (joined half a window apart: 10
+#: windows of 30 s are 2.5 min of traffic).
+REF_WINDOWS = 10
+
+
+def _worse(w: UsersWindow, ref: UsersWindow) -> bool:
+    """``w``'s traffic is worse than ``ref``'s by half of a users' cause's threshold (the
+    hit rate or the median prompt: what an onset changes; the TTFT p50 is left to
+    wander, it moves by a third between healthy windows)."""
+    h0, h1 = ref.prefix_cache_hit_rate, w.prefix_cache_hit_rate
+    p0, p1 = ref.prompt_tokens_p50, w.prompt_tokens_p50
+    return bool((_fin(h0) and _fin(h1) and h0 - h1 >= HIT_DROP / 2)
+                or (_fin(p0) and _fin(p1) and p1 >= p0 * (1 + (LONGER - 1) / 2)))
+
+
+def _median_window(ws: Iterable[UsersWindow]) -> UsersWindow:
+    """The field-by-field median of users' windows (source, window and estimate of
+    the newest; requests: the median, so the p50's error is not understated)."""
+    ws = list(ws)
+    last = ws[-1]
+
+    def med(name):
+        return _med(getattr(w, name) for w in ws)
+
+    return replace(last, requests=int(med("requests") or 0), ttft_p50_s=med("ttft_p50_s"),
+                   ttft_p90_s=med("ttft_p90_s"), ttft_p99_s=med("ttft_p99_s"),
+                   prompt_tokens_p50=med("prompt_tokens_p50"),
+                   prompt_tokens_p90=med("prompt_tokens_p90"), queue_share=med("queue_share"),
+                   expected_ttft_p50_s=med("expected_ttft_p50_s"),
+                   unexplained_prefill_share=med("unexplained_prefill_share"),
+                   prefix_cache_hit_rate=med("prefix_cache_hit_rate"))
 
 
 def _line(fit: LinearFit, x: float) -> float:
@@ -309,12 +420,12 @@ def ttft_verdict(results: Sequence[ProbeResult], expect: Expectation | None = No
             and not reqs and not (waiting_now or 0)
             and not (_med(r.server_waiting for r in ok) or 0))
     expected = _expected_rows(ok, expect)
-    if len(ok) < MIN_PROBES and users is None:
+    if len(ok) < MIN_PROBES and (users is None or expect is None or expect.fit is None):
         return TtftVerdict("not_enough_data", f"not enough data: {len(ok)} recent probe(s), "
                            f"{MIN_PROBES} needed", (), _med(r.ttft_s for r in ok), len(ok),
                            idle=idle, expected=expected)
     ttft = _med(r.ttft_s for r in ok) or 0.0
-    judge = _Judge(ok, expect, in_flight_age_s, users, users_before)
+    judge = _Judge(ok, expect, in_flight_age_s, users, users_before, reqs)
     gated = judge.has_reference
     above = judge.above
     whose: Whose = "users" if judge.users_above else "probes"
@@ -327,21 +438,32 @@ def ttft_verdict(results: Sequence[ProbeResult], expect: Expectation | None = No
     blocked = _blocked(pr, reqs)
     if above or not gated:
         if pr:
+            queue = _queueing(pr, parts, pttft, expect, wait, waiting_now is not None, judge)
             found += [e for e in (
-                _queueing(pr, parts, pttft, expect, wait, waiting_now is not None, judge),
-                _head_of_line(pr, expect, blocked, wait),
+                # requests waiting beyond the probe and one step's arrivals: a line,
+                # not one prompt ahead
+                queue, _head_of_line(pr, expect, blocked, queue is not None and queue.seconds > 0
+                                     and (wait or 0) >= LINE),
                 _slow_prefill(pr, parts, expect, wait, blocked),
                 _prefix_cache(pr, expect), _overhead(pr, parts, pttft)) if e is not None]
-        if users is not None:
+        if users is not None and judge.users_above:
             found += [e for e in (_users_queueing(users, wait, found),) if e is not None]
         found.sort(key=lambda e: e.seconds, reverse=True)
         if users is not None and judge.users_above:
             root = [e for e in (_cache_hit_drop(users, users_before, expect),
                                 _prompts_longer(users, users_before, expect, found))
                     if e is not None]
-            root.sort(key=lambda e: e.seconds, reverse=True)
-            found = root + found
+            # a change in the users' traffic that explains a good share of their rise
+            # is the cause of the queueing or blocking it brings: first
+            rise = judge.users_rise
+            first = [e for e in root if e.seconds >= SHARE * rise and "p90 prompt grew" not in e.text]
+            found = (sorted(first, key=lambda e: e.seconds, reverse=True)
+                     + sorted([e for e in root if e not in first] + found,
+                              key=lambda e: e.seconds, reverse=True))
     judged = judge.words(ttft)
+    if (not found and above and not judge.probes_above and not judge.late
+            and judge.users_rise <= USERS_RISE_ALONE * (judge.users_ref or 0.0)):
+        above = False  # the users' TTFT alone, within what their windows move, no cause
     if found:
         top = found[0]
         return TtftVerdict(top.cause, f"{WORDS[top.cause]}: {top.text}", tuple(found),
@@ -397,21 +519,29 @@ class _Judge:
     ones, or the newest ``NOW_PROBES``), the probe in flight, the users'."""
 
     def __init__(self, ok, expect: Expectation | None, in_flight_age_s: float | None,
-                 users: UsersWindow | None, users_before: UsersWindow | None) -> None:
+                 users: UsersWindow | None, users_before: UsersWindow | None,
+                 reqs: Sequence[UserRequest] = ()) -> None:
         self.expect, self.probes, self.ratio, self.margin = expect, list(ok), math.nan, math.inf
         self.late = ""
         self.late_s = 0.0
         fit = expect.fit if expect is not None else None
         self.probes_above = False
         if fit is not None and ok:
+            # the window, and its newest probes (the older ones may predate an onset):
+            # the one further above its margin is read (the window on a tie)
+            best = None
             for group in (ok, ok[-NOW_PROBES:]):
+                if len(group) < MIN_PROBES:
+                    continue
                 x, m, ratio = self._excess(group, fit)
-                if x is not None and m is not None and x > m:
-                    self.probes_above, self.probes = True, group
-                    self.margin, self.ratio, self.excess = m, ratio, x
-                    break
                 if group is ok:
                     self.margin, self.ratio = m if m is not None else math.inf, ratio
+                if x is not None and m is not None and x > m and m > 0:
+                    if best is None or x / m > best[0]:
+                        best = (x / m, group, m, ratio)
+            if best is not None:
+                _, self.probes, self.margin, self.ratio = best
+                self.probes_above = True
         if fit is not None and in_flight_age_s is not None:
             lens = [r.tokens for r in ok if r.tokens] or [fit.x_max]
             worst = max(_line(fit, n) for n in lens)
@@ -431,15 +561,25 @@ class _Judge:
                     e = _expected_ttft(expect, users.prompt_tokens_p50)
                 if _fin(e):
                     self.users_ref, self.users_ref_src = e, "expected at their median prompt"
-        self.users_above = (self.users_ref is not None and users.ttft_p50_s - self.users_ref
-                            > max(SHARE * self.users_ref, MIN_QUEUE_S))
+        self.users_rise = (users.ttft_p50_s - self.users_ref) if self.users_ref is not None else 0.0
+        self.users_margin = max(USERS_RISE * (self.users_ref or 0.0), MIN_QUEUE_S,
+                                _users_p50_margin(users, users_before if self.users_ref_src
+                                                  == "before" else None, reqs))
+        self.users_above = self.users_ref is not None and self.users_rise > self.users_margin
 
     @staticmethod
     def _excess(group, fit: LinearFit):
+        """(median excess, its margin, median ratio) of ``group`` over ``fit``; the
+        excess is None unless at least ``NOW_SHARE`` of the probes are above their own
+        single-probe margin too (a few probes that met a user's prompt ahead do not
+        move a small group's median by themselves)."""
         xs = [(r.ttft_s - _line(fit, r.tokens), margin_s(fit, r.tokens, len(group)),
-               r.ttft_s / _line(fit, r.tokens) if _line(fit, r.tokens) > 0 else None)
+               r.ttft_s / _line(fit, r.tokens) if _line(fit, r.tokens) > 0 else None,
+               margin_s(fit, r.tokens, 1))
               for r in group if r.tokens]
-        return _med(x for x, _, _ in xs), _med(m for _, m, _ in xs), _med(q for _, _, q in xs)
+        each = sum(1 for x, _, _, m1 in xs if x > m1)
+        x = _med(x for x, _, _, _ in xs) if xs and each >= NOW_SHARE * len(xs) else None
+        return x, _med(m for _, m, _, _ in xs), _med(q for _, _, q, _ in xs)
 
     @property
     def has_reference(self) -> bool:
@@ -465,6 +605,33 @@ class _Judge:
         return f"probes' TTFT {duration(ttft)}{src}"
 
 
+def _p50_se(w: UsersWindow | None) -> float:
+    """The standard error (s) of a users' window's TTFT p50: sqrt(pi/2) x sigma /
+    sqrt(requests), sigma estimated from the p90 - p50 spread (1.2816 sigma for a normal
+    distribution; the users' TTFT has a longer tail, so this errs wide); 0 without it."""
+    if w is None or not w.requests or not (_fin(w.ttft_p90_s) and _fin(w.ttft_p50_s)):
+        return 0.0
+    sigma = max(0.0, w.ttft_p90_s - w.ttft_p50_s) / 1.2816
+    return _MEDIAN_SE * sigma / math.sqrt(w.requests)
+
+
+def _users_p50_margin(now: UsersWindow, before: UsersWindow | None,
+                      reqs: Sequence[UserRequest] = ()) -> float:
+    """The 95 % uncertainty (s) of the users' TTFT p50 rise: both windows' p50 errors
+    (``_p50_se``), or, where the spans are at hand, the present window's
+    distribution-free 95 % interval of the median of ``reqs``' TTFT (order statistics
+    k/2 +- 1.96 sqrt(k)/2) with the reference's (a median of windows: ``_p50_se``)."""
+    m = _Z95 * math.hypot(_p50_se(now), _p50_se(before))
+    t = sorted(u.ttft_s for u in reqs if _fin(u.ttft_s))
+    k = len(t)
+    if k >= 5:
+        lo = max(0, math.floor(k / 2 - _Z95 * math.sqrt(k) / 2))
+        hi = min(k - 1, math.ceil(k / 2 + _Z95 * math.sqrt(k) / 2))
+        half = (t[hi] - t[lo]) / 2
+        m = math.hypot(half, _Z95 * _p50_se(before))
+    return m
+
+
 def _users_queueing(users: UsersWindow, wait: float | None, found) -> Evidence | None:
     """The users' queue share of TTFT (their spans' time in queue, or the histograms')."""
     if any(e.cause == "queueing" for e in found):
@@ -484,13 +651,28 @@ def _cache_hit_drop(users: UsersWindow, before: UsersWindow | None,
     h0, h1 = before.prefix_cache_hit_rate, users.prefix_cache_hit_rate
     if not (_fin(h0) and _fin(h1)) or h0 - h1 < HIT_DROP:
         return None
-    n = users.prompt_tokens_p50 if _fin(users.prompt_tokens_p50) else before.prompt_tokens_p50
+    p0, p1 = before.prompt_tokens_p50, users.prompt_tokens_p50
+    n = p1 if _fin(p1) else p0
+    lost = None  # cached tokens per median prompt lost (a longer prompt's lower rate is not)
+    if _fin(p0) and _fin(p1):
+        lost = h0 * p0 - h1 * p1
+        if lost < HIT_DROP * p0:
+            return None  # the same prefix cached, in longer prompts: prompts_longer's
     b = expect.fit.slope_s_per_token if expect is not None and expect.fit is not None else None
-    secs = (h0 - h1) * n * b if b and _fin(n) else max(0.0, (users.ttft_p50_s or 0) - (before.ttft_p50_s or 0))
+    if b and lost is not None:
+        secs = lost * b
+    elif b and _fin(n):
+        secs = (h0 - h1) * n * b
+    else:
+        secs = max(0.0, (users.ttft_p50_s or 0) - (before.ttft_p50_s or 0))
     cost = (f"; ≈ {duration(secs)} more prefill per request at their median {n:,.0f}-token "
             f"prompt" if b and _fin(n) else "")
+    q0, q1 = before.prompt_tokens_p90, users.prompt_tokens_p90
+    diluted = _fin(q0) and _fin(q1) and q0 > 0 and q1 >= LONGER * q0
+    why = (f" (the users' p90 prompt grew {q0:,.0f} → {q1:,.0f} tokens: long uncached prompts "
+           "lower the rate too)" if diluted else "")
     return Evidence("cache_hit_drop", secs, f"users' prefix-cache hit rate {_pct(h0)} → "
-                    f"{_pct(h1)}{cost}")
+                    f"{_pct(h1)}{cost}{why}")
 
 
 def _prompts_longer(users: UsersWindow, before: UsersWindow | None,
@@ -527,7 +709,7 @@ def _queueing(ok, parts, ttft: float, expect: Expectation | None, wait: float | 
         est = " (estimated: TTFT - prefill - idle overhead)" if src <= {"estimated", "idle"} else ""
         return Evidence("queueing", q, f"queue {duration(q)} of TTFT {duration(ttft)} "
                         f"({_pct(q / ttft)}){est}{load}")
-    if wait is not None and wait >= 1:
+    if wait is not None and wait >= 1 and q is None:
         # requests wait at the server but its queue time is not this probe's own (several
         # requests finished in the window): what TTFT has beyond the expectation
         extra = _med(max(0.0, r.ttft_s - e) for r in ok
@@ -549,10 +731,13 @@ def _blocked(ok, reqs: Sequence[UserRequest]) -> dict[int, tuple[float, int]]:
     """Probes (index into ``ok``) that waited behind users' longer prompts: the seconds
     of users' prefill (spans' [arrival + queue, + prefill]) between the probe's send
     and its first token, of requests that arrived before it with more prompt tokens,
-    when that is at least ``SHARE`` of its TTFT; with the longest such prompt."""
+    when that is at least ``BLOCKED`` of its TTFT (in a long queue other prompts are
+    in prefill too, for a small part of the wait); with the longest such prompt."""
     out: dict[int, tuple[float, int]] = {}
+    first = min((r.started_at for r in ok if r.started_at), default=0.0)
     spans = [(u.prefill_start_s, u.prefill_end_s, u.arrival_s, u.prompt_tokens) for u in reqs
-             if _fin(u.prefill_start_s) and _fin(u.prefill_end_s) and u.prompt_tokens]
+             if _fin(u.prefill_start_s) and _fin(u.prefill_end_s) and u.prompt_tokens
+             and u.prefill_end_s > first]
     if not spans:
         return out
     for i, r in enumerate(ok):
@@ -565,14 +750,15 @@ def _blocked(ok, reqs: Sequence[UserRequest]) -> dict[int, tuple[float, int]]:
             if arr <= s and n > r.tokens and pe > s and ps < e:
                 over += min(pe, e) - max(ps, s)
                 longest = max(longest, n)
-        if over >= max(SHARE * r.ttft_s, MIN_QUEUE_S):
+        over = min(over, r.ttft_s)  # several at once: the wait at most
+        if over >= max(BLOCKED * r.ttft_s, MIN_QUEUE_S):
             out[i] = (over, longest)
     return out
 
 
 def _head_of_line(ok, expect: Expectation | None, blocked: dict[int, tuple[float, int]],
-                  wait: float | None) -> Evidence | None:
-    if (wait or 0) >= 1:
+                  queued: bool) -> Evidence | None:
+    if queued:
         return None  # requests wait in line: queueing (above), not one prompt ahead
     hits = []
     for i, r in enumerate(ok):

@@ -74,7 +74,10 @@ def test_margin_is_the_line_interval_plus_the_median_spread():
     fit = baseline()
     half = ((fit.intercept_ci[1] - fit.intercept_ci[0]) / 2
             + 1024 * (fit.slope_ci[1] - fit.slope_ci[0]) / 2)
-    assert abs(margin_s(fit, 1024, 1) - max(0.005, half + 1.96 * 1.2533 * fit.resid_std_s)) < 1e-6
+    from prefilltui.model.verdict import _scatter
+
+    assert fit.resid_std_s <= _scatter(fit) <= 1.1 * fit.resid_std_s  # every point's s.d.
+    assert abs(margin_s(fit, 1024, 1) - max(0.005, half + 1.96 * 1.2533 * _scatter(fit))) < 1e-6
     assert margin_s(fit, 1024, 20) < margin_s(fit, 1024, 1)
     assert margin_s(fit_ols([1, 2, 3], [1, 1.5, 3.5]), 2, 1) > 0.1  # 3 probes: wide
 
