@@ -474,7 +474,7 @@ class EngineServer(FakeServer):
     def _ensure(self) -> None:
         if self._task is None:
             self._kick = asyncio.Event()
-            self._task = asyncio.ensure_future(self._run())
+            self._task = asyncio.ensure_future(self._engine_loop())
             if self.users is not None:
                 self._user_task = asyncio.ensure_future(self._users())
         self._kick.set()
@@ -508,9 +508,24 @@ class EngineServer(FakeServer):
         return QueueReply(200, {"Content-Type": "text/event-stream"}, queue=q, chunks=[])
 
     async def _send(self, writer, r: Reply, t0: float) -> bool:
-        from tests.schedserver import SchedServer
+        """A streamed reply's chunks as the engine emits them (``SchedServer``'s way)."""
+        from tests.schedserver import QueueReply
 
-        return await SchedServer._send(self, writer, r, t0)
+        if not isinstance(r, QueueReply):
+            return await super()._send(writer, r, t0)
+        head = ["HTTP/1.1 200 OK", "Content-Type: text/event-stream",
+                "Transfer-Encoding: chunked", "Connection: keep-alive"]
+        writer.write(("\r\n".join(head) + "\r\n\r\n").encode("latin-1"))
+        await writer.drain()
+        while True:
+            data = await r.queue.get()
+            if data is None:
+                break
+            writer.write(b"%x\r\n" % len(data) + data + b"\r\n")
+            await writer.drain()
+        writer.write(b"0\r\n\r\n")
+        await writer.drain()
+        return True
 
     def _drop(self, q) -> None:
         return None  # a dropped client's request runs to its end (the engine keeps it)
@@ -528,7 +543,7 @@ class EngineServer(FakeServer):
                                    min(tr.prefix_tokens, n - 1) if pre else 0))
             self._kick.set()
 
-    async def _run(self) -> None:
+    async def _engine_loop(self) -> None:
         eng = self.engine
         while True:
             if not eng.busy:
