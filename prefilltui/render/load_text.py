@@ -65,7 +65,7 @@ def format_verdict(v: TtftVerdict | None) -> list[str]:
     ("TTFT as expected (idle fit): 128 tok 70 ms ± 4 ms, ..."), not an alarm."""
     if v is None:
         return [f"why is TTFT high? {MISSING}"]
-    if v.cause in ("none", "not_enough_data") and not v.above:
+    if v.cause == "none" and not v.above and v.expected:
         return expected_lines(v)
     who = "users' " if v.whose == "users" else ""
     return [f"why is {who}TTFT high? {v.headline}"] + [
@@ -76,8 +76,6 @@ def expected_lines(v: TtftVerdict) -> list[str]:
     """What TTFT is and should be when nothing stands out: the verdict's words, then
     the expected TTFT and its uncertainty at each probed length (ms on screen)."""
     head = f"TTFT: {v.headline}"
-    if v.cause == "not_enough_data" or not v.expected:
-        return [head]
     idle = " on an idle server (no users' requests)" if v.idle else ""
     rows = ", ".join(f"{n:,} tok {e * 1000:,.0f} ± {m * 1000:,.0f} ms" for n, e, m in v.expected)
     return [head, f"  expected TTFT{idle}: {rows}"]

@@ -271,8 +271,8 @@ def verdict_line(v: Any) -> str:
     expectation ("TTFT as expected: 500 tok 270 ms ± 5 ms ...")."""
     if v is None:
         return f"why TTFT: {MISSING}"
-    if v.cause in ("none", "not_enough_data") and not v.above:
-        return v.headline if v.cause == "not_enough_data" else expected_line(v)
+    if v.cause == "none" and not v.above and v.expected:
+        return expected_line(v)
     who = "users' " if v.whose == "users" else ""
     return f"why {who}TTFT: {v.headline}"
 
