@@ -64,14 +64,16 @@ class _InFlight:
 
 
 def window_health(window: list[ProbeResult], info: ServerInfo | None, cfg: TargetConfig,
-                  hold: HeldExpectation | None = None) -> RunSummary:
+                  hold: HeldExpectation | None = None, *,
+                  verdict_inputs: dict | None = None) -> RunSummary:
     """The window's summary: the same analysis ``sweep`` prints (``analysis.analyze``,
     robust fit, the target's roofline inputs) and its TTFT breakdown (``diagnosis``).
     The verdict's expectation is ``hold``'s when given (offered the window fit first):
     the ``baseline_run`` fit, else the window fit held before any change, with the
     slope of a numeric ``expected_throughput``; never the window fit of the moment,
     which follows a slowdown (a true 2x slower prefill read 1.50x at +26 s, then
-    0.97x).  Never raises for bad data."""
+    0.97x).  ``verdict_inputs``: ``ttft_verdict`` keyword arguments (the users'
+    window and spans; ``hold`` keeps their reference).  Never raises for bad data."""
     from prefilltui.model.analysis import analyze
     from prefilltui.model.running_fit import RunningFit
 
@@ -79,12 +81,18 @@ def window_health(window: list[ProbeResult], info: ServerInfo | None, cfg: Targe
     for r in window:
         rf.add(r)
     if hold is None:
-        return analyze(window, info, cfg.analysis, running_fit=rf)
+        return analyze(window, info, cfg.analysis, running_fit=rf, verdict_inputs=verdict_inputs)
     snap = rf.snapshot("all", cfg.analysis.fit)
     hold.offer(snap.fit if snap is not None else None)
     fit, source = verdict_expectation(hold, cfg)
-    return analyze(window, info, cfg.analysis, running_fit=rf, baseline_fit=fit,
-                   baseline_source=source)
+    vin = dict(verdict_inputs or {})
+    if vin.get("users_now") is not None and vin.get("users_before") is None:
+        vin["users_before"] = hold.users_before
+    summary = analyze(window, info, cfg.analysis, running_fit=rf, baseline_fit=fit,
+                      baseline_source=source, verdict_inputs=vin)
+    if summary.ttft_verdict is not None:
+        hold.observe(summary.ttft_verdict, vin.get("users_now"))
+    return summary
 
 
 def verdict_expectation(hold: HeldExpectation, cfg: TargetConfig) -> tuple:
@@ -149,6 +157,10 @@ class TargetProber:
         self._life = threading.Lock()  # start() and stop() never interleave
         self._stopped = False
         self._expect_now: Expectation | None = None  # the verdict's, for "now" (snapshot)
+        #: the users' figures for the verdict, when a receiver has them: a callable
+        #: returning ``ttft_verdict`` keyword arguments (``users_now``, ``users_before``,
+        #: ``user_requests``); called in the runner's thread and at scrape time
+        self.verdict_inputs = None
         self._now_cache: tuple = (None, None)
         self.snapshot = self._make_snapshot("queued", "waiting for its turn to start")
 
@@ -168,8 +180,11 @@ class TargetProber:
         if self._now_cache[0] == key:
             return self._now_cache[1]
         try:
+            vin = self._users_inputs()
+            if vin.get("users_now") is not None and vin.get("users_before") is None:
+                vin["users_before"] = self._hold.users_before
             v = ttft_verdict(list(self._window), self._expect_now, in_flight_age_s=age,
-                             waiting_now=self._waiting_now())
+                             waiting_now=self._waiting_now(), **vin)
             out = replace(snap, summary=replace(snap.summary, ttft_verdict=v))
         except Exception:  # never into a scrape
             log.exception("verdict now failed for %s", self.cfg.label)
@@ -180,6 +195,16 @@ class TargetProber:
     @snapshot.setter
     def snapshot(self, snap: TargetSnapshot) -> None:
         self._snapshot = snap
+
+    def _users_inputs(self) -> dict:
+        f = self.verdict_inputs
+        if f is None:
+            return {}
+        try:
+            return dict(f() or {})
+        except Exception:  # a receiver's problem never reaches the probing or a scrape
+            log.exception("users' figures failed for %s", self.cfg.label)
+            return {}
 
     def _waiting_now(self) -> float | None:
         sample = getattr(self.metrics_hook, "last_sample", None)
@@ -303,7 +328,8 @@ class TargetProber:
                     loaded = self.session is not None and self.session.load is not None
                     self._health = window_health([replace(x, load_level=None)
                                                   for x in self._window], self._info, self.cfg,
-                                                 None if loaded else self._hold)
+                                                 None if loaded else self._hold,
+                                                 verdict_inputs=self._users_inputs())
                     if self.session is not None and self.session.load is not None:
                         # under a constant load there is no idle fit to hold TTFT
                         # against: the verdict reads the server's own split only

@@ -250,10 +250,16 @@ VERDICT_WORDS = {
 
 def verdict_now(feed: Any) -> dict[str, Any]:
     """``ttft_verdict``'s keyword arguments about the present, from a ``Feed``: the probe
-    in flight's age (s, None when none is) and the server's waiting gauge as the newest
-    ``/metrics`` scrape read it (None without one); never raises."""
+    in flight's age (s, None when none is), the server's waiting gauge as the newest
+    ``/metrics`` scrape read it (None without one), and whatever ``feed.verdict_inputs()``
+    gives when the feed has one (the users' window and spans); never raises."""
     out: dict[str, Any] = {}
     try:
+        # the users' figures where the feed has them (the OTLP receiver's window:
+        # ``feed.verdict_inputs() -> {"users_now": ..., "user_requests": ...}``)
+        extra = getattr(feed, "verdict_inputs", None)
+        if callable(extra):
+            out.update(extra() or {})
         out["in_flight_age_s"] = feed.in_flight_s
         metrics = getattr(feed.config, "metrics", None)
         sample = metrics() if metrics is not None else None

@@ -185,3 +185,34 @@ def test_throughput_expectation_keeps_the_fixed_cost():
     assert t.slope_s_per_token == 0.001 and t.intercept_s == fit.intercept_s
     assert throughput_expectation(0, fit, "config") is None
     assert throughput_expectation(1000.0, None, "config") is None
+
+
+def _window_probes(b, k=40, t0=1000.0):
+    return [ProbeResult(seq=i + 1, requested_tokens=n, prompt_tokens=n, ok=True,
+                        ttft_s=A + b * n + (0.001 if i % 3 else -0.001), started_at=t0 + 3 * i,
+                        queue_s=0.0, server_prefill_s=b * n, overhead_s=0.02, server_waiting=0)
+            for i, n in enumerate([LENGTHS[j % 4] for j in range(k)])]
+
+
+def test_the_exporter_window_is_held_against_the_fit_before_the_change():
+    """A true 2x slower prefill, once the 40-probe window holds only slow probes: the
+    window fit has caught up (it read 0.97x), the held one has not."""
+    from prefilltui.exporter.config import TargetConfig
+    from prefilltui.exporter.target import window_health
+
+    cfg = TargetConfig(url="http://127.0.0.1:9", window=40)
+    hold = HeldExpectation()
+    healthy = window_health(_window_probes(B), None, cfg, hold)
+    assert healthy.ttft_verdict.cause == "none" and hold.fit is not None
+    slow = window_health(_window_probes(2 * B), None, cfg, hold)
+    assert slow.ttft_verdict.cause == "slow_prefill", slow.ttft_verdict.headline
+    assert "server prefill 2.00x the expected" in slow.ttft_verdict.headline
+    assert "from the idle fit held at " in slow.ttft_verdict.headline
+    # without the hold (the window's own fit, as before) it reads nothing
+    assert window_health(_window_probes(2 * B), None, cfg).ttft_verdict.cause == "none"
+    # a numeric expected_throughput sets the slope: 1,000 tok/s is 2x the healthy 2,000
+    fixed = window_health(_window_probes(B), None,
+                          TargetConfig(url="http://127.0.0.1:9", window=40,
+                                       expected_throughput=1000.0), HeldExpectation())
+    assert fixed.ttft_verdict.cause == "none"
+    assert "expected_throughput 1,000 tok/s" in fixed.ttft_verdict.headline
