@@ -283,12 +283,13 @@ def verdict_line(v: Any) -> str:
     return f"why {who}TTFT: {v.headline}"
 
 
-def expected_line(v: Any, limit: int = 3) -> str:
-    """ "TTFT as expected (idle fit): 128 tok 70 ms ± 4, 2,048 tok 1,040 ms ± 9" (the
-    shortest, longest and middle lengths when more than ``limit``)."""
+def expected_line(v: Any, limit: int = 2) -> str:
+    """ "TTFT as expected: 128 tok 70 ms ± 4 ms, 2,048 tok 1,040 ms ± 9 ms" (the
+    shortest and longest lengths when more than ``limit``: the panel is narrow; the
+    sweep summary lists every length)."""
     rows = list(getattr(v, "expected", ()) or ())
     if len(rows) > limit:
-        rows = [rows[0], rows[len(rows) // 2], rows[-1]]
+        rows = [rows[0], rows[-1]]
     idle = " (idle server, no users)" if getattr(v, "idle", False) else ""
     if not rows:
         return f"TTFT as expected{idle}"
