@@ -14,6 +14,7 @@ from dataclasses import dataclass
 from typing import Iterable, Literal
 
 from prefilltui.exporter.config import TargetConfig
+from prefilltui.model.fit import LinearFit
 from prefilltui.model.health import HANG_SLOWEST_FACTOR, hang_threshold_s, roofline_expected
 from prefilltui.model.types import ProbeResult
 
@@ -26,6 +27,7 @@ _SERIES_S = (0.005, 0.01, 0.02, 0.05, 0.1, 0.2, 0.5, 1.0, 2.0, 5.0, 10.0, 20.0, 
 # The hang threshold and the roofline baseline are the alert rules' own, shared with
 # the fleet overview and ``status`` (model/health.py judges the same rules on a snapshot).
 __all__ = ["HANG_SLOWEST_FACTOR", "roofline_expected", "hang_threshold", "explicit_baseline",
+           "baseline_fit",
            "length_medians", "ttft_buckets", "Expected", "BaselineSource"]
 
 
@@ -45,16 +47,13 @@ class Expected:
     source: BaselineSource
 
 
-def explicit_baseline(cfg: TargetConfig) -> Expected | None:
-    """The config's expected throughput: ``expected_throughput`` (a number), else the
-    fit of ``baseline_run``; None for "roofline" (known once the model is) or none.
+def baseline_fit(cfg: TargetConfig) -> LinearFit | None:
+    """The fit of ``cfg.baseline_run`` (a healthy run file), None without one.
 
     Raises:
         ValueError: naming the target, when ``baseline_run`` cannot be read or holds
             no fit (fewer than 3 usable probes, one length, or no slope).
     """
-    if isinstance(cfg.expected_throughput, (int, float)):
-        return Expected(float(cfg.expected_throughput), "config")
     if not cfg.baseline_run:
         return None
     from prefilltui.measure.runfile_read import load_baseline
@@ -67,7 +66,24 @@ def explicit_baseline(cfg: TargetConfig) -> Expected | None:
     if not tps or not math.isfinite(tps) or tps <= 0:
         raise ValueError(f"target {cfg.label!r}: baseline_run {cfg.baseline_run}: its fit has "
                          "no prefill throughput (TTFT does not grow with the prompt)")
-    return Expected(float(tps), "baseline_run")
+    return fit
+
+
+def explicit_baseline(cfg: TargetConfig, fit: LinearFit | None = None) -> Expected | None:
+    """The config's expected throughput: ``expected_throughput`` (a number), else the
+    fit of ``baseline_run`` (``fit`` when the caller loaded it: ``baseline_fit``); None
+    for "roofline" (known once the model is) or none.
+
+    Raises:
+        ValueError: naming the target, when ``baseline_run`` cannot be read or holds
+            no fit (fewer than 3 usable probes, one length, or no slope).
+    """
+    if isinstance(cfg.expected_throughput, (int, float)):
+        return Expected(float(cfg.expected_throughput), "config")
+    fit = fit if fit is not None else baseline_fit(cfg)
+    if fit is None:
+        return None
+    return Expected(float(fit.prefill_tokens_per_s), "baseline_run")
 
 
 def hang_threshold(cfg: TargetConfig, window: Iterable[ProbeResult]) -> float:

@@ -32,11 +32,13 @@ from prefilltui.model.summary import RunSummary
 from prefilltui.model.types import ERROR_KINDS, ProbeResult, ServerInfo
 from prefilltui.exporter.config import (JITTER, RUN_FILE_KEEP, RUN_FILE_MAX_BYTES,
                                         TargetConfig, otlp_options)
-from prefilltui.exporter.health import (Expected, explicit_baseline, hang_threshold,
-                                        length_medians, roofline_expected, ttft_buckets)
+from prefilltui.exporter.health import (Expected, baseline_fit, explicit_baseline,
+                                        hang_threshold, length_medians, roofline_expected,
+                                        ttft_buckets)
 from prefilltui.exporter.load_figures import LoadFigures, load_figures
 from prefilltui.exporter.snapshot import LengthHistogram, TargetSnapshot
-from prefilltui.model.verdict import ttft_verdict
+from prefilltui.model.verdict import (Expectation, HeldExpectation, throughput_expectation,
+                                     ttft_verdict)
 from prefilltui.options import (LoadOptions, RunFileOptions, SessionOptions, SweepDesign,
                                 TelemetryOptions)
 
@@ -61,18 +63,49 @@ class _InFlight:
         return None
 
 
-def window_health(window: list[ProbeResult], info: ServerInfo | None, cfg: TargetConfig
-                  ) -> RunSummary:
+def window_health(window: list[ProbeResult], info: ServerInfo | None, cfg: TargetConfig,
+                  hold: HeldExpectation | None = None, *,
+                  verdict_inputs: dict | None = None) -> RunSummary:
     """The window's summary: the same analysis ``sweep`` prints (``analysis.analyze``,
     robust fit, the target's roofline inputs) and its TTFT breakdown (``diagnosis``).
-    Never raises for bad data."""
+    The verdict's expectation is ``hold``'s when given (offered the window fit first):
+    the ``baseline_run`` fit, else the window fit held before any change, with the
+    slope of a numeric ``expected_throughput``; never the window fit of the moment,
+    which follows a slowdown (a true 2x slower prefill read 1.50x at +26 s, then
+    0.97x).  ``verdict_inputs``: ``ttft_verdict`` keyword arguments (the users'
+    window and spans; ``hold`` keeps their reference).  Never raises for bad data."""
     from prefilltui.model.analysis import analyze
     from prefilltui.model.running_fit import RunningFit
 
     rf = RunningFit(window=max(3, len(window)))
     for r in window:
         rf.add(r)
-    return analyze(window, info, cfg.analysis, running_fit=rf)
+    if hold is None:
+        return analyze(window, info, cfg.analysis, running_fit=rf, verdict_inputs=verdict_inputs)
+    snap = rf.snapshot("all", cfg.analysis.fit)
+    hold.offer(snap.fit if snap is not None else None)
+    fit, source = verdict_expectation(hold, cfg)
+    vin = dict(verdict_inputs or {})
+    if vin.get("users_now") is not None and vin.get("users_before") is None:
+        vin["users_before"] = hold.users_before
+    summary = analyze(window, info, cfg.analysis, running_fit=rf, baseline_fit=fit,
+                      baseline_source=source, verdict_inputs=vin)
+    if summary.ttft_verdict is not None:
+        hold.observe(summary.ttft_verdict, vin.get("users_now"))
+    return summary
+
+
+def verdict_expectation(hold: HeldExpectation, cfg: TargetConfig) -> tuple:
+    """(line, words) the verdict holds the window against: ``hold``'s fit, its slope
+    replaced by a numeric ``expected_throughput`` (the fixed cost stays the held fit's);
+    (None, "") before a fit is held.  "roofline" is not used here: it is what the
+    hardware could do, not what this server did."""
+    fit, source = hold.fit, hold.label
+    tps = cfg.expected_throughput
+    if isinstance(tps, (int, float)) and not isinstance(tps, bool):
+        fit = throughput_expectation(float(tps), fit, "config")
+        source = f"expected_throughput {float(tps):,.0f} tok/s"
+    return fit, source
 
 
 class TargetProber:
@@ -91,7 +124,12 @@ class TargetProber:
                  seed: int | None = None) -> None:
         """Raises ValueError (naming the target) when ``cfg.baseline_run`` holds no fit."""
         self.cfg = cfg
-        self._expected = explicit_baseline(cfg)
+        base = baseline_fit(cfg)
+        self._expected = explicit_baseline(cfg, base)
+        #: the verdict's expectation, held so an incident cannot move it (baseline_run's
+        #: fit, else the window fit held before any change)
+        self._hold = HeldExpectation(baseline=base, source=f"baseline_run {cfg.baseline_run}"
+                                     if base is not None else "baseline run")
         self._bounds = ttft_buckets(cfg.probe.timeout_s)
         self.run_dir = Path(run_dir)
         self.run_max_bytes = run_max_bytes
@@ -118,7 +156,68 @@ class TargetProber:
         self.metrics_hook = None
         self._life = threading.Lock()  # start() and stop() never interleave
         self._stopped = False
+        self._expect_now: Expectation | None = None  # the verdict's, for "now" (snapshot)
+        #: the users' figures for the verdict, overriding the session's own (``users``):
+        #: a callable returning ``ttft_verdict`` keyword arguments (``users_now``,
+        #: ``users_before``, ``user_requests``); called in the runner's thread and at
+        #: scrape time
+        self.verdict_inputs = None
+        self._now_cache: tuple = (None, None)
         self.snapshot = self._make_snapshot("queued", "waiting for its turn to start")
+
+    # -- the snapshot a scrape reads
+    @property
+    def snapshot(self) -> TargetSnapshot:
+        """The newest snapshot; while a probe is in flight its verdict is judged again
+        with the probe's age and the waiting gauge of the newest ``/metrics`` scrape
+        (in a queue probes rarely complete: the one waiting is the evidence now).
+        Pure computation over the window (no I/O), at most once per half second."""
+        snap, since = self._snapshot, self._in_flight_since
+        why = snap.summary.ttft_verdict if snap.summary is not None else None
+        if since is None or why is None or self._expect_now is None:
+            return snap
+        age = max(0.0, time.time() - since)
+        key = (id(snap), round(age * 2))
+        if self._now_cache[0] == key:
+            return self._now_cache[1]
+        try:
+            vin = self._users_inputs()
+            if vin.get("users_now") is not None and vin.get("users_before") is None:
+                vin["users_before"] = self._hold.users_before
+            v = ttft_verdict(list(self._window), self._expect_now, in_flight_age_s=age,
+                             waiting_now=self._waiting_now(), **vin)
+            out = replace(snap, summary=replace(snap.summary, ttft_verdict=v))
+        except Exception:  # never into a scrape
+            log.exception("verdict now failed for %s", self.cfg.label)
+            out = snap
+        self._now_cache = (key, out)
+        return out
+
+    @snapshot.setter
+    def snapshot(self, snap: TargetSnapshot) -> None:
+        self._snapshot = snap
+
+    def _users_inputs(self) -> dict:
+        """``ttft_verdict``'s users' arguments: ``verdict_inputs()`` when set, else this
+        target's receiver or /metrics window (against the held expectation) and its kept
+        requests; {} without either."""
+        f = self.verdict_inputs
+        try:
+            if f is not None:
+                return dict(f() or {})
+            users = self.users
+            if users is None:
+                return {}
+            return {"users_now": users.window(fit=self._hold.fit),
+                    "user_requests": users.recent()}
+        except Exception:  # a receiver's problem never reaches the probing or a scrape
+            log.exception("users' figures failed for %s", self.cfg.label)
+            return {}
+
+    def _waiting_now(self) -> float | None:
+        sample = getattr(self.metrics_hook, "last_sample", None)
+        got = sample.get("waiting") if sample is not None else None
+        return float(got) if got is not None else None
 
     # -- wiring
     def session_options(self) -> SessionOptions:
@@ -235,18 +334,34 @@ class TargetProber:
                 self._medians = length_medians(self._window)
                 try:
                     # probes under the configured load are fitted as that level's own
+                    loaded = self.session is not None and self.session.load is not None
                     self._health = window_health([replace(x, load_level=None)
-                                                  for x in self._window], self._info, self.cfg)
+                                                  for x in self._window], self._info, self.cfg,
+                                                 None if loaded else self._hold,
+                                                 verdict_inputs=self._users_inputs())
                     if self.session is not None and self.session.load is not None:
                         # under a constant load there is no idle fit to hold TTFT
                         # against: the verdict reads the server's own split only
                         self._health = replace(self._health, ttft_verdict=ttft_verdict(
                             list(self._window), None))
+                    self._expect_now = self._expectation_now()
                     self._fit_ts = time.time()
                 except Exception:  # a fit problem must never stop the probing
                     log.exception("window fit failed for %s", self.cfg.label)
         self.snapshot = self._make_snapshot(self.runner.state if self.runner else "probing",
                                             self.runner.state_detail if self.runner else "")
+
+    def _expectation_now(self) -> Expectation | None:
+        """The expectation the window's verdict was held against (for ``snapshot``)."""
+        if self.session is not None and self.session.load is not None:
+            return None
+        fit, source = verdict_expectation(self._hold, self.cfg)
+        h = self._health
+        roof = h.roofline if h is not None else None
+        if fit is None:
+            fit, source = (h.fit, "idle fit") if h is not None else (None, "")
+        return Expectation(fit, source, roof.mfu if roof is not None else None,
+                           h.verdict.level if h is not None else None)
 
     def _observe(self, tokens: int, ttft_s: float) -> None:
         row = self._hist.get(tokens)

@@ -160,7 +160,8 @@ class MetricsHook:
     ``before_probe(client)`` scrapes; ``after_probe(result)`` scrapes again and calls
     ``apply_delta``.  It never raises into the sweep; the last problem is in
     ``problem`` (with the flag that enables metrics), and ``last_sample`` holds the
-    latest scrape for load display.  Keeps the median client overhead of probes on an
+    latest scrape (before or after a probe) for load display and the verdict's
+    waiting gauge "now".  Keeps the median client overhead of probes on an
     idle server (``quiet_overhead_s``) to estimate queue time where the server
     publishes none.
     """
@@ -218,6 +219,9 @@ class MetricsHook:
         try:
             if self._ensure(client) is not None:
                 self._before = await self.reader.scrape()
+                # the newest reading: the verdict reads the waiting gauge "now" from it
+                # while this probe is in flight (in a queue probes rarely complete)
+                self.last_sample = self._before or self.last_sample
         except Exception as e:  # never into the sweep
             self._problem = f"metrics scrape failed: {e}"
 

@@ -48,7 +48,9 @@ def analyze(results: Iterable[ProbeResult], server_info: ServerInfo | None = Non
             options: AnalysisOptions | None = None, *, gpu_names: list[str] | None = None,
             running_fit: RunningFit | None = None, baseline_fit: LinearFit | None = None,
             baseline_problem: str | None = None, metrics_problem: str | None = None,
-            run_file: str | None = None, live: LiveFacts | None = None) -> RunSummary:
+            run_file: str | None = None, live: LiveFacts | None = None,
+            baseline_source: str = "baseline run", verdict_inputs: dict | None = None
+            ) -> RunSummary:
     """Summarise a run (see ``RunSummary``).
 
     results: every probe of the run, warm-ups and failures included; probes of a
@@ -59,6 +61,10 @@ def analyze(results: Iterable[ProbeResult], server_info: ServerInfo | None = Non
     baseline_fit / baseline_problem: the ``options.baseline`` run's fit, loaded by the
         caller, or why there is none; metrics_problem: why /metrics gave nothing.
     run_file, live: carried into the summary as they are.
+    baseline_source: the words for ``baseline_fit`` in the verdict ("baseline run", the
+        exporter's "idle fit held at 40 probes", ...); verdict_inputs: keyword arguments
+        for ``verdict.ttft_verdict`` (the users' windows and requests, the probe in
+        flight's age, the waiting gauge read now).
     Never raises for bad data; an unreadable --model-config becomes a note.
     """
     results = list(results)
@@ -106,21 +112,26 @@ def analyze(results: Iterable[ProbeResult], server_info: ServerInfo | None = Non
                                       baseline_problem=baseline_problem,
                                       metrics_problem=metrics_problem, method=method),
         run_file=run_file, live=live,
-        ttft_verdict=ttft_verdict(plain, expectation(fit, baseline_fit, roof, verdict)),
+        ttft_verdict=ttft_verdict(plain, expectation(fit, baseline_fit, roof, verdict,
+                                                     baseline_source=baseline_source),
+                                  **(verdict_inputs or {})),
         server_flops=_server_flops(plain, model))
 
 
 def expectation(fit: LinearFit | None, baseline_fit: LinearFit | None,
-                roof: RooflineSummary | None, verdict: Verdict | None) -> Expectation | None:
+                roof: RooflineSummary | None, verdict: Verdict | None, *,
+                baseline_source: str = "baseline run", idle_source: str = "idle fit"
+                ) -> Expectation | None:
     """What TTFT should be for the "why is TTFT high?" verdict: the ``--baseline`` run's
-    fit, else the run's own idle fit, with the MFU and its roofline verdict level."""
+    fit (named ``baseline_source``), else the run's own idle fit (``idle_source``), with
+    the MFU and its roofline verdict level."""
     mfu = roof.mfu if roof is not None else None
     level = verdict.level if verdict is not None else None
     if baseline_fit is not None:
-        return Expectation(baseline_fit, "baseline run", mfu, level)
+        return Expectation(baseline_fit, baseline_source, mfu, level)
     if fit is None and level is None:
         return None
-    return Expectation(fit, "idle fit", mfu, level)
+    return Expectation(fit, idle_source, mfu, level)
 
 
 def _server_flops(results: list[ProbeResult], model: ModelShape | None
@@ -278,7 +289,9 @@ def assess(snap: FitSnapshot | None, model: ModelShape | None, hw: Hardware | No
 
 
 def plain_summary(results: Iterable[ProbeResult], server_info: ServerInfo | None = None, *,
-                  run_file: str | None = None, live: LiveFacts | None = None) -> RunSummary:
+                  run_file: str | None = None, live: LiveFacts | None = None,
+            baseline_source: str = "baseline run", verdict_inputs: dict | None = None
+            ) -> RunSummary:
     """A summary without the analysis, for when ``analyze`` failed (a bug) and a finished
     sweep must still be reported: the counts, the per-length table and the plain robust
     fit (OLS when it fails) of TTFT over prompt tokens; verdict level "error"."""

@@ -36,7 +36,8 @@ LEARNED_MIN_READINGS = 10
 #: The verdict column's word for each "why is TTFT high?" cause (model/verdict.py)
 #: that stands out; "none" and "not_enough_data" leave the roofline verdict's word.
 CAUSE_WORDS = {"queueing": "queueing", "head_of_line": "HoL blk", "slow_prefill": "slow",
-               "prefix_cache": "no cache", "overhead": "overhead"}
+               "prefix_cache": "no cache", "overhead": "overhead", "prompts_longer": "longer",
+               "cache_hit_drop": "hit drop"}
 
 
 class RecentProbes:

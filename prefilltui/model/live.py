@@ -44,7 +44,7 @@ from prefilltui.model.spec import AnalysisOptions, resolve_gpu, resolve_model
 from prefilltui.model.summary import (LiveFacts, ProbeCounts, QuadraticFit, RunSummary,
                                       ServerFacts)
 from prefilltui.model.types import FitMethod, FitScope, ProbeResult, ServerInfo
-from prefilltui.model.verdict import ttft_verdict
+from prefilltui.model.verdict import HeldExpectation, ttft_verdict
 
 #: Fit-eligible probes the percentiles and the median overhead are taken over (overall,
 #: and per length): bounded work per summary however long the run.
@@ -94,6 +94,9 @@ class LiveSummary:
         self._server_fixed: tuple[int, intercept.ServerFixedCost | None] = (-1, None)
         self._resolved: dict[tuple, tuple[ModelShape | None, Hardware | None, list[str]]] = {}
         self._cache: dict[tuple, RunSummary] = {}
+        #: the "why is TTFT high?" expectation, held so an incident cannot move it
+        #: (``verdict.HeldExpectation``: the first pinned all-time fit, then only faster)
+        self.held = HeldExpectation()
 
     # -- data in
     def add(self, r: ProbeResult) -> None:
@@ -140,6 +143,7 @@ class LiveSummary:
     def reset_fit(self) -> None:
         """Forget the fit's points (the TUI's ``r``); counts and percentiles stay."""
         self.fit.reset()
+        self.held.reset()
         self.version += 1
         self._cache.clear()
 
@@ -203,15 +207,21 @@ class LiveSummary:
     def summary(self, info: ServerInfo | None = None, *, gpu_names: tuple[str, ...] = (),
                 which: FitScope = "all", method: FitMethod | None = None,
                 live: LiveFacts | None = None, recent: Sequence[ProbeResult] = (),
-                baseline_fit: LinearFit | None = None) -> RunSummary:
+                baseline_fit: LinearFit | None = None,
+                verdict_inputs: dict | None = None) -> RunSummary:
         """The ``RunSummary`` of the probes so far (see the module docstring): ``which``
         picks the fit shown ("all" or "window"), ``method`` overrides
         ``options.fit``; ``recent``: the last probes (every one added since, failures
         included), for the "why is TTFT high?" verdict (``model.verdict``, as ``analyze``
-        judges it: against ``baseline_fit``, else the idle fit); none: no verdict.
-        Cached until the next ``add``.  Never raises for bad data."""
+        judges it: against ``baseline_fit``, else the idle fit as ``held`` keeps it:
+        an incident cannot move it); none: no verdict.  ``verdict_inputs``: keyword
+        arguments for ``ttft_verdict`` (users' windows, the probe in flight's age, the
+        waiting gauge now).  Cached until the next ``add`` (``verdict_inputs`` is
+        part of the key).  Never raises for bad data."""
         method = method or self.options.fit
-        key = (which, method, id(info), gpu_names, live, bool(recent), id(baseline_fit))
+        vin = dict(verdict_inputs or {})
+        key = (which, method, id(info), gpu_names, live, bool(recent), id(baseline_fit),
+               repr(sorted(vin.items())))
         got = self._cache.get(key)
         if got is not None:
             return got
@@ -234,7 +244,13 @@ class LiveSummary:
         why = None
         if recent:  # held against the all-time fit whatever ``which`` shows, as analyze
             idle = fit if which == "all" else self._all_fit(method)
-            why = ttft_verdict(list(recent), expectation(idle, baseline_fit, roof, verdict))
+            self.held.offer(idle)
+            if vin.get("users_before") is None and self.held.users_before is not None:
+                vin["users_before"] = self.held.users_before
+            why = ttft_verdict(list(recent), expectation(self.held.fit or idle, baseline_fit,
+                                                         roof, verdict,
+                                                         idle_source=self.held.label), **vin)
+            self.held.observe(why, vin.get("users_now"))
         summary = RunSummary(
             server=ServerFacts.of(info) if info is not None else None, probes=counts,
             fit=fit, ols=snap.ols if snap else None, robust=snap.robust if snap else None,

@@ -59,11 +59,26 @@ def format_levels(t: LevelTable | None) -> list[str]:
 
 
 def format_verdict(v: TtftVerdict | None) -> list[str]:
-    """"why is TTFT high? queueing: ...", then "  also ...: ..." for the other causes."""
+    """"why is TTFT high? queueing: ...", then "  also ...: ..." for the other causes,
+    only when TTFT is above its expectation beyond the uncertainty (``v.above``) or a
+    cause was named without an expectation; else the expected TTFT at each length
+    ("TTFT as expected (idle fit): 128 tok 70 ms ± 4 ms, ..."), not an alarm."""
     if v is None:
         return [f"why is TTFT high? {MISSING}"]
-    return [f"why is TTFT high? {v.headline}"] + [
+    if v.cause == "none" and not v.above and v.expected:
+        return expected_lines(v)
+    who = "users' " if v.whose == "users" else ""
+    return [f"why is {who}TTFT high? {v.headline}"] + [
         f"  also {WORDS[e.cause]}: {e.text}" for e in v.evidence[1:]]
+
+
+def expected_lines(v: TtftVerdict) -> list[str]:
+    """What TTFT is and should be when nothing stands out: the verdict's words, then
+    the expected TTFT and its uncertainty at each probed length (ms on screen)."""
+    head = f"TTFT: {v.headline}"
+    idle = " on an idle server (no users' requests)" if v.idle else ""
+    rows = ", ".join(f"{n:,} tok {e * 1000:,.0f} ± {m * 1000:,.0f} ms" for n, e, m in v.expected)
+    return [head, f"  expected TTFT{idle}: {rows}"]
 
 
 def format_load(load: LoadSummary | None) -> list[str]:

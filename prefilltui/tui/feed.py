@@ -345,6 +345,16 @@ class TargetFeed:
                             running=sample.get("running") if sample is not None else None,
                             waiting=sample.get("waiting") if sample is not None else None)
 
+    def verdict_inputs(self) -> dict[str, Any]:
+        """``ttft_verdict``'s users' arguments (``viewmodel.verdict_now`` reads them): the
+        users' window now and their kept requests (head-of-line needs their prefill
+        intervals); {} without a receiver.  ``users_before`` is left to the feed's
+        ``HeldExpectation`` (the users' window of the last healthy verdict)."""
+        trace = self.config.users
+        if trace is None:
+            return {}
+        return {"users_now": self.users_window(), "user_requests": trace.recent()}
+
     def users_lines(self) -> list[str]:
         """The users' window as the stats panel's lines (``render.users.users_lines``),
         with how many probes got their own span; none without a receiver."""

@@ -61,7 +61,7 @@ FLEET_HELP_TEXT = """\
  fixed    the fit's fixed cost (wide: its interval is too wide to pin it)
  MFU      model FLOPs utilization (estimate; needs the GPU and the params)
  verdict  why TTFT is high when a cause stands out (queueing, HoL blk,
-          slow, no cache, overhead), else the roofline verdict
+          slow, no cache, overhead, longer, hit drop), else the roofline verdict
  TTFT@1k  the fit's TTFT at the reference prompt length (--ref-tokens)
  probes   probes / failed     age  since the last probe ended
  trend    prefill throughput over the session      queue  median queue

@@ -14,6 +14,7 @@ from typing import Any, Callable
 
 from prefilltui.model.sanitize import clean
 from prefilltui.tui.feed import TargetFeed
+from prefilltui.tui.viewmodel import verdict_line, verdict_now
 from prefilltui.tui.load_view import (DecodeView, decode_view, live_verdict, load_status,
                                       stall_lines)
 
@@ -81,13 +82,18 @@ def level_title(feed: TargetFeed) -> str:
 
 
 def load_lines(feed: TargetFeed, assessment: Any = None) -> tuple[list[str], str]:
-    """(the stats lines of the last loaded probe's stall, the verdict's headline) over
+    """(the stats lines of the last loaded probe's stall, the verdict's line) over
     the probes of the current level since the last reset, held against the idle fit
     (never a load level's own)."""
     recent = feed.recent_results()
     last = next((r for r in reversed(recent) if r.ok and not r.warmup), None)
     level = last.load_level if last is not None else None  # right now: this level
     snap = feed.live.fit.snapshot("all")
+    # idle: the expectation the feed holds (baseline or first pinned fit) and the present
+    # (the probe in flight, the waiting gauge, the users' window); a load level: its own
+    held = feed.live.held if not level else None
+    now = verdict_now(feed) if not level else {}
     v = live_verdict([r for r in recent if r.load_level == level],
-                     snap.fit if snap is not None else None, assessment=assessment)
-    return stall_lines(last), v.headline
+                     snap.fit if snap is not None else None, assessment=assessment,
+                     held=held, **now)
+    return stall_lines(last), verdict_line(v)

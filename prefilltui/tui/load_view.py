@@ -15,7 +15,7 @@ from prefilltui.model.sanitize import clean
 from prefilltui.model.stall import DecodeTrace, gap_series
 from prefilltui.model.types import ProbeResult
 from prefilltui.model.units import MISSING
-from prefilltui.model.verdict import Expectation, TtftVerdict, ttft_verdict
+from prefilltui.model.verdict import Expectation, HeldExpectation, TtftVerdict, ttft_verdict
 
 #: A decode gap at least this many baseline gaps long (and 20 ms over it) is a stall
 #: on the decode row.
@@ -76,13 +76,28 @@ def stall_lines(last: ProbeResult | None) -> list[str]:
 
 
 def live_verdict(results: Sequence[ProbeResult], fit: LinearFit | None, *,
-                 assessment: Any = None) -> TtftVerdict:
+                 assessment: Any = None, held: HeldExpectation | None = None,
+                 **now: Any) -> TtftVerdict:
     """The verdict over the recent probes with the idle fit as the expectation (the
-    TUI's fit keeps probes under load out)."""
+    TUI's fit keeps probes under load out), as ``held`` keeps it when given (offered
+    ``fit``; the baseline or the first pinned fit, then only a faster one: an
+    incident cannot move it).  ``now``: ``ttft_verdict``'s keyword arguments about the
+    present (``in_flight_age_s``, ``waiting_now``, ``users_now``, ``users_before``,
+    ``user_requests``); ``users_before`` defaults to the one ``held`` keeps."""
     mfu = getattr(assessment, "mfu", None)
     level = getattr(assessment, "level", None)
-    expect = Expectation(fit, "idle fit", mfu, level) if fit is not None or level else None
-    return ttft_verdict(list(results), expect)
+    source = "idle fit"
+    if held is not None:
+        held.offer(fit)
+        if held.fit is not None:
+            fit, source = held.fit, held.label
+        if now.get("users_before") is None and held.users_before is not None:
+            now["users_before"] = held.users_before
+    expect = Expectation(fit, source, mfu, level) if fit is not None or level else None
+    v = ttft_verdict(list(results), expect, **now)
+    if held is not None:
+        held.observe(v, now.get("users_now"))
+    return v
 
 
 def load_status(describe: str | None) -> str | None:

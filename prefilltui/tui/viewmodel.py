@@ -65,7 +65,8 @@ class StatsView:
     pct_len: tuple[int, int, float, float, float] | None = None  # (tokens, n, p50, p90, p99)
     #: what FLOP/s and MFU need when neither can be had ("... need --params")
     flops_hint: str | None = None
-    #: the live "why is TTFT high?" verdict's headline (``model.verdict``)
+    #: the live verdict's whole line (``verdict_line``: "why TTFT: <cause>" when TTFT is
+    #: above its expectation beyond the uncertainty, else "TTFT as expected: ...")
     why: str | None = None
     notes: list[str] = field(default_factory=list)
     warnings: list[str] = field(default_factory=list)
@@ -251,3 +252,58 @@ VERDICT_WORDS = {
     "impossible": "impossible: check inputs", "unknown-peak": "MFU needs --peak-tflops",
     "short-prompts": "prompts too short to judge",
 }
+
+
+def verdict_now(feed: Any) -> dict[str, Any]:
+    """``ttft_verdict``'s keyword arguments about the present, from a ``Feed``: the probe
+    in flight's age (s, None when none is), the server's waiting gauge as the newest
+    ``/metrics`` scrape read it (None without one), and whatever ``feed.verdict_inputs()``
+    gives when the feed has one (the users' window and spans); never raises."""
+    out: dict[str, Any] = {}
+    try:
+        # the users' figures where the feed has them (the OTLP receiver's window:
+        # ``feed.verdict_inputs() -> {"users_now": ..., "user_requests": ...}``)
+        extra = getattr(feed, "verdict_inputs", None)
+        if callable(extra):
+            out.update(extra() or {})
+        out["in_flight_age_s"] = feed.in_flight_s
+        metrics = getattr(feed.config, "metrics", None)
+        sample = metrics() if metrics is not None else None
+        waiting = sample.get("waiting") if sample is not None else None
+        if waiting is not None:
+            out["waiting_now"] = float(waiting)
+    except Exception:  # noqa: BLE001 - a view never fails on its inputs
+        pass
+    return out
+
+
+def verdict_line(v: Any) -> str:
+    """The stats panel's verdict line: "why TTFT: <cause>" only when TTFT is above its
+    expectation beyond the uncertainty (or nothing can be held against it); else the
+    expectation ("TTFT as expected: 500 tok 270 ms ± 5 ms ...")."""
+    if v is None:
+        return f"why TTFT: {MISSING}"
+    if v.cause == "none" and not v.above and v.expected:
+        return expected_line(v)
+    who = "users' " if v.whose == "users" else ""
+    return f"why {who}TTFT: {v.headline}"
+
+
+def expected_line(v: Any, limit: int = 2) -> str:
+    """ "TTFT as expected: 128 tok 70 ms ± 4 ms, 2,048 tok 1,040 ms ± 9 ms" (the
+    shortest and longest lengths when more than ``limit``: the panel is narrow; the
+    sweep summary lists every length)."""
+    rows = list(getattr(v, "expected", ()) or ())
+    if len(rows) > limit:
+        rows = [rows[0], rows[-1]]
+    idle = " (idle server, no users)" if getattr(v, "idle", False) else ""
+    if not rows:
+        return f"TTFT as expected{idle}"
+    parts = ", ".join(f"{n:,} tok {_ms(e)} ± {_ms(m)}" for n, e, m in rows)
+    return f"TTFT as expected{idle}: {parts}"
+
+
+def _ms(s: float) -> str:
+    if s != s or s in (float("inf"), float("-inf")):
+        return MISSING
+    return f"{s * 1000:,.0f} ms"

@@ -139,7 +139,7 @@ def headline_text(v: StatsView) -> Text:
         else:  # "MFU needs --peak-tflops": its own line
             t.append(v.verdict + "\n", style="bold")
     if v.why:
-        t.append(f"why TTFT: {clean(v.why)}\n", style="italic")
+        t.append(f"{clean(v.why)}\n", style="italic")
     t.rstrip()
     return t
 
@@ -203,7 +203,7 @@ def detail_text(v: StatsView) -> Text:
     for note in v.notes:
         t.append(clean(note, multiline=True) + "\n", style="italic")
     if v.why:
-        t.append(f"why TTFT: {clean(v.why, multiline=True)}\n", style="italic")
+        t.append(f"{clean(v.why, multiline=True)}\n", style="italic")
     t.rstrip()
     return t
 

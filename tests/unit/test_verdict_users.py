@@ -1,0 +1,218 @@
+""""Why is TTFT high?" with the users' data and the present: whose TTFT, the causes only
+the users' requests show, the held expectation, the probe in flight and the waiting
+gauge now; and no cause unless TTFT is above the expectation beyond its uncertainty."""
+
+from __future__ import annotations
+
+import random
+
+from prefilltui.model.fit import fit_ols
+from prefilltui.model.types import ProbeResult
+from prefilltui.model.users import UserRequest, UsersWindow
+from prefilltui.model.verdict import (CAUSES, Expectation, HeldExpectation, margin_s,
+                                      throughput_expectation, ttft_verdict)
+from prefilltui.render.load_text import format_verdict
+from prefilltui.tui.viewmodel import verdict_line
+
+LENGTHS = (128, 512, 1024, 2048)
+A, B = 0.02, 0.0005  # the idle server: TTFT = 20 ms + 0.5 ms x n
+
+
+def line(n):
+    return A + B * n
+
+
+def baseline(k=40, noise=0.004, seed=1):
+    """A healthy run's probes with Gaussian scatter and their fit."""
+    rnd = random.Random(seed)
+    xs = [LENGTHS[i % 4] for i in range(k)]
+    ys = [line(n) + rnd.gauss(0, noise) for n in xs]
+    return fit_ols(xs, ys)
+
+
+#: the idle line itself (no scatter): the figures in words are exact against it
+EXACT = fit_ols(list(LENGTHS) * 2, [line(n) for n in LENGTHS] * 2)
+
+
+def probes(ttft, k=12, t0=1000.0, step=3.0, **kw):
+    out = []
+    for i in range(k):
+        n = LENGTHS[i % 4]
+        f = {key: (v(n) if callable(v) else v) for key, v in kw.items()}
+        out.append(ProbeResult(seq=i + 1, requested_tokens=n, prompt_tokens=n, ok=True,
+                               ttft_s=ttft(n), started_at=t0 + i * step, **f))
+    return out
+
+
+def test_no_cause_on_three_probes_at_start_up():
+    """It said "queueing: queue 10 ms of TTFT 36 ms" on a healthy server at start-up:
+    the fit of those 3 probes has too wide an interval to name anything."""
+    rs = probes(lambda n: line(n) + 0.01, k=3, queue_s=0.010, server_prefill_s=lambda n: B * n,
+                overhead_s=0.006, server_waiting=0)
+    fit = fit_ols([r.tokens for r in rs], [r.ttft_s + (0.002 if i % 2 else -0.002)
+                                          for i, r in enumerate(rs)])
+    v = ttft_verdict(rs, Expectation(fit, "idle fit"))
+    assert v.cause == "none" and not v.above and not v.evidence
+    assert v.headline.startswith("nothing stands out")
+
+
+def test_healthy_scatter_never_names_a_cause():
+    """30 samples of a healthy server's recent probes against its own held fit: never a
+    cause, never "no single cause found" (6 of 30 said so in the TUI)."""
+    fit = baseline()
+    rnd = random.Random(7)
+    said = []
+    for _sample in range(30):
+        rs = probes(lambda n: line(n) + rnd.gauss(0, 0.004), k=20, queue_s=0.0,
+                    server_prefill_s=lambda n: B * n, overhead_s=0.02, server_waiting=0)
+        said.append(ttft_verdict(rs, Expectation(fit, "idle fit")))
+    assert all(v.cause == "none" and not v.above for v in said), [v.headline for v in said]
+    assert not any("no single cause" in v.headline for v in said)
+
+
+def test_margin_is_the_line_interval_plus_the_median_spread():
+    fit = baseline()
+    half = ((fit.intercept_ci[1] - fit.intercept_ci[0]) / 2
+            + 1024 * (fit.slope_ci[1] - fit.slope_ci[0]) / 2)
+    from prefilltui.model.verdict import _scatter
+
+    assert fit.resid_std_s <= _scatter(fit) <= 1.1 * fit.resid_std_s  # every point's s.d.
+    assert abs(margin_s(fit, 1024, 1) - max(0.005, half + 1.96 * 1.2533 * _scatter(fit))) < 1e-6
+    assert margin_s(fit, 1024, 20) < margin_s(fit, 1024, 1)
+    assert margin_s(fit_ols([1, 2, 3], [1, 1.5, 3.5]), 2, 1) > 0.1  # 3 probes: wide
+
+
+def test_cache_hit_rate_collapse_judged_on_the_users_ttft():
+    """The probes defeat the cache by design: their TTFT is as expected while the
+    users' p50 rose several-fold; the verdict judges the users' and names the cache."""
+    fit = EXACT
+    rs = probes(line, k=20, queue_s=0.0, server_prefill_s=lambda n: B * n, overhead_s=0.02,
+                server_waiting=0)
+    before = UsersWindow("traces", 30.0, 60, ttft_p50_s=0.40, prompt_tokens_p50=2000,
+                         prefix_cache_hit_rate=0.62, queue_share=0.02)
+    now = UsersWindow("traces", 30.0, 55, ttft_p50_s=1.05, prompt_tokens_p50=2000,
+                      prefix_cache_hit_rate=0.0, queue_share=0.03)
+    v = ttft_verdict(rs, Expectation(fit, "idle fit"), users_now=now, users_before=before)
+    assert v.whose == "users" and v.above and v.cause == "cache_hit_drop"
+    assert "users' prefix-cache hit rate 62% → 0%" in v.headline
+    assert "≈ 620 ms more prefill per request at their median 2,000-token prompt" in v.headline
+    assert "users' TTFT p50 1,050 ms, was 400 ms over 55 requests" in v.judged
+    assert format_verdict(v)[0].startswith("why is users' TTFT high? prefix cache stopped hitting")
+
+
+def test_users_prompts_got_longer_prefill_per_token_unchanged():
+    fit = EXACT
+    rs = probes(line, k=20, queue_s=0.0, server_prefill_s=lambda n: B * n, overhead_s=0.02,
+                server_waiting=0)
+    before = UsersWindow("traces", 30.0, 50, ttft_p50_s=0.47, prompt_tokens_p50=900,
+                         prefix_cache_hit_rate=0.0)
+    now = UsersWindow("traces", 30.0, 40, ttft_p50_s=3.07, prompt_tokens_p50=6100,
+                      prefix_cache_hit_rate=0.0)
+    v = ttft_verdict(rs, Expectation(fit, "idle fit"), users_now=now, users_before=before)
+    assert v.cause == "prompts_longer" and v.whose == "users"
+    assert ("users' median prompt 900 → 6,100 tokens (≈ 2,600 ms more prefill each); "
+            "prefill per token unchanged") in v.headline
+
+
+def test_head_of_line_from_the_users_spans():
+    """A user's 8k prompt in prefill when each probe was sent: head-of-line, with the
+    users' prompt length, not "queueing" (0 waiting) or "no single cause found"."""
+    fit = baseline()
+    rs = probes(lambda n: line(n) + 1.5, k=12, queue_s=0.0, server_waiting=0,
+                server_prefill_s=lambda n: B * n + 1.5, overhead_s=0.02)
+    users = [UserRequest(arrival_s=r.started_at - 0.5, prompt_tokens=8192, ttft_s=4.0,
+                         queue_s=0.0, prefill_s=4.0) for r in rs]
+    now = UsersWindow("traces", 30.0, 12, ttft_p50_s=4.0, prompt_tokens_p50=8192)
+    v = ttft_verdict(rs, Expectation(fit, "idle fit"), user_requests=users, users_now=now,
+                     users_before=now)
+    assert v.cause == "head_of_line", v.headline
+    assert "users' long prompts (median 8,192 tokens) in prefill when the probe was sent in " \
+           "12 of 12 probes" in v.headline
+    assert "slow_prefill" not in [e.cause for e in v.evidence]
+
+
+def test_a_probe_in_flight_and_the_waiting_gauge_now():
+    """In a queue probes rarely complete: the completed ones predate the onset (as
+    expected), the one in flight for 12 s and the 52 waiting now are the evidence."""
+    fit = baseline()
+    rs = probes(line, k=20, queue_s=0.0, server_prefill_s=lambda n: B * n, overhead_s=0.02,
+                server_waiting=1)
+    v = ttft_verdict(rs, Expectation(fit, "idle fit"), in_flight_age_s=12.0, waiting_now=52)
+    assert v.cause == "queueing" and v.above
+    assert "52 requests waiting now at the server; a probe in flight 12.0 s" in v.headline
+    # the same probes without the present: nothing stands out
+    assert ttft_verdict(rs, Expectation(fit, "idle fit")).cause == "none"
+
+
+def test_an_idle_server_says_so():
+    fit = EXACT
+    rs = probes(line, k=20, queue_s=0.0, server_prefill_s=lambda n: B * n, overhead_s=0.02,
+                server_waiting=0, server_running=0)
+    v = ttft_verdict(rs, Expectation(fit, "idle fit"), users_now=UsersWindow("traces", 30.0, 0))
+    assert v.cause == "none" and v.idle
+    assert v.headline.startswith("nothing stands out (idle server, no users' requests)")
+    lines = format_verdict(v)
+    assert not any("why is" in x for x in lines)
+    assert lines[1].startswith("  expected TTFT on an idle server (no users' requests): 128 tok 84 ± 5 ms, 512 tok 276 ± 5 ms")
+    assert verdict_line(v).startswith("TTFT as expected (idle server, no users): 128 tok 84 ms ±")
+    assert set(CAUSES) >= {"prompts_longer", "cache_hit_drop"}
+
+
+def test_held_expectation_does_not_follow_a_slowdown():
+    hold = HeldExpectation()
+    fit = baseline()
+    hold.offer(fit)
+    slow = fit_ols([n for n in LENGTHS * 5], [A + 2 * B * n for n in LENGTHS * 5])
+    hold.offer(slow)
+    assert hold.fit is fit and hold.label == "idle fit held at 40 probes"
+    fast = fit_ols([n for n in LENGTHS * 5], [A - 0.001 + 0.9 * B * n + (0.001 if i % 2 else 0)
+                                            for i, n in enumerate(LENGTHS * 5)])
+    hold.offer(fast)
+    assert hold.fit is fast and hold.label == "idle fit"
+    # a 2x slower prefill stays 2x against it however long it lasts
+    rs = probes(lambda n: A + 2 * B * n, k=20, queue_s=0.0, server_prefill_s=lambda n: 2 * B * n,
+                overhead_s=0.02, server_waiting=0)
+    v = ttft_verdict(rs, hold.expectation())
+    assert v.cause == "slow_prefill" and "server prefill 2.2" in v.headline
+    base = HeldExpectation(baseline=fit, source="baseline run x.jsonl")
+    base.offer(fast)
+    assert base.fit is fit and base.label == "baseline run x.jsonl"
+
+
+def test_throughput_expectation_keeps_the_fixed_cost():
+    fit = baseline()
+    t = throughput_expectation(1000.0, fit, "config")
+    assert t.slope_s_per_token == 0.001 and t.intercept_s == fit.intercept_s
+    assert throughput_expectation(0, fit, "config") is None
+    assert throughput_expectation(1000.0, None, "config") is None
+
+
+def _window_probes(b, k=40, t0=1000.0):
+    return [ProbeResult(seq=i + 1, requested_tokens=n, prompt_tokens=n, ok=True,
+                        ttft_s=A + b * n + (0.001 if i % 3 else -0.001), started_at=t0 + 3 * i,
+                        queue_s=0.0, server_prefill_s=b * n, overhead_s=0.02, server_waiting=0)
+            for i, n in enumerate([LENGTHS[j % 4] for j in range(k)])]
+
+
+def test_the_exporter_window_is_held_against_the_fit_before_the_change():
+    """A true 2x slower prefill, once the 40-probe window holds only slow probes: the
+    window fit has caught up (it read 0.97x), the held one has not."""
+    from prefilltui.exporter.config import TargetConfig
+    from prefilltui.exporter.target import window_health
+
+    cfg = TargetConfig(url="http://127.0.0.1:9", window=40)
+    hold = HeldExpectation()
+    healthy = window_health(_window_probes(B), None, cfg, hold)
+    assert healthy.ttft_verdict.cause == "none" and hold.fit is not None
+    slow = window_health(_window_probes(2 * B), None, cfg, hold)
+    assert slow.ttft_verdict.cause == "slow_prefill", slow.ttft_verdict.headline
+    assert "server prefill 2.00x the expected" in slow.ttft_verdict.headline
+    assert "from the idle fit held at " in slow.ttft_verdict.headline
+    # without the hold (the window's own fit, as before) it reads nothing
+    assert window_health(_window_probes(2 * B), None, cfg).ttft_verdict.cause == "none"
+    # a numeric expected_throughput sets the slope: 1,000 tok/s is 2x the healthy 2,000
+    fixed = window_health(_window_probes(B), None,
+                          TargetConfig(url="http://127.0.0.1:9", window=40,
+                                       expected_throughput=1000.0), HeldExpectation())
+    assert fixed.ttft_verdict.cause == "none"
+    assert "expected_throughput 1,000 tok/s" in fixed.ttft_verdict.headline
