@@ -313,6 +313,15 @@ class PrefillApp(App[int]):
         return ExitCode.OK
 
 
+#: Probes the one-target app keeps in memory when a run file has them all: the export
+#: (``e``) reads the run file back; the screen needs the last 200 (the log), the
+#: verdict the last 40.  A probe kept is ~0.6-1 KiB (tracemalloc): keeping 100,000 was
+#: most of the app's RSS growth (tests/bench, docs/performance.md).
+KEEP_WITH_RUN_FILE = 1000
+#: ... and without a run file, where the export has only these.
+KEEP_WITHOUT_RUN_FILE = 100_000
+
+
 def build_app(runner_factory: RunnerFactory, sampler: TelemetrySource | None = None, *,
               analysis: AnalysisOptions | None = None, baseline: LinearFit | None = None,
               fit_method: FitMethod | None = None, window: int | None = None,
@@ -321,7 +330,7 @@ def build_app(runner_factory: RunnerFactory, sampler: TelemetrySource | None = N
               context_cap: int | None = None, run_path: Path | None = None,
               exporter: Exporter | None = None, cache_checker: Callable[[], str] | None = None,
               probe_timeout_s: float = defaults.TIMEOUT_S, pacing: Pacing | None = None,
-              problems: list[str] = (), max_results: int = 100_000, label: str = "",
+              problems: list[str] = (), max_results: int | None = None, label: str = "",
               gpu_source: str | None = None,
               metrics: Callable[[], MetricsSample | None] | None = None,
               baseline_tok_s: float | None = None, load: Any = None, users: Any = None,
@@ -336,8 +345,13 @@ def build_app(runner_factory: RunnerFactory, sampler: TelemetrySource | None = N
     background load (``measure.load.LoadGenerator``, started by the caller).  Other
     keyword arguments go to ``PrefillApp`` (clock, replot_hz, gauge_hz, on_ready,
     sub_title: a line shown on screen, e.g. the demo server's URL, ...).
+    max_results: probes kept in memory (default: ``KEEP_WITH_RUN_FILE`` with a run
+    file, which the export reads back, else ``KEEP_WITHOUT_RUN_FILE``).
     """
     from dataclasses import replace
+
+    if max_results is None:
+        max_results = KEEP_WITH_RUN_FILE if run_path is not None else KEEP_WITHOUT_RUN_FILE
 
     analysis = analysis or AnalysisOptions()
     if fit_method is not None:

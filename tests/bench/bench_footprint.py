@@ -79,18 +79,17 @@ class PtyApp:
         self.argv, self.cols, self.rows, self.env = argv, cols, rows, env
         self.bytes_out = 0
         self.tail = b""
-        #: seconds from the start until the footer's "Quit" was first written: the app's
-        #: first whole frame (Textual writes a frame top to bottom), None before
-        self.first_frame_s: float | None = None
-        self._t0 = 0.0
+        self.t_start: float | None = None  # perf_counter() at spawn
+        #: (marker bytes, perf_counter() when first written or None), see ``watch_for``
+        self._marker: tuple[bytes, float | None] | None = None
         self.proc: subprocess.Popen | None = None
         self._master = -1
         self._thread: threading.Thread | None = None
 
     def start(self) -> "PtyApp":
-        self._t0 = time.perf_counter()
         master, slave = pty.openpty()
         fcntl.ioctl(slave, termios.TIOCSWINSZ, struct.pack("HHHH", self.rows, self.cols, 0, 0))
+        self.t_start = time.perf_counter()
         self.proc = subprocess.Popen(self.argv, stdin=slave, stdout=slave, stderr=slave,
                                      env=self.env, cwd=str(REPO), start_new_session=True,
                                      close_fds=True)
@@ -109,9 +108,27 @@ class PtyApp:
             if not data:
                 return
             self.bytes_out += len(data)
+            if self._marker is not None and self._marker[1] is None:
+                mark = self._marker[0]
+                if mark in self.tail[-len(mark):] + data:
+                    self._marker = (mark, time.perf_counter())
             self.tail = (self.tail + data)[-4096:]
-            if self.first_frame_s is None and b"Quit" in self.tail:
-                self.first_frame_s = time.perf_counter() - self._t0
+
+    def watch_for(self, marker: bytes) -> None:
+        """Note when ``marker`` is first written (call before ``start``)."""
+        self._marker = (marker, None)
+
+    def seen_at(self, timeout: float) -> float | None:
+        """Seconds from spawn to the marker's first write (None: not within ``timeout``
+        or the child exited)."""
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            if self._marker is not None and self._marker[1] is not None:
+                return self._marker[1] - (self.t_start or 0.0)
+            if self.proc is not None and self.proc.poll() is not None:
+                return None
+            time.sleep(0.01)
+        return None
 
     def send(self, data: bytes) -> None:
         try:

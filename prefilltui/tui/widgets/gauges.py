@@ -34,6 +34,14 @@ BARS = "▁▂▃▄▅▆▇█"
 #: Devices shown with a 2-line history; above this many GPUs rows go compact (1 line).
 COMPACT_ABOVE = 2
 
+#: Shortest gap (s, on the snapshot's clock) between two gauge redraws with the same
+#: devices, status and selected probe: the dashboard's 0.5-s tick (kept for keys) then
+#: redraws the gauges about once a second, on the ticks that draw new probes, instead
+#: of a frame of their own in between (a frame of its own was ~1/3 of the app's CPU
+#: at one probe a second, measured with py-spy).  Above the data redraw's gap less
+#: its slack (0.75 s), so every data frame still tints its probe's window.
+MIN_REDRAW_S = 0.75
+
 
 def bucket_history(
     history: Iterable[tuple[float, float | None]], now: float, span: float, width: int
@@ -114,19 +122,23 @@ class HistorySpark(Sparkline):
         self.span = span
         self.hi = 100.0
         self._sig: tuple | None = None
+        self._drawn: tuple | None = None  # what the cells show (``_drawn_cells``)
 
     def set_data(self, history, now: float, hi: float, windows=(),
                  highlight: tuple[float, float] | None = None) -> None:
-        """New data; refreshes only when the drawn columns change (saves terminal bytes:
-        at 60 s over ~40 columns a column lasts ~1.5 s, longer than a gauge tick)."""
+        """New data; refreshes only when a drawn cell changes (saves frames and terminal
+        bytes: at 60 s over ~40 columns a column lasts ~1.5 s, longer than a gauge
+        tick, and the newest column's mean moves with every sample while its glyph and
+        colour mostly do not)."""
         self.history = history if isinstance(history, tuple) else tuple(history)
         self.now = now
         self.hi = hi if hi and hi > 0 else 1.0
         self.windows = windows if isinstance(windows, tuple) else tuple(windows)
         self.highlight = highlight
-        sig = self._columns()
-        if sig != self._sig:
-            self._sig = sig
+        sig = self._sig = self._columns()
+        drawn = _drawn_cells(sig, self.size.height)
+        if drawn != self._drawn:
+            self._drawn = drawn
             self.refresh()
 
     def _columns(self) -> tuple:
@@ -171,6 +183,23 @@ class HistorySpark(Sparkline):
               hot: Color, bg: Any) -> Segment:
         """The cell of a column at ``ratio`` of the scale, ``row`` rows up (0 = bottom)."""
         return Segment(bar_glyph(ratio, row, height), _cell_style(cool, hot, round(ratio * 100), bg))
+
+
+def _drawn_cells(sig: tuple, height: int) -> tuple:
+    """What ``HistorySpark.render_line`` draws from ``sig`` (width, scale, means,
+    marks), as a key: per column None (no sample) or (eighths filled, colour percent),
+    and the marks.  Two signatures with equal keys draw the same cells: the glyph is a
+    function of ``floor(ratio * height * 8)`` (``bar_glyph``), the colour of
+    ``round(ratio * 100)`` (``_cell_style``)."""
+    hi, eighths = sig[1], height * len(BARS)
+    cells = []
+    for v in sig[2]:
+        if v is None:
+            cells.append(None)
+        else:
+            ratio = max(0.0, min(v / hi, 1.0))
+            cells.append((int(ratio * eighths), round(ratio * 100)))
+    return (sig[0], height, hi, tuple(cells), sig[3])
 
 
 def bar_glyph(ratio: float, row: int, height: int) -> str:
@@ -295,7 +324,7 @@ class DeviceGauge(Horizontal):
 
     def on_resize(self) -> None:
         for spark in self.query(HistorySpark):
-            spark._sig = None
+            spark._sig = spark._drawn = None
         if self._pending is not None:
             self.show(*self._pending)
 
@@ -371,6 +400,8 @@ class GaugePanel(Vertical):
         self._labels: list[str] = []
         self.info_reason: str | None = None
         self._status_text: str | None = "telemetry: starting"
+        self._drawn_at: float | None = None  # ``now`` of the last drawn update
+        self._drawn_key: tuple | None = None  # what else it showed (see ``show``)
 
     def _set_status(self, status: Static, text: str) -> None:
         """Update the status line only when its text changes (its height is auto, so a
@@ -386,9 +417,19 @@ class GaugePanel(Vertical):
              windows: Sequence[tuple[float, float]] = (),
              highlight: tuple[float, float] | None = None) -> None:
         """Update from a TelemetrySnapshot (None = no sampler); ``highlight``: the
-        selected probe's (t_send, t_end)."""
-        status = self.query_one(".gauge-status", Static)
+        selected probe's (t_send, t_end).  An update less than ``MIN_REDRAW_S`` after
+        the last drawn one (``now`` later, on the same clock) that changes neither the
+        devices, the status nor the selection is skipped: the next one draws it."""
         devices = snap.devices if snap is not None else ()
+        key = (snap is None, snap.available if snap is not None else None,
+               snap.reason if snap is not None else None,
+               tuple(d.label for d in devices), highlight)
+        last = self._drawn_at
+        if (key == self._drawn_key and last is not None
+                and 0.0 < now - last < MIN_REDRAW_S):
+            return
+        self._drawn_at, self._drawn_key = now, key
+        status = self.query_one(".gauge-status", Static)
         if snap is None:
             self._set_status(status, "telemetry off")
             status.remove_class("-hidden")
