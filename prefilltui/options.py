@@ -82,7 +82,7 @@ class SweepDesign:
     depths: context depths of the ``--depth`` phase (tokens of cached prefix; 0 = cold).
     interval_s / jitter / keep_results: the exporter's rate ceiling (probe starts at
         least ``interval_s`` apart plus up to ``jitter`` of it) and the results a
-        long-running runner keeps in memory (``measure.sweep.SweepConfig``).
+        long-running runner keeps in memory (``measure.sweep.runner.SweepConfig``).
     """
 
     lengths: tuple[int, ...] | None = None

@@ -21,17 +21,16 @@ from typing import Callable
 
 from prefilltui.model.fit import LinearFit
 from prefilltui.measure.load import LoadGenerator
-from prefilltui.measure.load_hook import LoadHook
+from prefilltui.measure.load import LoadHook
 from prefilltui.measure.metrics_hook import MetricsHook
 from prefilltui.measure.otlp import OtlpReceiver, SpanHook, UsersTrace, target_names
 from prefilltui.measure.otlp import shared as otlp_shared
 from prefilltui.measure.users_metrics import UsersMetrics
 from prefilltui.model.pacing import Pacing, auto_pacing
 from prefilltui.measure.probe import AZURE_KEY_ENV, ProbeClient, is_azure
-from prefilltui.measure.runfile import (RotatingRunWriter, RunFileBusy, RunWriter,
-                                       default_run_path)
+from prefilltui.measure.runfile import RotatingRunWriter, RunFileBusy, RunWriter, default_run_path
 from prefilltui.measure.sweep import SweepRunner
-from prefilltui.measure.sweep_config import ProbeHook, SweepConfig, make_lengths
+from prefilltui.measure.sweep import ProbeHook, SweepConfig, make_lengths
 from prefilltui.measure.telemetry import Sampler
 from prefilltui.model.types import ProbeResult
 from prefilltui.exit_codes import ExitCode
@@ -159,9 +158,9 @@ def session_sampler(tel: TelemetryOptions, base_url: str) -> tuple[Sampler, str]
         ValueError: a bad ``--gpus``.
     """
     from prefilltui.measure.telemetry import make_sampler
-    from prefilltui.measure.telemetry.remote import RemoteGpuSampler, choose_gpu_source
+    from prefilltui.measure.telemetry import RemoteGpuSampler, choose_gpu_source
 
-    from prefilltui.measure.telemetry.vendors import split_vendor
+    from prefilltui.measure.telemetry import split_vendor
 
     picked = split_vendor(tel.gpus)[1]  # a page's GPUs by index/UUID, without "amd:"
     select = tuple(x.strip() for x in picked.split(",")) if picked else None
@@ -311,7 +310,7 @@ def build_session(options: SessionOptions, base_url: str, *, continuous: bool = 
         SessionError: bad options (USAGE: API key, sweep range, ``--gpus``,
             ``--otlp-listen``) or a run file / listen address that cannot be had (FAILURE).
     """
-    from prefilltui.measure.runfile_read import load_baseline
+    from prefilltui.measure.runfile import load_baseline
 
     design, rf, tel = options.design, options.run_file, options.telemetry
     new_client = client_factory(options.probe, base_url, design.seed)

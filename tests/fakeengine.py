@@ -50,10 +50,10 @@ from dataclasses import dataclass, field
 from typing import Callable
 
 from prefilltui.model.fit import fit_ols
-from prefilltui.model.running_fit import RunningFit
+from prefilltui.model.fit import RunningFit
 from prefilltui.model.types import ProbeResult
 from prefilltui.model.users import UserRequest, UsersWindow
-from prefilltui.model.verdict import HeldExpectation, TtftVerdict, ttft_verdict
+from prefilltui.model.diagnosis import HeldExpectation, TtftVerdict, ttft_verdict
 from tests.fakeserver import FakeServer, Reply, Request, sse_data
 
 #: Unix seconds of the simulated clock's 0.

@@ -5,8 +5,8 @@
 The quick figure FLOPs(n) = 2*P*n + 2*L*d_attn*n^2 (the seed's back-of-envelope);
 time = FLOPs / (efficiency * peak); arithmetic intensity n*d/(d+2n) against the ridge
 point peak/bandwidth.  Beside it, labelled, the term-by-term matmul count MFU uses
-(prefilltui/model/flops.py) and the ratio quick / exact.  Formulas and figures:
-prefilltui/model/roofline.py, flops.py, catalog.py, gpu_catalog.py.  Every number
+(prefilltui/model/roofline/flops.py) and the ratio quick / exact.  Formulas and figures:
+prefilltui/model/roofline/arithmetic.py, flops.py, catalog.py, gpu_catalog.py.  Every number
 printed is an estimate.
 """
 
@@ -16,8 +16,8 @@ import json
 
 from prefilltui.commands.argtypes import _positive_int
 from prefilltui.commands.common import add_hardware_args, add_output_args, err, roofline_spec
-from prefilltui.model import roofline
-from prefilltui.model.catalog import known_names
+from prefilltui.model.roofline import estimate, exact_estimate
+from prefilltui.model.roofline import known_names
 from prefilltui.model.spec import resolve_gpu, resolve_model
 from prefilltui.render.tables import format_estimate
 from prefilltui.exit_codes import ExitCode
@@ -57,14 +57,14 @@ def run(args) -> int:
     if args.gpu and (hw is None or hw.key == "flags") and not args.peak_tflops:
         return _fail(f"unknown GPU {args.gpu!r}; use one of {', '.join(known_names()['gpus'])} "
                      "or give --peak-tflops and --bandwidth-tbs")
-    est = roofline.estimate(model.params, model.layers, model.d_attn, args.tokens,
+    est = estimate(model.params, model.layers, model.d_attn, args.tokens,
                             hidden=model.hidden, peak_flops=hw.peak_flops if hw else None,
                             bandwidth_bytes_s=hw.bandwidth_bytes_s if hw else None,
                             efficiency=spec.efficiency)
     notes = mnotes + hnotes
     exact = None
     try:
-        exact = roofline.exact_estimate(model, args.tokens, peak_flops=hw.peak_flops if hw else None,
+        exact = exact_estimate(model, args.tokens, peak_flops=hw.peak_flops if hw else None,
                                         efficiency=spec.efficiency, quick_flops=est.flops)
     except ValueError as e:  # a shape too incomplete to count: the quick figure stands alone
         notes.append(f"no term-by-term count: {e}")

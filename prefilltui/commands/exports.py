@@ -10,9 +10,9 @@ from pathlib import Path
 from typing import Any, Callable
 
 from prefilltui.measure.prefix_cache import CacheCheckResult
-from prefilltui.measure.runfile_read import read_run
-from prefilltui.model.advisor import CacheFinding
-from prefilltui.model.analysis import analyze
+from prefilltui.measure.runfile import read_run
+from prefilltui.model.fleet import CacheFinding
+from prefilltui.model.summary import analyze
 from prefilltui.model.redact import display_url
 from prefilltui.model.summary import LiveFacts
 from prefilltui.options import AnalysisOptions

@@ -5,7 +5,7 @@ Targets are the exporter's ``TargetConfig`` (one format: ``exporter.config.load_
 reads the same TOML file, the command-line flags give its ``[defaults]``).  Each
 target gets its own session (``session.build_session``: probe client, ``/metrics``
 hook, run file, one ``SweepRunner``: at most one probe in flight) and a
-``FeedConfig``; the targets' probe starts are spaced by ``model.fleet.fleet_interval``
+``FeedConfig``; the targets' probe starts are spaced by ``model.fleet.rows.fleet_interval``
 (each target's interval, stretched so the fleet stays under ``--fleet-rate`` probe
 starts per second) and their first probes staggered over one interval.  GPU readings
 come from each target's ``gpu_metrics_url`` page, this machine's NVML only for a
@@ -153,7 +153,7 @@ class Fleet:
     sessions: list[Any] = field(default_factory=list)
     samplers: list[Any] = field(default_factory=list)
     configs: list[Any] = field(default_factory=list)
-    load: Any = None  # model.fleet.FleetLoad
+    load: Any = None  # model.fleet.rows.FleetLoad
     run_dir: Path | None = None
 
     def close(self) -> None:
@@ -178,7 +178,7 @@ def default_run_dir(kind: str = "fleet") -> Path:
 def local_hosts(urls: list[str], timeout_s: float = RESOLVE_S) -> dict[str, bool]:
     """``is_local`` of each URL, resolved in parallel; a host that does not resolve in
     ``timeout_s`` counts as another machine."""
-    from prefilltui.measure.telemetry.remote import is_local, local_addresses
+    from prefilltui.measure.telemetry import is_local, local_addresses
 
     mine = local_addresses()
     out = {u: False for u in urls}
@@ -203,9 +203,8 @@ def build_fleet(targets: list[TargetConfig], fleet: FleetOptions, *, analysis: A
             sent, an unwritable run file); what was built is closed.
     """
     from prefilltui.measure.telemetry import make_sampler
-    from prefilltui.measure.telemetry.vendors import split_vendor
-    from prefilltui.measure.telemetry.remote import (NO_SOURCE, RemoteGpuSampler,
-                                                     choose_gpu_source, poll_hz)
+    from prefilltui.measure.telemetry import split_vendor
+    from prefilltui.measure.telemetry import NO_SOURCE, RemoteGpuSampler, choose_gpu_source, poll_hz
     from prefilltui.session import build_session
     from prefilltui.tui.feed import FeedConfig
 

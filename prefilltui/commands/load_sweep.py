@@ -4,8 +4,8 @@
 of ``--load-levels``: for each, the load is set to the level and left to reach it
 (every decode stream streaming), then the sweep's lengths are probed; warm-up probes
 only in the first level.  ``with_load`` adds the load part to the run's summary (the
-load's facts, the decode stall table, the level table: ``model.load_summary``) and the
-verdict over the latest level (``model.verdict``).
+load's facts, the decode stall table, the level table: ``model.load.summary``) and the
+verdict over the latest level (``model.diagnosis.verdict``).
 """
 
 from __future__ import annotations
@@ -15,14 +15,14 @@ from typing import Callable, Sequence
 
 from prefilltui.commands.common import err, say
 from prefilltui.measure.sweep import SweepRunner
-from prefilltui.model.drift import run_fit
+from prefilltui.model.diagnosis import run_fit
 from prefilltui.model.fit import LinearFit
-from prefilltui.model.levels import level_of, levels_in
-from prefilltui.model.load_summary import LoadFacts, load_summary
-from prefilltui.model.stall import DecodeTrace
+from prefilltui.model.load import level_of, levels_in
+from prefilltui.model.load import LoadFacts, load_summary
+from prefilltui.model.load import DecodeTrace
 from prefilltui.model.summary import RunSummary
 from prefilltui.model.types import ProbeResult
-from prefilltui.model.verdict import Expectation, ttft_verdict
+from prefilltui.model.diagnosis import Expectation, ttft_verdict
 from prefilltui.session import Session
 
 #: Longest wait for the load to reach a level (s): the first vLLM stream on a busy
@@ -32,7 +32,7 @@ LOAD_START_S = 120.0
 
 
 #: Tokens every decode stream brings before a level's first probe (a baseline of
-#: quiet gaps, ``model.stall.MIN_QUIET_GAPS``, from the start).
+#: quiet gaps, ``model.load.stall.MIN_QUIET_GAPS``, from the start).
 STEADY_TOKENS = 8
 #: How long a level waits for every decode stream to stream before it runs with the
 #: ones that do (s).
@@ -119,7 +119,7 @@ def _run(runner: SweepRunner) -> None:
 def with_load(summary: RunSummary, results: Sequence[ProbeResult], traces: Sequence[DecodeTrace],
               *, facts: LoadFacts | None, chunk_tokens: int | None, under: str | None,
               baseline: LinearFit | None = None) -> RunSummary:
-    """``summary`` with its load part (``model.load_summary``) and, for a run under
+    """``summary`` with its load part (``model.load.summary``) and, for a run under
     load, the verdict over the last level's probes held against the idle fit (or the
     baseline): "right now" is the latest level.  A run with no load is returned as is."""
     load = load_summary(results, traces, facts=facts, chunk_tokens=chunk_tokens, under=under)

@@ -22,17 +22,17 @@ from pathlib import Path
 
 from prefilltui.commands.common import (add_analysis_args, add_hardware_args, add_output_args,
                                         analysis_options, err, say)
-from prefilltui.model.analysis import analyze
+from prefilltui.model.summary import analyze
 from prefilltui.model.sanitize import clean
-from prefilltui.measure.runfile_read import load_baseline, read_run_sessions, read_session
+from prefilltui.measure.runfile import load_baseline, read_run_sessions, read_session
 from prefilltui.model.fit import LinearFit
 from prefilltui.model.summary import RunSummary
 from prefilltui.model.types import ProbeResult, server_info_from_session
 from prefilltui.render.tables import format_depth
 from prefilltui.render.text import format_summary, summary_json
 from prefilltui.commands.load_sweep import with_load
-from prefilltui.measure.runfile_read import read_load
-from prefilltui.model.load_summary import facts_of_run, main_results
+from prefilltui.measure.runfile import read_load
+from prefilltui.model.load import facts_of_run, main_results
 from prefilltui.model.loadspec import LoadSpec
 from prefilltui.render.load_text import load_block
 from prefilltui.exit_codes import ExitCode

@@ -3,9 +3,9 @@ of a fleet for scripts and cron.
 
 Each target gets one pass of its lengths (one warm-up, then each length once, one
 probe in flight per target, at most ``--parallel`` targets at a time), the same
-analysis as ``sweep`` (``analysis.analyze``), the overview's row (``model.fleet``),
+analysis as ``sweep`` (``analysis.analyze``), the overview's row (``model.fleet.rows``),
 the advisor's lines, and the exporter's alert rules judged on the pass
-(``model.health``: the same thresholds as deploy/prefilltui-alerts.yml).  Exit code:
+(``model.fleet.health``: the same thresholds as deploy/prefilltui-alerts.yml).  Exit code:
 0 every target healthy, 4 (``ExitCode.UNHEALTHY``) at least one is not (down, probe
 errors, throughput below its baseline, fixed cost high), 2 a usage error.
 """
@@ -30,11 +30,11 @@ from prefilltui.commands.fleet import (default_run_dir, fleet_targets, local_hos
 from prefilltui.exit_codes import ExitCode
 from prefilltui.exporter.config import TargetConfig
 from prefilltui.model import defaults
-from prefilltui.model.advisor import CacheFinding, advise, target_inputs
-from prefilltui.model.analysis import analyze
+from prefilltui.model.fleet import CacheFinding, advise, target_inputs
+from prefilltui.model.summary import analyze
 from prefilltui.model.fleet import RecentProbes, fleet_row
 from prefilltui.model.redact import display_url
-from prefilltui.model.status import FleetStatus, TargetStatus
+from prefilltui.model.fleet import FleetStatus, TargetStatus
 from prefilltui.options import AnalysisOptions, RunFileOptions, SessionOptions, TelemetryOptions
 
 #: Targets probed at the same time by default.

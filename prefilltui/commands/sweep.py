@@ -2,7 +2,7 @@
 
 Runs the same SweepRunner the TUI uses (warm-up, randomized order, one probe in
 flight), appends every probe to the run file, and prints the run's ``RunSummary``
-(``model.analysis.analyze``): the per-length table and the fit TTFT = a + b*n with the
+(``model.summary.analysis.analyze``): the per-length table and the fit TTFT = a + b*n with the
 analysis (``render/text.py``).  ``--format json`` prints the summary's JSON
 (docs/schema.md; the same as ``report --format json`` of the run file, plus ``live``);
 progress then goes to stderr.  Exit: 0 the sweep ran (even with failed probes), 2 usage error,
@@ -24,8 +24,8 @@ from prefilltui.commands.common import (add_analysis_args, add_depth_arg, add_ha
                                         say, session_options)
 from prefilltui.commands.load_sweep import (LoadFailed, run_probes, session_facts_of_load,
                                             stall_part, with_load)
-from prefilltui.model.load_summary import main_results
-from prefilltui.model.analysis import analyze, plain_summary
+from prefilltui.model.load import main_results
+from prefilltui.model.summary import analyze, plain_summary
 from prefilltui.model.redact import display_url
 from prefilltui.model.summary import LiveFacts, RunSummary
 from prefilltui.model.units import ms
@@ -124,7 +124,7 @@ def _run_depth_phase(design: SweepDesign, session: Session, lengths: list[int], 
 
     from prefilltui.measure.depth import run_depths
     from prefilltui.measure.server import ServerUnreachable
-    from prefilltui.measure.sweep_config import cap_for_context
+    from prefilltui.measure.sweep import cap_for_context
 
     out: list[ProbeResult] = []
 

@@ -41,7 +41,7 @@ prefilltui_ttft_window_median_seconds           gauge      window median TTFT by
 prefilltui_verdict                              stateset   analysis verdict level
 prefilltui_ttft_component_seconds               gauge      window median by ``component``:
                                                            overhead, queue, prefill
-prefilltui_ttft_cause                           stateset   why TTFT is high (model.verdict):
+prefilltui_ttft_cause                           stateset   why TTFT is high (model.diagnosis.verdict):
                                                            queueing, head_of_line, ...
 prefilltui_ttft_cause_seconds                   gauge      seconds of TTFT each cause that
                                                            holds explains, by ``cause``
@@ -95,7 +95,7 @@ from prefilltui import __version__
 from prefilltui.exporter.snapshot import TargetSnapshot
 from prefilltui.model.sanitize import clean
 from prefilltui.model.summary import VERDICTS
-from prefilltui.model.verdict import CAUSES
+from prefilltui.model.diagnosis import CAUSES
 
 LABELS = ("target", "model")
 

@@ -40,10 +40,10 @@ from typing import Any, Literal
 
 from prefilltui.measure.server import url_problem
 from prefilltui.model import limits, localfile
-from prefilltui.model.catalog import known_names
-from prefilltui.model.gpu_catalog import lookup_gpu
+from prefilltui.model.roofline import known_names
+from prefilltui.model.roofline import lookup_gpu
 from prefilltui.model.loadspec import LoadSpec, parse_load
-from prefilltui.model.health import HANG_AFTER_S
+from prefilltui.model.fleet import HANG_AFTER_S
 from prefilltui.model.redact import display_url, scrub_secrets
 from prefilltui.options import (AnalysisOptions, OtlpOptions, ProbeOptions, RooflineSpec,
                                 read_model_config)
@@ -65,7 +65,7 @@ RUN_FILE_KEEP = 3
 #: A probe in flight longer than this (s) is a hang (``hang_after``), unless the window
 #: holds a probe a third as slow (``health.hang_threshold``): with the default 15 s
 #: interval, scrape and evaluation, ``PrefillProbeHung`` fires within 78 s of a hang.
-DEFAULT_HANG_AFTER_S = HANG_AFTER_S  # model.health: the rules' own default
+DEFAULT_HANG_AFTER_S = HANG_AFTER_S  # model.fleet.health: the rules' own default
 #: A fit whose newest probe is older than this many intervals is stale (``stale_after``
 #: default: 4 x 15 s = 60 s, three missed probes): the throughput alerts ignore it.
 STALE_INTERVALS = 4.0

@@ -15,7 +15,7 @@ from typing import Iterable, Literal
 
 from prefilltui.exporter.config import TargetConfig
 from prefilltui.model.fit import LinearFit
-from prefilltui.model.health import HANG_SLOWEST_FACTOR, hang_threshold_s, roofline_expected
+from prefilltui.model.fleet import HANG_SLOWEST_FACTOR, hang_threshold_s, roofline_expected
 from prefilltui.model.types import ProbeResult
 
 BaselineSource = Literal["config", "baseline_run", "roofline"]
@@ -25,7 +25,7 @@ BaselineSource = Literal["config", "baseline_run", "roofline"]
 _SERIES_S = (0.005, 0.01, 0.02, 0.05, 0.1, 0.2, 0.5, 1.0, 2.0, 5.0, 10.0, 20.0, 50.0, 100.0,
              200.0, 500.0, 1000.0)
 # The hang threshold and the roofline baseline are the alert rules' own, shared with
-# the fleet overview and ``status`` (model/health.py judges the same rules on a snapshot).
+# the fleet overview and ``status`` (model/fleet/health.py judges the same rules on a snapshot).
 __all__ = ["HANG_SLOWEST_FACTOR", "roofline_expected", "hang_threshold", "explicit_baseline",
            "baseline_fit",
            "length_medians", "ttft_buckets", "Expected", "BaselineSource"]
@@ -56,7 +56,7 @@ def baseline_fit(cfg: TargetConfig) -> LinearFit | None:
     """
     if not cfg.baseline_run:
         return None
-    from prefilltui.measure.runfile_read import load_baseline
+    from prefilltui.measure.runfile import load_baseline
 
     try:
         fit = load_baseline(cfg.baseline_run)
@@ -89,7 +89,7 @@ def explicit_baseline(cfg: TargetConfig, fit: LinearFit | None = None) -> Expect
 def hang_threshold(cfg: TargetConfig, window: Iterable[ProbeResult]) -> float:
     """Seconds a probe may be in flight before it is a hang: ``cfg.hang_after_s``, or
     ``HANG_SLOWEST_FACTOR`` x the slowest TTFT in the window when that is longer
-    (``model.health.hang_threshold_s``)."""
+    (``model.fleet.health.hang_threshold_s``)."""
     return hang_threshold_s(cfg.hang_after_s, (r.ttft_s for r in window))
 
 

@@ -2,7 +2,7 @@
 
 ``LoadFigures`` is published only for a target whose config asks for a load
 (``load = "decode:2"``): a monitor never loads a production server by default.  The
-verdict ("why is TTFT high?", ``model.verdict``) comes with every target's window
+verdict ("why is TTFT high?", ``model.diagnosis.verdict``) comes with every target's window
 summary (``RunSummary.ttft_verdict``): it costs the server nothing.  Computed in the
 prober's thread after each probe, read by the collector from the frozen snapshot (no
 I/O at scrape time).
@@ -13,9 +13,9 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any, Sequence
 
-from prefilltui.model.stall import itl_quantiles
+from prefilltui.model.load import itl_quantiles
 from prefilltui.model.types import ProbeResult
-from prefilltui.model.percentiles import finite_median
+from prefilltui.model.fit import finite_median
 
 #: The span of decode gaps the ITL quantiles cover (s): the last minute.
 ITL_SPAN_S = 60.0

@@ -111,7 +111,7 @@ class TargetSnapshot:
 
     @property
     def ttft_cause(self) -> str | None:
-        """Why TTFT is high over the window (``model.verdict``), None before a summary."""
+        """Why TTFT is high over the window (``model.diagnosis.verdict``), None before a summary."""
         v = self.summary.ttft_verdict if self.summary is not None else None
         return v.cause if v is not None else None
 

@@ -37,8 +37,9 @@ from prefilltui.exporter.health import (Expected, baseline_fit, explicit_baselin
                                         ttft_buckets)
 from prefilltui.exporter.load_figures import LoadFigures, load_figures
 from prefilltui.exporter.snapshot import LengthHistogram, TargetSnapshot
-from prefilltui.model.verdict import (Expectation, HeldExpectation, throughput_expectation,
-                                     ttft_verdict)
+from prefilltui.model.diagnosis import (
+    Expectation, HeldExpectation, throughput_expectation, ttft_verdict,
+)
 from prefilltui.options import (LoadOptions, RunFileOptions, SessionOptions, SweepDesign,
                                 TelemetryOptions)
 
@@ -74,8 +75,8 @@ def window_health(window: list[ProbeResult], info: ServerInfo | None, cfg: Targe
     which follows a slowdown (a true 2x slower prefill read 1.50x at +26 s, then
     0.97x).  ``verdict_inputs``: ``ttft_verdict`` keyword arguments (the users'
     window and spans; ``hold`` keeps their reference).  Never raises for bad data."""
-    from prefilltui.model.analysis import analyze
-    from prefilltui.model.running_fit import RunningFit
+    from prefilltui.model.summary import analyze
+    from prefilltui.model.fit import RunningFit
 
     rf = RunningFit(window=max(3, len(window)))
     for r in window:

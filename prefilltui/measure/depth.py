@@ -20,7 +20,7 @@ be restored from the host-memory prompt cache (``--cache-ram``), so sequential d
 probes reuse the prefix whatever the number of slots; the verification above is what
 proves it on a given server.
 
-Formula (``prefilltui.model.flops``; an estimate): matmul FLOPs of n new tokens after
+Formula (``prefilltui.model.roofline.flops``; an estimate): matmul FLOPs of n new tokens after
 D cached ones = linear·n + 4*L*d_attn*(D*n + n(n+1)/2) + the LM head once, i.e. per
 new token linear + 4*L*d_attn*(D + (n+1)/2).  ``expected_slope`` is the least-squares slope of that
 curve over the probes' own new-token counts, so the expected ratio between depths

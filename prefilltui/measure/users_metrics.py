@@ -18,7 +18,7 @@ from collections import deque
 from typing import Callable
 
 from prefilltui.model.fit import LinearFit
-from prefilltui.model.metrics.users import UsersCounters, parse_users, users_from_metrics
+from prefilltui.model.metrics import UsersCounters, parse_users, users_from_metrics
 from prefilltui.model.types import ProbeResult
 from prefilltui.model.users import TraceStats, UserRequest, UsersWindow
 

@@ -12,12 +12,12 @@ import statistics
 from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Iterable, Sequence
 
-from prefilltui.model import flops
+from prefilltui.model.roofline import Shape, count, polynomial
 from prefilltui.model.fit import LinearFit
 from prefilltui.model.types import JsonObject, ProbeResult
 
 if TYPE_CHECKING:
-    from prefilltui.model.catalog import ModelShape
+    from prefilltui.model.roofline import ModelShape
 
 #: What the depth table's formula column compares against (an estimate).
 FORMULA = ("per new token at depth D: linear matmuls + 4*L*d_attn*(D + (n+1)/2) FLOPs "
@@ -67,7 +67,7 @@ def lengths_for_depth(lengths: Iterable[int], depth: int, cap: int | None) -> li
     return sorted({n for n in lengths if cap is None or depth + n <= cap})
 
 
-def expected_slope(xs: Sequence[float], depth: int, model: flops.Shape) -> float | None:
+def expected_slope(xs: Sequence[float], depth: int, model: Shape) -> float | None:
     """Least-squares slope (FLOPs per new token) of the request's matmul FLOPs
     F(n; D) = f0 + f1(D)·n + f2·n² (``flops.polynomial``, causal attention) over the
     new-token counts ``xs``; None with fewer than 2 distinct counts.  An estimate.
@@ -78,7 +78,7 @@ def expected_slope(xs: Sequence[float], depth: int, model: flops.Shape) -> float
     var = statistics.fmean([(x - mx) ** 2 for x in xs])
     mx2 = statistics.fmean([x * x for x in xs])
     cov = statistics.fmean([(x - mx) * (x * x - mx2) for x in xs])
-    _f0, f1, f2 = flops.polynomial(model, depth)
+    _f0, f1, f2 = polynomial(model, depth)
     return f1 + f2 * cov / var
 
 
@@ -116,7 +116,7 @@ class DepthRow:
     (None with too few points); mean_new_tokens; ratio: slope / depth-0 slope;
     expected_ratio: the formula's ratio and per_token_flops: the matmul FLOPs per new
     token at the mean new-token count, linear + 4·L·d_attn·(D + (n+1)/2)
-    (``model.flops``, causal; both estimates).
+    (``model.roofline.flops``, causal; both estimates).
     """
 
     depth: int
@@ -166,7 +166,7 @@ def depth_table(results: Iterable[ProbeResult], model: ModelShape | None = None
     """Slope vs depth (``DepthTable``), or None when the run has no depth probes.
     ``model``: the resolved model shape, for the formula's expected ratio."""
     from prefilltui.model.fit import fit_ols
-    from prefilltui.model.robust_fit import fit_robust
+    from prefilltui.model.fit import fit_robust
 
     results = list(results)
     by = _points(results)
@@ -215,8 +215,8 @@ def depth_table(results: Iterable[ProbeResult], model: ModelShape | None = None
     return DepthTable(tuple(out), notes)
 
 
-def _per_token(model: flops.Shape, mean_new: float, depth: int) -> float:
+def _per_token(model: Shape, mean_new: float, depth: int) -> float:
     """Matmul FLOPs per new token at ``depth`` for ``mean_new`` new tokens (the LM head,
     once per request, left out)."""
-    c = flops.count(model, mean_new, depth)
+    c = count(model, mean_new, depth)
     return (c.total - c.lm_head) / mean_new

@@ -1,12 +1,12 @@
 """What background load to put on the target while probing (``--load``), as a frozen
-record, and its parser.  Pure: the load itself runs in ``measure/load.py``.
+record, and its parser.  Pure: the load itself runs in ``measure/load/generator.py``.
 
 Two kinds (docs/load.md):
 
 - ``decode:N`` keeps N decode streams open: short prompts, long outputs
   (``ignore_eos`` where the server takes it), each restarted when it ends.  Every
   token's arrival is recorded, so what a probe's prefill does to the decodes beside
-  it can be measured (``model/stall.py``).
+  it can be measured (``model/load/stall.py``).
 - ``rate:R,tokens:L`` sends open-loop Poisson arrivals: R requests/s, prompts of L
   tokens, a few output tokens each.
 

@@ -17,8 +17,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field, replace
 from prefilltui.model import defaults
-from prefilltui.model.catalog import ModelShape, lookup_model, model_from_config
-from prefilltui.model.gpu_catalog import Hardware, lookup_gpu
+from prefilltui.model.roofline import ModelShape, lookup_model, model_from_config
+from prefilltui.model.roofline import Hardware, lookup_gpu
 from prefilltui.model.types import Dtype, FitMethod, ServerInfo
 
 

@@ -147,7 +147,7 @@ class ProbeResult:
     # ``load_level`` is decode streams or requests/s; 0 is the idle level of a sweep.
     load_kind: LoadKind | None = None
     load_level: float | None = None
-    # what this probe's prefill did to the decode streams (``model.stall``), seconds:
+    # what this probe's prefill did to the decode streams (``model.load.stall``), seconds:
     # the longest gap overlapping the window minus the median gap without a probe
     # (stall), the extra decode time summed over the window (excess), that median gap,
     # the decode tokens that arrived inside the window and the streams measured
@@ -185,7 +185,7 @@ class ProbeResult:
         """True when this probe may enter the idle-server fit: ok, not warm-up, no
         cache hit, a TTFT, a server-counted (or requested) prompt length, and no
         background load running (``load_level`` None or 0): a probe under load is
-        fitted only with its own level (``model.levels``)."""
+        fitted only with its own level (``model.load.levels``)."""
         return self.level_eligible and not self.load_level
 
     @property

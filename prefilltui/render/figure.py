@@ -4,7 +4,7 @@
 fit, the fitted line, probes left out (warm-up, cache hits) and, when the run has
 ``--depth`` probes, one series per context depth against the *new* tokens after the
 cached prefix, each with its own fitted line.  ``d`` is the run's ``RunSummary``
-(``model.analysis.analyze``; its ``depth`` table when the run has one).  ``html_page``
+(``model.summary.analysis.analyze``; its ``depth`` table when the run has one).  ``html_page``
 embeds the same SVG, the summary's per-length table, the depth table and the text summary.  Plain strings, no
 external resources (fonts, scripts, images), so a file opens anywhere, offline.
 Data in seconds; the figure shows ms (and µs per token).

@@ -26,7 +26,7 @@ SPARK = "▁▂▃▄▅▆▇█"
 @dataclass(frozen=True, slots=True)
 class Column:
     """key; title; width (characters); priority (0: always shown, higher: dropped first
-    on a narrow terminal); align "<" or ">"; sort: the ``model.fleet.SORT_KEYS`` key a
+    on a narrow terminal); align "<" or ">"; sort: the ``model.fleet.rows.SORT_KEYS`` key a
     click on its title orders by (None: not sortable)."""
 
     key: str

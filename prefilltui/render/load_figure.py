@@ -13,8 +13,8 @@ from __future__ import annotations
 
 from typing import Sequence
 
-from prefilltui.model.levels import LevelTable
-from prefilltui.model.stall import StallSummary
+from prefilltui.model.load import LevelTable
+from prefilltui.model.load import StallSummary
 from prefilltui.render.figure import FONT, esc, nice_ticks, tick_text
 
 #: Okabe-Ito colours: TTFT, excess, stall; queue, prefill, overhead, rest.

@@ -3,11 +3,11 @@ tokens, the load-level table and the "why is TTFT high?" verdict (ms on screen).
 
 from __future__ import annotations
 
-from prefilltui.model.levels import LevelTable, share
-from prefilltui.model.load_summary import LoadSummary
-from prefilltui.model.stall import StallSummary
+from prefilltui.model.load import LevelTable, share
+from prefilltui.model.load import LoadSummary
+from prefilltui.model.load import StallSummary
 from prefilltui.model.units import MISSING
-from prefilltui.model.verdict import WORDS, TtftVerdict
+from prefilltui.model.diagnosis import WORDS, TtftVerdict
 
 
 def format_stall(s: StallSummary | None, level: float | None = None) -> list[str]:

@@ -6,7 +6,7 @@ from __future__ import annotations
 import json
 
 from prefilltui.model.sanitize import clean
-from prefilltui.model.status import FleetStatus
+from prefilltui.model.fleet import FleetStatus
 from prefilltui.render.fleet import table
 
 
@@ -41,5 +41,5 @@ def format_status(status: FleetStatus, width: int = 100, ref_tokens: int = 1024)
 
 
 def status_json(status: FleetStatus) -> str:
-    """One JSON object (schema ``model.status.SCHEMA``)."""
+    """One JSON object (schema ``model.fleet.status.SCHEMA``)."""
     return json.dumps(status.to_json(), indent=2, allow_nan=False)

@@ -6,11 +6,11 @@ and returns text; ms and µs on screen, estimates labelled.
 
 from __future__ import annotations
 
-from prefilltui.model.breakdown import Breakdown
-from prefilltui.model.catalog import ModelShape
-from prefilltui.model.gpu_catalog import Hardware
+from prefilltui.model.diagnosis import Breakdown
+from prefilltui.model.roofline import ModelShape
+from prefilltui.model.roofline import Hardware
 from prefilltui.model.depth import DepthTable
-from prefilltui.model.diagnose import Diagnosis
+from prefilltui.model.diagnosis import Diagnosis
 from prefilltui.model.roofline import MatmulEstimate, PrefillEstimate
 from prefilltui.model.units import MISSING, duration
 from prefilltui.render.text import finite

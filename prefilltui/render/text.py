@@ -15,11 +15,11 @@ from typing import Callable, Sequence
 
 from prefilltui.model import units
 from prefilltui.model.fit import LinearFit
-from prefilltui.model.intercept import FixedCost, physical_ci
-from prefilltui.model.percentiles import Quantiles, TtftPercentiles
+from prefilltui.model.fit import FixedCost, physical_ci
+from prefilltui.model.fit import Quantiles, TtftPercentiles
 from prefilltui.model.sanitize import clean
 from prefilltui.model.summary import RunSummary
-from prefilltui.model.until_ci import Progress
+from prefilltui.model.fit import Progress
 from prefilltui.model.units import MISSING
 
 

@@ -30,7 +30,7 @@ from prefilltui.model.fit import LinearFit
 from prefilltui.model.fleet import FleetLoad
 from prefilltui.model.metrics import MetricsSample
 from prefilltui.model.pacing import Pacing
-from prefilltui.model.running_fit import RunningFit
+from prefilltui.model.fit import RunningFit
 from prefilltui.model.sanitize import clean
 from prefilltui.model.spec import AnalysisOptions
 from prefilltui.model.types import FitMethod
@@ -51,7 +51,7 @@ class PrefillApp(App[int]):
     feeds: the targets; themes / theme: the theme set and the one to start with;
     clock: perf_counter-compatible "now" for the gauges; replot_hz / gauge_hz: redraw
     rates; problems: said once at start; on_ready(app): called once the runners are
-    started; load: the fleet's own probing load (``model.fleet.FleetLoad``, the overview
+    started; load: the fleet's own probing load (``model.fleet.rows.FleetLoad``, the overview
     states it);
     ref_tokens: the prompt length of the overview's TTFT column.
     """
@@ -338,11 +338,11 @@ def build_app(runner_factory: RunnerFactory, sampler: TelemetrySource | None = N
     """The one-target app (today's dashboard): the factory for the CLI and the tests.
 
     runner_factory(on_result, on_state) -> runner with start/stop/pause/resume/burst/
-    set_range/state/server_info (``measure.sweep.SweepRunner`` or a fake).  sampler: an
+    set_range/state/server_info (``measure.sweep.runner.SweepRunner`` or a fake).  sampler: an
     object with ``snapshot() -> TelemetrySnapshot`` (already started) or None.
     analysis: the fit shown, the window and the roofline inputs (``fit_method`` /
     ``window`` override its fields); baseline: the ``--baseline`` run's fit; load: the
-    background load (``measure.load.LoadGenerator``, started by the caller).  Other
+    background load (``measure.load.generator.LoadGenerator``, started by the caller).  Other
     keyword arguments go to ``PrefillApp`` (clock, replot_hz, gauge_hz, on_ready,
     sub_title: a line shown on screen, e.g. the demo server's URL, ...).
     max_results: probes kept in memory (default: ``KEEP_WITH_RUN_FILE`` with a run

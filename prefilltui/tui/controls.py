@@ -98,7 +98,7 @@ class SweepControls:
         if feed.context_cap is None:
             ctx = feed.info.context_tokens if feed.info is not None else None
             if ctx:
-                from prefilltui.measure.sweep_config import cap_for_context
+                from prefilltui.measure.sweep import cap_for_context
 
                 feed.context_cap = cap_for_context(ctx)
         if feed.context_cap:

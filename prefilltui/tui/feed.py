@@ -21,18 +21,17 @@ from prefilltui.measure.otlp import UsersTrace
 from prefilltui.measure.users_metrics import UsersMetrics
 from prefilltui.measure.telemetry import TelemetrySnapshot
 from prefilltui.model import defaults
-from prefilltui.model.advisor import (ITL_GOAL_S, Advice, CacheFinding, advise,
-                                     target_inputs)
+from prefilltui.model.fleet import ITL_GOAL_S, Advice, CacheFinding, advise, target_inputs
 from prefilltui.model.fit import LinearFit
 from prefilltui.model.fleet import RecentProbes
-from prefilltui.model.health import HANG_AFTER_S
-from prefilltui.model.live import LiveSummary
+from prefilltui.model.fleet import HANG_AFTER_S
+from prefilltui.model.summary import LiveSummary
 from prefilltui.model.metrics import MetricsSample
 from prefilltui.model.pacing import Pacing
 from prefilltui.model.spec import AnalysisOptions
 from prefilltui.model.summary import LiveFacts, RunSummary
 from prefilltui.model.types import FitScope, ProbeResult, RunnerState, ServerInfo
-from prefilltui.model.until_ci import Progress
+from prefilltui.model.fit import Progress
 from prefilltui.model.users import UsersWindow
 from prefilltui.render.users import users_lines
 
@@ -45,7 +44,7 @@ class TelemetrySource(Protocol):
 
 
 class Runner(Protocol):
-    """What the app drives and reads: ``measure.sweep.SweepRunner`` (or a test's fake)."""
+    """What the app drives and reads: ``measure.sweep.runner.SweepRunner`` (or a test's fake)."""
 
     state: RunnerState
     state_detail: str
@@ -153,7 +152,7 @@ class TargetFeed:
         self.runner: Runner | None = None
         self.live = LiveSummary(config.analysis)  # the idle fit: no probe under load
         #: each background-load level's own summary (probes under that load, fitted as
-        #: if idle there: ``model.levels``)
+        #: if idle there: ``model.load.levels``)
         self.levels: dict[float, LiveSummary] = {}
         self.results: deque[ProbeResult] = deque(maxlen=config.max_results)
         self.windows: deque[tuple[float, float]] = deque(maxlen=256)
@@ -326,7 +325,7 @@ class TargetFeed:
         return snap.fit if snap is not None else None
 
     def advice(self, summary: RunSummary) -> tuple[Advice, ...]:
-        """What the advisor makes of this target's measurements (``model.advisor``)."""
+        """What the advisor makes of this target's measurements (``model.fleet.advisor``)."""
         sample = self.config.metrics() if self.config.metrics is not None else None
         return advise(target_inputs(summary, self.info, self.recent_results(),
                                     cache=self.cache, itl_goal_s=self.config.itl_goal_s,

@@ -3,7 +3,7 @@
 ``FleetScreen(feeds)`` is the default screen of ``prefilltui URL URL ...`` /
 ``prefilltui --config targets.toml``.  A top line counts the targets by health and
 states the monitor's own load; the table (``widgets.fleet_table``) has one row per
-target (``model.fleet.fleet_row`` over its live summary); the pane below says, for
+target (``model.fleet.rows.fleet_row`` over its live summary); the pane below says, for
 the target under the cursor, its URL, GPU source, the alert rules that hold, the
 verdict and the advisor's lines.
 

@@ -113,7 +113,7 @@ class Jobs:
                        and runner.state not in ("paused", "stopped", "failed", "done")
                        and time.monotonic() < deadline):
                     time.sleep(0.05)
-                finding = checker()  # a model.advisor.CacheFinding
+                finding = checker()  # a model.fleet.advisor.CacheFinding
                 self.post(CacheCheckDone(finding.line, detail=finding))
             except Exception as exc:
                 self.post(CacheCheckDone(f"cache check failed: {exc}", ok=False))

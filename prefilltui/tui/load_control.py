@@ -1,7 +1,7 @@
 """The dashboard's background-load part: the ``l`` key, the decode row on the gauges'
 time axis, the status words and the stats lines.
 
-``LoadControl(gen, feed, notify)`` is given the load (``measure.load.LoadGenerator``,
+``LoadControl(gen, feed, notify)`` is given the load (``measure.load.generator.LoadGenerator``,
 which runs in its own thread: this only reads its snapshots, ``traces()`` and
 ``describe()``, and calls ``start``/``set_level``, which return at once), the target's
 feed (its probes) and where to say things.  Without ``--load`` the dashboard has

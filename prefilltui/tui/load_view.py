@@ -12,10 +12,10 @@ from typing import Any, Sequence
 
 from prefilltui.model.fit import LinearFit
 from prefilltui.model.sanitize import clean
-from prefilltui.model.stall import DecodeTrace, gap_series
+from prefilltui.model.load import DecodeTrace, gap_series
 from prefilltui.model.types import ProbeResult
 from prefilltui.model.units import MISSING
-from prefilltui.model.verdict import Expectation, HeldExpectation, TtftVerdict, ttft_verdict
+from prefilltui.model.diagnosis import Expectation, HeldExpectation, TtftVerdict, ttft_verdict
 
 #: A decode gap at least this many baseline gaps long (and 20 ms over it) is a stall
 #: on the decode row.

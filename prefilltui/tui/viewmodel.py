@@ -2,7 +2,7 @@
 
 No textual import, no I/O: the dashboard calls these on its throttled tick and hands
 the results to the widgets.  The stats panel is a view of the run's ``RunSummary``
-(kept up to date probe by probe by ``model.live.LiveSummary``, the same record
+(kept up to date probe by probe by ``model.summary.live.LiveSummary``, the same record
 ``analyze`` gives ``sweep`` and ``report``), plus the last probe's own figures; the
 plot's roofline lines come from the summary's model shape and hardware.
 """
@@ -16,7 +16,7 @@ from typing import Any, Callable
 from prefilltui.model.fit import LinearFit
 from prefilltui.model.sanitize import clean
 from prefilltui.model.summary import ProbeCounts, RunSummary
-from prefilltui.model.until_ci import Progress
+from prefilltui.model.fit import Progress
 from prefilltui.model.types import FitMethod, FitScope, ProbeResult
 from prefilltui.model.units import MISSING
 
@@ -75,10 +75,10 @@ class StatsView:
 def roofline_lines(summary: RunSummary | None) -> list[tuple[str, Callable[[float], float]]]:
     """The plot's expectation lines from the summary's model shape and hardware:
     (label, tokens -> expected TTFT in s) at the peak and at ``efficiency`` of it,
-    FLOPs(n) the matmul count of ``model.flops`` (causal attention, LM head once); none
+    FLOPs(n) the matmul count of ``model.roofline.flops`` (causal attention, LM head once); none
     without the layers, the attention width and a peak.  Estimates, as the legend
     says."""
-    from prefilltui.model import flops as flopcount
+    from prefilltui.model.roofline import polynomial
 
     if summary is None or summary.model is None or summary.roofline is None:
         return []
@@ -86,7 +86,7 @@ def roofline_lines(summary: RunSummary | None) -> list[tuple[str, Callable[[floa
     if not (m.params and m.layers and m.d_attn and peak):
         return []
     eff = summary.roofline.efficiency
-    k = flopcount.polynomial(m)  # matmul FLOPs of one request: f0 + f1 n + f2 n²
+    k = polynomial(m)  # matmul FLOPs of one request: f0 + f1 n + f2 n²
     return [("peak", lambda n, k=k, pk=peak: _flops(n, k) / pk),
             (f"{eff:.0%}", lambda n, k=k, pk=peak: _flops(n, k) / (pk * eff))]
 
@@ -97,9 +97,9 @@ def _flops(n: Any, k: tuple[float, float, float]) -> Any:
 
 
 def drift_warning(baseline: LinearFit | None, fit: LinearFit | None) -> str | None:
-    """``model.drift.drift``'s warning of the live fit against ``--baseline``'s, as the
+    """``model.diagnosis.baseline.drift``'s warning of the live fit against ``--baseline``'s, as the
     panel shows it ("⚠ ..."), or None."""
-    from prefilltui.model.drift import drift
+    from prefilltui.model.diagnosis import drift
 
     text = drift(baseline, fit)
     return f"⚠ {text}" if text else None
@@ -109,7 +109,7 @@ def build_stats(summary: RunSummary | None, *, which: FitScope, method: FitMetho
                 last: ProbeResult | None, device: str | None,
                 last_cached_tokens: int | None = None,
                 warnings: tuple[str, ...] = ()) -> StatsView:
-    """The StatsView: a view of the run summary (``model.live.LiveSummary``'s, the same
+    """The StatsView: a view of the run summary (``model.summary.live.LiveSummary``'s, the same
     ``RunSummary`` ``analyze`` gives) plus the last probe's own figures (tokens, overhead,
     queue, prefill), the telemetry device and extra ``warnings`` (the drift)."""
     v = StatsView(method=method, which=which, device=device, warnings=list(warnings))

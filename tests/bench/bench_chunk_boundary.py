@@ -2,7 +2,7 @@
 
     python -m tests.bench.bench_chunk_boundary URL --around 255 --streams 1 [--repeats 3]
 
-Keeps ``--streams`` decode streams on the server (``measure.load``), then sends probes
+Keeps ``--streams`` decode streams on the server (``measure.load.generator``), then sends probes
 whose prompts are exactly ``around - 1``, ``around`` and ``around + 1`` tokens as the
 server's ``/tokenize`` counts them, and prints each probe's TTFT, decode stall and
 excess and the decode tokens that arrived during its prefill (one per chunk step).

@@ -40,8 +40,8 @@ def sweep(url: str, lengths: list[int], out: Path) -> dict:
 
 def agreement(out: Path) -> dict:
     """Robust-fit throughput of TTFT and of the server's prefill time, same probes."""
-    from prefilltui.model.robust_fit import fit_robust
-    from prefilltui.measure.runfile_read import read_run
+    from prefilltui.model.fit import fit_robust
+    from prefilltui.measure.runfile import read_run
 
     rs = [r for r in read_run(out)[0] if r.fit_eligible and r.server_prefill_s is not None]
     x = [r.tokens for r in rs]
@@ -55,8 +55,8 @@ def agreement(out: Path) -> dict:
 
 
 def run_one(engine: str, budget: str, lengths: list[int]) -> dict:
-    from prefilltui.model.chunking import detect_chunking, step_test
-    from prefilltui.measure.runfile_read import read_run, read_session
+    from prefilltui.model.diagnosis.chunking import detect_chunking, step_test
+    from prefilltui.measure.runfile import read_run, read_session
     from prefilltui.model.types import server_info_from_session
 
     tmp = Path(tempfile.mkdtemp(prefix="prefilltui-bench-chunk-"))

@@ -27,8 +27,10 @@ import time
 import numpy as np
 
 from prefilltui.model.fit import fit_ols
-from prefilltui.model.robust_fit import fit_quadratic, fit_robust, fit_wls
-from prefilltui.model.running_fit import RunningFit, analyze_points
+from prefilltui.model.fit.robust import fit_quadratic, fit_wls
+from prefilltui.model.fit import fit_robust
+from prefilltui.model.fit import RunningFit
+from prefilltui.model.fit.running import analyze_points
 
 NOISE = 0.05
 OUTLIER_P = 0.05

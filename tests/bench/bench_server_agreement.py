@@ -51,7 +51,7 @@ def sweep(base_url: str, repeats: int, budget_s: float) -> list:
     lot: the sweep is cut there rather than the whole command running long)."""
     from prefilltui.measure.probe import ProbeClient
     from prefilltui.measure.sweep import SweepRunner
-    from prefilltui.measure.sweep_config import SweepConfig, make_lengths
+    from prefilltui.measure.sweep import SweepConfig, make_lengths
 
     runner = SweepRunner(lambda: ProbeClient(base_url, timeout=60.0),
                          SweepConfig(make_lengths(32, 512, 5), repeats=repeats, warmup=1,
@@ -71,7 +71,7 @@ def run(opts) -> list[Row]:
     if isinstance(where, str):
         return [skipped(SECTION, metrics[0], where, "within 5 %"),
                 skipped(SECTION, metrics[1], where)]
-    from prefilltui.model.robust_fit import fit_robust
+    from prefilltui.model.fit import fit_robust
     from prefilltui.demo.server import LlamaServer
 
     repeats, budget = (3, 45.0) if opts.quick else (6, 90.0)

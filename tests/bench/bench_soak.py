@@ -68,11 +68,11 @@ class Supervisor(threading.Thread):
 
 def soak(seconds: float, tmp: str) -> dict:
     from prefilltui.measure.probe import ProbeClient
-    from prefilltui.model.running_fit import RunningFit
+    from prefilltui.model.fit import RunningFit
     from prefilltui.measure.runfile import RunWriter
-    from prefilltui.measure.runfile_read import read_run
+    from prefilltui.measure.runfile import read_run
     from prefilltui.measure.sweep import SweepRunner
-    from prefilltui.measure.sweep_config import SweepConfig, make_lengths
+    from prefilltui.measure.sweep import SweepConfig, make_lengths
 
     log = Path(tmp) / "server.log"
     runpath = Path(tmp) / "soak.jsonl"
@@ -141,7 +141,7 @@ def soak(seconds: float, tmp: str) -> dict:
     failed_in_fit = sum(1 for r in results if not r.ok and r.ttft_s in in_fit)
     snap = fit.snapshot("all", "robust")
     tp = snap.fit.prefill_tokens_per_s if snap and snap.fit else None
-    from prefilltui.model.robust_fit import fit_robust
+    from prefilltui.model.fit import fit_robust
 
     srv_pts = [(r.tokens, r.server_prefill_s) for r in eligible if r.server_prefill_s is not None]
     sf = fit_robust([p[0] for p in srv_pts], [p[1] for p in srv_pts]) if len(srv_pts) > 2 else None

@@ -121,7 +121,7 @@ def _by_length(results, key) -> dict[int, list[float]]:
 
 def compare(segs: list[dict]) -> dict:
     """Per-length medians of TTFT and of TTFT - server time, TUI minus headless."""
-    from prefilltui.measure.runfile_read import read_run
+    from prefilltui.measure.runfile import read_run
 
     pools = {"tui": [], "headless": []}
     for s in segs:

@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from prefilltui.measure.runfile_read import read_run
+from prefilltui.measure.runfile import read_run
 from tests.unit.test_exporter import _get, _wait, prefill_server
 
 ROOT = Path(__file__).resolve().parents[2]

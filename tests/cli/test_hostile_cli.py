@@ -175,7 +175,7 @@ def test_a_second_run_on_the_same_out_is_refused_while_the_first_writes(tmp_path
 
     out = tmp_path / "r.jsonl"
     holder = subprocess.Popen(
-        [sys.executable, "-c", "import sys, time\nfrom prefilltui.measure.runfile import "
+        [sys.executable, "-c", "import sys, time\nfrom prefilltui.measure.runfile.writer import "
          "RunWriter\nw = RunWriter(sys.argv[1])\nprint('held', flush=True)\ntime.sleep(60)",
          str(out)], stdout=subprocess.PIPE, text=True)
     try:

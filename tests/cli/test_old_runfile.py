@@ -8,7 +8,7 @@ import json
 from pathlib import Path
 
 from prefilltui.cli import main
-from prefilltui.measure.runfile_read import read_run
+from prefilltui.measure.runfile import read_run
 
 OLD = Path(__file__).parents[1] / "fixtures" / "runfile_3cadfd7.jsonl"
 

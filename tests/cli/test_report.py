@@ -72,7 +72,7 @@ def test_report_reads_the_run_as_the_sweep_saw_it(tmp_path, capsys):
     telemetry saw, so `report` resolves the same peak and params as the sweep (before
     it, report of an H200 run said "unknown peak")."""
     from prefilltui.measure.runfile import RunWriter
-    from prefilltui.measure.runfile_read import read_run, read_session
+    from prefilltui.measure.runfile import read_run, read_session
 
     path = tmp_path / "run.jsonl"
     w = RunWriter(path)

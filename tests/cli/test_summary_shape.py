@@ -7,7 +7,7 @@ from __future__ import annotations
 import json
 
 from prefilltui.cli import main
-from prefilltui.model.summary import SCHEMA
+from prefilltui.model.summary.run import SCHEMA
 from tests.fakeserver import llama_routes
 from tests.unit.test_depth import AttentionLlama
 

@@ -6,7 +6,7 @@ import pytest
 
 from tests.fakeserver import Reply, models_reply, sse_data, sse_done, sse_text
 from prefilltui.cli import main
-from prefilltui.measure.runfile_read import read_run
+from prefilltui.measure.runfile import read_run
 
 SECRET = "sk-test-SECRET-0123456789"
 
@@ -50,7 +50,7 @@ def test_json_summary_and_key_never_leaks(fake_server, tmp_path, capsys, monkeyp
     assert SECRET not in cap.out + cap.err + out.read_text()
     assert "***" in out.read_text()  # the echoed key was scrubbed from the error message
     # the run file's session line keeps what discovery learned, for `report`
-    from prefilltui.measure.runfile_read import read_session
+    from prefilltui.measure.runfile import read_session
     assert read_session(out)["server"] == {"kind": "vllm", "model": "m", "context_tokens": 8192,
                                            "params": None, "hidden": None, "layers": None,
                                            "n_batch": None, "n_ubatch": None,
@@ -88,7 +88,7 @@ def test_all_failed_exit_3(fake_server, tmp_path, capsys):
 
 def test_always_rate_limited_one_pass_sweep_ends_exit_3(fake_server, tmp_path, capsys,
                                                        monkeypatch):
-    from prefilltui.measure import sweep_config as sweep_mod
+    from prefilltui.measure.sweep import config as sweep_mod
     monkeypatch.setattr(sweep_mod, "MIN_RATE_LIMIT_WAIT_S", 0.01)  # "-5" -> 0.01 s here
     srv = fake_server({"GET /v1/models": models_reply(),
                        "POST /v1/completions": Reply.json({"error": {"message": "slow"}},

@@ -14,7 +14,7 @@ import time
 import httpx
 
 from prefilltui.cli import main
-from prefilltui.measure.runfile_read import read_run
+from prefilltui.measure.runfile import read_run
 from tests.fakeserver import Reply, models_reply, sse_data, sse_done, sse_text
 from tests.unit.otlp_bodies import export
 

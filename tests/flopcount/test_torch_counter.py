@@ -21,7 +21,7 @@ from pathlib import Path
 import pytest
 
 from prefilltui.demo.steps import cache_root
-from prefilltui.model import flops
+from prefilltui.model.roofline import flops
 from tests.unit.test_flops import counter_shape
 
 SCRIPT = Path(__file__).with_name("count_torch.py")

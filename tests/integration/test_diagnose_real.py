@@ -18,7 +18,7 @@ import httpx
 import pytest
 
 from prefilltui.demo.server import LlamaServer
-from prefilltui.model.breakdown import breakdown
+from prefilltui.model.diagnosis.ttft_breakdown import breakdown
 from prefilltui.model.metrics import delta
 from prefilltui.measure.metrics_hook import MetricsHook, MetricsReader
 from prefilltui.measure.prefix_cache import cache_check

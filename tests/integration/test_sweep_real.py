@@ -15,9 +15,9 @@ import pytest
 from prefilltui.cli import main
 from prefilltui.measure.probe import ProbeClient
 from prefilltui.measure.runfile import RunWriter
-from prefilltui.measure.runfile_read import read_run
+from prefilltui.measure.runfile import read_run
 from prefilltui.measure.sweep import SweepRunner
-from prefilltui.measure.sweep_config import SweepConfig
+from prefilltui.measure.sweep import SweepConfig
 
 pytestmark = pytest.mark.integration
 

@@ -17,7 +17,7 @@ import httpx
 import pytest
 
 from prefilltui.cli import main
-from prefilltui.measure.runfile_read import read_run
+from prefilltui.measure.runfile import read_run
 
 pytestmark = [pytest.mark.integration, pytest.mark.vllm, pytest.mark.timeout(900)]
 

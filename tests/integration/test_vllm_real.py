@@ -24,14 +24,14 @@ from pathlib import Path
 import pytest
 
 from prefilltui.cli import main
-from prefilltui.model import flops
-from prefilltui.model.catalog import model_from_config
-from prefilltui.model.chunking import detect_chunking, step_test
+from prefilltui.model.roofline import flops
+from prefilltui.model.roofline import model_from_config
+from prefilltui.model.diagnosis.chunking import detect_chunking, step_test
 from prefilltui.measure.metrics_hook import MetricsHook
 from prefilltui.measure.prefix_cache import cache_check
 from prefilltui.measure.probe import ProbeClient
 from prefilltui.model.prompts import build_prompt
-from prefilltui.measure.runfile_read import read_run, read_session
+from prefilltui.measure.runfile import read_run, read_session
 from prefilltui.model.types import server_info_from_session
 from tests.integration.conftest import VLLM_BUDGET
 

@@ -10,7 +10,7 @@ from tests.tui.fakes import NOW, FakeClient, FakeRunner, FakeSampler, make_resul
 
 from prefilltui.model.pacing import Pacing
 from prefilltui.measure.sweep import SweepRunner
-from prefilltui.measure.sweep_config import SweepConfig
+from prefilltui.measure.sweep import SweepConfig
 from prefilltui.tui.app import build_app
 from prefilltui.tui.widgets.gauges import HIGHLIGHT, HistorySpark
 from prefilltui.tui.widgets.probe_log import ProbeLog

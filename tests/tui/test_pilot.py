@@ -263,7 +263,7 @@ async def test_cpu_gauge_na_reason_and_unavailable():
 async def test_cache_check_runs_in_worker_and_resumes():
     calls = []
 
-    from prefilltui.model.advisor import CacheFinding
+    from prefilltui.model.fleet import CacheFinding
 
     def checker():
         calls.append("check")
@@ -421,7 +421,7 @@ async def test_capped_lengths_and_until_ci_progress_are_shown():
     """The runner's cap note becomes a notification and "(context cap)" on the status
     line; its repeat-until-confident progress shows as "CI ±x→±target %" and the
     final "done" line (how many probes it took) is notified."""
-    from prefilltui.model.until_ci import Progress
+    from prefilltui.model.fit import Progress
 
     app, h = _app()
     async with app.run_test(size=(120, 30)) as pilot:

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from tests.tui.fakes import fixed_results, make_result
 
-from prefilltui.model.live import LiveSummary
+from prefilltui.model.summary import LiveSummary
 from prefilltui.model.summary import ProbeCounts
 from prefilltui.model.types import ServerInfo
 from prefilltui.tui.viewmodel import build_stats, status_line
@@ -110,7 +110,7 @@ def test_status_line_words():
 
 
 def test_status_line_until_ci_and_context_cap():
-    from prefilltui.model.until_ci import Progress
+    from prefilltui.model.fit import Progress
 
     c = ProbeCounts()
     prog = Progress(target_pct=2.0, half_width_pct=3.14, probes=40, fit_points=39,
@@ -161,7 +161,7 @@ def test_ticks_and_si():
 def test_baseline_drift_warning_in_stats():
     from tests.tui.fakes import make_result as mk
 
-    from prefilltui.model.robust_fit import fit_robust
+    from prefilltui.model.fit import fit_robust
     from prefilltui.tui.viewmodel import drift_warning
 
     xs = [32, 64, 128, 256, 512, 1024, 2048, 4096]

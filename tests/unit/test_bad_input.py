@@ -15,13 +15,13 @@ from tests.fakeserver import Reply, models_reply, sse_data, sse_done, sse_text
 from prefilltui.cli import main
 from prefilltui.commands.argtypes import _efficiency, _non_negative_float, _positive_float, _sample_hz
 from prefilltui.measure import server as srv
-from prefilltui.model.catalog import model_from_config
-from prefilltui.model.diagnose import summarize_diagnosis
+from prefilltui.model.roofline import model_from_config
+from prefilltui.model.diagnosis import summarize_diagnosis
 from prefilltui.render.tables import format_diagnosis
 from prefilltui.measure.probe import ProbeClient
 from prefilltui.measure.probe.errors import parse_retry_after
 from prefilltui.measure.runfile import RunWriter
-from prefilltui.measure.runfile_read import read_run
+from prefilltui.measure.runfile import read_run
 from prefilltui.model.types import ProbeResult
 
 SECRET = "sk-SECRET123-bad-input"
@@ -361,7 +361,7 @@ def test_key_with_surrounding_whitespace_is_stripped(fake_server):
 
 def test_continuous_sweep_backs_off_on_http_errors(fake_server):
     from prefilltui.measure.sweep import SweepRunner
-    from prefilltui.measure.sweep_config import SweepConfig
+    from prefilltui.measure.sweep import SweepConfig
     s = fake_server({"GET /v1/models": models_reply("m"),
                      "POST /v1/completions": Reply.json({"error": "no"}, status=401)})
     runner = SweepRunner(lambda: ProbeClient(s.base_url, timeout=5),
@@ -374,7 +374,8 @@ def test_continuous_sweep_backs_off_on_http_errors(fake_server):
 
 def test_sweep_rate_limit_wait_has_a_floor(fake_server):
     from prefilltui.measure.sweep import SweepRunner
-    from prefilltui.measure.sweep_config import MIN_RATE_LIMIT_WAIT_S, SweepConfig
+    from prefilltui.measure.sweep.config import MIN_RATE_LIMIT_WAIT_S
+    from prefilltui.measure.sweep import SweepConfig
     s = fake_server({"GET /v1/models": models_reply("m"),
                      "POST /v1/completions": Reply.json({"error": "slow"}, status=429,
                                                         headers={"Retry-After": "0"})})
@@ -387,7 +388,7 @@ def test_sweep_rate_limit_wait_has_a_floor(fake_server):
 
 
 def test_rate_limit_wait_is_clamped_to_a_sane_range():
-    from prefilltui.measure.sweep_config import rate_limit_wait
+    from prefilltui.measure.sweep.config import rate_limit_wait
     assert parse_retry_after("-5") == 0.0
     assert rate_limit_wait(parse_retry_after("-5"), 1.0) == 1.0  # not a 0.5 s busy loop
     assert rate_limit_wait(1e9, 1.0) == 60.0 and rate_limit_wait(None, 4.0) == 4.0
@@ -395,7 +396,7 @@ def test_rate_limit_wait_is_clamped_to_a_sane_range():
 
 def test_continuous_sweep_rate_limited_with_negative_retry_after_backs_off(fake_server):
     from prefilltui.measure.sweep import SweepRunner
-    from prefilltui.measure.sweep_config import SweepConfig
+    from prefilltui.measure.sweep import SweepConfig
     s = fake_server({"GET /v1/models": models_reply("m"),
                      "POST /tokenize": Reply.json({"tokens": [1] * 16}),
                      "POST /v1/completions": Reply.json({"error": "slow"}, status=429,

@@ -210,7 +210,7 @@ async def test_a_load_request_is_bounded_too():
     import threading
     from types import SimpleNamespace
 
-    from prefilltui.measure.load_request import LoadFault, send_load_request
+    from prefilltui.measure.load.request import LoadFault, send_load_request
 
     stream = zlib.compressobj(9, zlib.DEFLATED, 31)
     body = stream.compress(b": " + b"x" * (BOMB_MIB * 2**20)) + stream.flush()

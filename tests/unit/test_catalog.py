@@ -6,8 +6,10 @@ import json
 
 import pytest
 
-from prefilltui.model.catalog import MODELS, lookup_model, model_from_config
-from prefilltui.model.gpu_catalog import GPUS, lookup_gpu
+from prefilltui.model.roofline.model_catalog import MODELS
+from prefilltui.model.roofline import lookup_model, model_from_config
+from prefilltui.model.roofline.gpu_catalog import GPUS
+from prefilltui.model.roofline import lookup_gpu
 from prefilltui.model.spec import RooflineSpec, resolve_gpu, resolve_model
 from prefilltui.model.types import ServerInfo
 

@@ -8,7 +8,7 @@ import random
 import numpy as np
 import pytest
 
-from prefilltui.model import chunking as C
+from prefilltui.model.diagnosis import chunking as C
 from prefilltui.model.types import ServerInfo
 
 #: (server-counted prompt tokens, TTFT s) of the demo sweep against the real vLLM

@@ -24,7 +24,7 @@ from prefilltui.exporter.config import load_toml
 from prefilltui.exporter.health import Expected, ttft_buckets
 from prefilltui.exporter.snapshot import LengthHistogram, TargetSnapshot
 from prefilltui.model import defaults
-from prefilltui.model.analysis import analyze
+from prefilltui.model.summary import analyze
 from prefilltui.model.types import ProbeResult, ServerInfo
 from prefilltui.options import AnalysisOptions, RooflineSpec
 

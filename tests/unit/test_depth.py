@@ -8,7 +8,7 @@ from tests.fakeserver import Reply, llama_routes, sse_data, sse_done
 from prefilltui.cli import main
 from prefilltui.measure import depth as DM
 from prefilltui.model import depth as D
-from prefilltui.model.catalog import ModelShape, lookup_model
+from prefilltui.model.roofline import ModelShape, lookup_model
 from prefilltui.measure.probe import ProbeClient
 from prefilltui.model.types import ProbeResult
 from prefilltui.render.tables import format_depth

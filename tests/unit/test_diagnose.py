@@ -12,15 +12,15 @@ import pytest
 
 
 from tests.fakeserver import Reply, llama_routes, sse_data, sse_done
-from prefilltui.model import breakdown as B
-from prefilltui.model import diagnose as D
+from prefilltui.model.diagnosis import ttft_breakdown as B
+from prefilltui.model.diagnosis import diagnose as D
 from prefilltui.render.tables import format_breakdown, format_diagnosis
-from prefilltui.model import drift as DR
+from prefilltui.model.diagnosis import baseline as DR
 from prefilltui.measure import prefix_cache as PC
 from prefilltui.model.fit import fit_ols
 from prefilltui.measure.probe import ProbeClient
 from prefilltui.measure.runfile import RunWriter
-from prefilltui.measure.runfile_read import load_baseline
+from prefilltui.measure.runfile import load_baseline
 from prefilltui.model.types import ProbeResult, ServerInfo
 
 

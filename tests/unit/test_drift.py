@@ -11,13 +11,13 @@ import pytest
 
 from prefilltui.cli import build_parser, main
 from prefilltui.commands.common import session_options
-from prefilltui.model import drift as DR
-from prefilltui.model.diagnose import summarize_diagnosis
+from prefilltui.model.diagnosis import baseline as DR
+from prefilltui.model.diagnosis import summarize_diagnosis
 from prefilltui.model.fit import fit_ols
-from prefilltui.model.tdist import t_ppf
+from prefilltui.model.fit import t_ppf
 from prefilltui.measure.runfile import RunWriter
-from prefilltui.measure.runfile_read import read_run
-from prefilltui.model.running_fit import RunningFit
+from prefilltui.measure.runfile import read_run
+from prefilltui.model.fit import RunningFit
 from prefilltui.model.types import ProbeResult
 from prefilltui.session import build_session
 from prefilltui.tui.viewmodel import drift_warning

@@ -18,9 +18,9 @@ import pytest
 from tests.fakeserver import Reply, models_reply, sse_data, sse_done, sse_text
 from prefilltui.measure.probe import ProbeClient
 from prefilltui.measure.runfile import RotatingRunWriter
-from prefilltui.measure.runfile_read import read_run, read_session
+from prefilltui.measure.runfile import read_run, read_session
 from prefilltui.measure.sweep import SweepRunner
-from prefilltui.measure.sweep_config import SweepConfig
+from prefilltui.measure.sweep import SweepConfig
 from prefilltui.model.types import ProbeResult
 from prefilltui.exporter.config import TargetConfig, check, load_toml, target, unique
 from prefilltui.exporter.http import MetricsServer

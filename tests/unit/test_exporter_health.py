@@ -18,7 +18,7 @@ from prefilltui.exporter.health import (Expected, explicit_baseline, hang_thresh
 from prefilltui.exporter.snapshot import TargetSnapshot
 from prefilltui.exporter.target import TargetProber, window_health
 from prefilltui.measure.runfile import RunWriter
-from prefilltui.model.analysis import analyze
+from prefilltui.model.summary import analyze
 from prefilltui.model.types import ProbeResult
 
 

@@ -15,7 +15,7 @@ from tests.fakeserver import Reply, sse_data, sse_done, sse_text
 from prefilltui.cli import main
 from prefilltui.measure.probe import ProbeClient
 from prefilltui.measure.probe.urls import AZURE_DEFAULT_API_VERSION, server_urls
-from prefilltui.measure.runfile_read import read_run
+from prefilltui.measure.runfile import read_run
 from prefilltui.options import ProbeOptions
 from prefilltui.session import read_api_key
 

@@ -15,7 +15,7 @@ from tests.fakeserver import Reply, models_reply, sse_data, sse_delta, sse_done,
 from tests.forwardproxy import ForwardProxy
 from prefilltui.cli import _setup_logging, main
 from prefilltui.measure.probe import ProbeClient
-from prefilltui.measure.runfile_read import read_run
+from prefilltui.measure.runfile import read_run
 
 LENGTHS = "50,100,200,400"
 

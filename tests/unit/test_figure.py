@@ -6,8 +6,8 @@ import xml.etree.ElementTree as ET
 import pytest
 from dataclasses import replace
 
-from prefilltui.model.analysis import analyze
-from prefilltui.model.summary import ServerFacts
+from prefilltui.model.summary import analyze
+from prefilltui.model.summary.run import ServerFacts
 from prefilltui.render.figure import html_page, nice_ticks, svg_figure
 from prefilltui.model.types import ProbeResult
 

@@ -1,4 +1,4 @@
-"""Unit tests of prefilltui.model.fit and running_fit (OLS, robust, quadratic, knee, RunningFit)."""
+"""Unit tests of prefilltui.model.fit.linear and running_fit (OLS, robust, quadratic, knee, RunningFit)."""
 
 from __future__ import annotations
 
@@ -9,9 +9,11 @@ import numpy as np
 import pytest
 
 from prefilltui.model.fit import LinearFit, fit_ols
-from prefilltui.model.robust_fit import detect_knee, fit_quadratic, fit_robust, fit_wls
-from prefilltui.model.tdist import t_ppf
-from prefilltui.model.running_fit import FitSnapshot, RunningFit, analyze_points
+from prefilltui.model.fit.robust import detect_knee, fit_quadratic, fit_wls
+from prefilltui.model.fit import fit_robust
+from prefilltui.model.fit import t_ppf
+from prefilltui.model.fit import FitSnapshot, RunningFit
+from prefilltui.model.fit.running import analyze_points
 from prefilltui.model.types import ProbeResult
 
 LENGTHS = np.array([128, 256, 512, 1024, 2048, 4096, 8192], dtype=float)

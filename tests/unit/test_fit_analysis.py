@@ -7,10 +7,10 @@ import json
 import numpy as np
 import pytest
 
-from prefilltui.model import flops
-from prefilltui.model.analysis import analyze
-from prefilltui.model.catalog import lookup_model
-from prefilltui.model.running_fit import RunningFit
+from prefilltui.model.roofline import flops
+from prefilltui.model.summary import analyze
+from prefilltui.model.roofline import lookup_model
+from prefilltui.model.fit import RunningFit
 from prefilltui.model.spec import AnalysisOptions, RooflineSpec, read_model_config
 from prefilltui.model.types import ProbeResult, ServerInfo
 from prefilltui.render.text import format_summary

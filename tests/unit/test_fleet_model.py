@@ -1,5 +1,5 @@
-"""The fleet's pure parts: rows, order, load (model/fleet.py), cells and columns
-(render/fleet.py), the advisor (model/advisor.py)."""
+"""The fleet's pure parts: rows, order, load (model/fleet/rows.py), cells and columns
+(render/fleet.py), the advisor (model/fleet/advisor.py)."""
 
 from __future__ import annotations
 
@@ -7,10 +7,11 @@ import math
 
 import pytest
 
-from prefilltui.model.advisor import AdvisorInputs, CacheFinding, StallReading, advise
-from prefilltui.model.analysis import analyze
-from prefilltui.model.fleet import (RecentProbes, fleet_interval, fleet_load, fleet_row,
-                                    sort_rows, stagger)
+from prefilltui.model.fleet.advisor import AdvisorInputs, StallReading
+from prefilltui.model.fleet import CacheFinding, advise
+from prefilltui.model.summary import analyze
+from prefilltui.model.fleet import RecentProbes, fleet_interval, fleet_load, fleet_row, sort_rows
+from prefilltui.model.fleet.rows import stagger
 from prefilltui.model.spec import AnalysisOptions, RooflineSpec
 from prefilltui.model.types import ProbeResult, ServerInfo
 from prefilltui.render.fleet import COLUMNS, cell, layout, sparkline, table

@@ -1,4 +1,4 @@
-"""FLOPs from the model's shape (prefilltui/model/flops.py), held to counters no one
+"""FLOPs from the model's shape (prefilltui/model/roofline/flops.py), held to counters no one
 here wrote: PyTorch's FlopCounterMode (recorded in fixtures/flop_counter.json by
 tests/flopcount/count_torch.py; tests/flopcount/test_torch_counter.py runs it live)
 and vLLM's own accounting (vllm/v1/metrics/perf.py, restated here by hand)."""
@@ -11,8 +11,9 @@ from pathlib import Path
 
 import pytest
 
-from prefilltui.model import flops
-from prefilltui.model.catalog import MODELS, ModelShape, lookup_model, model_from_config
+from prefilltui.model.roofline import flops
+from prefilltui.model.roofline.model_catalog import MODELS
+from prefilltui.model.roofline import ModelShape, lookup_model, model_from_config
 
 FIXTURE = Path(__file__).parent / "fixtures" / "flop_counter.json"
 LLAMA = lookup_model("llama-3-8b")

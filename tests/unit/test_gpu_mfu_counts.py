@@ -9,8 +9,8 @@ from pathlib import Path
 
 import pytest
 
-from prefilltui.model import flops
-from prefilltui.model.catalog import lookup_model
+from prefilltui.model.roofline import flops
+from prefilltui.model.roofline import lookup_model
 from tests.bench.gpu.mfu_counts import counter_secant, main, rows
 
 FIXTURE = Path(__file__).parent / "fixtures" / "flop_counter.json"

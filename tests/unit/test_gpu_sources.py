@@ -11,8 +11,7 @@ import pytest
 
 from tests.fakeserver import Reply
 
-from prefilltui.measure.telemetry.remote import (RemoteGpuSampler, choose_gpu_source,
-                                                 is_local, poll_hz)
+from prefilltui.measure.telemetry import RemoteGpuSampler, choose_gpu_source, is_local, poll_hz
 from prefilltui.model.gpu_pages import parse_gpu_page
 
 FIX = Path(__file__).parent / "fixtures"

@@ -1,4 +1,4 @@
-"""model/health.py: the alert rules on one snapshot, in sync with the rules file, and
+"""model/fleet/health.py: the alert rules on one snapshot, in sync with the rules file, and
 the parts the exporter shares with it."""
 
 from __future__ import annotations
@@ -8,8 +8,8 @@ from pathlib import Path
 
 import pytest
 
-from prefilltui.model import health as H
-from prefilltui.model.health import HealthInputs, judge
+from prefilltui.model.fleet import health as H
+from prefilltui.model.fleet.health import HealthInputs, judge
 
 RULES = Path(__file__).resolve().parents[2] / "deploy" / "prefilltui-alerts.yml"
 

@@ -15,7 +15,7 @@ import pytest
 from tests.fakeserver import Reply, models_reply, sse_data, sse_done, sse_text
 from prefilltui.cli import main
 from prefilltui.measure.probe import ProbeClient
-from prefilltui.measure.runfile_read import read_run_sessions
+from prefilltui.measure.runfile import read_run_sessions
 from prefilltui.model.sanitize import clean
 
 DEEP = "[" * 100_000  # 100 KB; json.loads raises RecursionError on it
@@ -134,7 +134,7 @@ def test_a_lone_surrogate_and_zero_width_model_id_sweeps_and_reports(fake_server
 # ------------------------------------------------ local files without end
 
 def test_a_config_file_that_never_ends_is_refused_unread(tmp_path):
-    from prefilltui.model.catalog import model_from_config
+    from prefilltui.model.roofline import model_from_config
 
     big = tmp_path / "config.json"
     with open(big, "wb") as f:  # sparse: 64 MiB of zeros, no disk used
@@ -144,7 +144,7 @@ def test_a_config_file_that_never_ends_is_refused_unread(tmp_path):
 
 
 def test_a_run_file_line_of_many_mib_is_skipped_and_the_rest_read(tmp_path):
-    from prefilltui.measure import runfile_read as runfile
+    from prefilltui.measure.runfile import reader as runfile
 
     good = {"seq": 1, "ok": True, "requested_tokens": 100, "prompt_tokens": 100,
             "prompt_tokens_source": "usage", "ttft_s": 0.05, "total_s": 0.06}
@@ -162,7 +162,7 @@ def test_a_run_file_line_of_many_mib_is_skipped_and_the_rest_read(tmp_path):
 def test_a_line_without_end_stops_the_reading_with_bounded_memory(tmp_path, monkeypatch):
     """/dev/zero as a run file: one line that never ends.  A sparse file of 256 MiB of
     zeros stands for it (with the limits scaled down, the reader gives up after 1 MiB)."""
-    from prefilltui.measure import runfile_read as runfile
+    from prefilltui.measure.runfile import reader as runfile
 
     monkeypatch.setattr(runfile, "MAX_LINE_CHARS", 2**16)
     monkeypatch.setattr(runfile, "_SKIP_CHARS", 2**16)
@@ -196,7 +196,7 @@ def test_an_exporter_series_labelled_with_a_surrogate_model_id_renders():
 def test_a_run_file_saved_with_a_byte_order_mark_keeps_its_first_line(tmp_path):
     """An editor on Windows saves UTF-8 with a BOM: the session line (line 1) was
     skipped as "Unexpected UTF-8 BOM", and with it the run's server facts."""
-    from prefilltui.measure.runfile_read import read_session
+    from prefilltui.measure.runfile import read_session
 
     good = {"seq": 1, "ok": True, "requested_tokens": 100, "prompt_tokens": 100,
             "prompt_tokens_source": "usage", "ttft_s": 0.05, "total_s": 0.06}

@@ -8,11 +8,11 @@ from dataclasses import replace
 import numpy as np
 import pytest
 
-from prefilltui.model import intercept, percentiles
-from prefilltui.model.analysis import analyze
-from prefilltui.model.breakdown import breakdown
+from prefilltui.model.fit import intercept, percentiles
+from prefilltui.model.summary import analyze
+from prefilltui.model.diagnosis.ttft_breakdown import breakdown
 from prefilltui.model.fit import LinearFit
-from prefilltui.model.robust_fit import fit_robust
+from prefilltui.model.fit import fit_robust
 from prefilltui.model.types import ProbeResult
 from prefilltui.render.tables import format_breakdown
 from prefilltui.render.text import format_fixed_cost, format_percentiles, format_summary
@@ -120,7 +120,7 @@ def test_analyze_json_carries_percentiles_and_fixed_cost():
 
 
 def test_shown_intervals_of_a_fixed_cost_never_go_below_zero():
-    from prefilltui.model.intercept import physical_ci
+    from prefilltui.model.fit import physical_ci
 
     assert physical_ci((-0.02178, 0.11446)) == (0.0, 0.11446)
     assert physical_ci((0.01, 0.02)) == (0.01, 0.02)

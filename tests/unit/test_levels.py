@@ -1,4 +1,4 @@
-"""The load-level table (model/levels.py), the ITL histogram delta (model/metrics.py),
+"""The load-level table (model/load/levels.py), the ITL histogram delta (model/metrics.py),
 load lines in the run file, and report on a run with load: pure, no server."""
 
 from __future__ import annotations
@@ -9,11 +9,11 @@ import pytest
 
 from prefilltui.cli import main
 from prefilltui.measure.runfile import LOAD_RECORD, RunWriter, record_of_trace
-from prefilltui.measure.runfile_read import read_load, read_run
-from prefilltui.model.levels import level_table, level_view, levels_from_json
+from prefilltui.measure.runfile import read_load, read_run
+from prefilltui.model.load.levels import level_table, level_view, levels_from_json
 from prefilltui.render.load_text import format_levels
 from prefilltui.model.metrics import delta, parse_metrics
-from prefilltui.model.stall import DecodeTrace
+from prefilltui.model.load import DecodeTrace
 from prefilltui.model.types import ProbeResult
 
 LENGTHS = (100, 500, 1000)

@@ -1,4 +1,4 @@
-"""LiveSummary (model/live.py): the same RunSummary as analyze() on the same probes,
+"""LiveSummary (model/summary/live.py): the same RunSummary as analyze() on the same probes,
 built incrementally; bounded buffers beyond ``recent``."""
 
 from __future__ import annotations
@@ -7,8 +7,8 @@ import random
 
 import pytest
 
-from prefilltui.model.analysis import analyze
-from prefilltui.model.live import LiveSummary
+from prefilltui.model.summary import analyze
+from prefilltui.model.summary import LiveSummary
 from prefilltui.model.spec import AnalysisOptions, RooflineSpec
 from prefilltui.model.types import ProbeResult, ServerInfo
 
@@ -113,7 +113,7 @@ def test_every_probe_failed_verdict():
 def test_window_fit_is_the_window_snapshot_without_its_quadratic(method):
     """The summary's window part reads RunningFit.window_fit (no quadratic fit): the
     same linear fits, knee and point count as the full window snapshot."""
-    from prefilltui.model.running_fit import RunningFit
+    from prefilltui.model.fit import RunningFit
 
     results = run(60)
     lite, full = RunningFit(window=20), RunningFit(window=20)

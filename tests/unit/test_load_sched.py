@@ -12,7 +12,7 @@ import time
 import pytest
 
 from prefilltui.cli import main
-from prefilltui.measure.runfile_read import read_load, read_run, read_session
+from prefilltui.measure.runfile import read_load, read_run, read_session
 from prefilltui.model.loadspec import parse_load
 from prefilltui.options import (LoadOptions, RunFileOptions, SessionOptions, SweepDesign,
                                 TelemetryOptions)

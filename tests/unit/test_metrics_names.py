@@ -20,7 +20,7 @@ import pytest
 from prefilltui.cli import main
 from prefilltui.model import metrics as M
 from prefilltui.measure import metrics_hook as H
-from prefilltui.measure.runfile_read import read_run
+from prefilltui.measure.runfile import read_run
 from prefilltui.model.types import ProbeResult, ServerInfo
 from tests.fakeserver import Reply, models_reply, sse_data, sse_done, sse_text
 

@@ -6,11 +6,11 @@ from __future__ import annotations
 import threading
 
 from tests.fakeserver import Reply, models_reply, sse_data, sse_done, sse_text
-from prefilltui.model.breakdown import breakdown
+from prefilltui.model.diagnosis.ttft_breakdown import breakdown
 from prefilltui.measure.metrics_hook import MetricsHook
 from prefilltui.measure.probe import ProbeClient
 from prefilltui.measure.sweep import SweepRunner
-from prefilltui.measure.sweep_config import SweepConfig
+from prefilltui.measure.sweep import SweepConfig
 
 QUEUE_S = 0.003
 

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import pytest
 
-from prefilltui.measure.telemetry.nvml import GpuSampler
+from prefilltui.measure.telemetry import GpuSampler
 from prefilltui.model.pacing import NVML_WINDOW_MAX_S, auto_pacing
 from prefilltui.model.types import ProbeResult
 from tests.unit import fake_nvml as fk

@@ -9,7 +9,7 @@ import pytest
 from prefilltui.measure.otlp import users as U
 from prefilltui.measure.otlp.spans import read_batch
 from prefilltui.measure.runfile import RunWriter
-from prefilltui.measure.runfile_read import read_run
+from prefilltui.measure.runfile import read_run
 from prefilltui.model.fit import LinearFit
 from prefilltui.model.types import ProbeResult
 from prefilltui.model.users import UserRequest, users_window

@@ -12,7 +12,7 @@ import pytest
 from tests.fakeserver import Reply, llama_routes, models_reply, sse_data, sse_done, sse_text
 from prefilltui.cli import main
 from prefilltui.measure.probe import ProbeClient, scrub_key
-from prefilltui.measure.runfile_read import read_run
+from prefilltui.measure.runfile import read_run
 
 LENGTHS = "50,100,200,400"
 
@@ -246,7 +246,7 @@ TOKENIZE_STYLES = {
 @pytest.mark.parametrize("style", list(TOKENIZE_STYLES))
 def test_tokenize_on_a_generic_server_puts_every_probe_within_2pct(fake_server, style):
     from prefilltui.measure.sweep import SweepRunner
-    from prefilltui.measure.sweep_config import SweepConfig
+    from prefilltui.measure.sweep import SweepConfig
 
     route, answer = TOKENIZE_STYLES[style]
 
@@ -294,7 +294,7 @@ async def test_a_nonsense_tokenize_count_never_becomes_a_length(fake_server, lat
 
 def test_without_tokenize_calibration_comes_before_the_first_probe(fake_server):
     from prefilltui.measure.sweep import SweepRunner
-    from prefilltui.measure.sweep_config import SweepConfig
+    from prefilltui.measure.sweep import SweepConfig
 
     def complete(req):  # one token a word plus a 3-token template
         return Reply.sse([(0.001, sse_text("Hi")), (0.002, usage_chunk(words_of(req) + 3)),

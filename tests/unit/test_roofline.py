@@ -5,9 +5,9 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from prefilltui.model import flops, roofline
-from prefilltui.model.catalog import lookup_model
-from prefilltui.model.gpu_catalog import lookup_gpu
+from prefilltui.model.roofline import flops, arithmetic as roofline
+from prefilltui.model.roofline import lookup_model
+from prefilltui.model.roofline import lookup_gpu
 
 LLAMA = lookup_model("llama-3-8b")
 H100 = lookup_gpu("h100-sxm").for_dtype("bf16")

@@ -10,7 +10,7 @@ import textwrap
 import pytest
 
 from prefilltui.measure.runfile import RunWriter, default_run_path
-from prefilltui.measure.runfile_read import read_run
+from prefilltui.measure.runfile import read_run
 from prefilltui.model.probe_notes import DepthInfo
 from prefilltui.model.types import ProbeResult
 
@@ -66,7 +66,7 @@ def test_each_line_survives_kill_9(tmp_path):
     p = tmp_path / "run.jsonl"
     code = textwrap.dedent(f"""
         import sys, time
-        from prefilltui.measure.runfile import RunWriter
+        from prefilltui.measure.runfile.writer import RunWriter
         from prefilltui.model.types import ProbeResult
         w = RunWriter({str(p)!r})
         for i in range(3):
@@ -107,7 +107,7 @@ def test_impossible_durations_and_foreign_objects_never_enter_the_analysis(tmp_p
     and named, as is a JSON object that is no probe at all."""
     import json
 
-    from prefilltui.measure.runfile_read import read_run
+    from prefilltui.measure.runfile import read_run
     from prefilltui.model.types import ProbeResult
 
     good = ProbeResult(seq=1, requested_tokens=64, prompt_tokens=64, ok=True, ttft_s=0.05)
@@ -130,7 +130,7 @@ def test_impossible_durations_and_foreign_objects_never_enter_the_analysis(tmp_p
 def test_calibration_requests_are_kept_apart_from_results(tmp_path):
     """Every request the server was sent is in the file; calibration lines are no results."""
     from prefilltui.measure.runfile import RotatingRunWriter, RunWriter
-    from prefilltui.measure.runfile_read import read_run
+    from prefilltui.measure.runfile import read_run
     from prefilltui.model.probe_notes import ProbeNotes
 
     for w in (RunWriter(tmp_path / "a.jsonl"), RotatingRunWriter(tmp_path / "b.jsonl", max_bytes=10**6)):

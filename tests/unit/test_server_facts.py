@@ -12,7 +12,7 @@ import pytest
 
 from prefilltui.measure.probe import ProbeClient
 from prefilltui.measure.server_facts import sglang_facts, tgi_facts
-from prefilltui.model.chunking import detect_chunking, server_chunk
+from prefilltui.model.diagnosis.chunking import detect_chunking, server_chunk
 from prefilltui.model.types import ServerInfo, server_info_from_session, session_facts
 from tests.fakeserver import Reply, models_reply
 

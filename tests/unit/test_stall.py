@@ -1,13 +1,14 @@
-"""The decode stall math (model/stall.py) on hand-made token arrivals: exact numbers."""
+"""The decode stall math (model/load/stall.py) on hand-made token arrivals: exact numbers."""
 
 from __future__ import annotations
 
 import pytest
 
-from prefilltui.model.stall import (DecodeTrace, StallRow, ahead_tokens, baseline_gap,
-                                    gap_series, itl_quantiles, merge_arrivals, probe_window,
-                                    quiet_gaps, spans, stall_sentence, stall_summary,
-                                    waiting_for, window_stall)
+from prefilltui.model.load import (
+    DecodeTrace, ahead_tokens, baseline_gap, gap_series, itl_quantiles, merge_arrivals,
+    probe_window, waiting_for, window_stall,
+)
+from prefilltui.model.load.stall import StallRow, quiet_gaps, spans, stall_sentence, stall_summary
 from prefilltui.model.types import ProbeResult
 
 

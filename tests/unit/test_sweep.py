@@ -6,9 +6,9 @@ import time
 from tests.fakeserver import Reply, models_reply, sse_data, sse_done, sse_text, tokenize_route
 from prefilltui.measure.probe import ProbeClient
 from prefilltui.measure.runfile import RunWriter
-from prefilltui.measure.runfile_read import read_run
+from prefilltui.measure.runfile import read_run
 from prefilltui.measure.sweep import SweepRunner
-from prefilltui.measure.sweep_config import SweepConfig, cap_for_context, make_lengths
+from prefilltui.measure.sweep import SweepConfig, cap_for_context, make_lengths
 
 
 def usage_server(fake_server, n_ctx=None, extra=None):

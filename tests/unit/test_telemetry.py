@@ -11,7 +11,7 @@ import pytest
 
 from tests.unit import fake_nvml as fk
 
-from prefilltui.measure.telemetry.nvml import GpuSampler, parse_gpu_selection
+from prefilltui.measure.telemetry import GpuSampler, parse_gpu_selection
 from prefilltui.measure.telemetry import (DeviceSnapshot, SampleRing, TelemetrySnapshot,
                                        make_sampler)
 from prefilltui.model.types import ProbeResult
@@ -419,7 +419,7 @@ def test_energy_counter_coarser_than_a_short_probe_is_not_used_for_it():
     # H200 a 41 ms probe got 41 J, a "997 W" mean), so it is integrated from power
     import numpy as np
 
-    from prefilltui.measure.telemetry.samples import window_stats
+    from prefilltui.measure.telemetry import window_stats
 
     t = np.arange(0.0, 2.0001, 0.05)
     energy = np.floor(t / 0.1 + 1e-9) * 70.0

@@ -10,7 +10,7 @@ from collections import namedtuple
 
 import pytest
 
-from prefilltui.measure.telemetry.cpu import CpuSampler, RaplReader
+from prefilltui.measure.telemetry import CpuSampler, RaplReader
 from prefilltui.measure.telemetry import make_sampler
 from prefilltui.model.types import ProbeResult
 

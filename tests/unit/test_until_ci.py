@@ -8,7 +8,8 @@ import numpy as np
 import pytest
 
 from prefilltui.model.types import ProbeResult
-from prefilltui.model.until_ci import SPREAD_EVERY, ConfidenceTarget
+from prefilltui.model.fit.until_ci import SPREAD_EVERY
+from prefilltui.model.fit import ConfidenceTarget
 
 LENGTHS = [4, 16, 64, 256, 1024]
 

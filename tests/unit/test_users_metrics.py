@@ -10,7 +10,8 @@ import pytest
 from prefilltui.exporter.collector import families
 from prefilltui.exporter.snapshot import TargetSnapshot
 from prefilltui.measure.users_metrics import UsersMetrics
-from prefilltui.model.metrics.users import bucket_quantile, parse_users, users_from_metrics
+from prefilltui.model.metrics.users import bucket_quantile
+from prefilltui.model.metrics import parse_users, users_from_metrics
 from prefilltui.model.types import ProbeResult
 from prefilltui.model.users import TraceStats, UsersWindow
 

@@ -7,7 +7,7 @@ import pytest
 
 from prefilltui.model.fit import fit_ols
 from prefilltui.model.types import ProbeResult
-from prefilltui.model.verdict import CAUSES, Expectation, ttft_verdict
+from prefilltui.model.diagnosis import CAUSES, Expectation, ttft_verdict
 
 #: The idle server: TTFT = 20 ms + 0.5 ms x n.
 IDLE = fit_ols([100, 500, 1000, 2000], [0.07, 0.27, 0.52, 1.02])

@@ -9,8 +9,10 @@ import random
 from prefilltui.model.fit import fit_ols
 from prefilltui.model.types import ProbeResult
 from prefilltui.model.users import UserRequest, UsersWindow
-from prefilltui.model.verdict import (CAUSES, Expectation, HeldExpectation, margin_s,
-                                      throughput_expectation, ttft_verdict)
+from prefilltui.model.diagnosis import (
+    CAUSES, Expectation, HeldExpectation, throughput_expectation, ttft_verdict,
+)
+from prefilltui.model.diagnosis.verdict import margin_s
 from prefilltui.render.load_text import format_verdict
 from prefilltui.tui.viewmodel import verdict_line
 
@@ -74,7 +76,7 @@ def test_margin_is_the_line_interval_plus_the_median_spread():
     fit = baseline()
     half = ((fit.intercept_ci[1] - fit.intercept_ci[0]) / 2
             + 1024 * (fit.slope_ci[1] - fit.slope_ci[0]) / 2)
-    from prefilltui.model.verdict import _scatter
+    from prefilltui.model.diagnosis.verdict import _scatter
 
     assert fit.resid_std_s <= _scatter(fit) <= 1.1 * fit.resid_std_s  # every point's s.d.
     assert abs(margin_s(fit, 1024, 1) - max(0.005, half + 1.96 * 1.2533 * _scatter(fit))) < 1e-6

@@ -152,7 +152,7 @@ def test_discovery_reads_the_budget_and_the_local_model_dir(fake_server, tmp_pat
     cap = capsys.readouterr()
     assert rc == 0, cap.err
     d = json.loads(cap.out)
-    from prefilltui.measure.runfile_read import read_session
+    from prefilltui.measure.runfile import read_session
 
     info = read_session(tmp_path / "run.jsonl")["server"]  # what report reads back
     assert info["max_num_batched_tokens"] == 512

@@ -213,7 +213,7 @@ class UsersTrace:
 
 
 class SpanHook:
-    """The probe hook (``measure.sweep_config.ProbeHook``) that registers every probe
+    """The probe hook (``measure.sweep.config.ProbeHook``) that registers every probe
     with its target's ``UsersTrace`` before its run-file line is written."""
 
     def __init__(self, trace: UsersTrace) -> None:

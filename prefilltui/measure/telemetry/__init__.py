@@ -34,11 +34,17 @@ from prefilltui.measure.telemetry.readers import ReaderSampler
 from prefilltui.measure.telemetry.sysfs import SYS_ROOT
 from prefilltui.measure.telemetry.vendors import (GpuUnavailable, open_amd, open_intel,
                                                   others_note, split_vendor)
+from prefilltui.measure.telemetry.remote import (
+    NO_SOURCE, RemoteGpuSampler, choose_gpu_source, is_local, local_addresses, poll_hz,
+)
 
-__all__ = ["DeviceSnapshot", "TelemetrySnapshot", "DeviceState", "Sampler", "NullSampler",
-           "GpuSampler", "CpuSampler", "RaplReader", "NvmlUnavailable", "SampleRing",
-           "WindowStats", "window_stats", "parse_gpu_selection", "describe_error",
-           "make_sampler", "HISTORY_S", "RETAIN_S", "ReaderSampler", "UTIL_WORDS"]
+__all__ = [
+    "DeviceSnapshot", "TelemetrySnapshot", "DeviceState", "Sampler", "NullSampler", "GpuSampler",
+    "CpuSampler", "RaplReader", "NvmlUnavailable", "SampleRing", "WindowStats", "window_stats",
+    "parse_gpu_selection", "describe_error", "make_sampler", "HISTORY_S", "RETAIN_S",
+    "ReaderSampler", "UTIL_WORDS", "NO_SOURCE", "RemoteGpuSampler", "choose_gpu_source",
+    "is_local", "local_addresses", "poll_hz", "split_vendor",
+]
 
 
 def make_sampler(gpus: str | None = None, hz: float = 10.0, nvml_module: Any = None, *,

@@ -30,11 +30,12 @@ from prefilltui.model.metrics.sample import (
     parse_metrics,
 )
 from prefilltui.model.metrics.apply import apply_counts, apply_delta, window_is_own
+from prefilltui.model.metrics.users import UsersCounters, parse_users, users_from_metrics
 
 __all__ = [
-    "FIELDS", "FLAT", "LLAMA_CPP", "MAX_GAUGE", "NAMES", "NO_METRICS",
-    "PROMPT_LENGTH_HISTOGRAMS", "SGLANG", "TGI", "VLLM", "Exposition", "MetricNames",
-    "MetricsDelta", "MetricsSample", "RankLayout", "apply_counts", "apply_delta", "canonical",
-    "combine", "delta", "enable_hint", "longest_prompt_bound", "metrics_url", "names_for",
-    "parse_metrics", "window_is_own",
+    "FIELDS", "FLAT", "LLAMA_CPP", "MAX_GAUGE", "NAMES", "NO_METRICS", "PROMPT_LENGTH_HISTOGRAMS",
+    "SGLANG", "TGI", "VLLM", "Exposition", "MetricNames", "MetricsDelta", "MetricsSample",
+    "RankLayout", "apply_counts", "apply_delta", "canonical", "combine", "delta", "enable_hint",
+    "longest_prompt_bound", "metrics_url", "names_for", "parse_metrics", "window_is_own",
+    "UsersCounters", "parse_users", "users_from_metrics",
 ]

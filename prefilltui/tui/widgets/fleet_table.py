@@ -2,7 +2,7 @@
 
 A line-API scroll view (as the probe log, and for the same reason: a DataTable
 re-measures every cell through Rich on each change): ``set_rows`` takes the rows in
-display order (``model.fleet.FleetRow``, sorted by the screen); a line is drawn from
+display order (``model.fleet.rows.FleetRow``, sorted by the screen); a line is drawn from
 the row's cells (``render.fleet.cell``) only when Textual asks for it, so 100 targets
 cost what the visible ones cost.  The columns follow the width (``render.fleet.layout``:
 80 columns keep target, status, prefill ± interval, fixed cost, MFU, verdict, TTFT at

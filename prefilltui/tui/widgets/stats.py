@@ -10,7 +10,7 @@ from __future__ import annotations
 from rich.text import Text
 from textual.widgets import Static
 
-from prefilltui.model.intercept import physical_ci, pin_bound_s
+from prefilltui.model.fit import physical_ci, pin_bound_s
 from prefilltui.model.roofline import MFU_LABEL
 from prefilltui.model.sanitize import clean
 from prefilltui.model.units import MISSING
@@ -174,7 +174,7 @@ def detail_text(v: StatsView) -> Text:
         if v.achieved_tflops is not None:
             est = " est." if v.estimate else ""
             line("achieved", f"{v.achieved_tflops:.3g} TFLOP/s{est}")
-        # the count behind the headline's MFU named (model/flops.py)
+        # the count behind the headline's MFU named (model/roofline/flops.py)
         t.append(MFU_LABEL + "\n", style="dim")
     facts = " · ".join(x for x in (v.server_kind, v.device) if x)
     if facts:

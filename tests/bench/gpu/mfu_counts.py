@@ -26,8 +26,8 @@ import sys
 
 import numpy as np
 
-from prefilltui.model import flops
-from prefilltui.model.catalog import lookup_model
+from prefilltui.model.roofline import flops
+from prefilltui.model.roofline import lookup_model
 
 
 def counter_secant(counts: dict[str, dict], lo: float, hi: float) -> float:
