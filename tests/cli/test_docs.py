@@ -178,10 +178,11 @@ def check_layers() -> None:
         assert (ROOT / "prefilltui" / name).exists(), f"docs/architecture.md: {name}?"
 
 
-def check_call_path() -> None:
-    """Every ``pkg/module.name`` of the --timeout path resolves to a real object."""
-    body = _block_starting("architecture.md", "prefilltui sweep URL --timeout 30")
-    refs = re.findall(r"\b((?:commands|measure|model|render|exporter|tui)/[a-z_]+|session)"
+def check_call_path(start: str = "prefilltui sweep URL --timeout 30") -> None:
+    """Every ``pkg/module.name`` of an option's path (--timeout, --load) resolves to a
+    real object."""
+    body = _block_starting("architecture.md", start)
+    refs = re.findall(r"\b((?:commands|measure|model|render|exporter|tui)(?:/[a-z_]+)+|session)"
                       r"\.([A-Za-z_]+)\b", body)
     assert len(refs) >= 5
     for module, name in refs:
@@ -236,6 +237,8 @@ REFERENCE_CHECKS = {
     "prefilltui/": check_code_layout,
     "cli.py                     argv -> the subcommand": check_layers,
     "prefilltui sweep URL --timeout 30": check_call_path,
+    "prefilltui sweep URL --load decode:4": lambda: check_call_path(
+        "prefilltui sweep URL --load decode:4"),
     "[[target]]": check_exporter_toml,
     "# fleet.toml (the exporter's target file)": check_fleet_toml,
     '[{"targets": [': check_file_sd_example,
