@@ -23,8 +23,8 @@ from prefilltui.model.fit import LinearFit
 from prefilltui.measure.load import LoadGenerator
 from prefilltui.measure.load import LoadHook
 from prefilltui.measure.metrics_hook import MetricsHook
-from prefilltui.measure.otlp import OtlpReceiver, SpanHook, UsersTrace, target_names
-from prefilltui.measure.otlp import shared as otlp_shared
+from prefilltui.measure.otlp import (OtlpReceiver, SpanHook, UsersTrace, acquire_receiver,
+                                     release_receiver, target_names)
 from prefilltui.measure.users_metrics import UsersMetrics
 from prefilltui.model.pacing import Pacing, auto_pacing
 from prefilltui.measure.probe import AZURE_KEY_ENV, ProbeClient, is_azure
@@ -262,7 +262,7 @@ class Session:
         if self.otlp is not None:
             if self.trace is not None:
                 self.otlp.router.remove(self.trace)
-            otlp_shared.release(self.otlp)
+            release_receiver(self.otlp)
             self.otlp = None
         self.writer.close()
 
@@ -278,7 +278,7 @@ def attach_users(session: Session, listen: str, names: tuple[str, ...] = ()) -> 
         The run file and sampler are closed first.
     """
     try:
-        rx = otlp_shared.acquire(listen)
+        rx = acquire_receiver(listen)
     except (ValueError, OSError) as exc:
         session.close()
         code = ExitCode.USAGE if isinstance(exc, ValueError) else ExitCode.FAILURE

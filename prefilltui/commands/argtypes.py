@@ -182,7 +182,7 @@ def _load_levels(text: str) -> tuple[float, ...]:
 
 def otlp_listen(text: str) -> str:
     """``--otlp-listen HOST:PORT``: checked here, kept as given."""
-    from prefilltui.measure.otlp.receiver import parse_listen
+    from prefilltui.measure.otlp import parse_listen
 
     try:
         parse_listen(text)

@@ -35,9 +35,9 @@ from prefilltui.commands.common import (
     session_options,
 )
 from prefilltui.commands.watch import add_tui_args, display_options
+from prefilltui.measure.otlp import acquire_receiver, release_receiver
 from prefilltui.model import defaults
 from prefilltui.exit_codes import ExitCode
-from prefilltui.measure.otlp import shared as otlp_shared
 from prefilltui.options import OtlpOptions, SessionOptions
 
 ENGINES = ("llama.cpp", "vllm")
@@ -219,11 +219,11 @@ def run(args: argparse.Namespace) -> int:
 def _receiver():
     """The demo's trace receiver on a free loopback port (``measure.otlp``), stopped
     after the job; the session's ``--otlp-listen`` names the same one."""
-    rx = otlp_shared.acquire("127.0.0.1:0")
+    rx = acquire_receiver("127.0.0.1:0")
     try:
         yield rx
     finally:
-        otlp_shared.release(rx)
+        release_receiver(rx)
 
 
 def _run_vllm(args: argparse.Namespace, extra: list[str]) -> int:

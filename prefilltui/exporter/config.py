@@ -270,7 +270,7 @@ def check(cfg: TargetConfig, where: str | None = None) -> TargetConfig:
 
 def _check_otlp(cfg: TargetConfig, where: str) -> None:
     """``otlp_listen`` is HOST:PORT, ``otlp_service`` a non-empty string.  Raises ValueError."""
-    from prefilltui.measure.otlp.receiver import parse_listen
+    from prefilltui.measure.otlp import parse_listen
 
     if cfg.otlp_listen is not None:
         try:

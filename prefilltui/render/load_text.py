@@ -7,7 +7,7 @@ from prefilltui.model.load import LevelTable, share
 from prefilltui.model.load import LoadSummary
 from prefilltui.model.load import StallSummary
 from prefilltui.model.units import MISSING
-from prefilltui.model.diagnosis import WORDS, TtftVerdict
+from prefilltui.model.diagnosis import WORDS, TtftVerdict, expected_words
 
 
 def format_stall(s: StallSummary | None, level: float | None = None) -> list[str]:
@@ -62,7 +62,7 @@ def format_verdict(v: TtftVerdict | None) -> list[str]:
     """"why is TTFT high? queueing: ...", then "  also ...: ..." for the other causes,
     only when TTFT is above its expectation beyond the uncertainty (``v.above``) or a
     cause was named without an expectation; else the expected TTFT at each length
-    ("TTFT as expected (idle fit): 128 tok 70 ms ± 4 ms, ..."), not an alarm."""
+    ("TTFT as expected (idle fit): 128 tok 70 ± 4 ms, ..., "4 tok not pinned (± 12,639 ms)""), not an alarm."""
     if v is None:
         return [f"why is TTFT high? {MISSING}"]
     if v.cause == "none" and not v.above and v.expected:
@@ -77,7 +77,7 @@ def expected_lines(v: TtftVerdict) -> list[str]:
     the expected TTFT and its uncertainty at each probed length (ms on screen)."""
     head = f"TTFT: {v.headline}"
     idle = " on an idle server (no users' requests)" if v.idle else ""
-    rows = ", ".join(f"{n:,} tok {e * 1000:,.0f} ± {m * 1000:,.0f} ms" for n, e, m in v.expected)
+    rows = ", ".join(expected_words(n, e, m) for n, e, m in v.expected)
     return [head, f"  expected TTFT{idle}: {rows}"]
 
 

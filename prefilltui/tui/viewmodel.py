@@ -18,6 +18,7 @@ from prefilltui.model.sanitize import clean
 from prefilltui.model.summary import ProbeCounts, RunSummary
 from prefilltui.model.fit import Progress
 from prefilltui.model.types import FitMethod, FitScope, ProbeResult
+from prefilltui.model.diagnosis import expected_words
 from prefilltui.model.units import MISSING
 
 
@@ -280,7 +281,7 @@ def verdict_now(feed: Any) -> dict[str, Any]:
 def verdict_line(v: Any) -> str:
     """The stats panel's verdict line: "why TTFT: <cause>" only when TTFT is above its
     expectation beyond the uncertainty (or nothing can be held against it); else the
-    expectation ("TTFT as expected: 500 tok 270 ms ± 5 ms ...")."""
+    expectation ("TTFT as expected: 500 tok 270 ± 5 ms ...")."""
     if v is None:
         return f"why TTFT: {MISSING}"
     if v.cause == "none" and not v.above and v.expected:
@@ -290,7 +291,7 @@ def verdict_line(v: Any) -> str:
 
 
 def expected_line(v: Any, limit: int = 2) -> str:
-    """ "TTFT as expected: 128 tok 70 ms ± 4 ms, 2,048 tok 1,040 ms ± 9 ms" (the
+    """ "TTFT as expected: 128 tok 70 ± 4 ms, 2,048 tok 1,040 ± 9 ms; a length whose uncertainty is as large as its TTFT reads "not pinned"" (the
     shortest and longest lengths when more than ``limit``: the panel is narrow; the
     sweep summary lists every length)."""
     rows = list(getattr(v, "expected", ()) or ())
@@ -299,11 +300,5 @@ def expected_line(v: Any, limit: int = 2) -> str:
     idle = " (idle server, no users)" if getattr(v, "idle", False) else ""
     if not rows:
         return f"TTFT as expected{idle}"
-    parts = ", ".join(f"{n:,} tok {_ms(e)} ± {_ms(m)}" for n, e, m in rows)
+    parts = ", ".join(expected_words(n, e, m) for n, e, m in rows)
     return f"TTFT as expected{idle}: {parts}"
-
-
-def _ms(s: float) -> str:
-    if s != s or s in (float("inf"), float("-inf")):
-        return MISSING
-    return f"{s * 1000:,.0f} ms"

@@ -156,7 +156,7 @@ def test_an_idle_server_says_so():
     lines = format_verdict(v)
     assert not any("why is" in x for x in lines)
     assert lines[1].startswith("  expected TTFT on an idle server (no users' requests): 128 tok 84 ± 5 ms, 512 tok 276 ± 5 ms")
-    assert verdict_line(v).startswith("TTFT as expected (idle server, no users): 128 tok 84 ms ±")
+    assert verdict_line(v).startswith("TTFT as expected (idle server, no users): 128 tok 84 ±")
     assert set(CAUSES) >= {"prompts_longer", "cache_hit_drop"}
 
 
@@ -218,3 +218,14 @@ def test_the_exporter_window_is_held_against_the_fit_before_the_change():
                                        expected_throughput=1000.0), HeldExpectation())
     assert fixed.ttft_verdict.cause == "none"
     assert "expected_throughput 1,000 tok/s" in fixed.ttft_verdict.headline
+
+
+def test_an_expectation_wider_than_itself_says_not_pinned():
+    """A new user's sweep read "4 tok 35 ± 12,639 ms" (a linear fit over a curved CPU
+    sweep): an uncertainty as large as the expected TTFT pins nothing, and says so."""
+    from prefilltui.model.diagnosis import expected_words
+
+    assert expected_words(128, 0.084, 0.005) == "128 tok 84 ± 5 ms"
+    assert expected_words(4, 0.035, 12.639) == "4 tok not pinned (± 12,639 ms)"
+    assert expected_words(4, 0.035, float("nan")).startswith("4 tok not pinned")
+    assert expected_words(4_006, 31.315, 19.951) == "4,006 tok 31,315 ± 19,951 ms"

@@ -16,11 +16,12 @@ from prefilltui.model.diagnosis.baseline import drift, run_fit
 from prefilltui.model.diagnosis.diagnose import Diagnosis, summarize_diagnosis
 from prefilltui.model.diagnosis.ttft_breakdown import Breakdown, probe_parts
 from prefilltui.model.diagnosis.verdict import (
-    CAUSES, Expectation, HeldExpectation, TtftVerdict, WORDS, throughput_expectation, ttft_verdict,
+    CAUSES, Expectation, HeldExpectation, TtftVerdict, WORDS, expected_words,
+    throughput_expectation, ttft_verdict,
 )
 
 __all__ = [
     "Breakdown", "CAUSES", "Diagnosis", "Expectation", "HeldExpectation", "TtftVerdict", "WORDS",
-    "drift", "probe_parts", "run_fit", "summarize_diagnosis", "throughput_expectation",
+    "drift", "expected_words", "probe_parts", "run_fit", "summarize_diagnosis", "throughput_expectation",
     "ttft_verdict",
 ]

@@ -876,3 +876,12 @@ def _overhead(ok, parts, ttft: float) -> Evidence | None:
                     f"({_pct(o / ttft)}): network, TLS or a gateway{extra}")
 
 
+def expected_words(tokens: int, expected_s: float, margin_s: float) -> str:
+    """One length's expectation on screen: "128 tok 70 ± 4 ms"; when the uncertainty is
+    as large as the expected TTFT itself the fit does not pin it there, and it says so
+    ("4 tok not pinned (± 12,639 ms)") instead of a value that means nothing.  ms only
+    here, seconds in."""
+    if not (margin_s < expected_s):  # NaN / inf included
+        return f"{tokens:,} tok not pinned (± {margin_s * 1000:,.0f} ms)"
+    return f"{tokens:,} tok {expected_s * 1000:,.0f} ± {margin_s * 1000:,.0f} ms"
+
