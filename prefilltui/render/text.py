@@ -70,7 +70,7 @@ def format_fit_lines(f: LinearFit | None, indent: str = "  ",
     lines = [
         f"{indent}TTFT = {a_txt} + {us(f.slope_s_per_token)} µs x n"
         f"      R² {f.r2:.3f}, n = {f.n}"
-        + (f" ({f.outliers} outliers set aside)" if f.outliers else ""),
+        + (f" ({f.outliers} outlier{'s' if f.outliers != 1 else ''} set aside)" if f.outliers else ""),
         f"{indent}intercept    {a_line}   95% {_ci(a_ci, ms)} ms",
         f"{indent}slope        {us(f.slope_s_per_token)} µs/token   95% "
         f"{_ci(f.slope_ci, us)} µs/token",
