@@ -10,7 +10,7 @@ MIG: NVML reports no utilization for MIG slices or MIG-enabled GPUs, and power/e
 only for the whole GPU (read from the parent handle and labelled "whole GPU").
 
 The driver's buffers of recent samples (nvmlDeviceGetSamples) are read by
-``nvml_samples.DriverSamples``, mixed in here.
+``nvml_samples.DriverSamples``, a part the sampler owns (``GpuSampler.driver``).
 """
 
 from __future__ import annotations
@@ -25,7 +25,9 @@ from prefilltui.measure.telemetry.base import Sampler
 from prefilltui.model.pacing import NVML_WINDOW_MAX_S
 from prefilltui.measure.telemetry.snapshots import DeviceState, describe_error
 from prefilltui.measure.telemetry.nvml_samples import (DRIVER_UTIL_HZ, DriverSamples,
-                                                    _capability_error, _value_members)
+                                                    _capability_error, _value_members,
+                                                    buffered_util, sensor_window,
+                                                    util_covered)
 from prefilltui.model.types import TelemetryKind
 
 #: Metrics read every tick; the rest ("slow") are read about once a second.
@@ -85,7 +87,7 @@ def parse_gpu_selection(gpus: str | None, env: Mapping[str, str] | None = None
     return out, "CUDA_VISIBLE_DEVICES"
 
 
-class GpuSampler(DriverSamples, Sampler):
+class GpuSampler(Sampler):
     """Samples NVML GPUs; build with ``GpuSampler.open(...)`` (or ``make_sampler``)."""
 
     kind: TelemetryKind = "gpu"
@@ -99,9 +101,29 @@ class GpuSampler(DriverSamples, Sampler):
         self.nv = nv
         #: the wall clock (unix seconds) the driver stamps its samples with (tests: fake)
         self.wall = wall or time.time
+        #: the driver's sample buffers (nvmlDeviceGetSamples), a part with its own clocks
+        #: (through the sampler's clocks as they are at each call: tests swap them)
+        self.driver = DriverSamples(nv, lambda: self.clock(), lambda: self.wall())
         self.rows_per_s = self.hz + DRIVER_UTIL_HZ
         self.capacity = int(math.ceil(self.retain_s * self.rows_per_s)) + 1
         self._slow_every = max(1, round(SLOW_PERIOD_S * self.hz))
+
+    # -- what the driver's buffers change in the base's timing ----------------------
+    def _covered(self, t: float) -> bool:
+        """A sample at or after ``t`` exists and, on devices read from the driver's
+        buffer, a utilization sample too (the one covering a probe's tail)."""
+        return super()._covered(t) and util_covered(self.devices, t)
+
+    @property
+    def _cover_wait_s(self) -> float:
+        w = self.sensor_window_s or 0.0
+        return w + 2 * self.period_s if buffered_util(self.devices) else 0.0
+
+    @property
+    def sensor_window_s(self) -> float | None:
+        """Seconds one reading averages over, the longest of any device
+        (``nvml_samples.sensor_window``)."""
+        return sensor_window(self.devices, self.period_s)
 
     # -- opening -------------------------------------------------------------------
     @classmethod
@@ -277,7 +299,7 @@ class GpuSampler(DriverSamples, Sampler):
             dev.extra["use"] = None
             raise RuntimeError(f"probing: {describe_error(exc)}") from exc
         dev.extra["use"] = use
-        self._probe_buffers(dev, use)
+        self.driver.probe(dev, use)
         # the driver buffer's measured period, else unknown (1/6 s .. 1 s, nvml.h)
         dev.util_window_s = dev.extra.get("util_window_s")
         dev.power_window_s = NVML_WINDOW_MAX_S if dev.power_averaged else None
@@ -325,11 +347,11 @@ class GpuSampler(DriverSamples, Sampler):
                 last.pop(_LAST_KEY.get(name, name), None)
         util_rows: list[tuple[float, float]] = []
         if "util" in buffers:
-            util_rows = self._read_buffer(dev, "util", now)
+            util_rows = self.driver.read(dev, "util", now)
             if "util" not in x["buffers"]:  # the buffer stopped answering: poll again
                 vals["util"] = use["util"]()
         if "power" in buffers and vals.get("power") is not None:
-            peak = max((p for _, p in self._read_buffer(dev, "power", now)), default=None)
+            peak = max((p for _, p in self.driver.read(dev, "power", now)), default=None)
             if peak is not None:  # mW; the tick keeps the highest power seen in it
                 vals["power_peak"] = max(vals["power"], peak / 1000.0)
         self._record(dev, now, vals, slow, util_rows)

@@ -1,4 +1,5 @@
-"""The driver's buffers of recent NVML samples, for ``nvml.GpuSampler`` (a mixin).
+"""The driver's buffers of recent NVML samples: ``DriverSamples``, a part
+``nvml.GpuSampler`` owns (given the NVML module and its clocks).
 
 The driver's buffer of recent samples (nvmlDeviceGetSamples; "CPU timestamp in
 microseconds", values as the union member named by the returned value type, unsigned
@@ -32,18 +33,16 @@ CLOCK_MATCH_S = 120.0
 
 
 class DriverSamples:
-    """nvmlDeviceGetSamples for a ``Sampler`` with ``nv`` (the pynvml module),
-    ``clock`` and ``wall`` (see ``nvml.GpuSampler``).  ``dev.extra["buffers"]``:
+    """nvmlDeviceGetSamples for one sampler: ``nv`` (the pynvml module), ``clock`` (the
+    sampler's time line) and ``wall`` (the clock the driver stamps samples with).  Its
+    state per device is kept on the device (``dev.extra["buffers"]``:
     {"util"|"power": {"kind", "handle", "last"}}; ``dev.extra["util_t"]``: the time of
-    the newest utilization sample stored."""
+    the newest utilization sample stored)."""
 
-    nv: Any
-    clock: Callable[[], float]
-    wall: Callable[[], float]
-    devices: list[DeviceState]
-    period_s: float
+    def __init__(self, nv: Any, clock: Callable[[], float], wall: Callable[[], float]) -> None:
+        self.nv, self.clock, self.wall = nv, clock, wall
 
-    def _probe_buffers(self, dev: DeviceState, use: dict[str, Callable[[], Any]]) -> None:
+    def probe(self, dev: DeviceState, use: dict[str, Callable[[], Any]]) -> None:
         """Which sample buffers to read each tick: utilization where it is read at all,
         power where the board gives instantaneous power.  Starts after the newest
         sample already kept (no back-fill) and measures the utilization period."""
@@ -68,14 +67,14 @@ class DriverSamples:
                     raise
                 continue
             ts = [int(smp.timeStamp) for smp in samples]
-            if ts and self._offset(ts[-1]) is None:
+            if ts and self.offset(ts[-1]) is None:
                 continue  # timestamps on a clock we cannot place: keep polling
             x["buffers"][name] = {"kind": kind, "handle": handle, "last": max(ts, default=0)}
             if name == "util" and len(ts) >= 3:
                 x["util_window_s"] = statistics.median(
                     (b - a) / 1e6 for a, b in zip(ts, ts[1:]))
 
-    def _offset(self, ts_us: int) -> float | None:
+    def offset(self, ts_us: int) -> float | None:
         """Seconds to subtract from a driver timestamp to get ``clock()`` time, through
         the clock the timestamp is close to (wall, else monotonic); None: neither."""
         ts = ts_us / 1e6
@@ -86,7 +85,7 @@ class DriverSamples:
                 return r - now
         return None
 
-    def _read_buffer(self, dev: DeviceState, name: str, now: float) -> list[tuple[float, float]]:
+    def read(self, dev: DeviceState, name: str, now: float) -> list[tuple[float, float]]:
         """New samples of one buffer as (clock() time, value), oldest first, never later
         than ``now``.  A buffer that stops being supported is dropped (polling goes on)."""
         x = dev.extra
@@ -108,43 +107,42 @@ class DriverSamples:
             if ts <= buf["last"]:
                 continue
             buf["last"] = ts
-            off = self._offset(ts)
+            off = self.offset(ts)
             if off is None:
                 continue
             out.append((min(ts / 1e6 - off, now), float(getattr(smp.sampleValue, member))))
         return out
 
-    def _covered(self, t: float) -> bool:
-        """A sample at or after ``t`` exists and, on devices read from the driver's
-        buffer, a utilization sample too (the one covering a probe's tail)."""
-        if not super()._covered(t):
-            return False
-        return all(d.extra.get("util_t", -math.inf) >= t for d in self.devices
-                   if "util" in (d.extra.get("buffers") or {}))
 
-    @property
-    def _cover_wait_s(self) -> float:
-        w = self.sensor_window_s or 0.0
-        return w + 2 * self.period_s if any(
-            "util" in (d.extra.get("buffers") or {}) for d in self.devices) else 0.0
+def buffered_util(devices: list[DeviceState]) -> bool:
+    """Whether any device's utilization is read from the driver's buffer."""
+    return any("util" in (d.extra.get("buffers") or {}) for d in devices)
 
-    @property
-    def sensor_window_s(self) -> float | None:
-        """Seconds one reading averages over, the longest of any device (see
-        core/pacing.py): utilization from the driver's buffer, its measured sample
-        period, else NVML's documented worst case (1 s); averaged power 1 s."""
-        if not self.devices:
-            return None
-        w = self.period_s
-        for d in self.devices:
-            x = d.extra
-            use = x.get("use") or {}
-            if "util" in use:
-                w = max(w, x.get("util_window_s", NVML_WINDOW_MAX_S)
-                        if "util" in x.get("buffers", {}) else NVML_WINDOW_MAX_S)
-            if "power" in use and d.power_averaged:
-                w = max(w, NVML_WINDOW_MAX_S)
-        return w
+
+def util_covered(devices: list[DeviceState], t: float) -> bool:
+    """On every device read from the driver's buffer, a utilization sample at or after
+    ``t`` is stored (the one covering a probe's tail)."""
+    return all(d.extra.get("util_t", -math.inf) >= t for d in devices
+               if "util" in (d.extra.get("buffers") or {}))
+
+
+def sensor_window(devices: list[DeviceState], period_s: float) -> float | None:
+    """Seconds one reading averages over, the longest of any device (see
+    model/pacing.py): utilization from the driver's buffer, its measured sample
+    period, else NVML's documented worst case (1 s); averaged power 1 s; None without
+    devices."""
+    if not devices:
+        return None
+    w = period_s
+    for d in devices:
+        x = d.extra
+        use = x.get("use") or {}
+        if "util" in use:
+            w = max(w, x.get("util_window_s", NVML_WINDOW_MAX_S)
+                    if "util" in x.get("buffers", {}) else NVML_WINDOW_MAX_S)
+        if "power" in use and d.power_averaged:
+            w = max(w, NVML_WINDOW_MAX_S)
+    return w
 
 
 #: NVML errors that mean "this GPU/driver cannot report that", not "the GPU failed".
