@@ -178,8 +178,13 @@ class TargetProber:
         if since is None or why is None or self._expect_now is None:
             return snap
         age = max(0.0, time.time() - since)
-        key = (id(snap), round(age * 2))
-        if self._now_cache[0] == key:
+        # the snapshot itself, not its id(): a freed snapshot's id is reused by a later
+        # one, and a stale cached answer carried the old probe's in-flight start (a steady
+        # target paged as hung)
+        key = (snap, since, round(age * 2))
+        cached_key = self._now_cache[0]
+        if (cached_key is not None and cached_key[0] is snap and cached_key[1] == since
+                and cached_key[2] == key[2]):
             return self._now_cache[1]
         try:
             vin = self._users_inputs()
