@@ -3,7 +3,11 @@
 Every prompt is a fresh sequence of random common English words; the first word of
 each prompt is drawn from a shuffled cycle over the word list, so two prompts of one
 session never share their first word (hence no prefix cache can serve them, beyond
-a BOS token the server adds itself).
+a BOS token the server adds itself).  The words of two sessions never repeat each
+other either, a fixed ``--seed`` included: the words' generator mixes a per-session
+nonce into the seed (the seed makes the design -- the order of lengths -- repeatable,
+never the text; a restarted exporter or a second ``sweep --seed 1`` against the same
+server would otherwise send the very prompts it cached, and measure cache hits).
 
 Length: the x-axis is prompt tokens *as the server counts them*.  With a tokenize
 endpoint (llama.cpp, vLLM) the word count is adjusted until the count is within
@@ -17,6 +21,7 @@ from __future__ import annotations
 
 import math
 import random
+import secrets
 from typing import Awaitable, Callable
 
 #: Accepted relative error of the counted prompt length against the requested one
@@ -67,10 +72,17 @@ zebra lion wolf bear fox deer owl swan goose duck chicken mouse snake frog bee a
 
 
 class PromptBuilder:
-    """Random word prompts; ``words(n)`` -> a new list of n words (n >= 1)."""
+    """Random word prompts; ``words(n)`` -> a new list of n words (n >= 1).
 
-    def __init__(self, seed: int | None = None) -> None:
-        self._rng = random.Random(seed)
+    seed: mixed with ``nonce`` into the words' generator.  nonce: None (the product):
+    64 fresh random bits, so no two builders draw the same words; an int: the same
+    words for the same (seed, nonce), for tests that need them fixed.
+    """
+
+    def __init__(self, seed: int | None = None, *, nonce: int | None = None) -> None:
+        if nonce is None:
+            nonce = secrets.randbits(64)
+        self._rng = random.Random(f"{seed}:{nonce}")
         self._vocab = sorted(set(WORDS))
         self._firsts: list[str] = []
 

@@ -74,18 +74,36 @@ def test_llama_cpp_default_batch_freezes_the_decode(llama_server_binary, demo_gg
     assert stall == pytest.approx(ttft, rel=0.25), (stall, ttft)  # stall ≈ TTFT
 
 
+#: The vLLM probe's prompt: eight chunks of the 128-token budget, so one chunk's stall
+#: is an eighth of the prefill, far from the whole of it at any load.
+VLLM_PROMPT = 1000
+
+
 @pytest.mark.vllm
 def test_vllm_chunk_budget_caps_the_stall(tmp_path, vllm_target):
     """The real vLLM at --max-num-batched-tokens 128 (the vLLM demo target; the
     ``vllm_target`` fixture skips with the install line where it cannot be had, and
     fails in CI).  Its own server, stopped before the shared one of test_vllm_real
-    starts: never two vLLMs at once."""
+    starts: never two vLLMs at once.
+
+    Judged against the probe's own TTFT, measured in the same probe, not against the
+    excess alone (which rests on the baseline gap): a 1,000-token prompt in chunks of
+    128 freezes the decode for about one chunk.  Measured on a quiet 2-core machine
+    (5 probes): stall 0.117-0.125 s of a TTFT of 0.92-0.96 s (13 %), excess 0.78-0.86 s,
+    9-10 decode tokens inside the prefill; the same prompt at the default budget 2,048
+    froze it for 0.80-0.94 s (the whole prefill).  A probe served from the prefix cache
+    would judge nothing: every one must have been computed whole."""
     from prefilltui.demo.vllm import VllmServer
 
     with VllmServer(vllm_target, extra_args=["--max-num-batched-tokens", "128"],
                     startup_timeout=600) as srv:
-        rs = _measure(srv.base_url, tmp_path, [PROMPT])
-    stall, excess = _med(rs, "decode_stall_s"), _med(rs, "decode_excess_s")
-    assert stall < 0.5 * excess, (stall, excess)
-    assert _med(rs, "decode_tokens") >= 2
+        rs = _measure(srv.base_url, tmp_path, [VLLM_PROMPT])
+    figures = [(round(r.ttft_s, 3), round(r.decode_stall_s, 3), round(r.decode_excess_s, 3),
+                r.decode_tokens, r.cached_tokens) for r in rs]
+    print("vLLM budget 128, (TTFT, stall, excess, decode tokens, cached):", figures)
+    assert all(not r.cached_tokens for r in rs), figures  # fresh prompts: no cache hit
+    ttft, stall, excess = _med(rs, "ttft_s"), _med(rs, "decode_stall_s"), _med(rs, "decode_excess_s")
+    assert stall < 0.35 * ttft, figures  # capped at about one chunk of eight
+    assert excess > 0.4 * ttft, figures  # the whole prefill is still paid, spread out
+    assert _med(rs, "decode_tokens") >= 4, figures  # a decode token beside each chunk
     assert all(r.server_itl_max_s is not None for r in rs)  # vLLM's ITL histogram read
