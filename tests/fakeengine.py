@@ -52,7 +52,7 @@ from typing import Callable
 from prefilltui.model.fit import fit_ols
 from prefilltui.model.fit import RunningFit
 from prefilltui.model.types import ProbeResult
-from prefilltui.model.users import UserRequest, UsersWindow
+from prefilltui.model.users import UserRequest, UsersEvidence, UsersWindow
 from prefilltui.model.diagnosis import HeldExpectation, TtftVerdict, ttft_verdict
 from tests.fakeserver import FakeServer, Reply, Request, sse_data
 
@@ -380,8 +380,9 @@ class Simulation:
         since = min([r.started_at for r in self.window] + [now_unix - self.users_window_s])
         recent = [u for u in self.spans if u.arrival_s >= since - 10.0]
         in_flight = (t - self._probe_sent) if self._probe is not None else None
-        v = ttft_verdict(list(self.window), self.hold.expectation(), users_now=users,
-                         users_before=self.hold.users_before, user_requests=recent,
+        evidence = UsersEvidence(users_now=users, users_before=self.hold.users_before,
+                                 user_requests=tuple(recent))
+        v = ttft_verdict(list(self.window), self.hold.expectation(), users_evidence=evidence,
                          in_flight_age_s=in_flight, waiting_now=float(len(eng.waiting)))
         self.hold.observe(v, users, now_unix)
         self.verdicts.append(Verdict(t, v))

@@ -30,6 +30,7 @@ from prefilltui.model.redact import display_url
 from prefilltui.model.summary import LiveFacts, RunSummary
 from prefilltui.model.units import ms
 from prefilltui.model.types import ProbeResult
+from prefilltui.model.users import UsersEvidence
 from prefilltui.exit_codes import ExitCode
 from prefilltui.options import SessionOptions, SweepDesign
 from prefilltui.render.tables import format_depth, format_diagnosis
@@ -317,16 +318,17 @@ def _matched(live: LiveFacts | None) -> str | None:
             f"{ms(st.latency_p50_s, 0)}")
 
 
-def _users_inputs(session: Session) -> dict | None:
-    """The verdict's users' arguments over the sweep (the receiver's spans or the
+def _users_evidence(session: Session) -> UsersEvidence | None:
+    """The verdict's users' evidence over the sweep (the receiver's spans or the
     /metrics window since the session began, against the users' own expectation);
     None without either."""
     if session.users is None:
         return None
     started, now = session.started_s, time.time()
     try:
-        return {"users_now": session.users.window(now, window_s=max(now - started, 1.0)),
-                "user_requests": session.users.recent()}
+        return UsersEvidence(
+            users_now=session.users.window(now, window_s=max(now - started, 1.0)),
+            user_requests=session.users.recent())
     except Exception:  # noqa: BLE001 - the users' figures never cost the summary
         return None
 
@@ -343,7 +345,7 @@ def _summarize(options: SessionOptions, session: Session, results: list[ProbeRes
                        gpu_names=gpu_names, baseline_fit=session.baseline,
                        baseline_problem=session.baseline_problem,
                        metrics_problem=session.metrics.problem, run_file=run_file,
-                       live=live, verdict_inputs=_users_inputs(session)), True
+                       live=live, users_evidence=_users_evidence(session)), True
     except Exception as e:  # the summary must not lose a finished sweep
         live = replace(live, notes=live.notes + (f"analysis failed: {type(e).__name__}: {e}",))
         return plain_summary(results, runner.server_info, run_file=run_file, live=live), False

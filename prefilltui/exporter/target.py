@@ -25,11 +25,13 @@ import logging
 import threading
 import time
 from collections import deque
+from collections.abc import Callable
 from dataclasses import replace
 from pathlib import Path
 
 from prefilltui.model.summary import RunSummary
 from prefilltui.model.types import ERROR_KINDS, ProbeResult, ServerInfo
+from prefilltui.model.users import UsersEvidence
 from prefilltui.exporter.config import (JITTER, RUN_FILE_KEEP, RUN_FILE_MAX_BYTES,
                                         TargetConfig, otlp_options)
 from prefilltui.exporter.health import (Expected, baseline_fit, explicit_baseline,
@@ -66,15 +68,16 @@ class _InFlight:
 
 def window_health(window: list[ProbeResult], info: ServerInfo | None, cfg: TargetConfig,
                   hold: HeldExpectation | None = None, *,
-                  verdict_inputs: dict | None = None) -> RunSummary:
+                  users_evidence: UsersEvidence | None = None) -> RunSummary:
     """The window's summary: the same analysis ``sweep`` prints (``analysis.analyze``,
     robust fit, the target's roofline inputs) and its TTFT breakdown (``diagnosis``).
     The verdict's expectation is ``hold``'s when given (offered the window fit first):
     the ``baseline_run`` fit, else the window fit held before any change, with the
     slope of a numeric ``expected_throughput``; never the window fit of the moment,
     which follows a slowdown (a true 2x slower prefill read 1.50x at +26 s, then
-    0.97x).  ``verdict_inputs``: ``ttft_verdict`` keyword arguments (the users'
-    window and spans; ``hold`` keeps their reference).  Never raises for bad data."""
+    0.97x).  ``users_evidence``: the users' window and spans for the verdict
+    (``model.users.UsersEvidence``; without a reference of its own, ``hold``'s).
+    Never raises for bad data."""
     from prefilltui.model.summary import analyze
     from prefilltui.model.fit import RunningFit
 
@@ -82,17 +85,15 @@ def window_health(window: list[ProbeResult], info: ServerInfo | None, cfg: Targe
     for r in window:
         rf.add(r)
     if hold is None:
-        return analyze(window, info, cfg.analysis, running_fit=rf, verdict_inputs=verdict_inputs)
+        return analyze(window, info, cfg.analysis, running_fit=rf, users_evidence=users_evidence)
     snap = rf.snapshot("all", cfg.analysis.fit)
     hold.offer(snap.fit if snap is not None else None)
     fit, source = verdict_expectation(hold, cfg)
-    vin = dict(verdict_inputs or {})
-    if vin.get("users_now") is not None and vin.get("users_before") is None:
-        vin["users_before"] = hold.users_before
+    ev = (users_evidence or UsersEvidence()).with_before(hold.users_before)
     summary = analyze(window, info, cfg.analysis, running_fit=rf, baseline_fit=fit,
-                      baseline_source=source, verdict_inputs=vin)
+                      baseline_source=source, users_evidence=ev)
     if summary.ttft_verdict is not None:
-        hold.observe(summary.ttft_verdict, vin.get("users_now"))
+        hold.observe(summary.ttft_verdict, ev.users_now)
     return summary
 
 
@@ -159,10 +160,9 @@ class TargetProber:
         self._stopped = False
         self._expect_now: Expectation | None = None  # the verdict's, for "now" (snapshot)
         #: the users' figures for the verdict, overriding the session's own (``users``):
-        #: a callable returning ``ttft_verdict`` keyword arguments (``users_now``,
-        #: ``users_before``, ``user_requests``); called in the runner's thread and at
-        #: scrape time
-        self.verdict_inputs = None
+        #: a callable returning a ``UsersEvidence`` (None: nothing); called in the
+        #: runner's thread and at scrape time
+        self.users_evidence: Callable[[], UsersEvidence | None] | None = None
         self._now_cache: tuple = (None, None)
         self.snapshot = self._make_snapshot("queued", "waiting for its turn to start")
 
@@ -187,11 +187,9 @@ class TargetProber:
                 and cached_key[2] == key[2]):
             return self._now_cache[1]
         try:
-            vin = self._users_inputs()
-            if vin.get("users_now") is not None and vin.get("users_before") is None:
-                vin["users_before"] = self._hold.users_before
-            v = ttft_verdict(list(self._window), self._expect_now, in_flight_age_s=age,
-                             waiting_now=self._waiting_now(), **vin)
+            ev = self._users_evidence().with_before(self._hold.users_before)
+            v = ttft_verdict(list(self._window), self._expect_now, users_evidence=ev,
+                             in_flight_age_s=age, waiting_now=self._waiting_now())
             out = replace(snap, summary=replace(snap.summary, ttft_verdict=v))
         except Exception:  # never into a scrape
             log.exception("verdict now failed for %s", self.cfg.label)
@@ -203,22 +201,22 @@ class TargetProber:
     def snapshot(self, snap: TargetSnapshot) -> None:
         self._snapshot = snap
 
-    def _users_inputs(self) -> dict:
-        """``ttft_verdict``'s users' arguments: ``verdict_inputs()`` when set, else this
+    def _users_evidence(self) -> UsersEvidence:
+        """The verdict's users' evidence: ``users_evidence()`` when set, else this
         target's receiver or /metrics window (against the held expectation) and its kept
-        requests; {} without either."""
-        f = self.verdict_inputs
+        requests; the empty ``UsersEvidence`` without either (or when they fail)."""
+        f = self.users_evidence
         try:
             if f is not None:
-                return dict(f() or {})
+                return f() or UsersEvidence()
             users = self.users
             if users is None:
-                return {}
-            return {"users_now": users.window(fit=self._hold.fit),
-                    "user_requests": users.recent()}
+                return UsersEvidence()
+            return UsersEvidence(users_now=users.window(fit=self._hold.fit),
+                                 user_requests=users.recent())
         except Exception:  # a receiver's problem never reaches the probing or a scrape
             log.exception("users' figures failed for %s", self.cfg.label)
-            return {}
+            return UsersEvidence()
 
     def _waiting_now(self) -> float | None:
         sample = getattr(self.metrics_hook, "last_sample", None)
@@ -344,7 +342,7 @@ class TargetProber:
                     self._health = window_health([replace(x, load_level=None)
                                                   for x in self._window], self._info, self.cfg,
                                                  None if loaded else self._hold,
-                                                 verdict_inputs=self._users_inputs())
+                                                 users_evidence=self._users_evidence())
                     if self.session is not None and self.session.load is not None:
                         # under a constant load there is no idle fit to hold TTFT
                         # against: the verdict reads the server's own split only

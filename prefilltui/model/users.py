@@ -18,7 +18,7 @@ Sources:
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Iterable, Literal
 
 from prefilltui.model.fit import LinearFit
@@ -123,6 +123,37 @@ class UsersWindow:
     running: float | None = None
     waiting: float | None = None
     estimate: bool = False
+
+
+@dataclass(frozen=True, slots=True)
+class UsersEvidence:
+    """What the users' own requests tell the TTFT verdict (``diagnosis.ttft_verdict``).
+
+    users_now -- the users' window now (spans, or /metrics bucket estimates); None:
+      no receiver and no /metrics window;
+    users_before -- its reference, the window before a change (``HeldExpectation``
+      keeps it: the field-by-field median of the last healthy windows); None: none yet;
+    user_requests -- the users' kept requests from their spans, oldest first (their
+      prefill intervals, for head-of-line); () from /metrics alone.
+    The empty record (every default) is "nothing known about the users": the verdict
+    then reads the probes alone.  ``user_requests`` is stored as a tuple whatever
+    iterable is given, so the record is hashable (a cache key).
+    """
+
+    users_now: UsersWindow | None = None
+    users_before: UsersWindow | None = None
+    user_requests: tuple[UserRequest, ...] = ()
+
+    def __post_init__(self) -> None:
+        if not isinstance(self.user_requests, tuple):
+            object.__setattr__(self, "user_requests", tuple(self.user_requests))
+
+    def with_before(self, before: UsersWindow | None) -> "UsersEvidence":
+        """This evidence with ``before`` as its reference when it has none (a held
+        expectation's ``users_before``); itself when it has one or ``before`` is None."""
+        if self.users_before is not None or before is None:
+            return self
+        return replace(self, users_before=before)
 
 
 @dataclass(frozen=True, slots=True)

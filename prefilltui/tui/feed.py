@@ -32,7 +32,7 @@ from prefilltui.model.spec import AnalysisOptions
 from prefilltui.model.summary import LiveFacts, RunSummary
 from prefilltui.model.types import FitScope, ProbeResult, RunnerState, ServerInfo
 from prefilltui.model.fit import Progress
-from prefilltui.model.users import UsersWindow
+from prefilltui.model.users import UsersEvidence, UsersWindow
 from prefilltui.render.users import users_lines
 
 
@@ -352,15 +352,16 @@ class TargetFeed:
             self._users_memo = (t, w)
         return w
 
-    def verdict_inputs(self) -> dict[str, Any]:
-        """``ttft_verdict``'s users' arguments (``viewmodel.verdict_now`` reads them): the
-        users' window now and their kept requests (head-of-line needs their prefill
-        intervals); {} without a receiver.  ``users_before`` is left to the feed's
-        ``HeldExpectation`` (the users' window of the last healthy verdict)."""
+    def users_evidence(self) -> UsersEvidence:
+        """What the users' requests tell the verdict (``viewmodel.verdict_now`` reads
+        it): the users' window now and their kept requests (head-of-line needs their
+        prefill intervals); the empty ``UsersEvidence`` without a receiver.
+        ``users_before`` is left to the feed's ``HeldExpectation`` (the users' window
+        of the last healthy verdict)."""
         trace = self.config.users
         if trace is None:
-            return {}
-        return {"users_now": self.users_window(), "user_requests": trace.recent()}
+            return UsersEvidence()
+        return UsersEvidence(users_now=self.users_window(), user_requests=trace.recent())
 
     def users_lines(self) -> list[str]:
         """The users' window as the stats panel's lines (``render.users.users_lines``),

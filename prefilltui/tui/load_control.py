@@ -14,7 +14,7 @@ from typing import Any, Callable
 
 from prefilltui.model.sanitize import clean
 from prefilltui.tui.feed import TargetFeed
-from prefilltui.tui.viewmodel import verdict_line, verdict_now
+from prefilltui.tui.viewmodel import VerdictNow, verdict_line, verdict_now
 from prefilltui.tui.load_view import (DecodeView, decode_view, live_verdict, load_status,
                                       stall_lines)
 
@@ -92,8 +92,8 @@ def load_lines(feed: TargetFeed, assessment: Any = None) -> tuple[list[str], str
     # idle: the expectation the feed holds (baseline or first pinned fit) and the present
     # (the probe in flight, the waiting gauge, the users' window); a load level: its own
     held = feed.live.held if not level else None
-    now = verdict_now(feed) if not level else {}
+    now = verdict_now(feed) if not level else VerdictNow()
     v = live_verdict([r for r in recent if r.load_level == level],
                      snap.fit if snap is not None else None, assessment=assessment,
-                     held=held, **now)
+                     held=held, now=now)
     return stall_lines(last), verdict_line(v)

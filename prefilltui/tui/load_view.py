@@ -16,6 +16,7 @@ from prefilltui.model.load import DecodeTrace, gap_series
 from prefilltui.model.types import ProbeResult
 from prefilltui.model.units import MISSING
 from prefilltui.model.diagnosis import Expectation, HeldExpectation, TtftVerdict, ttft_verdict
+from prefilltui.tui.viewmodel import VerdictNow
 
 #: A decode gap at least this many baseline gaps long (and 20 ms over it) is a stall
 #: on the decode row.
@@ -77,13 +78,15 @@ def stall_lines(last: ProbeResult | None) -> list[str]:
 
 def live_verdict(results: Sequence[ProbeResult], fit: LinearFit | None, *,
                  assessment: Any = None, held: HeldExpectation | None = None,
-                 **now: Any) -> TtftVerdict:
+                 now: VerdictNow | None = None) -> TtftVerdict:
     """The verdict over the recent probes with the idle fit as the expectation (the
     TUI's fit keeps probes under load out), as ``held`` keeps it when given (offered
     ``fit``; the baseline or the first pinned fit, then only a faster one: an
-    incident cannot move it).  ``now``: ``ttft_verdict``'s keyword arguments about the
-    present (``in_flight_age_s``, ``waiting_now``, ``users_now``, ``users_before``,
-    ``user_requests``); ``users_before`` defaults to the one ``held`` keeps."""
+    incident cannot move it).  ``now``: the present (``viewmodel.VerdictNow``: the
+    users' evidence, the probe in flight's age, the waiting gauge; None: nothing);
+    the users' reference (``users_before``) defaults to the one ``held`` keeps."""
+    now = now if now is not None else VerdictNow()
+    users = now.users
     mfu = getattr(assessment, "mfu", None)
     level = getattr(assessment, "level", None)
     source = "idle fit"
@@ -91,12 +94,12 @@ def live_verdict(results: Sequence[ProbeResult], fit: LinearFit | None, *,
         held.offer(fit)
         if held.fit is not None:
             fit, source = held.fit, held.label
-        if now.get("users_before") is None and held.users_before is not None:
-            now["users_before"] = held.users_before
+        users = users.with_before(held.users_before)
     expect = Expectation(fit, source, mfu, level) if fit is not None or level else None
-    v = ttft_verdict(list(results), expect, **now)
+    v = ttft_verdict(list(results), expect, users_evidence=users,
+                     in_flight_age_s=now.in_flight_age_s, waiting_now=now.waiting_now)
     if held is not None:
-        held.observe(v, now.get("users_now"))
+        held.observe(v, users.users_now)
     return v
 
 

@@ -20,6 +20,7 @@ from prefilltui.model.fit import Progress
 from prefilltui.model.types import FitMethod, FitScope, ProbeResult
 from prefilltui.model.diagnosis import expected_words
 from prefilltui.model.units import MISSING
+from prefilltui.model.users import UsersEvidence
 
 
 @dataclass
@@ -255,27 +256,43 @@ VERDICT_WORDS = {
 }
 
 
-def verdict_now(feed: Any) -> dict[str, Any]:
-    """``ttft_verdict``'s keyword arguments about the present, from a ``Feed``: the probe
-    in flight's age (s, None when none is), the server's waiting gauge as the newest
-    ``/metrics`` scrape read it (None without one), and whatever ``feed.verdict_inputs()``
-    gives when the feed has one (the users' window and spans); never raises."""
-    out: dict[str, Any] = {}
+@dataclass(frozen=True, slots=True)
+class VerdictNow:
+    """What the verdict reads about the present besides the probes (``verdict_now``).
+
+    users -- what the users' requests tell (``model.users.UsersEvidence``: their
+      window now and kept requests; the reference is left to the feed's
+      ``HeldExpectation``); the empty record without a receiver;
+    in_flight_age_s -- how long the probe in flight has waited (s; None: none is);
+    waiting_now -- the server's waiting gauge as the newest ``/metrics`` scrape read
+      it (requests; None without one).
+    """
+
+    users: UsersEvidence = UsersEvidence()
+    in_flight_age_s: float | None = None
+    waiting_now: float | None = None
+
+
+def verdict_now(feed: Any) -> VerdictNow:
+    """The present as the verdict reads it, from a ``Feed``: whatever
+    ``feed.users_evidence()`` gives when the feed has one (the users' window and
+    spans), the probe in flight's age and the waiting gauge (``VerdictNow``); what
+    was read before a failure is kept, the rest left empty; never raises."""
+    users, age, waiting_now = UsersEvidence(), None, None
     try:
-        # the users' figures where the feed has them (the OTLP receiver's window:
-        # ``feed.verdict_inputs() -> {"users_now": ..., "user_requests": ...}``)
-        extra = getattr(feed, "verdict_inputs", None)
+        # the users' figures where the feed has them (the OTLP receiver's window)
+        extra = getattr(feed, "users_evidence", None)
         if callable(extra):
-            out.update(extra() or {})
-        out["in_flight_age_s"] = feed.in_flight_s
+            users = extra() or UsersEvidence()
+        age = feed.in_flight_s
         metrics = getattr(feed.config, "metrics", None)
         sample = metrics() if metrics is not None else None
         waiting = sample.get("waiting") if sample is not None else None
         if waiting is not None:
-            out["waiting_now"] = float(waiting)
+            waiting_now = float(waiting)
     except Exception:  # noqa: BLE001 - a view never fails on its inputs
         pass
-    return out
+    return VerdictNow(users, age, waiting_now)
 
 
 def verdict_line(v: Any) -> str:

@@ -5,10 +5,11 @@ gauge now; and no cause unless TTFT is above the expectation beyond its uncertai
 from __future__ import annotations
 
 import random
+import time
 
 from prefilltui.model.fit import fit_ols
 from prefilltui.model.types import ProbeResult
-from prefilltui.model.users import UserRequest, UsersWindow
+from prefilltui.model.users import UserRequest, UsersEvidence, UsersWindow
 from prefilltui.model.diagnosis import (
     CAUSES, Expectation, HeldExpectation, throughput_expectation, ttft_verdict,
 )
@@ -94,7 +95,8 @@ def test_cache_hit_rate_collapse_judged_on_the_users_ttft():
                          prefix_cache_hit_rate=0.62, queue_share=0.02)
     now = UsersWindow("traces", 30.0, 55, ttft_p50_s=1.05, prompt_tokens_p50=2000,
                       prefix_cache_hit_rate=0.0, queue_share=0.03)
-    v = ttft_verdict(rs, Expectation(fit, "idle fit"), users_now=now, users_before=before)
+    v = ttft_verdict(rs, Expectation(fit, "idle fit"),
+                     users_evidence=UsersEvidence(users_now=now, users_before=before))
     assert v.whose == "users" and v.above and v.cause == "cache_hit_drop"
     assert "users' prefix-cache hit rate 62% → 0%" in v.headline
     assert "≈ 620 ms more prefill per request at their median 2,000-token prompt" in v.headline
@@ -110,7 +112,8 @@ def test_users_prompts_got_longer_prefill_per_token_unchanged():
                          prefix_cache_hit_rate=0.0)
     now = UsersWindow("traces", 30.0, 40, ttft_p50_s=3.07, prompt_tokens_p50=6100,
                       prefix_cache_hit_rate=0.0)
-    v = ttft_verdict(rs, Expectation(fit, "idle fit"), users_now=now, users_before=before)
+    v = ttft_verdict(rs, Expectation(fit, "idle fit"),
+                     users_evidence=UsersEvidence(users_now=now, users_before=before))
     assert v.cause == "prompts_longer" and v.whose == "users"
     assert ("users' median prompt 900 → 6,100 tokens (≈ 2,600 ms more prefill each); "
             "prefill per token unchanged") in v.headline
@@ -125,8 +128,9 @@ def test_head_of_line_from_the_users_spans():
     users = [UserRequest(arrival_s=r.started_at - 0.5, prompt_tokens=8192, ttft_s=4.0,
                          queue_s=0.0, prefill_s=4.0) for r in rs]
     now = UsersWindow("traces", 30.0, 12, ttft_p50_s=4.0, prompt_tokens_p50=8192)
-    v = ttft_verdict(rs, Expectation(fit, "idle fit"), user_requests=users, users_now=now,
-                     users_before=now)
+    v = ttft_verdict(rs, Expectation(fit, "idle fit"),
+                     users_evidence=UsersEvidence(users_now=now, users_before=now,
+                                                  user_requests=users))
     assert v.cause == "head_of_line", v.headline
     assert "users' long prompts (median 8,192 tokens) in prefill when the probe was sent in " \
            "12 of 12 probes" in v.headline
@@ -150,7 +154,8 @@ def test_an_idle_server_says_so():
     fit = EXACT
     rs = probes(line, k=20, queue_s=0.0, server_prefill_s=lambda n: B * n, overhead_s=0.02,
                 server_waiting=0, server_running=0)
-    v = ttft_verdict(rs, Expectation(fit, "idle fit"), users_now=UsersWindow("traces", 30.0, 0))
+    v = ttft_verdict(rs, Expectation(fit, "idle fit"),
+                     users_evidence=UsersEvidence(users_now=UsersWindow("traces", 30.0, 0)))
     assert v.cause == "none" and v.idle
     assert v.headline.startswith("nothing stands out (idle server, no users' requests)")
     lines = format_verdict(v)
@@ -229,3 +234,81 @@ def test_an_expectation_wider_than_itself_says_not_pinned():
     assert expected_words(4, 0.035, 12.639) == "4 tok not pinned (± 12,639 ms)"
     assert expected_words(4, 0.035, float("nan")).startswith("4 tok not pinned")
     assert expected_words(4_006, 31.315, 19.951) == "4,006 tok 31,315 ± 19,951 ms"
+
+
+#: the users' windows of the cache-collapse test: the reference, the same traffic
+#: now, and the collapse
+_BEFORE = UsersWindow("traces", 30.0, 60, ttft_p50_s=0.40, prompt_tokens_p50=2000,
+                      prefix_cache_hit_rate=0.62, queue_share=0.02)
+_COLLAPSED = UsersWindow("traces", 30.0, 55, ttft_p50_s=1.05, prompt_tokens_p50=2000,
+                         prefix_cache_hit_rate=0.0, queue_share=0.03)
+
+
+def _idle_probes():
+    return probes(line, k=20, queue_s=0.0, server_prefill_s=lambda n: B * n,
+                  overhead_s=0.02, server_waiting=0)
+
+
+def test_users_evidence_fills_its_reference_only_when_it_has_none():
+    ev = UsersEvidence(users_now=_COLLAPSED, user_requests=[UserRequest(arrival_s=1.0)])
+    assert isinstance(ev.user_requests, tuple) and hash(ev) == hash(ev)  # a cache key
+    assert ev.with_before(None) is ev
+    assert ev.with_before(_BEFORE).users_before is _BEFORE
+    own = UsersEvidence(users_now=_COLLAPSED, users_before=_COLLAPSED)
+    assert own.with_before(_BEFORE) is own
+    assert ttft_verdict(_idle_probes(), Expectation(EXACT, "idle fit"),
+                        users_evidence=UsersEvidence()).whose == "probes"
+
+
+def test_users_evidence_reaches_the_exporters_verdict():
+    """The exporter target: its ``users_evidence`` (the receiver's, or a hook) reaches
+    the window's verdict after each probe and the scrape-time verdict while a probe is
+    in flight, with the users' reference its ``HeldExpectation`` keeps."""
+    from prefilltui.exporter.config import TargetConfig
+    from prefilltui.exporter.target import TargetProber
+
+    p = TargetProber(TargetConfig(url="http://127.0.0.1:9", window=20), run_dir="/nonexistent")
+    now = {"w": _BEFORE}
+    asked = []
+    p.users_evidence = lambda: asked.append(1) or UsersEvidence(users_now=now["w"])
+    p._hold.users_before = _BEFORE  # the reference of the traffic before
+    for r in _idle_probes():
+        p._on_result(r)
+    assert asked
+    v = p.snapshot.summary.ttft_verdict
+    assert v.cause == "none" and not v.above, v.headline
+    assert "users' TTFT p50 400 ms, was 400 ms" in v.judged  # the hold's reference
+    # the collapse, read at scrape time with the probe in flight
+    now["w"] = _COLLAPSED
+    p._in_flight_since = time.time()
+    v = p.snapshot.summary.ttft_verdict
+    assert v.whose == "users" and v.above and v.cause == "cache_hit_drop", v.headline
+    assert "users' TTFT p50 1,050 ms, was 400 ms over 55 requests" in v.judged
+
+
+def test_users_evidence_reaches_the_tui_verdict():
+    """The TUI feed: ``TargetFeed.users_evidence`` (its receiver's window and kept
+    spans) -> ``viewmodel.verdict_now`` -> ``load_view.live_verdict``, with the users'
+    reference the feed's ``HeldExpectation`` keeps."""
+    from prefilltui.tui.feed import FeedConfig, TargetFeed
+    from prefilltui.tui.load_control import load_lines
+    from prefilltui.tui.viewmodel import verdict_now
+
+    spans = (UserRequest(arrival_s=1000.0, prompt_tokens=2000, ttft_s=1.05),)
+
+    class Trace:  # the receiver's face the feed reads (measure.otlp.UsersTrace)
+        def window(self, now_s=None, *, fit=None, running=None, waiting=None):
+            return _COLLAPSED
+
+        def recent(self, since_s=None):
+            return spans
+
+    feed = TargetFeed(FeedConfig(label="t", runner_factory=None, users=Trace()))
+    for r in _idle_probes():
+        feed.add(r)
+    now = verdict_now(feed)
+    assert now.users == UsersEvidence(users_now=_COLLAPSED, user_requests=spans)
+    assert now.in_flight_age_s is None and now.waiting_now is None
+    feed.live.held.users_before = _BEFORE  # the reference of the traffic before
+    _, said = load_lines(feed)
+    assert said.startswith("why users' TTFT: prefix cache stopped hitting"), said

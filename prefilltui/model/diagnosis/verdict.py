@@ -3,10 +3,10 @@ server tells them, the users' own requests; each cause quotes the numbers behind
 Pure; shared by the sweep summary, the TUI, the exporter and the fleet view.
 
 Whose TTFT: the users' (``whose == "users"``) when a users' window with requests is
-given (``users_now``: the OTLP spans or the server's /metrics histograms) and their TTFT
-rose beyond the reference (``users_before``'s TTFT p50, else the expectation at their
-median prompt) by more than ``USERS_RISE`` of it and its uncertainty; otherwise the
-probes'.
+given (``UsersEvidence.users_now``: the OTLP spans or the server's /metrics histograms)
+and their TTFT rose beyond the reference (``users_before``'s TTFT p50, else the
+expectation at their median prompt) by more than ``USERS_RISE`` of it and its
+uncertainty; otherwise the probes'.
 
 Nothing is named unless TTFT is above its expectation beyond the expectation's
 uncertainty (``above``): the median excess of the recent probes (or of the last
@@ -60,7 +60,7 @@ from prefilltui.model.fit import LinearFit
 from prefilltui.model.fit import finite_median
 from prefilltui.model.types import ProbeResult
 from prefilltui.model.units import duration
-from prefilltui.model.users import UserRequest, UsersWindow
+from prefilltui.model.users import UserRequest, UsersEvidence, UsersWindow
 
 Cause = Literal["queueing", "head_of_line", "slow_prefill", "prefix_cache", "overhead",
                 "none", "not_enough_data", "prompts_longer", "cache_hit_drop"]
@@ -393,24 +393,25 @@ def _line(fit: LinearFit, x: float) -> float:
 
 
 def ttft_verdict(results: Sequence[ProbeResult], expect: Expectation | None = None, *,
-                 recent: int = RECENT, users_now: UsersWindow | None = None,
-                 users_before: UsersWindow | None = None,
-                 user_requests: Sequence[UserRequest] = (),
+                 recent: int = RECENT, users_evidence: UsersEvidence | None = None,
                  in_flight_age_s: float | None = None,
                  waiting_now: float | None = None) -> TtftVerdict:
     """The verdict over the last ``recent`` ok, non-warm-up probes (see the module
     docstring).
 
-    users_now / users_before: the users' window now and its reference (the window
-    before the change); user_requests: the users' recent requests from their spans
-    (prefill intervals, for head-of-line); in_flight_age_s: how long the probe in
-    flight has waited (s; None: none in flight); waiting_now: the server's waiting
-    gauge as read now (requests).  All optional: without them the verdict reads the
-    probes alone.  Never raises for bad data.
+    users_evidence: what the users' requests tell (``model.users.UsersEvidence``: their
+    window now, ``users_now``, and its reference, ``users_before``, the window before
+    the change; their recent requests from their spans, ``user_requests``: prefill
+    intervals, for head-of-line); None: nothing known about them.  in_flight_age_s:
+    how long the probe in flight has waited (s; None: none in flight); waiting_now:
+    the server's waiting gauge as read now (requests).  All optional: without them the
+    verdict reads the probes alone.  Never raises for bad data.
     """
+    ev = users_evidence if users_evidence is not None else UsersEvidence()
+    users_now, users_before = ev.users_now, ev.users_before
     ok = [r for r in results if r.ok and not r.warmup and _fin(r.ttft_s)][-recent:]
     users = users_now if users_now is not None and users_now.requests > 0 else None
-    reqs = [u for u in user_requests if isinstance(u, UserRequest)]
+    reqs = [u for u in ev.user_requests if isinstance(u, UserRequest)]
     if waiting_now is not None and not (math.isfinite(waiting_now) and waiting_now >= 0):
         waiting_now = None
     if in_flight_age_s is not None and not (math.isfinite(in_flight_age_s) and in_flight_age_s >= 0):

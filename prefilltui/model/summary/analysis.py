@@ -29,6 +29,7 @@ from prefilltui.model.spec import AnalysisOptions, resolve_gpu, resolve_model
 from prefilltui.model.summary.run import (LiveFacts, ProbeCounts, QuadraticFit, RooflineSummary,
                                       RunSummary, ServerFacts, Verdict, WindowSummary)
 from prefilltui.model.types import ProbeResult, ServerInfo
+from prefilltui.model.users import UsersEvidence
 from prefilltui.model.diagnosis import Expectation, ttft_verdict
 
 
@@ -52,8 +53,8 @@ def analyze(results: Iterable[ProbeResult], server_info: ServerInfo | None = Non
             running_fit: RunningFit | None = None, baseline_fit: LinearFit | None = None,
             baseline_problem: str | None = None, metrics_problem: str | None = None,
             run_file: str | None = None, live: LiveFacts | None = None,
-            baseline_source: str = "baseline run", verdict_inputs: dict | None = None
-            ) -> RunSummary:
+            baseline_source: str = "baseline run",
+            users_evidence: UsersEvidence | None = None) -> RunSummary:
     """Summarise a run (see ``RunSummary``).
 
     results: every probe of the run, warm-ups and failures included; probes of a
@@ -65,9 +66,9 @@ def analyze(results: Iterable[ProbeResult], server_info: ServerInfo | None = Non
         caller, or why there is none; metrics_problem: why /metrics gave nothing.
     run_file, live: carried into the summary as they are.
     baseline_source: the words for ``baseline_fit`` in the verdict ("baseline run", the
-        exporter's "idle fit held at 40 probes", ...); verdict_inputs: keyword arguments
-        for ``verdict.ttft_verdict`` (the users' windows and requests, the probe in
-        flight's age, the waiting gauge read now).
+        exporter's "idle fit held at 40 probes", ...); users_evidence: what the users'
+        requests tell ``verdict.ttft_verdict`` (``model.users.UsersEvidence``: their
+        window now and its reference, their kept requests; None: nothing).
     Never raises for bad data; an unreadable --model-config becomes a note.
     """
     results = list(results)
@@ -117,7 +118,7 @@ def analyze(results: Iterable[ProbeResult], server_info: ServerInfo | None = Non
         run_file=run_file, live=live,
         ttft_verdict=ttft_verdict(plain, expectation(fit, baseline_fit, roof, verdict,
                                                      baseline_source=baseline_source),
-                                  **(verdict_inputs or {})),
+                                  users_evidence=users_evidence),
         server_flops=_server_flops(plain, model))
 
 
@@ -293,8 +294,8 @@ def assess(snap: FitSnapshot | None, model: ModelShape | None, hw: Hardware | No
 
 def plain_summary(results: Iterable[ProbeResult], server_info: ServerInfo | None = None, *,
                   run_file: str | None = None, live: LiveFacts | None = None,
-            baseline_source: str = "baseline run", verdict_inputs: dict | None = None
-            ) -> RunSummary:
+                  baseline_source: str = "baseline run",
+                  users_evidence: UsersEvidence | None = None) -> RunSummary:
     """A summary without the analysis, for when ``analyze`` failed (a bug) and a finished
     sweep must still be reported: the counts, the per-length table and the plain robust
     fit (OLS when it fails) of TTFT over prompt tokens; verdict level "error"."""

@@ -44,6 +44,7 @@ from prefilltui.model.spec import AnalysisOptions, resolve_gpu, resolve_model
 from prefilltui.model.summary.run import (LiveFacts, ProbeCounts, QuadraticFit, RunSummary,
                                       ServerFacts)
 from prefilltui.model.types import FitMethod, FitScope, ProbeResult, ServerInfo
+from prefilltui.model.users import UsersEvidence
 from prefilltui.model.diagnosis import HeldExpectation, ttft_verdict
 
 #: Fit-eligible probes the percentiles and the median overhead are taken over (overall,
@@ -208,20 +209,19 @@ class LiveSummary:
                 which: FitScope = "all", method: FitMethod | None = None,
                 live: LiveFacts | None = None, recent: Sequence[ProbeResult] = (),
                 baseline_fit: LinearFit | None = None,
-                verdict_inputs: dict | None = None) -> RunSummary:
+                users_evidence: UsersEvidence | None = None) -> RunSummary:
         """The ``RunSummary`` of the probes so far (see the module docstring): ``which``
         picks the fit shown ("all" or "window"), ``method`` overrides
         ``options.fit``; ``recent``: the last probes (every one added since, failures
         included), for the "why is TTFT high?" verdict (``model.diagnosis.verdict``, as ``analyze``
         judges it: against ``baseline_fit``, else the idle fit as ``held`` keeps it:
-        an incident cannot move it); none: no verdict.  ``verdict_inputs``: keyword
-        arguments for ``ttft_verdict`` (users' windows, the probe in flight's age, the
-        waiting gauge now).  Cached until the next ``add`` (``verdict_inputs`` is
-        part of the key).  Never raises for bad data."""
+        an incident cannot move it); none: no verdict.  ``users_evidence``: what the
+        users' requests tell the verdict (``model.users.UsersEvidence``; its reference
+        defaults to the one ``held`` keeps).  Cached until the next ``add``
+        (``users_evidence`` is part of the key).  Never raises for bad data."""
         method = method or self.options.fit
-        vin = dict(verdict_inputs or {})
-        key = (which, method, id(info), gpu_names, live, bool(recent), id(baseline_fit),
-               repr(sorted(vin.items())))
+        ev = users_evidence if users_evidence is not None else UsersEvidence()
+        key = (which, method, id(info), gpu_names, live, bool(recent), id(baseline_fit), ev)
         got = self._cache.get(key)
         if got is not None:
             return got
@@ -245,12 +245,12 @@ class LiveSummary:
         if recent:  # held against the all-time fit whatever ``which`` shows, as analyze
             idle = fit if which == "all" else self._all_fit(method)
             self.held.offer(idle)
-            if vin.get("users_before") is None and self.held.users_before is not None:
-                vin["users_before"] = self.held.users_before
+            ev = ev.with_before(self.held.users_before)
             why = ttft_verdict(list(recent), expectation(self.held.fit or idle, baseline_fit,
                                                          roof, verdict,
-                                                         idle_source=self.held.label), **vin)
-            self.held.observe(why, vin.get("users_now"))
+                                                         idle_source=self.held.label),
+                               users_evidence=ev)
+            self.held.observe(why, ev.users_now)
         summary = RunSummary(
             server=ServerFacts.of(info) if info is not None else None, probes=counts,
             fit=fit, ols=snap.ols if snap else None, robust=snap.robust if snap else None,
