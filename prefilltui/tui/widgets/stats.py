@@ -288,9 +288,17 @@ class _TextPanel(Static):
         if text.plain != self._plain or text.spans != self._spans:
             self._plain, self._spans = text.plain, list(text.spans)
             self.update(text, layout=False)
+            if self._hidden():
+                return  # showing it again lays the screen out with this text
             rows = self._line_count()
             if rows is None or rows != self.content_size.height:
                 self.refresh(layout=True)
+
+    def _hidden(self) -> bool:
+        """True when this panel or a box around it is ``display: none`` (the details at
+        80x24 until ``d``): it takes no lines, so a new text needs no screen layout (one
+        on every probe was the idle app's largest cost: 14 ms of 19 ms per redraw)."""
+        return self.is_mounted and not all(n.display for n in self.ancestors_with_self)
 
     def _line_count(self) -> int | None:
         """Lines the current text takes at the current width, measured the way the
