@@ -15,7 +15,7 @@ from typing import Any, Callable
 
 from prefilltui.model.fit import LinearFit
 from prefilltui.model.sanitize import clean
-from prefilltui.model.summary import ProbeCounts, RunSummary
+from prefilltui.model.summary import QUADRATIC_SOURCE_WORDS, ProbeCounts, RunSummary
 from prefilltui.model.fit import Progress
 from prefilltui.model.types import FitMethod, FitScope, ProbeResult
 from prefilltui.model.diagnosis import expected_words
@@ -40,6 +40,9 @@ class StatsView:
     quadratic_note: str | None = None
     achieved_tflops: float | None = None
     mfu: float | None = None  # fraction
+    #: where achieved FLOP/s and MFU come from when it is not the fit shown (the
+    #: quadratic's linear term), with that slope's throughput; None: the fit shown
+    flops_from: str | None = None
     estimate: bool = False  # achieved/MFU rest on estimated (uncertain) inputs
     verdict: str | None = None
     server_kind: str | None = None
@@ -172,6 +175,10 @@ def _from_summary(v: StatsView, s: RunSummary, last: ProbeResult | None) -> None
         v.achieved_tflops = roof.achieved_flops / 1e12 if roof.achieved_flops else None
         v.mfu = roof.mfu
         v.estimate = roof.estimate
+        if roof.achieved_flops and roof.flops_per_token and roof.slope_source != fit.method:
+            # the headline's prefill is the line's; FLOP/s and MFU are this slope's
+            v.flops_from = (f"FLOP/s, MFU: {QUADRATIC_SOURCE_WORDS}, "
+                            f"{roof.achieved_flops / roof.flops_per_token:,.0f} tok/s")
     if level in VERDICT_WORDS:
         v.verdict = VERDICT_WORDS[level]
         note = drop_repeat(s.verdict.text, v.verdict)

@@ -218,3 +218,25 @@ def test_plot_ticks_never_share_a_row():
     assert apart([0.0, 2500.0, 5000.0], 7234.0, 3) == [0.0, 5000.0]
     assert apart([0.0, 100.0, 200.0], 220.0, 3) == [0.0, 100.0, 200.0]  # one a row
     assert apart([0.0, 1.0], 2.0, 1) == [0.0]
+
+
+def test_details_say_which_slope_flops_and_mfu_come_from():
+    """TTFT curving up: the headline's prefill is the line's, FLOP/s and MFU the
+    quadratic's linear term's; the details name it with that slope's throughput."""
+    from tests.unit.test_fit_analysis import run
+    from prefilltui.model.roofline import flops, lookup_model
+    from prefilltui.model.summary import analyze
+
+    smol = lookup_model("smollm2-135m")
+    b = 1 / 4000
+    c = flops.quadratic_coefficient(smol) / (flops.linear_coefficient(smol) / b)
+    s = analyze(run(n=64, a=0.01, b=b, c=c, lengths=[64, 128, 256, 512, 1024, 2048, 4096, 8192]),
+                ServerInfo(model="SmolLM2-135M"), None)
+    v = build_stats(s, which="all", method="robust", last=None, device=None)
+    text = stats_text(v).plain
+    paired = s.quadratic.fit.prefill_tokens_per_s
+    assert (f"FLOP/s, MFU: the quadratic fit's linear term, {paired:,.0f} tok/s"
+            in text.replace("\n", " "))
+    plain = build_stats(analyze(run(b=1 / 3000), ServerInfo(model="SmolLM2-135M"), None),
+                        which="all", method="robust", last=None, device=None)
+    assert plain.flops_from is None

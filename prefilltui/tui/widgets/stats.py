@@ -176,6 +176,8 @@ def detail_text(v: StatsView) -> Text:
             line("achieved", f"{v.achieved_tflops:.3g} TFLOP/s{est}")
         # the count behind the headline's MFU named (model/roofline/flops.py)
         t.append(MFU_LABEL + "\n", style="dim")
+    if v.flops_from and v.achieved_tflops is not None:
+        t.append(v.flops_from + "\n", style="dim")
     facts = " · ".join(x for x in (v.server_kind, v.device) if x)
     if facts:
         t.append(facts + "\n", style="dim")
