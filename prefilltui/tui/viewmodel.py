@@ -19,7 +19,7 @@ from prefilltui.model.summary import QUADRATIC_SOURCE_WORDS, ProbeCounts, RunSum
 from prefilltui.model.fit import Progress
 from prefilltui.model.types import FitMethod, FitScope, ProbeResult
 from prefilltui.model.diagnosis import expected_words
-from prefilltui.model.units import MISSING
+from prefilltui.model.units import MISSING, curvature
 
 
 @dataclass
@@ -165,7 +165,7 @@ def _from_summary(v: StatsView, s: RunSummary, last: ProbeResult | None) -> None
     if s.knee_tokens:
         v.notes.append(f"knee at {s.knee_tokens} tok (fit above)")
     if s.quadratic is not None and s.quadratic.applies and s.quadratic.fit.c_s_per_token2:
-        v.quadratic_note = f"quadratic: c={s.quadratic.fit.c_s_per_token2 * 1e9:.3g} ns/tok²"
+        v.quadratic_note = f"quadratic: c = {curvature(s.quadratic.fit.c_s_per_token2)}"
     if s.server is not None:
         v.server_kind = s.server.kind
         # llama.cpp reports the GGUF path as the model id: the panel shortens it

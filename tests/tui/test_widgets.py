@@ -240,3 +240,18 @@ def test_details_say_which_slope_flops_and_mfu_come_from():
     plain = build_stats(analyze(run(b=1 / 3000), ServerInfo(model="SmolLM2-135M"), None),
                         which="all", method="robust", last=None, device=None)
     assert plain.flops_from is None
+
+
+def test_details_curvature_in_the_summarys_unit():
+    """The details' quadratic note: the text summary's unit and format (was
+    'c=1.52e+03 ns/tok²' for a CPU's curvature)."""
+    from tests.unit.test_fit_analysis import run
+    from prefilltui.model.summary import analyze
+
+    s = analyze(run(n=40, a=0.05, b=1 / 340, c=1.5e-6,
+                    lengths=[4, 9, 19, 40, 87, 188, 406, 878, 1896, 4007]),
+                ServerInfo(model="SmolLM2-135M"), None)
+    v = build_stats(s, which="all", method="robust", last=None, device=None)
+    c = s.quadratic.fit.c_s_per_token2
+    assert v.quadratic_note == f"quadratic: c = {c * 1e9:,.0f} ms per (1k tokens)²"
+    assert "e+" not in stats_text(v).plain

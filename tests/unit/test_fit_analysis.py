@@ -141,6 +141,28 @@ def test_verdict_pairs_the_flops_with_the_throughput_of_their_own_slope():
             f"{d.roofline.achieved_flops / 1e12:.3g} TFLOP/s achieved") in d.verdict.text
 
 
+def test_curvature_line_one_format_with_units():
+    """A CPU's curvature (c = 1.5e-6 s/token²): c, its interval and attention's
+    expectation in one grouped format, each with its unit (was 'c = 1.52e+03 ms per
+    (1k tokens)² (95% [1.45e+03 to 1.58e+03]); attention expects 477')."""
+    lengths = [4, 9, 19, 40, 87, 188, 406, 878, 1896, 4007]
+    d = analyze(run(n=40, a=0.05, b=1 / 340, c=1.5e-6, lengths=lengths),
+                ServerInfo(model="SmolLM2-135M"), None)
+    q = d.quadratic.fit
+    assert d.quadratic.applies
+    lines = format_summary(d).splitlines()
+    (curv,) = [x for x in lines if "curvature" in x]
+    lo, hi = q.c_ci
+    assert curv == (f"  curvature: c = {q.c_s_per_token2 * 1e9:,.0f} ms per (1k tokens)²   "
+                    f"95% [{lo * 1e9:,.0f} to {hi * 1e9:,.0f}] ms per (1k tokens)²")
+    assert q.c_s_per_token2 * 1e9 > 1000 and "e+" not in curv
+    (att,) = [x for x in lines if "attention expects" in x]
+    assert att == (f"    attention expects c = {d.roofline.c_expected_s_per_token2 * 1e9:,.0f} "
+                   f"ms per (1k tokens)² (ratio {d.roofline.c_ratio:.2f}, estimate)")
+    (lin,) = [x for x in lines if "linear term alone" in x]
+    assert lin.endswith("] tok/s")
+
+
 def test_reuses_a_running_fit_and_bad_model_config():
     rs = run()
     rf = RunningFit(window=10)
