@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import json
 import math
-from typing import Callable, Sequence
+from typing import Callable, Collection, Sequence
 
 from prefilltui.model import units
 from prefilltui.model.fit import LinearFit
@@ -252,11 +252,12 @@ def until_line(u: Progress) -> str:
     return f"{tgt}not reached: {why} after {u.probes} probes ({u.elapsed_s:.0f} s): {now}"
 
 
-def format_sweep(d: RunSummary, *, fit_line: bool = False) -> str:
+def format_sweep(d: RunSummary, *, fit_line: bool = False, said: Collection[str] = ()) -> str:
     """The sweep's view: the server, a row per length (TTFT quantiles of the probes in
     the fit, ms), the probe counts, the client overhead, the until-CI outcome, the run
-    file and the run's notes.  ``fit_line``: also a one-line fit (when the full
-    analysis is not printed below)."""
+    file and the run's notes but those in ``said`` (printed as they came: the plan's
+    notes, said once).  ``fit_line``: also a one-line fit (when the full analysis is not
+    printed below)."""
     s, p, live = d.server, d.probes, d.live
     proxy = live.proxy if live is not None else None
     out = [f"server  {s.kind if s else None}  model {clean(s.model) if s and s.model else '?'}  "
@@ -294,7 +295,7 @@ def format_sweep(d: RunSummary, *, fit_line: bool = False) -> str:
         out.append("until-ci  " + until_line(live.until_ci))
     if d.run_file:
         out.append(f"run file  {d.run_file}")
-    out += [f"note: {n}" for n in (live.notes if live else ())]
+    out += [f"note: {n}" for n in (live.notes if live else ()) if n not in said]
     return "\n".join(out)
 
 
