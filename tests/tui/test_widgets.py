@@ -255,3 +255,46 @@ def test_details_curvature_in_the_summarys_unit():
     c = s.quadratic.fit.c_s_per_token2
     assert v.quadratic_note == f"quadratic: c = {c * 1e9:,.0f} ms per (1k tokens)²"
     assert "e+" not in stats_text(v).plain
+
+
+def _as_expected(rows, idle=False):
+    from prefilltui.model.diagnosis import TtftVerdict
+
+    return TtftVerdict(cause="none", headline="nothing stands out", evidence=(), ttft_s=0.1,
+                       probes=6, idle=idle, expected=tuple(rows))
+
+
+def test_the_headlines_verdict_line_fits_its_width():
+    """"TTFT as expected: ..." in the headline: the longest form that fits the panel
+    (28 columns at 80x24, 40 from 120), the whole line where it fits and in the details;
+    it was cut after the first length at 80x24 ("TTFT as expected: 33 tok 22…")."""
+    from prefilltui.tui.viewmodel import verdict_forms
+    from prefilltui.tui.widgets.stats import headline_text
+
+    v = _as_expected([(33, 0.022, 0.005), (512, 0.05, 0.006), (4097, 0.204, 0.007)])
+    forms = verdict_forms(v)
+    assert forms == ("TTFT as expected: 33 tok 22 ± 5 ms, 4,097 tok 204 ± 7 ms",
+                     "TTFT as expected: 33→22 ms, 4.1k→204 ms",
+                     "TTFT ok: 33→22, 4.1k→204 ms", "TTFT ok: 4.1k→204 ms")
+    stats = StatsView(slope_s=4.5e-5, why=forms[0], why_forms=forms)
+
+    def why(width):
+        return headline_text(stats, width).plain.splitlines()[-1]
+    assert why(28) == "TTFT ok: 33→22, 4.1k→204 ms" and len(why(28)) <= 28
+    assert why(40) == "TTFT as expected: 33→22 ms, 4.1k→204 ms"
+    assert why(80) == forms[0]  # nothing lost where there is room
+    assert stats_text(stats).plain.endswith(forms[0])  # the details: whole
+    # TTFT in seconds at the long end: the units of each, then the longest alone
+    long = verdict_forms(_as_expected([(128, 1.04, 0.01), (32768, 12.3, 0.2)], idle=True))
+    assert long[1:] == ("TTFT as expected (idle): 128→1,040 ms, 33k→12.3 s",
+                        "TTFT ok: 128→1,040 ms, 33k→12.3 s", "TTFT ok: 33k→12.3 s")
+    assert headline_text(StatsView(slope_s=1e-4, why=long[0], why_forms=long), 28
+                         ).plain.endswith("\nTTFT ok: 33k→12.3 s")
+    # a length the fit does not pin: "?", its uncertainty in the whole line only
+    pinless = verdict_forms(_as_expected([(4, 0.035, 12.6), (4097, 0.204, 0.007)]))
+    assert pinless[0].startswith("TTFT as expected: 4 tok not pinned (± 12,600 ms)")
+    assert pinless[2] == "TTFT ok: 4→?, 4.1k→204 ms"
+    # a cause is one line, as it was
+    from dataclasses import replace
+    alarm = replace(v, cause="queueing", above=True, headline="queueing: 40 ms of 70 ms")
+    assert verdict_forms(alarm) == ("why TTFT: queueing: 40 ms of 70 ms",)
