@@ -30,7 +30,7 @@ from prefilltui.model.pacing import Pacing, auto_pacing
 from prefilltui.measure.probe import AZURE_KEY_ENV, ProbeClient, is_azure
 from prefilltui.measure.runfile import RotatingRunWriter, RunFileBusy, RunWriter, default_run_path
 from prefilltui.measure.sweep import SweepRunner
-from prefilltui.measure.sweep import ProbeHook, SweepConfig, make_lengths
+from prefilltui.measure.sweep import TIME_CAP_S, ProbeHook, SweepConfig, make_lengths
 from prefilltui.measure.telemetry import Sampler
 from prefilltui.model.types import ProbeResult
 from prefilltui.exit_codes import ExitCode
@@ -109,7 +109,8 @@ def client_factory(probe: ProbeOptions, base_url: str, seed: int | None = None
 
 def sweep_lengths(design: SweepDesign) -> list[int]:
     """The prompt lengths to probe: ``--lengths``, else ``--points`` log-spaced lengths
-    from ``--min-tokens`` to ``--max-tokens``.
+    from ``--min-tokens`` to ``--max-tokens`` (a one-pass sweep caps these where a probe
+    would take over ``measure.sweep.TIME_CAP_S``, ``build_session``).
 
     Raises:
         SessionError: (USAGE) min above max, or an empty range.
@@ -319,7 +320,10 @@ def build_session(options: SessionOptions, base_url: str, *, continuous: bool = 
                          pause_s=design.pause_s or 0.0, seed=design.seed, continuous=continuous,
                          until_ci_pct=design.until_ci_pct, budget_probes=design.budget_probes,
                          budget_s=design.budget_s, interval_s=design.interval_s,
-                         jitter=design.jitter, keep_results=design.keep_results)
+                         jitter=design.jitter, keep_results=design.keep_results,
+                         # a one-pass sweep of the default lengths: no probe of a minute
+                         # on a slow target; --lengths are run as given
+                         time_cap_s=None if design.lengths or continuous else TIME_CAP_S)
     run_path = Path(rf.path).expanduser() if rf.path else default_run_path()
     try:
         run_path.parent.mkdir(parents=True, exist_ok=True)

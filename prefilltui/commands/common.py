@@ -15,6 +15,7 @@ from typing import get_args
 from prefilltui.commands.argtypes import (_depth_list, _duty, _int_list, _load_levels, _load_spec,
                                           _positive_int, _sample_hz, _until_pct, otlp_listen,
                                           parse_budget, ranged)
+from prefilltui.measure.sweep import TIME_CAP_S
 from prefilltui.model import defaults
 from prefilltui.model.sanitize import clean
 from prefilltui.model.types import FIT_METHODS, Dtype
@@ -71,7 +72,9 @@ def add_sweep_args(p: argparse.ArgumentParser, *, min_tokens: int = defaults.MIN
                         "anchor the fixed cost TTFT(0))")
     g.add_argument("--max-tokens", type=ranged("lengths"), default=max_tokens, metavar="N",
                    help=f"longest prompt in tokens (default {max_tokens}; capped at the "
-                        "server's context)")
+                        "server's context and, in a one-pass sweep, where one probe is "
+                        f"expected to take over {TIME_CAP_S:g} s; --lengths is never capped "
+                        "by time)")
     g.add_argument("--points", type=ranged("points"), default=points, metavar="K",
                    help=f"number of log-spaced lengths between min and max (default {points})")
     g.add_argument("--repeats", type=ranged("repeats"), default=defaults.REPEATS, metavar="R",

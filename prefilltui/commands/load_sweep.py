@@ -47,7 +47,8 @@ def run_probes(session: Session, levels: Sequence[float],
                new_runner: Callable[[], SweepRunner], stream
                ) -> tuple[list[ProbeResult], SweepRunner, list[str]]:
     """Run the sweep (once per load level with ``--load-levels``); returns (every
-    result, the last runner, notes: levels not run and why).
+    result, the last runner, notes: levels not run and why, and the first level's plan
+    notes when its time cap, ``SweepConfig.time_cap_s``, holds for the levels after it).
 
     Raises:
         LoadFailed: ``--load`` without levels, and the load did not reach its level
@@ -79,6 +80,12 @@ def run_probes(session: Session, levels: Sequence[float],
         runner = new_runner()
         _run(runner)
         results += list(runner.results)
+        if i == 0 and session.config.time_cap_s is not None:
+            # the first level's time cap holds for the rest: every level probes the
+            # same lengths (a load level's probes take longer, not other lengths)
+            session.config.lengths = list(runner.lengths)
+            session.config.time_cap_s = None
+            notes += runner.notes
         if runner.state == "failed":
             break
     gen.set_level(0)

@@ -175,7 +175,7 @@ def run_sweep(options: SessionOptions, base_url: str, *, as_json: bool = False) 
     until = design.until_ci_pct
     depths = [x for x in design.depths if x > 0]
     planned_said = False  # the header is printed once
-    notes_said = 0  # the plan's notes already printed
+    said: list[str] = []  # the plan's notes already printed (each runner's, in order)
 
     def on_result(r: ProbeResult) -> None:
         runner = session.runner  # the level now running (one runner per load level)
@@ -190,8 +190,10 @@ def run_sweep(options: SessionOptions, base_url: str, *, as_json: bool = False) 
         say(line, stream)
 
     def on_plan(planned: list[int], notes: list[str]) -> None:
-        """The header, once the server's context is known: the lengths that will run."""
-        nonlocal planned_said, notes_said
+        """The header, once the server's context is known: the lengths that will run;
+        then each of the plan's notes once, as it comes (a cap: which lengths, to what,
+        why), never again in the summary."""
+        nonlocal planned_said
         if not planned_said:
             planned_said = True
             if not as_json:
@@ -199,6 +201,9 @@ def run_sweep(options: SessionOptions, base_url: str, *, as_json: bool = False) 
                     how = f"until throughput +-{until:g} %"
                 else:
                     how = f"= {design.warmup + len(planned) * design.repeats} probes"
+                cap_s = session.config.time_cap_s
+                if cap_s is not None:  # the default lengths (not --lengths)
+                    how += f"; a length whose probe is expected over {cap_s:g} s is capped"
                 budget = ", ".join(x for x in (f"{budget_probes} probes" if budget_probes else "",
                                                f"{budget_s:g} s" if budget_s else "") if x)
                 say(f"sweeping {display_url(base_url)}: lengths {','.join(map(str, planned))} x "
@@ -206,9 +211,10 @@ def run_sweep(options: SessionOptions, base_url: str, *, as_json: bool = False) 
                       + (f"; budget {budget}" if budget else "") + ")"
                       + (f"; then at depths {','.join(map(str, depths))} (cached prefix)"
                          if depths else ""), stream)
-        for n in notes[notes_said:]:
-            say(f"  note: {n}", stream)
-        notes_said = len(notes)
+        for n in notes:
+            if n not in said:
+                said.append(n)
+                say(f"  note: {n}", stream)
 
     def on_state(state: str, detail: str) -> None:
         if state in ("retrying",) or (state == "probing" and detail.startswith("context")):
@@ -290,7 +296,7 @@ def run_sweep(options: SessionOptions, base_url: str, *, as_json: bool = False) 
     if as_json:
         print(summary_json(summary))
     else:
-        blocks = [format_sweep(summary, fit_line=not analysed),
+        blocks = [format_sweep(summary, fit_line=not analysed, said=said),
                   # the table above has the percentiles per length
                   format_summary(summary, percentile_table=False) if analysed else "",
                   "\n".join(format_depth(summary.depth)),

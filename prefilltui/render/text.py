@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import json
 import math
-from typing import Callable, Sequence
+from typing import Callable, Collection, Sequence
 
 from prefilltui.model import units
 from prefilltui.model.fit import LinearFit
@@ -205,16 +205,19 @@ def format_summary(d: RunSummary, *, percentile_table: bool = True) -> str:
     q = d.quadratic
     if q is not None and q.applies:
         qf = q.fit
-        line = (f"  curvature: c = {qf.c_s_per_token2 * 1e9:.3g} ms per (1k tokens)² "
-                f"(95% {_ci(qf.c_ci, lambda v: f'{v * 1e9:.3g}')})")
+        # one format and one unit for c, its interval and attention's c (units.curvature)
+        c_ci = _ci(qf.c_ci, lambda v: units.curvature(v, unit=False))
+        out.append(f"  curvature: c = {units.curvature(qf.c_s_per_token2)}"
+                   + (f"   95% {c_ci} {units.CURVATURE_UNIT}" if c_ci else ""))
         if d.roofline and d.roofline.c_expected_s_per_token2:
-            line += (f"; attention expects {d.roofline.c_expected_s_per_token2 * 1e9:.3g} "
-                     f"(ratio {d.roofline.c_ratio:.2f}, estimate)")
-        out.append(line)
+            out.append(f"    attention expects c = "
+                       f"{units.curvature(d.roofline.c_expected_s_per_token2)} "
+                       f"(ratio {d.roofline.c_ratio:.2f}, estimate)")
         if finite(qf.prefill_tokens_per_s):
+            tp_ci = _ci(qf.prefill_tokens_per_s_ci, lambda v: f'{v:,.0f}')
             out.append(f"  TTFT curves up with n: the line above averages over the range; the "
-                       f"linear term alone gives {qf.prefill_tokens_per_s:,.0f} prompt tok/s "
-                       f"95% {_ci(qf.prefill_tokens_per_s_ci, lambda v: f'{v:,.0f}')}")
+                       f"linear term alone gives {qf.prefill_tokens_per_s:,.0f} prompt tok/s"
+                       + (f"   95% {tp_ci} tok/s" if tp_ci else ""))
     w = d.window
     if w.fit is not None and w.n < p.fit_eligible:
         tp = finite(w.fit.prefill_tokens_per_s)
@@ -249,11 +252,12 @@ def until_line(u: Progress) -> str:
     return f"{tgt}not reached: {why} after {u.probes} probes ({u.elapsed_s:.0f} s): {now}"
 
 
-def format_sweep(d: RunSummary, *, fit_line: bool = False) -> str:
+def format_sweep(d: RunSummary, *, fit_line: bool = False, said: Collection[str] = ()) -> str:
     """The sweep's view: the server, a row per length (TTFT quantiles of the probes in
     the fit, ms), the probe counts, the client overhead, the until-CI outcome, the run
-    file and the run's notes.  ``fit_line``: also a one-line fit (when the full
-    analysis is not printed below)."""
+    file and the run's notes but those in ``said`` (printed as they came: the plan's
+    notes, said once).  ``fit_line``: also a one-line fit (when the full analysis is not
+    printed below)."""
     s, p, live = d.server, d.probes, d.live
     proxy = live.proxy if live is not None else None
     out = [f"server  {s.kind if s else None}  model {clean(s.model) if s and s.model else '?'}  "
@@ -291,7 +295,7 @@ def format_sweep(d: RunSummary, *, fit_line: bool = False) -> str:
         out.append("until-ci  " + until_line(live.until_ci))
     if d.run_file:
         out.append(f"run file  {d.run_file}")
-    out += [f"note: {n}" for n in (live.notes if live else ())]
+    out += [f"note: {n}" for n in (live.notes if live else ()) if n not in said]
     return "\n".join(out)
 
 

@@ -14,7 +14,7 @@ from typing import Any, Callable
 
 from prefilltui.model.sanitize import clean
 from prefilltui.tui.feed import TargetFeed
-from prefilltui.tui.viewmodel import VerdictNow, verdict_line, verdict_now
+from prefilltui.tui.viewmodel import VerdictNow, verdict_forms, verdict_now
 from prefilltui.tui.load_view import (DecodeView, decode_view, live_verdict, load_status,
                                       stall_lines)
 
@@ -81,10 +81,10 @@ def level_title(feed: TargetFeed) -> str:
     return f" · load {lv:g}" if lv and lv in feed.levels else ""
 
 
-def load_lines(feed: TargetFeed, assessment: Any = None) -> tuple[list[str], str]:
-    """(the stats lines of the last loaded probe's stall, the verdict's line) over
-    the probes of the current level since the last reset, held against the idle fit
-    (never a load level's own)."""
+def load_lines(feed: TargetFeed, assessment: Any = None) -> tuple[list[str], tuple[str, ...]]:
+    """(the stats lines of the last loaded probe's stall, the verdict's line and its
+    shorter forms, ``verdict_forms``) over the probes of the current level since the
+    last reset, held against the idle fit (never a load level's own)."""
     recent = feed.recent_results()
     last = next((r for r in reversed(recent) if r.ok and not r.warmup), None)
     level = last.load_level if last is not None else None  # right now: this level
@@ -96,4 +96,4 @@ def load_lines(feed: TargetFeed, assessment: Any = None) -> tuple[list[str], str
     v = live_verdict([r for r in recent if r.load_level == level],
                      snap.fit if snap is not None else None, assessment=assessment,
                      held=held, now=now)
-    return stall_lines(last), verdict_line(v)
+    return stall_lines(last), verdict_forms(v)

@@ -186,8 +186,9 @@ class Redraw:
             # the last probe's stall under load, and "why is TTFT high?" held against the
             # idle fit (never a load level's own)
             roof = summary.roofline
-            lines, stats.why = load_lines(feed, _Judged(roof.mfu if roof else None,
-                                                        summary.verdict.level))
+            lines, forms = load_lines(feed, _Judged(roof.mfu if roof else None,
+                                                    summary.verdict.level))
+            stats.why, stats.why_forms = forms[0], forms
             stats.notes[:0] = lines
             stats.notes += feed.users_lines()  # the users' window (--otlp-listen)
             p.headline.show(stats)

@@ -15,11 +15,11 @@ from typing import Any, Callable
 
 from prefilltui.model.fit import LinearFit
 from prefilltui.model.sanitize import clean
-from prefilltui.model.summary import ProbeCounts, RunSummary
+from prefilltui.model.summary import QUADRATIC_SOURCE_WORDS, ProbeCounts, RunSummary
 from prefilltui.model.fit import Progress
 from prefilltui.model.types import FitMethod, FitScope, ProbeResult
 from prefilltui.model.diagnosis import expected_words
-from prefilltui.model.units import MISSING
+from prefilltui.model.units import MISSING, curvature, duration
 from prefilltui.model.users import UsersEvidence
 
 
@@ -41,6 +41,9 @@ class StatsView:
     quadratic_note: str | None = None
     achieved_tflops: float | None = None
     mfu: float | None = None  # fraction
+    #: where achieved FLOP/s and MFU come from when it is not the fit shown (the
+    #: quadratic's linear term), with that slope's throughput; None: the fit shown
+    flops_from: str | None = None
     estimate: bool = False  # achieved/MFU rest on estimated (uncertain) inputs
     verdict: str | None = None
     server_kind: str | None = None
@@ -70,6 +73,9 @@ class StatsView:
     #: the live verdict's whole line (``verdict_line``: "why TTFT: <cause>" when TTFT is
     #: above its expectation beyond the uncertainty, else "TTFT as expected: ...")
     why: str | None = None
+    #: ``why`` and shorter forms of it, longest first (``verdict_forms``): the headline
+    #: shows the first that fits its width, the details ``why`` whole
+    why_forms: tuple[str, ...] = ()
     notes: list[str] = field(default_factory=list)
     warnings: list[str] = field(default_factory=list)
 
@@ -163,7 +169,7 @@ def _from_summary(v: StatsView, s: RunSummary, last: ProbeResult | None) -> None
     if s.knee_tokens:
         v.notes.append(f"knee at {s.knee_tokens} tok (fit above)")
     if s.quadratic is not None and s.quadratic.applies and s.quadratic.fit.c_s_per_token2:
-        v.quadratic_note = f"quadratic: c={s.quadratic.fit.c_s_per_token2 * 1e9:.3g} ns/tok²"
+        v.quadratic_note = f"quadratic: c = {curvature(s.quadratic.fit.c_s_per_token2)}"
     if s.server is not None:
         v.server_kind = s.server.kind
         # llama.cpp reports the GGUF path as the model id: the panel shortens it
@@ -173,6 +179,10 @@ def _from_summary(v: StatsView, s: RunSummary, last: ProbeResult | None) -> None
         v.achieved_tflops = roof.achieved_flops / 1e12 if roof.achieved_flops else None
         v.mfu = roof.mfu
         v.estimate = roof.estimate
+        if roof.achieved_flops and roof.flops_per_token and roof.slope_source != fit.method:
+            # the headline's prefill is the line's; FLOP/s and MFU are this slope's
+            v.flops_from = (f"FLOP/s, MFU: {QUADRATIC_SOURCE_WORDS}, "
+                            f"{roof.achieved_flops / roof.flops_per_token:,.0f} tok/s")
     if level in VERDICT_WORDS:
         v.verdict = VERDICT_WORDS[level]
         note = drop_repeat(s.verdict.text, v.verdict)
@@ -295,16 +305,55 @@ def verdict_now(feed: Any) -> VerdictNow:
     return VerdictNow(users, age, waiting_now)
 
 
+def _as_expected(v: Any) -> bool:
+    """Whether the verdict states the expectation (nothing above it), not a cause."""
+    return v is not None and v.cause == "none" and not v.above and bool(v.expected)
+
+
 def verdict_line(v: Any) -> str:
     """The stats panel's verdict line: "why TTFT: <cause>" only when TTFT is above its
     expectation beyond the uncertainty (or nothing can be held against it); else the
     expectation ("TTFT as expected: 500 tok 270 ± 5 ms ...")."""
     if v is None:
         return f"why TTFT: {MISSING}"
-    if v.cause == "none" and not v.above and v.expected:
+    if _as_expected(v):
         return expected_line(v)
     who = "users' " if v.whose == "users" else ""
     return f"why {who}TTFT: {v.headline}"
+
+
+def verdict_forms(v: Any) -> tuple[str, ...]:
+    """``verdict_line`` and, when it states the expectation, shorter forms of it for the
+    headline, longest first: the shortest and longest length as tokens→TTFT without the
+    uncertainty ("TTFT as expected: 33→22 ms, 4.1k→204 ms", 40 columns), the unit once
+    ("TTFT ok: 33→22, 4.1k→204 ms", the 28 of an 80-column terminal), the longest alone
+    ("TTFT ok: 4.1k→204 ms").  A length the fit does not pin reads "→?"; the whole line
+    (uncertainties, "not pinned", the idle server) stays in the details."""
+    line = verdict_line(v)
+    if not _as_expected(v):
+        return (line,)
+    rows = list(v.expected)
+    ends = [rows[0], rows[-1]] if len(rows) > 1 else rows
+    idle = " (idle)" if getattr(v, "idle", False) else ""
+    times = [duration(e) if m < e else "?" for _n, e, m in ends]
+    toks = [_tokens(n) for n, _e, _m in ends]
+    pairs = ", ".join(f"{n}→{t}" for n, t in zip(toks, times))
+    units = {t.rsplit(" ", 1)[-1] for t in times if t != "?"}
+    once = pairs
+    if len(units) == 1 and times[-1] != "?":  # one unit: said once, at the end
+        unit = units.pop()
+        once = ", ".join(f"{n}→{t.removesuffix(' ' + unit)}" for n, t in zip(toks, times))
+        once += f" {unit}"
+    return (line, f"TTFT as expected{idle}: {pairs}", f"TTFT ok: {once}",
+            f"TTFT ok: {toks[-1]}→{times[-1]}")
+
+
+def _tokens(n: int) -> str:
+    """A prompt length, short: 33, 512, 4.1k (4,097), 33k (32,768), 131k."""
+    if n < 1000:
+        return str(n)
+    k = n / 1000
+    return f"{k:.1f}".removesuffix(".0") + "k" if k < 10 else f"{k:.0f}k"
 
 
 def expected_line(v: Any, limit: int = 2) -> str:

@@ -197,3 +197,47 @@ def test_a_password_in_the_url_is_never_shown(fake_server, tmp_path, capsys):
     rc = main(["sweep", "http://user:hunter2secretpw@127.0.0.1:9", "--lengths", "16"])
     err = capsys.readouterr().err
     assert rc == 3 and "hunter2secretpw" not in err and "cannot reach http://127.0.0.1:9" in err
+
+
+def test_default_lengths_are_capped_by_time_and_said_once(fake_server, tmp_path, capsys,
+                                                          monkeypatch):
+    """A slow target (1 ms a token, 4,096-token context): `sweep URL` with the default
+    lengths never sends a probe expected over the time cap (here 0.3 s; 5 s by default,
+    where a CPU's 4,007-token probe took 47 s); the header says lengths are capped by time,
+    one note says which, to what and why, once, in the header's place, not again in the
+    summary; the JSON summary keeps it.  --lengths runs every length given."""
+    import prefilltui.session as session_mod
+    monkeypatch.setattr(session_mod, "TIME_CAP_S", 0.3)
+
+    def slow(req):
+        words = len(req.json["prompt"].split())
+        t = 0.005 + words * 1e-3
+        return Reply.sse([(t, sse_text("x")),
+                          (t + 0.001, sse_data({"choices": [], "usage": {"prompt_tokens": words}})),
+                          (t + 0.002, sse_done())])
+    srv = fake_server({"GET /v1/models": models_reply("m", max_model_len=4096),
+                       "POST /v1/completions": slow})
+    rc = main(["sweep", srv.base_url, "--seed", "1", "--no-telemetry",
+               "--out", str(tmp_path / "r.jsonl")])
+    cap = capsys.readouterr()
+    assert rc == 0, cap.err
+    rows = [r for r in read_run(tmp_path / "r.jsonl")[0] if not r.warmup]
+    longest = max(r.requested_tokens for r in rows)
+    assert 87 < longest < 406 and max(r.ttft_s for r in rows) < 0.3 * 1.5
+    assert "a length whose probe is expected over 0.3 s is capped" in cap.out.splitlines()[0]
+    notes = [x for x in cap.out.splitlines() if "over the longest prompt expected within" in x]
+    assert len(notes) == 1 and notes[0].startswith("  note: lengths 406, 878, 1896, 4096 ")
+    assert f"capped to {longest} tokens" in notes[0]
+    # the context cap's note: once too (it was printed again under the run file)
+    assert sum("over the longest prompt the server takes" in x
+               for x in cap.out.splitlines()) == 1
+    rc = main(["sweep", srv.base_url, "--seed", "1", "--no-telemetry", "--format", "json",
+               "--out", str(tmp_path / "r2.jsonl")])
+    d = json.loads(capsys.readouterr().out)
+    assert rc == 0 and sum("over the longest prompt expected within 0.3 s" in n
+                           for n in d["live"]["notes"]) == 1
+    rc = main(["sweep", srv.base_url, "--lengths", "4,600", "--warmup", "0",
+               "--out", str(tmp_path / "r3.jsonl")])
+    out = capsys.readouterr().out
+    assert rc == 0 and "expected over" not in out and "expected within" not in out
+    assert sorted(r.requested_tokens for r in read_run(tmp_path / "r3.jsonl")[0]) == [4, 600]

@@ -46,7 +46,7 @@ async def _settle(pilot):
     await pilot.pause()
 
 
-def _headline_on_screen(screen: str, *, gpu: bool) -> None:
+def _headline_on_screen(screen: str, *, gpu: bool, width: int = 80) -> None:
     assert re.search(r"prefill +22\.3k tok/s", screen), screen
     assert re.search(r"95% +21\.8k–22\.9k tok/s", screen), screen
     assert re.search(r"intercept +20\.3 ms", screen), screen
@@ -59,8 +59,13 @@ def _headline_on_screen(screen: str, *, gpu: bool) -> None:
         assert re.search(r"achieved +7\.93 TFLOP/s est\.", screen), screen
         assert "MFU needs --peak-tflops" in screen
         assert "CPU util" in screen
-    # the verdict line: these probes are as the fit expects, so the expectation, no alarm
-    assert "TTFT as expected: 33 tok 22" in screen
+    # the verdict line: these probes are as the fit expects, so the expectation, no
+    # alarm, whole in the headline: the shortest and longest length's expected TTFT in
+    # the 28 columns of an 80-column terminal (it was cut: "TTFT as expected: 33 tok
+    # 22…"), with the words in the 40 from 120 columns
+    line = ("TTFT as expected: 33→22 ms, 4.1k→204 ms" if width >= 120
+            else "TTFT ok: 33→22, 4.1k→204 ms")
+    assert re.search(r"│ " + re.escape(line) + r" *│", screen), screen  # whole, not cut
 
 
 @pytest.mark.parametrize("size", SIZES, ids=lambda s: f"{s[0]}x{s[1]}")
@@ -71,7 +76,7 @@ async def test_headline_figures_in_view_without_scrolling(size, gpu):
         await _settle(pilot)
         lines = _lines(app)
         screen = "\n".join(lines)
-        _headline_on_screen(screen, gpu=gpu)
+        _headline_on_screen(screen, gpu=gpu, width=size[0])
         assert lines[-1].rstrip().endswith("q Quit")  # the footer, last line, whole
         tall = size[1] >= 28
         # the details: beneath the headline from 28 rows, else a key away
@@ -79,9 +84,12 @@ async def test_headline_figures_in_view_without_scrolling(size, gpu):
         await pilot.press("d")
         await _settle(pilot)
         opened = "\n".join(_lines(app))
-        _headline_on_screen(opened, gpu=gpu)
+        _headline_on_screen(opened, gpu=gpu, width=size[0])
         for fact in ("slope", "44.8 µs/tok", "R²", "p50/p90/p99"):
             assert fact in opened, opened
+        # the details keep the whole line: each length's uncertainty
+        assert "TTFT as expected: 33 tok 22 ± 5 ms, 4,097 tok 204 ± 7 ms" in \
+            app.screen.query_one("#stats")._plain
         box = app.screen.query_one("#details-box")
         assert "SmolLM2-135M-Instruct" in app.screen.query_one("#stats")._plain
         assert box.max_scroll_y > 0 or "SmolLM2-135M-Instruct" in opened  # scrolls there

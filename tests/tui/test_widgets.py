@@ -218,3 +218,83 @@ def test_plot_ticks_never_share_a_row():
     assert apart([0.0, 2500.0, 5000.0], 7234.0, 3) == [0.0, 5000.0]
     assert apart([0.0, 100.0, 200.0], 220.0, 3) == [0.0, 100.0, 200.0]  # one a row
     assert apart([0.0, 1.0], 2.0, 1) == [0.0]
+
+
+def test_details_say_which_slope_flops_and_mfu_come_from():
+    """TTFT curving up: the headline's prefill is the line's, FLOP/s and MFU the
+    quadratic's linear term's; the details name it with that slope's throughput."""
+    from tests.unit.test_fit_analysis import run
+    from prefilltui.model.roofline import flops, lookup_model
+    from prefilltui.model.summary import analyze
+
+    smol = lookup_model("smollm2-135m")
+    b = 1 / 4000
+    c = flops.quadratic_coefficient(smol) / (flops.linear_coefficient(smol) / b)
+    s = analyze(run(n=64, a=0.01, b=b, c=c, lengths=[64, 128, 256, 512, 1024, 2048, 4096, 8192]),
+                ServerInfo(model="SmolLM2-135M"), None)
+    v = build_stats(s, which="all", method="robust", last=None, device=None)
+    text = stats_text(v).plain
+    paired = s.quadratic.fit.prefill_tokens_per_s
+    assert (f"FLOP/s, MFU: the quadratic fit's linear term, {paired:,.0f} tok/s"
+            in text.replace("\n", " "))
+    plain = build_stats(analyze(run(b=1 / 3000), ServerInfo(model="SmolLM2-135M"), None),
+                        which="all", method="robust", last=None, device=None)
+    assert plain.flops_from is None
+
+
+def test_details_curvature_in_the_summarys_unit():
+    """The details' quadratic note: the text summary's unit and format (was
+    'c=1.52e+03 ns/tok²' for a CPU's curvature)."""
+    from tests.unit.test_fit_analysis import run
+    from prefilltui.model.summary import analyze
+
+    s = analyze(run(n=40, a=0.05, b=1 / 340, c=1.5e-6,
+                    lengths=[4, 9, 19, 40, 87, 188, 406, 878, 1896, 4007]),
+                ServerInfo(model="SmolLM2-135M"), None)
+    v = build_stats(s, which="all", method="robust", last=None, device=None)
+    c = s.quadratic.fit.c_s_per_token2
+    assert v.quadratic_note == f"quadratic: c = {c * 1e9:,.0f} ms per (1k tokens)²"
+    assert "e+" not in stats_text(v).plain
+
+
+def _as_expected(rows, idle=False):
+    from prefilltui.model.diagnosis import TtftVerdict
+
+    return TtftVerdict(cause="none", headline="nothing stands out", evidence=(), ttft_s=0.1,
+                       probes=6, idle=idle, expected=tuple(rows))
+
+
+def test_the_headlines_verdict_line_fits_its_width():
+    """"TTFT as expected: ..." in the headline: the longest form that fits the panel
+    (28 columns at 80x24, 40 from 120), the whole line where it fits and in the details;
+    it was cut after the first length at 80x24 ("TTFT as expected: 33 tok 22…")."""
+    from prefilltui.tui.viewmodel import verdict_forms
+    from prefilltui.tui.widgets.stats import headline_text
+
+    v = _as_expected([(33, 0.022, 0.005), (512, 0.05, 0.006), (4097, 0.204, 0.007)])
+    forms = verdict_forms(v)
+    assert forms == ("TTFT as expected: 33 tok 22 ± 5 ms, 4,097 tok 204 ± 7 ms",
+                     "TTFT as expected: 33→22 ms, 4.1k→204 ms",
+                     "TTFT ok: 33→22, 4.1k→204 ms", "TTFT ok: 4.1k→204 ms")
+    stats = StatsView(slope_s=4.5e-5, why=forms[0], why_forms=forms)
+
+    def why(width):
+        return headline_text(stats, width).plain.splitlines()[-1]
+    assert why(28) == "TTFT ok: 33→22, 4.1k→204 ms" and len(why(28)) <= 28
+    assert why(40) == "TTFT as expected: 33→22 ms, 4.1k→204 ms"
+    assert why(80) == forms[0]  # nothing lost where there is room
+    assert stats_text(stats).plain.endswith(forms[0])  # the details: whole
+    # TTFT in seconds at the long end: the units of each, then the longest alone
+    long = verdict_forms(_as_expected([(128, 1.04, 0.01), (32768, 12.3, 0.2)], idle=True))
+    assert long[1:] == ("TTFT as expected (idle): 128→1,040 ms, 33k→12.3 s",
+                        "TTFT ok: 128→1,040 ms, 33k→12.3 s", "TTFT ok: 33k→12.3 s")
+    assert headline_text(StatsView(slope_s=1e-4, why=long[0], why_forms=long), 28
+                         ).plain.endswith("\nTTFT ok: 33k→12.3 s")
+    # a length the fit does not pin: "?", its uncertainty in the whole line only
+    pinless = verdict_forms(_as_expected([(4, 0.035, 12.6), (4097, 0.204, 0.007)]))
+    assert pinless[0].startswith("TTFT as expected: 4 tok not pinned (± 12,600 ms)")
+    assert pinless[2] == "TTFT ok: 4→?, 4.1k→204 ms"
+    # a cause is one line, as it was
+    from dataclasses import replace
+    alarm = replace(v, cause="queueing", above=True, headline="queueing: 40 ms of 70 ms")
+    assert verdict_forms(alarm) == ("why TTFT: queueing: 40 ms of 70 ms",)

@@ -114,6 +114,55 @@ def test_quadratic_compared_with_attention_expectation():
     assert "attention expects" in format_summary(d)
 
 
+def test_verdict_pairs_the_flops_with_the_throughput_of_their_own_slope():
+    """TTFT curves up: FLOP/s and MFU come from the quadratic's linear term (docs/flops.md:
+    F' its n¹ coefficient over that slope), so the verdict's throughput beside them is
+    that slope's (4,042 tok/s here), named, never the straight line's (2,990 tok/s)."""
+    smol = lookup_model("smollm2-135m")
+    b = 1 / 4000
+    c = flops.quadratic_coefficient(smol) / (flops.linear_coefficient(smol) / b)
+    lengths = [64, 128, 256, 512, 1024, 2048, 4096, 8192]
+    probes = run(n=64, a=0.01, b=b, c=c, lengths=lengths)
+    for spec in (RooflineSpec(), RooflineSpec(peak_tflops=2.0)):
+        d = analyze(probes, ServerInfo(model="SmolLM2-135M"), AnalysisOptions(roofline=spec))
+        r, q = d.roofline, d.quadratic.fit
+        assert d.quadratic.applies and r.slope_source.startswith("quadratic")
+        paired = r.achieved_flops / r.flops_per_token  # tokens/s of the FLOP/s' slope
+        assert paired == pytest.approx(q.prefill_tokens_per_s)
+        assert paired > 1.2 * d.fit.prefill_tokens_per_s  # the line averages in attention
+        text = d.verdict.text
+        assert (f"{paired:,.0f} prompt tok/s (the quadratic fit's linear term), "
+                f"{r.achieved_flops / 1e12:.3g} TFLOP/s achieved") in text
+        assert f"{d.fit.prefill_tokens_per_s:,.0f} prompt tok/s" not in text
+    # a straight line: the line's own throughput, no source named
+    d = analyze(run(b=1 / 3000), ServerInfo(model="SmolLM2-135M"), None)
+    assert not (d.quadratic and d.quadratic.applies)
+    assert (f"{d.fit.prefill_tokens_per_s:,.0f} prompt tok/s, "
+            f"{d.roofline.achieved_flops / 1e12:.3g} TFLOP/s achieved") in d.verdict.text
+
+
+def test_curvature_line_one_format_with_units():
+    """A CPU's curvature (c = 1.5e-6 s/token²): c, its interval and attention's
+    expectation in one grouped format, each with its unit (was 'c = 1.52e+03 ms per
+    (1k tokens)² (95% [1.45e+03 to 1.58e+03]); attention expects 477')."""
+    lengths = [4, 9, 19, 40, 87, 188, 406, 878, 1896, 4007]
+    d = analyze(run(n=40, a=0.05, b=1 / 340, c=1.5e-6, lengths=lengths),
+                ServerInfo(model="SmolLM2-135M"), None)
+    q = d.quadratic.fit
+    assert d.quadratic.applies
+    lines = format_summary(d).splitlines()
+    (curv,) = [x for x in lines if "curvature" in x]
+    lo, hi = q.c_ci
+    assert curv == (f"  curvature: c = {q.c_s_per_token2 * 1e9:,.0f} ms per (1k tokens)²   "
+                    f"95% [{lo * 1e9:,.0f} to {hi * 1e9:,.0f}] ms per (1k tokens)²")
+    assert q.c_s_per_token2 * 1e9 > 1000 and "e+" not in curv
+    (att,) = [x for x in lines if "attention expects" in x]
+    assert att == (f"    attention expects c = {d.roofline.c_expected_s_per_token2 * 1e9:,.0f} "
+                   f"ms per (1k tokens)² (ratio {d.roofline.c_ratio:.2f}, estimate)")
+    (lin,) = [x for x in lines if "linear term alone" in x]
+    assert lin.endswith("] tok/s")
+
+
 def test_reuses_a_running_fit_and_bad_model_config():
     rs = run()
     rf = RunningFit(window=10)

@@ -192,3 +192,40 @@ def test_close_stops_every_stream_and_nothing_is_sent_unasked(tmp_path, capsys):
         plain = [r for r in srv.requests[n:] if r.path == "/v1/completions"]
     assert plain and all(r.json["max_tokens"] == 1 for r in plain)
     assert "background load" not in capsys.readouterr().out
+
+
+def test_the_first_levels_time_cap_holds_for_every_level():
+    """--load-levels with the default lengths: the first level's time cap decides the
+    lengths of every level after it (no level capped by its own slower probes: the
+    levels compare the same lengths), and its note is kept for the summary."""
+    import io
+    from types import SimpleNamespace
+
+    from prefilltui.commands.load_sweep import run_probes
+    from prefilltui.measure.sweep import SweepConfig
+
+    note = "lengths 1000 are over the longest prompt expected within 5 s a probe (...)"
+    made = []
+
+    class Runner:
+        def __init__(self, config):
+            made.append((list(config.lengths), config.time_cap_s))
+            self.results, self.state, self.alive = [], "done", False
+            first = config.time_cap_s is not None
+            self.lengths = [4, 100, 480] if first else list(config.lengths)
+            self.notes = [note] if first else []
+
+        def start(self):
+            pass
+
+        def join(self, timeout=None):
+            pass
+
+    gen = SimpleNamespace(state="steady", requests=0, set_level=lambda level: None,
+                          current_spec=lambda: SimpleNamespace(describe=lambda: "decode:2"),
+                          describe=lambda: "decode:2")
+    session = SimpleNamespace(load=gen, start_load=lambda **kw: True,
+                              config=SweepConfig([4, 100, 1000], time_cap_s=5.0))
+    _, _, notes = run_probes(session, [0, 2, 4], lambda: Runner(session.config), io.StringIO())
+    assert made == [([4, 100, 1000], 5.0), ([4, 100, 480], None), ([4, 100, 480], None)]
+    assert notes == [note]

@@ -1,7 +1,10 @@
 """SweepRunner against the fake server: order, warm-up, caps, back-off, controls."""
 
+import math
 import threading
 import time
+
+import pytest
 
 from tests.fakeserver import Reply, models_reply, sse_data, sse_done, sse_text, tokenize_route
 from prefilltui.measure.probe import ProbeClient
@@ -9,6 +12,7 @@ from prefilltui.measure.runfile import RunWriter
 from prefilltui.measure.runfile import read_run
 from prefilltui.measure.sweep import SweepRunner
 from prefilltui.measure.sweep import SweepConfig, cap_for_context, make_lengths
+from prefilltui.measure.sweep.config import expected_ttft, time_cap
 
 
 def usage_server(fake_server, n_ctx=None, extra=None):
@@ -76,6 +80,58 @@ def test_context_cap_from_discovery_and_errors(fake_server):
     kinds = [r.error_kind for r in runner.results]
     assert kinds[0] == "context_length" and all(k is None for k in kinds[1:])
     assert all(r.requested_tokens == cap_for_context(400) for r in runner.results[1:])
+
+
+def test_expected_ttft_and_time_cap_err_long():
+    """From (tokens, TTFT s): at or below the longest probe, the fastest TTFT of the next
+    length up; beyond it, t_m (n / n_m)^e with e from the two longest in [1, 2]."""
+    assert expected_ttft([], 100) is None and time_cap([], 5.0) is None
+    pts = [(4, 0.045), (188, 1.20), (188, 1.15), (406, 2.46)]
+    assert expected_ttft(pts, 100) == 1.15 and expected_ttft(pts, 406) == 2.46
+    # 188 -> 406 grew slower than n (the fixed cost): e = 1, a straight line through 0
+    assert expected_ttft(pts, 812) == 2 * 2.46
+    cap = time_cap(pts, 5.0)
+    assert cap.tokens == int(406 * 5.0 / 2.46) == 825 and cap[1:] == (406, 2.46)
+    # attention's n² on a CPU: TTFT grew 3x over 2x the length, so e = log2(3)
+    quad = [(1000, 2.0), (2000, 6.0)]
+    assert expected_ttft(quad, 4000) == pytest.approx(18.0)
+    assert time_cap(quad, 10.0).tokens == int(2000 * (10 / 6.0) ** (1 / math.log2(3)))
+    # the longest probe already over: the longest one within; none within: no cap
+    assert time_cap([(100, 1.0), (1000, 7.0)], 5.0) == (100, 100, 1.0)
+    assert time_cap([(4, 6.0)], 5.0) is None
+
+
+def test_time_cap_bounds_the_longest_probe(fake_server):
+    """A slow target (1 ms a token): the default lengths to 4,096 under a 0.4-s cap
+    probe nothing expected over it; the lengths left over run once, merged at the cap,
+    and a note says which, to what and why.  Without a cap every length runs."""
+    def slow(req):
+        words = len(req.json["prompt"].split())
+        t = 0.005 + words * 1e-3
+        return Reply.sse([(t, sse_text("x")),
+                          (t + 0.001, sse_data({"choices": [], "usage": {"prompt_tokens": words}})),
+                          (t + 0.002, sse_done())])
+    srv = fake_server({"GET /v1/models": models_reply("m", max_model_len=8192),
+                       "POST /v1/completions": slow})
+    lengths = make_lengths(4, 4096, 10)
+    plans = []
+    runner, _ = run(srv, SweepConfig(lengths, warmup=1, seed=3, time_cap_s=0.4),
+                    on_plan=lambda ls, notes: plans.append((ls, list(notes))))
+    runner.join(60)
+    assert runner.state == "done"
+    sent = [r.requested_tokens for r in runner.results if not r.warmup]
+    cap = max(sent)
+    assert 188 <= cap < 406 and sorted(sent) == [x for x in lengths if x < cap] + [cap]
+    assert sent[0] == 4  # nothing measured yet: the shortest first
+    assert runner.lengths == sorted(sent) and runner.cap_note == f"capped at {cap} tok (time)"
+    (note,) = runner.notes
+    assert note.startswith("lengths 406, 878, 1896, 4096 are over the longest prompt expected "
+                           "within 0.4 s a probe (") and f"capped to {cap} tokens" in note
+    assert "merged: 7 lengths run, not 10" in note and plans[-1] == (sorted(sent), [note])
+    assert max(r.ttft_s for r in runner.results if not r.warmup) < 0.4 * 1.5
+    runner, _ = run(srv, SweepConfig([4, 1000], warmup=0))
+    runner.join(30)
+    assert sorted(r.requested_tokens for r in runner.results) == [4, 1000] and not runner.notes
 
 
 def test_rate_limit_backoff_counted(fake_server):

@@ -1,17 +1,19 @@
-"""What a sweep is told: its config, the lengths it probes, the context cap, and the
-numbers of its retry policy.
+"""What a sweep is told: its config, the lengths it probes, the context and time caps,
+and the numbers of its retry policy.
 
-``SweepConfig`` (lengths, repeats, pacing, targets, rate ceiling), ``ProbeHook`` (what
-runs around each probe), ``make_lengths`` (log-spaced lengths), ``cap_for_context``
-(the longest prompt under a context limit) and ``rate_limit_wait`` (the wait after a
-429/503), with the constants they and ``sweep_loop`` use.  No I/O here.
+``SweepConfig`` (lengths, repeats, pacing, targets, rate ceiling, time cap),
+``ProbeHook`` (what runs around each probe), ``make_lengths`` (log-spaced lengths),
+``cap_for_context`` (the longest prompt under a context limit), ``expected_ttft`` /
+``time_cap`` (the longest prompt a probe should take under ``TIME_CAP_S`` for) and
+``rate_limit_wait`` (the wait after a 429/503), with the constants they and
+``sweep_loop`` use.  No I/O here.
 """
 
 from __future__ import annotations
 
 import math
 from dataclasses import dataclass
-from typing import Protocol
+from typing import Iterable, NamedTuple, Protocol
 
 from prefilltui.model.pacing import Pacing
 from prefilltui.model.types import ProbeResult
@@ -32,6 +34,14 @@ MAX_RATE_LIMIT_WAIT_S = 120.0
 #: A non-continuous sweep gives up after this many failures in a row
 #: (context-length caps and rate-limited attempts that are retried excluded).
 MAX_CONSECUTIVE_FAILURES = 10
+#: The longest one probe of a default sweep (no ``--lengths``) should take (s): lengths
+#: whose expected TTFT is longer are capped and merged (``time_cap``).  A headless sweep of
+#: the default 4-4,096 tokens on a CPU (llama.cpp, ~170 prompt tok/s) took 78 s, 47 s of
+#: it one probe at 4,007 tokens; capped, the longest probe takes about this long.
+TIME_CAP_S = 5.0
+#: Past the longest probe TTFT is extrapolated as n^e, e from the two longest probes
+#: kept between 1 (linear layers) and this (attention's n²).
+MAX_GROWTH = 2.0
 
 
 class ProbeHook(Protocol):
@@ -68,6 +78,11 @@ class SweepConfig:
     jitter: float = 0.0
     #: How many results a continuous runner keeps in memory (None: RECENT_RESULTS).
     keep_results: int | None = None
+    #: Cap the lengths where one probe is expected to take longer than this (s;
+    #: ``TIME_CAP_S`` for a default sweep, None: off, as for ``--lengths``).  The first
+    #: round then sends each length only once the probes so far expect it within the
+    #: cap (``expected_ttft``), and merges the lengths left over into one at the cap.
+    time_cap_s: float | None = None
 
     @property
     def effective_pacing(self) -> Pacing:
@@ -102,3 +117,64 @@ def cap_for_context(context_tokens: int | None) -> int | None:
     if not context_tokens:
         return None
     return max(1, int((context_tokens - CONTEXT_RESERVE) / 1.02))
+
+
+class TimeCap(NamedTuple):
+    """The longest prompt (``tokens``) expected to take at most the cap, and the probe
+    it was extrapolated from (``from_tokens`` took ``from_ttft_s``, its fastest)."""
+
+    tokens: int
+    from_tokens: int
+    from_ttft_s: float
+
+
+def _fastest(points: Iterable[tuple[int, float]]) -> list[tuple[int, float]]:
+    """(tokens, the fastest TTFT at that length) sorted by tokens; unusable points
+    (no length, a TTFT that is not finite and positive) left out."""
+    best: dict[int, float] = {}
+    for n, t in points:
+        if n and n > 0 and t is not None and math.isfinite(t) and t > 0:
+            best[n] = min(t, best.get(n, t))
+    return sorted(best.items())
+
+
+def _growth(pts: list[tuple[int, float]]) -> float:
+    """The exponent e of TTFT ~ n^e between the two longest lengths, in [1, MAX_GROWTH]
+    (1 with one length: a fixed cost makes a straight line through 0 err long)."""
+    if len(pts) < 2:
+        return 1.0
+    (n_p, t_p), (n_m, t_m) = pts[-2], pts[-1]
+    return min(MAX_GROWTH, max(1.0, math.log(t_m / t_p) / math.log(n_m / n_p)))
+
+
+def expected_ttft(points: Iterable[tuple[int, float]], n: int) -> float | None:
+    """The TTFT (s) an ``n``-token prompt is expected to take, from measured
+    (prompt tokens, TTFT s) pairs, erring long: up to the longest measured length, the
+    fastest TTFT of the shortest length at or above ``n``; beyond it, the longest
+    length's t_m · (n / n_m)^e (``_growth``; e >= 1 keeps the fixed cost in the
+    per-token time).  None without a usable point."""
+    pts = _fastest(points)
+    if not pts:
+        return None
+    for m, t in pts:
+        if m >= n:
+            return t
+    n_m, t_m = pts[-1]
+    return t_m * (n / n_m) ** _growth(pts)
+
+
+def time_cap(points: Iterable[tuple[int, float]], budget_s: float) -> TimeCap | None:
+    """The longest prompt ``expected_ttft`` keeps within ``budget_s``: past the longest
+    measured length (n_m, t_m) where t_m · (n / n_m)^e = budget_s (never below n_m);
+    when n_m itself took longer, the longest length measured within the budget.  None
+    without a usable point, or when no length was within it (the fixed cost alone is
+    over: a shorter prompt saves nothing)."""
+    pts = _fastest(points)
+    within = [(m, t) for m, t in pts if t <= budget_s]
+    if not within:
+        return None
+    n_m, t_m = pts[-1]
+    if t_m > budget_s:
+        m, t = within[-1]
+        return TimeCap(m, m, t)
+    return TimeCap(max(n_m, int(n_m * (budget_s / t_m) ** (1.0 / _growth(pts)))), n_m, t_m)

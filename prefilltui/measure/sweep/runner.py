@@ -10,7 +10,10 @@ stopped, done, failed.
 Lengths beyond the server's context are capped (``cap_for_context``) and merged;
 ``notes`` says which, to what and why, and ``on_plan`` reports the lengths that will
 really run (after discovery, and again when a context-length error lowers the cap),
-so nothing promises probes that will not run.  With ``until_ci_pct`` or a budget in
+so nothing promises probes that will not run.  With ``time_cap_s`` (a default sweep)
+the first round sends a length only once the probes so far expect it within that many
+seconds, and caps the lengths left over where one probe would take about that long
+(``time_cap``), said the same way.  With ``until_ci_pct`` or a budget in
 the config a ``ConfidenceTarget`` (core.until_ci) decides the lengths after the first
 round and when to stop; ``progress`` says where it stands.
 
@@ -30,7 +33,7 @@ from collections import deque
 from typing import Callable, Iterator, Sequence
 
 from prefilltui.measure.sweep.config import (CONTEXT_RESERVE, ProbeHook, SweepConfig,
-                                             make_lengths)
+                                             expected_ttft, make_lengths, time_cap)
 from prefilltui.measure.sweep.loop import ProbeLoop
 from prefilltui.model.types import ProbeResult, RunnerState, ServerInfo
 
@@ -252,18 +255,62 @@ class SweepRunner(ProbeLoop):
                     self._new_range = False
                 yield self.target.next_length(self.lengths), False
                 continue
+            timed = first and self.config.time_cap_s is not None
             first = False
             with self._lock:
                 self._new_range = False
                 round_ = [x for x in self.lengths for _ in range(self.config.repeats)]
             self._rng.shuffle(round_)
-            for x in round_:
+            for x in (self._timed_round(round_) if timed else round_):
                 if self._new_range:
                     break
                 yield x, False
             if (not self.config.continuous and not self._new_range
                     and (self.target is None or self.target.pct is None)):
                 return
+
+    def _timed_round(self, round_: list[int]) -> Iterator[int]:
+        """The first round under ``time_cap_s``: in the shuffled order, the next length
+        is the first the probes so far expect within the cap (``expected_ttft``; the
+        shortest before any probe counts).  When every length left is expected over
+        it, they are capped where a probe takes about the cap (``time_cap``) and merged
+        into one length, run ``repeats`` times unless already probed; the note says
+        which, to what and why, once."""
+        budget = self.config.time_cap_s
+        assert budget is not None
+        left = list(round_)
+        done: set[int] = set()
+        while left:
+            pts = self._timing_points()
+            if not pts:
+                pick: int | None = min(left)
+            else:
+                pick = next((x for x in left if (expected_ttft(pts, x) or 0.0) <= budget), None)
+            if pick is None:
+                cap = time_cap(pts, budget)
+                if cap is None or (self._cap is not None and cap.tokens >= self._cap):
+                    # the fixed cost alone is over (capping saves nothing), or the
+                    # context cap is lower already
+                    yield from left
+                    return
+                self._cap = cap.tokens
+                self._plan_changed(
+                    f"{cap.from_tokens:,} tokens took {cap.from_ttft_s:.2f} s; --lengths runs "
+                    "every length given", limit=f"expected within {budget:g} s a probe",
+                    reserve=False, short="time")
+                yield from (x for x in left if x <= cap.tokens)
+                if cap.tokens not in done and any(x > cap.tokens for x in left):
+                    yield from [cap.tokens] * self.config.repeats
+                return
+            left.remove(pick)
+            done.add(pick)
+            yield pick
+
+    def _timing_points(self) -> list[tuple[int, float]]:
+        """(requested tokens, TTFT s) of this runner's probes that time prefill: ok, no
+        warm-up (its lazy start-up), no cache hit, no burst."""
+        return [(r.requested_tokens, r.ttft_s) for r in self.results
+                if r.level_eligible and not r.burst and r.ttft_s is not None]
 
     async def _main(self) -> None:
         client = self._client = self._factory()
@@ -283,18 +330,21 @@ class SweepRunner(ProbeLoop):
             self.notes.append(note)
         self._report_plan()
 
-    def _plan_changed(self, why: str, *, reserve: bool = True) -> None:
-        """Say which requested lengths the context cap changes (notes, cap_note) and
-        report the lengths that will run (``on_plan``); ``reserve``: the cap keeps
-        CONTEXT_RESERVE and 2 % free (a context cap)."""
+    def _plan_changed(self, why: str, *, reserve: bool = True, limit: str | None = None,
+                      short: str | None = None) -> None:
+        """Say which requested lengths the cap changes (notes, cap_note) and report the
+        lengths that will run (``on_plan``); ``reserve``: the cap keeps CONTEXT_RESERVE
+        and 2 % free (a context cap); ``limit``: what the cap is the longest prompt of
+        (default: the server takes / built); ``short``: the cap's word in ``cap_note``
+        (default: context / context unknown)."""
         cap = self._cap
         over = [x for x in self._lengths if cap is not None and x > cap]
         if over:
             planned = self.lengths
             merged = cap in self._lengths or len(over) > 1
+            limit = limit or ("the server takes" if reserve else "built")
             note = (f"{'lengths' if len(over) > 1 else 'length'} {', '.join(map(str, over))} "
-                    f"{'are' if len(over) > 1 else 'is'} over the longest prompt "
-                    + ("the server takes" if reserve else "built") + f" ({why}"
+                    f"{'are' if len(over) > 1 else 'is'} over the longest prompt {limit} ({why}"
                     + (f"; {CONTEXT_RESERVE} tokens and 2 % kept free" if reserve else "")
                     + "): "
                     f"capped to {cap} tokens"
@@ -302,7 +352,8 @@ class SweepRunner(ProbeLoop):
                        if merged else ""))
             if note not in self.notes:
                 self.notes.append(note)
-            self.cap_note = f"capped at {cap} tok ({'context' if reserve else 'context unknown'})"
+            short = short or ("context" if reserve else "context unknown")
+            self.cap_note = f"capped at {cap} tok ({short})"
         self._report_plan()
 
     def _report_plan(self) -> None:

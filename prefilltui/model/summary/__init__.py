@@ -11,11 +11,11 @@ contract); its modules import each other directly.
 
 from __future__ import annotations
 
-from prefilltui.model.summary.analysis import analyze, plain_summary
+from prefilltui.model.summary.analysis import QUADRATIC_SOURCE_WORDS, analyze, plain_summary
 from prefilltui.model.summary.live import LiveSummary
 from prefilltui.model.summary.run import LiveFacts, ProbeCounts, RunSummary, VERDICTS
 
 __all__ = [
-    "LiveFacts", "LiveSummary", "ProbeCounts", "RunSummary", "VERDICTS", "analyze",
-    "plain_summary",
+    "LiveFacts", "LiveSummary", "ProbeCounts", "QUADRATIC_SOURCE_WORDS", "RunSummary", "VERDICTS",
+    "analyze", "plain_summary",
 ]

@@ -246,6 +246,11 @@ def judge(snap: FitSnapshot | None, model: ModelShape | None, hw: Hardware | Non
     return Verdict(a.level, a.text)
 
 
+#: How the verdict names the quadratic's linear term when achieved FLOP/s and MFU come
+#: from it (``pick_slope``): the throughput beside them is that slope's, not the line's.
+QUADRATIC_SOURCE_WORDS = "the quadratic fit's linear term"
+
+
 def pick_slope(snap: FitSnapshot) -> tuple[float, str, LinearFit]:
     """The slope (s/token) achieved FLOP/s and MFU are computed from, where it comes
     from, and the fit holding its interval: the quadratic's linear term when the
@@ -286,9 +291,13 @@ def assess(snap: FitSnapshot | None, model: ModelShape | None, hw: Hardware | No
     f_tok, _basis = slope_flops(model, src_fit, bool(snap.quadratic_applies and snap.quadratic))
     ach = roofline.achieved_flops(b, f_tok)
     mfu = roofline.mfu(b, f_tok, peak)
+    # the throughput said beside the FLOP/s is the one of the slope they come from (a
+    # quadratic's linear term is faster than the line, which averages attention's n²)
+    paired = ach is not None and src_fit is not fit
     level, text = roofline.verdict(
-        mfu, achieved=ach, tokens_per_s=fit.prefill_tokens_per_s, max_tokens=fit.x_max,
-        ridge=hw.ridge_point if hw else None, hidden=model.hidden)
+        mfu, achieved=ach, tokens_per_s=1.0 / b if paired else fit.prefill_tokens_per_s,
+        max_tokens=fit.x_max, ridge=hw.ridge_point if hw else None, hidden=model.hidden,
+        source=QUADRATIC_SOURCE_WORDS if paired else None)
     return Assessment(b, source, ach, mfu, level, text)
 
 

@@ -110,11 +110,13 @@ HEADLINE_WIDTH = 28
 _VERDICT_BESIDE = 18
 
 
-def headline_text(v: StatsView) -> Text:
+def headline_text(v: StatsView, width: int = HEADLINE_WIDTH) -> Text:
     """The figures always in view (at most ``HEADLINE_LINES`` lines, each one line:
     cut with '…' rather than wrapped): prefill throughput with its 95 % interval, the
     fixed cost (or "not pinned") with its interval, MFU or the achieved FLOP/s (or
-    what they need), the roofline verdict and the "why TTFT" line."""
+    what they need), the roofline verdict and the "why TTFT" line, in the longest of
+    its forms that fits ``width`` columns (``StatsView.why_forms``; the details show it
+    whole)."""
     t = Text(no_wrap=True, overflow="ellipsis")
     line, interval = _liner(t, HEADLINE_WIDTH)
     if v.slope_s is None:
@@ -139,7 +141,9 @@ def headline_text(v: StatsView) -> Text:
         else:  # "MFU needs --peak-tflops": its own line
             t.append(v.verdict + "\n", style="bold")
     if v.why:
-        t.append(f"{clean(v.why)}\n", style="italic")
+        forms = [clean(f) for f in v.why_forms] or [clean(v.why)]
+        why = next((f for f in forms if len(f) <= width), forms[-1])
+        t.append(f"{why}\n", style="italic")
     t.rstrip()
     return t
 
@@ -176,6 +180,8 @@ def detail_text(v: StatsView) -> Text:
             line("achieved", f"{v.achieved_tflops:.3g} TFLOP/s{est}")
         # the count behind the headline's MFU named (model/roofline/flops.py)
         t.append(MFU_LABEL + "\n", style="dim")
+    if v.flops_from and v.achieved_tflops is not None:
+        t.append(v.flops_from + "\n", style="dim")
     facts = " · ".join(x for x in (v.server_kind, v.device) if x)
     if facts:
         t.append(facts + "\n", style="dim")
@@ -311,12 +317,18 @@ class _TextPanel(Static):
 
 
 class Headline(_TextPanel):
-    """The figures always in view (``headline_text``)."""
+    """The figures always in view (``headline_text``, at the panel's width: 28 columns
+    in an 80-column terminal, 40 from 120)."""
 
     DEFAULT_CSS = "Headline { height: auto; text-wrap: nowrap; text-overflow: ellipsis; }"
 
     def text_of(self, view: StatsView) -> Text:
-        return headline_text(view)
+        width = self.content_size.width if self.is_mounted else 0
+        return headline_text(view, width if width > 0 else HEADLINE_WIDTH)
+
+    def on_resize(self) -> None:
+        if self.view is not None:  # another width may fit a longer form of a line
+            self.show(self.view)
 
 
 class StatsPanel(_TextPanel):
