@@ -38,6 +38,7 @@ from prefilltui.tui.dashboard import DashboardScreen, DrillInScreen
 from prefilltui.tui.feed import (Exporter, FeedConfig, RunnerFactory, TargetFeed,
                                  TelemetrySource)
 from prefilltui.tui.messages import ProbeDone, RunnerStateChanged
+from prefilltui.tui.redraw import GAUGE_HZ, REPLOT_HZ
 from prefilltui.tui.themes import (DEFAULT_THEME, VARIABLE_DEFAULTS, ThemeSet, load_themes,
                                    register_usable_themes)
 
@@ -73,7 +74,7 @@ class PrefillApp(App[int]):
 
     def __init__(self, feeds: list[TargetFeed], *, themes: ThemeSet | None = None,
                  theme: str | None = None, clock: Callable[[], float] = time.perf_counter,
-                 replot_hz: float = 1.0, gauge_hz: float = 2.0, problems: list[str] = (),
+                 replot_hz: float = REPLOT_HZ, gauge_hz: float = GAUGE_HZ, problems: list[str] = (),
                  on_ready: Callable[["PrefillApp"], None] | None = None,
                  load: FleetLoad | None = None, ref_tokens: int = 1024,
                  sub_title: str = "") -> None:

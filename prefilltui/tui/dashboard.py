@@ -49,7 +49,7 @@ from prefilltui.tui.help import HelpScreen, dashboard_details
 from prefilltui.tui.jobs import Jobs
 from prefilltui.tui.load_control import NO_LOAD, LoadControl
 from prefilltui.tui.messages import CacheCheckDone, ExportDone
-from prefilltui.tui.redraw import Panels, Redraw
+from prefilltui.tui.redraw import GAUGE_HZ, REPLOT_HZ, Panels, Redraw
 from prefilltui.tui.widgets.decode_row import DecodeRow
 from prefilltui.tui.widgets.gauges import GaugePanel
 from prefilltui.tui.widgets.message_line import MessageLine
@@ -105,7 +105,7 @@ class DashboardScreen(Screen[None]):
     footer_room: var[frozenset[str]] = var(frozenset(), init=False)
 
     def __init__(self, feed: TargetFeed, *, clock: Callable[[], float] = time.perf_counter,
-                 replot_hz: float = 1.0, gauge_hz: float = 2.0, back: bool = False) -> None:
+                 replot_hz: float = REPLOT_HZ, gauge_hz: float = GAUGE_HZ, back: bool = False) -> None:
         super().__init__()
         self.feed = feed
         self.clock = clock

@@ -7,9 +7,9 @@ probes not yet in the log, when the gauges are next due, the titles as last set)
 The screen calls ``probe`` for each new probe, ``soon`` after a key, and ``tick``
 from its one timer.
 
-Cost on screen (budget: <= 5 % of a core at 1 probe/s with 10 Hz sampling): a probe
+Cost on screen (budget: <= 3 % of a core at 1 probe/s with 10 Hz sampling, <= 5 % at the default pacing): a probe
 only touches buffers; one timer applies everything that changed (log rows, summary,
-stats, plot, status) at most ``replot_hz`` (1) times a second, probes arriving faster
+stats, plot, status) at most ``replot_hz`` (``REPLOT_HZ``, one every 2 s) times a second, probes arriving faster
 drawn together, and, in the same pass, the gauges at ``gauge_hz``, so a probe costs
 one screen update, not one per widget; the per-probe probing/idle state cycle waits
 for the next tick, and keys and theme changes redraw at once.  The stats are a view of
@@ -39,6 +39,18 @@ from prefilltui.tui.widgets.status_line import StatusLine
 from prefilltui.tui.widgets.ttft_plot import TTFTPlot
 
 Window = tuple[float, float]
+
+#: Data redraws a second at most (summary, stats, plot, log, status): probes arriving
+#: faster are drawn together.  One every 2 s, as monitors left running redraw (nvitop's
+#: default interval 2 s, watch(1) 2 s): a data redraw costs ~25 ms of the UI thread at
+#: 120x40 (the fits, plotext, and Textual's compositor over nearly the whole screen),
+#: so at one probe a second this halves the app's main cost (the app 3.5 -> ~2.7 % of
+#: a core, docs/performance.md).  A probe after 2 s of quiet -- a long prefill, a
+#: paced GPU server -- is still drawn on the next tick; keys redraw at once.
+REPLOT_HZ = 0.5
+#: Gauge redraws a second at most in frames of their own (they also ride along every
+#: data redraw; ``widgets.gauges.MIN_REDRAW_S``).
+GAUGE_HZ = 2.0
 
 
 class _Judged(NamedTuple):
@@ -147,7 +159,7 @@ class Redraw:
         if (self.feed.config.sampler is not None or self.load is not None) and (
                 shown or now >= self._gauge_next - slack):
             self._gauge_next = now + 1.0 / self.gauge_hz
-            self.gauges(highlight)
+            self.gauges(highlight, with_data=shown)
 
     def _show_data(self) -> bool:
         """Summary, stats, log rows, replot, when something changed; returns whether it
@@ -207,18 +219,18 @@ class Redraw:
             else:
                 widget.border_title = text
 
-    def gauges(self, highlight: Window | None) -> None:
+    def gauges(self, highlight: Window | None, *, with_data: bool = False) -> None:
         """Gauges from the sampler's latest snapshot, the decode row from the load's
-        (cheap; no I/O here)."""
+        (cheap; no I/O here); ``with_data``: this frame draws new probes too."""
         try:
-            now = self._show_gauges(highlight)
+            now = self._show_gauges(highlight, with_data)
             if self.load is not None:
                 self.panels.decode.show(self.load.decode(now), now,
                                         tuple(self.feed.windows), highlight)
         except Exception as exc:  # never a traceback from a timer
             self.notify(f"gauge update failed: {exc}", severity="warning", timeout=4)
 
-    def _show_gauges(self, highlight: Window | None) -> float:
+    def _show_gauges(self, highlight: Window | None, with_data: bool = False) -> float:
         """The gauges from one snapshot of the sampler (read once per tick: a snapshot
         copies each device's minute of history); returns the snapshot's time (the
         decode row's "now"), else the clock's."""
@@ -238,7 +250,7 @@ class Redraw:
         if self.feed.device_names != before:
             self._dirty = True
         now = snap.t or self.clock()
-        panel.show(snap, now, tuple(self.feed.windows), highlight)
+        panel.show(snap, now, tuple(self.feed.windows), highlight, with_data=with_data)
         return now
 
     def status(self) -> None:

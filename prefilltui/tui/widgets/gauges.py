@@ -35,12 +35,16 @@ BARS = "▁▂▃▄▅▆▇█"
 COMPACT_ABOVE = 2
 
 #: Shortest gap (s, on the snapshot's clock) between two gauge redraws with the same
-#: devices, status and selected probe: the dashboard's 0.5-s tick (kept for keys) then
-#: redraws the gauges about once a second, on the ticks that draw new probes, instead
-#: of a frame of their own in between (a frame of its own was ~1/3 of the app's CPU
-#: at one probe a second, measured with py-spy).  Above the data redraw's gap less
-#: its slack (0.75 s), so every data frame still tints its probe's window.
+#: devices, status and selected probe in a frame of the gauges' own: the dashboard's
+#: 0.5-s tick (kept for keys) then redraws them about once a second.
 MIN_REDRAW_S = 0.75
+#: ... and in a frame that draws new probes anyway (``with_data``): the gauges ride
+#: along, so their probe window is tinted in the same frame as its point, and the
+#: frame of their own half a second later is not due.  With one gap for both, a data
+#: frame 0.5 s after a gauge frame skipped them, and the two alternated: two frames a
+#: second at one probe a second, each re-rendering the screen between the status line
+#: and the log (Textual's compositor renders the box around all dirty regions).
+WITH_DATA_S = 0.25
 
 
 def bucket_history(
@@ -415,18 +419,19 @@ class GaugePanel(Vertical):
 
     def show(self, snap: TelemetrySnapshot | None, now: float,
              windows: Sequence[tuple[float, float]] = (),
-             highlight: tuple[float, float] | None = None) -> None:
+             highlight: tuple[float, float] | None = None, *, with_data: bool = False) -> None:
         """Update from a TelemetrySnapshot (None = no sampler); ``highlight``: the
-        selected probe's (t_send, t_end).  An update less than ``MIN_REDRAW_S`` after
-        the last drawn one (``now`` later, on the same clock) that changes neither the
-        devices, the status nor the selection is skipped: the next one draws it."""
+        selected probe's (t_send, t_end); ``with_data``: the same frame draws new probes.
+        An update less than ``MIN_REDRAW_S`` (``WITH_DATA_S`` with data) after the last
+        drawn one (``now`` later, on the same clock) that changes neither the devices,
+        the status nor the selection is skipped: the next one draws it."""
         devices = snap.devices if snap is not None else ()
         key = (snap is None, snap.available if snap is not None else None,
                snap.reason if snap is not None else None,
                tuple(d.label for d in devices), highlight)
         last = self._drawn_at
         if (key == self._drawn_key and last is not None
-                and 0.0 < now - last < MIN_REDRAW_S):
+                and 0.0 < now - last < (WITH_DATA_S if with_data else MIN_REDRAW_S)):
             return
         self._drawn_at, self._drawn_key = now, key
         status = self.query_one(".gauge-status", Static)
