@@ -29,8 +29,7 @@ from collections import deque
 from dataclasses import dataclass, field, replace
 from typing import Any, Callable, Literal
 
-from prefilltui.measure.load.request import (OPTIONAL_FIELDS, LoadFault, load_body,
-                                             send_load_request)
+from prefilltui.measure.load.request import LoadFault, send_load_request
 from prefilltui.measure.runfile import LOAD_RECORD, record_of_trace
 from prefilltui.measure.server import ServerUnreachable
 from prefilltui.model.loadspec import LoadSpec
@@ -51,6 +50,9 @@ CONTEXT_MARGIN = 16
 #: Words per prompt token assumed when building load prompts (``model.prompts``'s
 #: default ratio; load prompts need not be exact, their counts come back in usage).
 WORDS_PER_TOKEN = 1.0
+#: Most resends of one load request after a 400/422: more than any server needs
+#: (5 optional fields and 3 token-cap fields, each left out or kept once).
+MAX_RESENDS = 16
 
 
 @dataclass
@@ -105,7 +107,6 @@ class LoadGenerator:
         self._stop = False
         self._t0 = 0.0
         self._client: Any = None
-        self._dropped: set[str] = set()
 
     # ------------------------------------------------------------ any thread
     def start(self) -> "LoadGenerator":
@@ -346,34 +347,51 @@ class LoadGenerator:
             await self._one(self._new_id(), slot, self.level)
 
     async def _one(self, rid: int, stream: int, level: float) -> None:
-        """Send one load request and record its token arrivals.
+        """Send one load request and record its token arrivals.  Its body is the probe
+        client's (``RequestBody.build``); a 400/422 naming a field of it is read as the
+        probes read it (``named_field``), and the request resent without the field
+        (kept when the same answer comes without it), for the session's every client.
 
         Raises:
-            LoadFault: the request failed (status, network, protocol, timeout).
+            LoadFault: the request failed (status, network, protocol, timeout), or was
+                refused for no field of its body.
         """
         spec = self.spec
         out = self.output_tokens if spec.kind == "decode" else spec.output_tokens
         prompt = " ".join(self._builder.words(max(1, round(spec.prompt_tokens * WORDS_PER_TOKEN))))
+        part = self._client.body  # the probe client's RequestBody
         self.requests += 1
-        for _attempt in range(len(OPTIONAL_FIELDS) + 1):
+        left_out = None  # (refusal, field, label, replaced) of the last field left out
+        for _attempt in range(MAX_RESENDS + 1):
             live = _Live(stream, level, time.perf_counter(), spec.kind, spec.prompt_tokens)
             with self._lock:
                 self._live[rid] = live
+            body = part.build(prompt, out)
             try:
-                body = load_body(self._client, prompt, out, self._dropped)
-                retry = await send_load_request(self._client, body, live, self._lock,
-                                                self._dropped)
+                refused = await send_load_request(self._client, body, live, self._lock)
             except asyncio.CancelledError:
                 self._finish(rid, live, ended=False)
                 raise
             except LoadFault as e:
                 self._finish(rid, live, ended=True, ok=False, error=str(e))
                 raise
-            if not retry:
+            if refused is None:
                 self._finish(rid, live, ended=True)
                 return
             with self._lock:
                 self._live.pop(rid, None)
+            if left_out is not None and refused == left_out[0]:
+                part.keep(*left_out[1:])  # the same answer without it: quoted, not the cause
+            field = part.named_field(refused.text, body)
+            if field is not None:
+                label, replaced = part.reject(field, refused.text)
+                left_out = (refused, field, label, replaced)
+            elif part.build(prompt, out) == body:
+                error = refused.fault()
+                self._finish(rid, live, ended=True, ok=False, error=str(error))
+                raise error
+            else:
+                left_out = None  # another request learned a field meanwhile: resend
         raise LoadFault("the server rejected the load request's fields")
 
     def _finish(self, rid: int, live: _Live, *, ended: bool, ok: bool = True,
