@@ -366,6 +366,8 @@ def build_session(options: SessionOptions, base_url: str, *, continuous: bool = 
     session.users = session.users_metrics = UsersMetrics()
     metrics.on_text = session.users_metrics.feed
     session.hooks.append(session.users_metrics)
+    if session.load is not None:  # the load's requests are prefilltui's, not users'
+        session.users_metrics.load_requests = session.load.requests_between
     if options.otlp.listen:
         attach_users(session, options.otlp.listen, options.otlp.names)
     path = options.analysis.baseline

@@ -12,6 +12,8 @@ import time
 import pytest
 
 from prefilltui.cli import main
+from prefilltui.measure.load import LoadGenerator
+from prefilltui.measure.probe import ProbeClient
 from prefilltui.measure.runfile import read_load, read_run, read_session
 from prefilltui.model.loadspec import parse_load
 from prefilltui.options import (LoadOptions, RunFileOptions, SessionOptions, SweepDesign,
@@ -255,6 +257,57 @@ def test_a_refusal_naming_no_field_of_the_body_stops_the_load(tmp_path):
     assert s.load.state == "fault" and "answered HTTP 400" in s.load.fault
     assert "prompt is too silly" in s.load.fault
     assert len(load) == 1
+
+
+def test_the_load_is_not_counted_as_users(tmp_path):
+    """The users' window from /metrics takes the load's requests off the server's count
+    as it takes the probes': against a server with no user at all, 0 users (before: every
+    load request the TTFT histogram counted was a user).  Streams of 400 tokens: none
+    ends, or is cut before its first token (the server may count one the client never
+    read), within the test."""
+    import httpx
+
+    with SchedServer(budget=64, step_s=0.005, per_token_s=0.0001) as srv:
+        s = _session(srv, tmp_path, spec="decode:3,out:400")
+        scrape = lambda: s.users_metrics.feed("vllm", httpx.get(srv.base_url + "/metrics").text)  # noqa: E731
+        try:
+            scrape()
+            time.sleep(1.1)  # the users' series are read at most once a second
+            assert s.start_load(wait_s=20, min_tokens=2)
+            rs = _sweep(s, [24], repeats=2)
+            s.load.stop()
+            time.sleep(1.1)
+            scrape()
+            w = s.users_metrics.window()
+        finally:
+            s.close()
+        served = len(srv.stats.phases)
+    assert len(rs) == 2 and s.load.requests == 3 and served == 5
+    assert w.source == "metrics" and w.requests == 0, (w.requests, served)
+
+
+def test_a_load_requests_span_is_not_a_users():
+    """Each load request carries an X-Request-Id of its own (prefilltui-load-...): its
+    span is counted apart, never a user's, never waiting for a probe."""
+    from prefilltui.measure.otlp import UsersTrace
+    from prefilltui.model.users import UserRequest
+
+    with SchedServer(budget=64, step_s=0.005, per_token_s=0.0001) as srv:
+        load = LoadGenerator(parse_load("decode:1,out:3,requests:2"),
+                             lambda seed_offset, max_connections: ProbeClient(
+                                 srv.base_url, max_connections=max_connections)).start()
+        _until_done(load)
+        load.stop()
+        ids = [r.headers.get("x-request-id", "") for r in srv.requests
+               if r.path == "/v1/completions"]
+    assert len(ids) == 2 and all(i.startswith("prefilltui-load-") for i in ids), ids
+    trace = UsersTrace("t")
+    for i in ids + ["cmpl-user-1-0"]:  # vLLM: cmpl-<X-Request-Id>-0
+        trace.add(UserRequest(arrival_s=1.0, prompt_tokens=16, ttft_s=0.01, received_s=time.time(),
+                              request_id=f"cmpl-{i}-0" if i.startswith("prefilltui") else i))
+    st = trace.stats()
+    assert st.users == 1 and st.foreign_probes == 0 and trace.load_spans == 2
+    assert [u.request_id for u in trace.recent()] == ["cmpl-user-1-0"]
 
 
 def test_bounds_stop_the_load(tmp_path):

@@ -12,7 +12,10 @@ flight, on ``stop()``, on any fault (a failed or refused load request: one line 
 ``fault``), or at its bounds (``spec.max_requests`` requests or ``spec.max_s``
 seconds, whichever first).  ``set_level`` changes the streams / rate live (the TUI's
 ``l``, ``sweep --load-levels``).  Every finished request is written to the run file
-as a ``load`` line (``runfile.record_of_trace``).
+as a ``load`` line (``runfile.record_of_trace``).  ``requests_between`` says how many
+of its requests the server counted in a span of time, so the users' window from
+``/metrics`` takes them off the users' count; each is sent with an ``X-Request-Id``
+of its own (``prefilltui-load-...``), so its span is never a user's either.
 
 ``LoadHook`` is the sweep's ProbeHook that tags each probe with the load it ran
 under and measures its decode stall and excess (``model.load.stall``).
@@ -98,6 +101,8 @@ class LoadGenerator:
         self._lock = threading.Lock()
         self._live: dict[int, _Live] = {}
         self._done: deque[DecodeTrace] = deque()
+        #: unix s of each finished request's first token, within the horizon
+        self._firsts: deque[float] = deque()
         #: perf_counter of the last level change: gaps before it belong to another level
         self.level_since = time.perf_counter()
         self._next_id = 0
@@ -172,6 +177,17 @@ class LoadGenerator:
                     if since is None or not t.arrivals or t.arrivals[-1] >= since]
             live = [lv.trace(ended=False) for lv in self._live.values()]
         return done + live
+
+    def requests_between(self, t0_s: float, t1_s: float) -> int:
+        """The load's requests whose first token came in (t0_s, t1_s] (unix s, within
+        the horizon; those in flight too): what the server's TTFT histogram counted of
+        the load then (a request refused, or cut before its first token, counts
+        nowhere).  Any thread."""
+        to_unix = time.time() - time.perf_counter()
+        with self._lock:
+            n = sum(1 for t in self._firsts if t0_s < t <= t1_s)
+            return n + sum(1 for lv in self._live.values()
+                           if lv.arrivals and t0_s < lv.arrivals[0] + to_unix <= t1_s)
 
     def steady(self, min_tokens: int = 4) -> bool:
         """True when the load is at its level: every decode stream has at least
@@ -398,12 +414,17 @@ class LoadGenerator:
                 error: str | None = None) -> None:
         tr = live.trace(ended=ended, ok=ok, error=error)
         now = time.perf_counter()
+        unix = time.time()
         with self._lock:
             self._live.pop(rid, None)
             self._done.append(tr)
             while self._done and (not self._done[0].arrivals
                                   or self._done[0].arrivals[-1] < now - self.horizon_s):
                 self._done.popleft()
+            if live.arrivals:
+                self._firsts.append(unix - (now - live.arrivals[0]))
+            while self._firsts and self._firsts[0] < unix - self.horizon_s:
+                self._firsts.popleft()
             self._tokens_done += len(tr.arrivals)
         if self.runfile is not None and (tr.arrivals or not ok):
             try:

@@ -20,10 +20,14 @@ from typing import Any
 import httpx
 
 from prefilltui.measure import bounded
+from prefilltui.measure.probe import REQUEST_ID_HEADER
 from prefilltui.measure.server import describe_exc
 from prefilltui.measure.sse import SSEStreamDecoder, classify_chunk
 from prefilltui.model.jsontypes import loads as json_loads
 
+#: The role in a load request's ``X-Request-Id`` (``prefilltui-load-<hex>-<n>``): its
+#: span is the load's, never a user's or a probe's (``measure.otlp.users.LOAD_ID``).
+LOAD_ROLE = "load"
 #: Most bytes one load stream may send (decoded): a 1,024-token stream is ~0.5 MiB of
 #: events; more means a runaway server (issue 25: every read is bounded).
 MAX_LOAD_STREAM_BYTES = 16 * 2**20
@@ -57,9 +61,10 @@ async def send_load_request(client: Any, body: dict[str, Any], live: Any,
         LoadFault: another status than 200, 400 or 422, a network or protocol failure,
             a timeout, an error inside the stream.
     """
+    req = bounded.json_request(body)
+    req["headers"][REQUEST_ID_HEADER] = client.sender.next_request_id(LOAD_ROLE)
     try:
-        async with client.http.stream("POST", client.endpoint,
-                                      **bounded.json_request(body)) as resp:
+        async with client.http.stream("POST", client.endpoint, **req) as resp:
             if resp.status_code != 200:
                 head, _ = await bounded.read_capped(resp, 2000)
                 # the probe client's secrets out of the server's words, before any cut
