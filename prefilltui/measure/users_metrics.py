@@ -46,6 +46,10 @@ class UsersMetrics:
         #: ``LoadGenerator.requests_between``, set by the session that has a load
         self.load_requests: Callable[[float, float], int] = lambda t0, t1: 0
 
+    #: ``UsersTrace.version``'s place: no span ever changes this window (it moves with
+    #: the scrapes around probes, which redraw anyway)
+    version = 0
+
     def feed(self, kind: str, text: str) -> None:
         """One scrape's text (``MetricsReader.on_text``)."""
         now = self._clock()

@@ -76,6 +76,9 @@ class UsersTrace:
         self._n_users = self._matched = self._expired = self._foreign = 0
         #: spans of a background load's requests (prefilltui's own: not users)
         self.load_spans = 0
+        #: bumped by every span that changes what a window or ``recent()`` shows (a
+        #: user's, or a probe's own span matched): a reader redraws when it moved
+        self.version = 0
         #: the probes' fit ``window()`` uses when not given one (the TUI's live fit)
         self.fit: Callable[[], LinearFit | None] = lambda: None
         #: where ``window()`` / ``before()`` read while no user span has come (the
@@ -99,6 +102,7 @@ class UsersTrace:
             with self._lock:
                 self._users.append(u)
                 self._n_users += 1
+                self.version += 1
                 self._prune()
             return
         key = m.group(0)
@@ -112,6 +116,7 @@ class UsersTrace:
                     self._foreign += 1
                 return
             self._matched += 1
+            self.version += 1
         r = got[0]
         span = span_of(u)
         apply_span(r, span)
