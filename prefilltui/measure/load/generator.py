@@ -33,6 +33,7 @@ from dataclasses import dataclass, field, replace
 from typing import Any, Callable, Literal
 
 from prefilltui.measure.load.request import LoadFault, send_load_request
+from prefilltui.measure.loop_thread import LoopThread
 from prefilltui.measure.runfile import LOAD_RECORD, record_of_trace
 from prefilltui.measure.server import ServerUnreachable
 from prefilltui.model.loadspec import LoadSpec
@@ -106,9 +107,8 @@ class LoadGenerator:
         #: perf_counter of the last level change: gaps before it belong to another level
         self.level_since = time.perf_counter()
         self._next_id = 0
-        self._thread: threading.Thread | None = None
-        self._loop: asyncio.AbstractEventLoop | None = None
-        self._wake: asyncio.Event | None = None
+        #: the load's thread and its loop (``measure.loop_thread``)
+        self._thread = LoopThread("prefilltui-load")
         self._stop = False
         self._t0 = 0.0
         self._client: Any = None
@@ -116,20 +116,18 @@ class LoadGenerator:
     # ------------------------------------------------------------ any thread
     def start(self) -> "LoadGenerator":
         """Start the thread (discovery, then the load); returns at once."""
-        if self._thread is not None:
+        if self._thread.started:
             raise RuntimeError("load already started")
         self._set("starting", f"{self.spec.describe()}: connecting")
-        self._thread = threading.Thread(target=self._run, name="prefilltui-load", daemon=True)
-        self._thread.start()
+        self._thread.start(self._run)
         return self
 
     def stop(self, timeout: float | None = 10.0) -> None:
         """Stop for good: cancel every load request, write the cut streams, wait for
         the thread up to ``timeout`` s."""
         self._stop = True
-        self._poke()
-        if self._thread is not None and self._thread is not threading.current_thread():
-            self._thread.join(timeout)
+        self._thread.poke()
+        self._thread.join(timeout)
 
     @property
     def alive(self) -> bool:
@@ -151,7 +149,7 @@ class LoadGenerator:
         if new != self.level:
             self.level = new
             self.level_since = time.perf_counter()
-        self._poke()
+        self._thread.poke()
 
     @property
     def tokens(self) -> int:
@@ -245,31 +243,16 @@ class LoadGenerator:
             except Exception:
                 log.exception("load on_change callback failed")
 
-    def _poke(self) -> None:
-        loop, wake = self._loop, self._wake
-        if loop is not None and wake is not None and not loop.is_closed():
-            try:
-                loop.call_soon_threadsafe(wake.set)
-            except RuntimeError:
-                pass
-
-    def _run(self) -> None:
-        loop = asyncio.new_event_loop()
-        self._loop = loop
+    async def _run(self) -> None:
+        """The load's thread: ``_main``, a crash said as a fault."""
         try:
-            loop.run_until_complete(self._main())
+            await self._main()
         except Exception as e:  # never die silently
             log.exception("load generator crashed")
             self.fault = f"internal error: {type(e).__name__}: {e}"
             self._set("fault", self.fault)
-        finally:
-            try:
-                loop.run_until_complete(loop.shutdown_asyncgens())
-            finally:
-                loop.close()
 
     async def _main(self) -> None:
-        self._wake = asyncio.Event()
         conns = max(4, self.spec.streams + 2, MAX_IN_FLIGHT + 2 if self.spec.kind == "rate" else 0)
         client = self._client = self._new_client(seed_offset=2, max_connections=conns)
         tasks: dict[int, asyncio.Task] = {}
@@ -345,11 +328,7 @@ class LoadGenerator:
                             tasks[rid] = asyncio.ensure_future(self._one(rid, rid, level))
                         next_arrival += self._rng.expovariate(level)
                     wait = max(0.0, next_arrival - now)
-            self._wake.clear()
-            try:
-                await asyncio.wait_for(self._wake.wait(), timeout=min(wait, 0.5))
-            except asyncio.TimeoutError:
-                pass
+            await self._thread.sleep(min(wait, 0.5))
 
     def _new_id(self) -> int:
         self._next_id += 1
