@@ -27,7 +27,7 @@ from prefilltui.measure.otlp import (OtlpReceiver, SpanHook, UsersTrace, acquire
                                      release_receiver, target_names)
 from prefilltui.measure.users_metrics import UsersMetrics
 from prefilltui.model.pacing import Pacing, auto_pacing
-from prefilltui.measure.probe import AZURE_KEY_ENV, ProbeClient, is_azure
+from prefilltui.measure.probe import AZURE_KEY_ENV, ProbeClient, Rejections, is_azure
 from prefilltui.measure.runfile import RotatingRunWriter, RunFileBusy, RunWriter, default_run_path
 from prefilltui.measure.sweep import SweepRunner
 from prefilltui.measure.sweep import TIME_CAP_S, ProbeHook, SweepConfig, make_lengths
@@ -85,6 +85,8 @@ def client_factory(probe: ProbeOptions, base_url: str, seed: int | None = None
     verification and proxy (``measure.proxy``), and the prompt seed ``seed``
     (``seed_offset`` added, for a second client whose prompts must differ;
     ``max_connections``: the pool's size, raised for the background load's streams).
+    Its clients share one ``Rejections``: a field the server rejected, learned by the
+    probes or the background load, is sent by none of them again.
 
     Raises:
         SessionError: (USAGE) an API key that cannot be sent, or an unusable proxy.
@@ -96,13 +98,14 @@ def client_factory(probe: ProbeOptions, base_url: str, seed: int | None = None
         choose_proxy(base_url, probe.proxy)  # a bad --proxy or proxy variable: said up front
     except ProxyError as exc:
         raise SessionError(str(exc), ExitCode.USAGE) from None
+    rejections = Rejections()
 
     def new_client(seed_offset: int = 0, max_connections: int = 4) -> ProbeClient:
         return ProbeClient(base_url, api=probe.api, model=probe.model, api_key=api_key,
                            timeout=probe.timeout_s, verify=not probe.insecure,
                            proxy=probe.proxy,
                            seed=None if seed is None else seed + seed_offset,
-                           max_connections=max_connections)
+                           max_connections=max_connections, rejections=rejections)
 
     return new_client
 
@@ -367,6 +370,8 @@ def build_session(options: SessionOptions, base_url: str, *, continuous: bool = 
     session.users = session.users_metrics = UsersMetrics()
     metrics.on_text = session.users_metrics.feed
     session.hooks.append(session.users_metrics)
+    if session.load is not None:  # the load's requests are prefilltui's, not users'
+        session.users_metrics.load_requests = session.load.requests_between
     if options.otlp.listen:
         attach_users(session, options.otlp.listen, options.otlp.names)
     path = options.analysis.baseline

@@ -32,7 +32,6 @@ import asyncio
 import errno
 import gzip
 import socket
-import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
 from typing import Callable, Iterable
@@ -43,6 +42,7 @@ from prometheus_client import CollectorRegistry, GCCollector, PlatformCollector,
 from prometheus_client.exposition import choose_encoder, gzip_accepted
 
 from prefilltui.exporter.collector import HealthCollector
+from prefilltui.measure.loop_thread import LoopThread
 
 #: Connections the kernel queues before the exporter accepts them (the old server's 5
 #: lost scrapes under 200 concurrent scrapers).
@@ -166,26 +166,19 @@ class MetricsServer:
         self._cache: dict[tuple, tuple[float, Answer]] = {}
         self._inflight: dict[tuple, asyncio.Future] = {}
         self._queued = 0
-        self._loop: asyncio.AbstractEventLoop | None = None
-        self._ready = threading.Event()
-        self._thread = threading.Thread(target=self._run, name="prefilltui-http", daemon=True)
+        self._thread = LoopThread("prefilltui-http")
         #: counters for tests and the benchmark: connections closed to make room, and
         #: requests cut off at their deadline
         self.evicted = 0
         self.timed_out = 0
 
     def start(self) -> "MetricsServer":
-        self._thread.start()
-        self._ready.wait(10)
+        self._thread.start(self._listen, ready_s=10)
         return self
 
     def stop(self) -> None:
-        loop = self._loop
-        if loop is not None and self._thread.is_alive():
-            loop.call_soon_threadsafe(loop.stop)
-            self._thread.join(5)
-        else:
-            self._sock.close()
+        self._thread.stop(5)
+        self._sock.close()  # _listen closed it if it ran; never started: closed here
         self._pool.shutdown(wait=False, cancel_futures=True)
 
     @property
@@ -193,24 +186,17 @@ class MetricsServer:
         return len(self._conns)
 
     # -- the loop
-    def _run(self) -> None:
-        loop = asyncio.new_event_loop()
-        self._loop = loop
+    async def _listen(self) -> None:
+        """Accept until ``stop()`` cancels it (the thread's ``LoopThread`` main)."""
         try:
             self._sock.setblocking(False)
-            accepting = loop.create_task(self._accept())
-            self._ready.set()
-            loop.run_forever()
-            accepting.cancel()
+            accepting = asyncio.get_running_loop().create_task(self._accept())
+            self._thread.ready()
+            await accepting  # forever, until cancelled
         finally:
-            self._ready.set()
             self._sock.close()
             for c in list(self._conns):
                 c.close()
-            for t in asyncio.all_tasks(loop):
-                t.cancel()
-            loop.run_until_complete(asyncio.sleep(0))
-            loop.close()
 
     async def _accept(self) -> None:
         """Accept one connection at a time, making room first: the open connections

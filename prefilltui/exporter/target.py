@@ -25,7 +25,6 @@ import logging
 import threading
 import time
 from collections import deque
-from collections.abc import Callable
 from dataclasses import replace
 from pathlib import Path
 
@@ -159,10 +158,6 @@ class TargetProber:
         self._life = threading.Lock()  # start() and stop() never interleave
         self._stopped = False
         self._expect_now: Expectation | None = None  # the verdict's, for "now" (snapshot)
-        #: the users' figures for the verdict, overriding the session's own (``users``):
-        #: a callable returning a ``UsersEvidence`` (None: nothing); called in the
-        #: runner's thread and at scrape time
-        self.users_evidence: Callable[[], UsersEvidence | None] | None = None
         self._now_cache: tuple = (None, None)
         self.snapshot = self._make_snapshot("queued", "waiting for its turn to start")
 
@@ -202,13 +197,10 @@ class TargetProber:
         self._snapshot = snap
 
     def _users_evidence(self) -> UsersEvidence:
-        """The verdict's users' evidence: ``users_evidence()`` when set, else this
-        target's receiver or /metrics window (against the held expectation) and its kept
-        requests; the empty ``UsersEvidence`` without either (or when they fail)."""
-        f = self.users_evidence
+        """The verdict's users' evidence: this target's receiver or /metrics window
+        (against the held expectation) and its kept requests; the empty
+        ``UsersEvidence`` without either (or when they fail)."""
         try:
-            if f is not None:
-                return f() or UsersEvidence()
             users = self.users
             if users is None:
                 return UsersEvidence()

@@ -7,7 +7,9 @@ the metrics hook makes is also read for the users' histograms and counters
 ``UsersMetrics`` has the same face as ``measure.otlp.UsersTrace`` (``window``,
 ``before``, ``recent``, ``stats``), so a consumer reads either; a ``UsersTrace`` falls
 back to it while no user span has arrived.  It is also a probe hook: it counts the
-probes sent, so their requests are taken off the users' count.
+probes sent, so their requests are taken off the users' count; the background load's
+(``--load``) are taken off the same way, counted by the load itself
+(``load_requests``: ``LoadGenerator.requests_between``).
 """
 
 from __future__ import annotations
@@ -40,6 +42,13 @@ class UsersMetrics:
         self._samples: deque[UsersCounters] = deque(maxlen=MAX_SAMPLES)
         self._probes: deque[float] = deque(maxlen=4096)
         self.fit: Callable[[], LinearFit | None] = lambda: None
+        #: the background load's requests the server counted in (t0, t1] (unix s):
+        #: ``LoadGenerator.requests_between``, set by the session that has a load
+        self.load_requests: Callable[[float, float], int] = lambda t0, t1: 0
+
+    #: ``UsersTrace.version``'s place: no span ever changes this window (it moves with
+    #: the scrapes around probes, which redraw anyway)
+    version = 0
 
     def feed(self, kind: str, text: str) -> None:
         """One scrape's text (``MetricsReader.on_text``)."""
@@ -78,7 +87,8 @@ class UsersMetrics:
         if before is after:
             return UsersWindow(running=running, waiting=waiting)
         n = sum(1 for t in probes if before.t < t <= after.t)
-        return users_from_metrics(before, after, probes=n,
+        n += self.load_requests(before.t, after.t)
+        return users_from_metrics(before, after, own=n,
                                   fit=fit if fit is not None else self.fit(),
                                   running=running, waiting=waiting)
 

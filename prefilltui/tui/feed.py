@@ -374,6 +374,11 @@ class TargetFeed:
         matched = f"probes' own spans {st.probes_matched}/{n}" if n else None
         return users_lines(self.users_window(), matched=matched)
 
+    def users_version(self) -> int:
+        """What the users' source has taken so far (``UsersTrace.version``; 0 without
+        spans): the redraw compares it with the one it drew, an int read per tick."""
+        return self.config.users.version if self.config.users is not None else 0
+
     def user_points(self, limit: int = 2000) -> list[tuple[int, float]]:
         """The kept users' requests with a prompt count and a TTFT, as (prompt tokens,
         TTFT ms) for the plot: the newest ``limit``."""

@@ -12,7 +12,10 @@ only touches buffers; one timer applies everything that changed (log rows, summa
 stats, plot, status) at most ``replot_hz`` (``REPLOT_HZ``, one every 2 s) times a second, probes arriving faster
 drawn together, and, in the same pass, the gauges at ``gauge_hz``, so a probe costs
 one screen update, not one per widget; the per-probe probing/idle state cycle waits
-for the next tick, and keys and theme changes redraw at once.  The stats are a view of
+for the next tick, and keys and theme changes redraw at once.  The users' spans
+(``--otlp-listen``) redraw without waiting for a probe: each tick compares the users'
+``version`` with the one drawn (an int), so new spans are drawn within a second, at
+most once a second with the probes, and nothing is redrawn while none came.  The stats are a view of
 the feed's ``LiveSummary`` (O(sample) per redraw whatever the run length, never
 ``analyze`` over every probe).  Widgets redraw only when their text or drawn columns
 change, and none of the steady updates needs a screen layout.
@@ -104,6 +107,7 @@ class Redraw:
         self._data_next = 0.0  # ... and of the next data redraw (replot_hz)
         self._border_texts: dict[str, str] = {}  # border titles as last set
         self._status_dirty = False  # a runner state change not yet drawn
+        self._users_drawn = feed.users_version()  # the users' version last drawn
 
     @property
     def interval_s(self) -> float:
@@ -148,10 +152,12 @@ class Redraw:
         now = time.monotonic()
         slack = 0.5 * self.interval_s
         shown = False
+        new_users = self.feed.users_version() != self._users_drawn
+        self._dirty |= new_users
         if now >= self._data_next - slack:
-            new_probes = bool(self._pending_rows)
+            new_data = bool(self._pending_rows) or new_users
             shown = self._show_data()
-            if shown and new_probes:  # probes faster than replot_hz are drawn together
+            if shown and new_data:  # probes and spans faster than replot_hz drawn together
                 self._data_next = now + 1.0 / self.replot_hz
         if self._status_dirty and not shown:  # _show_data updates the status itself
             self.status()
@@ -167,6 +173,7 @@ class Redraw:
         if not self._dirty:
             return False
         self._dirty = False
+        self._users_drawn = self.feed.users_version()  # a span from now on: drawn next
         p = self.panels
         if self._pending_rows:
             rows, self._pending_rows = self._pending_rows, []

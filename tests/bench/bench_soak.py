@@ -108,7 +108,7 @@ def soak(seconds: float, tmp: str) -> dict:
             time.sleep(0.05)
         paused = runner.state == "paused"
         runner.stop(timeout=10)
-        alive = runner._thread is not None and runner._thread.is_alive()
+        alive = runner.alive
     finally:
         sup.done.set()
         sup.join(5)

@@ -228,10 +228,10 @@ async def test_a_load_request_is_bounded_too():
                     return str(e)
                 return ""
             said, peak = await _peak_mib(fault(send_load_request(
-                c, {"prompt": "a"}, live, threading.Lock(), set())))
+                c, {"prompt": "a"}, live, threading.Lock())))
             assert "load stream over 16 MiB" in said and peak < 16 + 8, f"peak {peak:.0f} MiB"
             srv.set("POST /v1/completions", Reply(
                 500, {"Content-Type": "text/plain", "Content-Encoding": "gzip"}, bomb()))
             said, peak = await _peak_mib(fault(send_load_request(
-                c, {"prompt": "a"}, live, threading.Lock(), set())))
+                c, {"prompt": "a"}, live, threading.Lock())))
             assert "HTTP 500" in said and peak < 8, f"peak {peak:.0f} MiB"

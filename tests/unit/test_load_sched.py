@@ -12,6 +12,8 @@ import time
 import pytest
 
 from prefilltui.cli import main
+from prefilltui.measure.load import LoadGenerator
+from prefilltui.measure.probe import ProbeClient
 from prefilltui.measure.runfile import read_load, read_run, read_session
 from prefilltui.model.loadspec import parse_load
 from prefilltui.options import (LoadOptions, RunFileOptions, SessionOptions, SweepDesign,
@@ -162,14 +164,158 @@ def test_a_failing_load_request_stops_the_load_and_the_sweep_says_so(tmp_path, c
     assert len(load_requests) == 1  # stopped at the first fault, never retried
 
 
+def _refusing(srv, field):
+    """Wrap ``srv``'s completions: a request carrying ``field`` is answered 400 naming it."""
+    from tests.fakeserver import Reply
+    route = srv.script["POST /v1/completions"]
+
+    def refuse(req):
+        if field in (req.json or {}):
+            return Reply.json({"error": {"message": f"Unknown field: {field}"}}, status=400)
+        return route(req)
+    srv.set("POST /v1/completions", refuse)
+
+
+def _until_done(load, timeout_s=10.0):
+    deadline = time.monotonic() + timeout_s
+    while load.state != "done" and time.monotonic() < deadline:
+        time.sleep(0.05)
+
+
+def _posts(srv):
+    return [r.json for r in srv.requests if r.path == "/v1/completions"]
+
+
+@pytest.mark.parametrize("field", ["cache_prompt", "stream_options"])
+def test_the_load_never_sends_a_field_the_probes_learned_is_rejected(tmp_path, field):
+    """One home for the body: the load builds it with the probe client's part, and the
+    session's clients share what the server rejected.  A llama.cpp that rejects
+    ``cache_prompt`` (which the load did not know it could drop: the load stopped at its
+    first request) or ``stream_options`` (which the load learned again for itself,
+    one failing request more) is hit by the probe's one rejected request only."""
+    with SchedServer(budget=64, step_s=0.005, per_token_s=0.0001, kind="llama.cpp") as srv:
+        _refusing(srv, field)
+        s = _session(srv, tmp_path, spec="decode:1,out:5,requests:3")
+        try:
+            rs = _sweep(s, [24], repeats=1)
+            assert [r.ok for r in rs] == [True] and rs[0].notes.rejected_field.field == field
+            n = len(_posts(srv))
+            s.load.start()
+            _until_done(s.load)
+            assert s.load.state == "done", s.load.describe()
+        finally:
+            s.close()
+        load = _posts(srv)[n:]
+    assert [field in b for b in _posts(srv)[:n]].count(True) == 1  # the probe's first
+    assert len(load) == 3 and not any(field in b for b in load)
+    assert all(b["max_tokens"] == 5 and b["ignore_eos"] for b in load)
+
+
+def test_a_field_the_load_learned_is_rejected_is_never_sent_by_the_probes(tmp_path):
+    """The other way: the load learns it first (its 400 read as the probes read one:
+    any sub-key named, ``include_usage``), and the session's probes never send it; the
+    probes' notices say it."""
+    from tests.fakeserver import Reply
+    with SchedServer(budget=64, step_s=0.005, per_token_s=0.0001, kind="llama.cpp") as srv:
+        route = srv.script["POST /v1/completions"]
+
+        def refuse(req):
+            if "stream_options" in (req.json or {}):
+                return Reply.json({"detail": "extraneous key [include_usage] is not permitted"},
+                                  status=422)
+            return route(req)
+        srv.set("POST /v1/completions", refuse)
+        s = _session(srv, tmp_path, spec="decode:1,out:5,requests:2")
+        try:
+            s.load.start()
+            _until_done(s.load)
+            assert s.load.state == "done", s.load.describe()
+            n = len(_posts(srv))
+            rs = _sweep(s, [24], repeats=2)
+            notices = s.runner.notices
+        finally:
+            s.close()
+    assert "stream_options" in _posts(srv)[0]  # the load's first
+    assert sum("stream_options" in b for b in _posts(srv)) == 1
+    assert len(_posts(srv)[n:]) == 2 and all(r.ok and r.notes.rejected_field is None for r in rs)
+    assert "sent without stream_options" in notices
+
+
+def test_a_refusal_naming_no_field_of_the_body_stops_the_load(tmp_path):
+    from tests.fakeserver import Reply
+    with SchedServer(budget=64, step_s=0.005, per_token_s=0.0001) as srv:
+        route = srv.script["POST /v1/completions"]
+        srv.set("POST /v1/completions", lambda req: (
+            Reply.json({"error": {"message": "prompt is too silly"}}, status=400)
+            if (req.json or {}).get("max_tokens", 1) > 1 else route(req)))
+        s = _session(srv, tmp_path, spec="decode:1,out:5")
+        try:
+            assert not s.start_load(wait_s=10)
+        finally:
+            s.close()
+        load = [b for b in _posts(srv) if b.get("max_tokens", 1) > 1]
+    assert s.load.state == "fault" and "answered HTTP 400" in s.load.fault
+    assert "prompt is too silly" in s.load.fault
+    assert len(load) == 1
+
+
+def test_the_load_is_not_counted_as_users(tmp_path):
+    """The users' window from /metrics takes the load's requests off the server's count
+    as it takes the probes': against a server with no user at all, 0 users (before: every
+    load request the TTFT histogram counted was a user).  Streams of 400 tokens: none
+    ends, or is cut before its first token (the server may count one the client never
+    read), within the test."""
+    import httpx
+
+    with SchedServer(budget=64, step_s=0.005, per_token_s=0.0001) as srv:
+        s = _session(srv, tmp_path, spec="decode:3,out:400")
+        scrape = lambda: s.users_metrics.feed("vllm", httpx.get(srv.base_url + "/metrics").text)  # noqa: E731
+        try:
+            scrape()
+            time.sleep(1.1)  # the users' series are read at most once a second
+            assert s.start_load(wait_s=20, min_tokens=2)
+            rs = _sweep(s, [24], repeats=2)
+            s.load.stop()
+            time.sleep(1.1)
+            scrape()
+            w = s.users_metrics.window()
+        finally:
+            s.close()
+        served = len(srv.stats.phases)
+    assert len(rs) == 2 and s.load.requests == 3 and served == 5
+    assert w.source == "metrics" and w.requests == 0, (w.requests, served)
+
+
+def test_a_load_requests_span_is_not_a_users():
+    """Each load request carries an X-Request-Id of its own (prefilltui-load-...): its
+    span is counted apart, never a user's, never waiting for a probe."""
+    from prefilltui.measure.otlp import UsersTrace
+    from prefilltui.model.users import UserRequest
+
+    with SchedServer(budget=64, step_s=0.005, per_token_s=0.0001) as srv:
+        load = LoadGenerator(parse_load("decode:1,out:3,requests:2"),
+                             lambda seed_offset, max_connections: ProbeClient(
+                                 srv.base_url, max_connections=max_connections)).start()
+        _until_done(load)
+        load.stop()
+        ids = [r.headers.get("x-request-id", "") for r in srv.requests
+               if r.path == "/v1/completions"]
+    assert len(ids) == 2 and all(i.startswith("prefilltui-load-") for i in ids), ids
+    trace = UsersTrace("t")
+    for i in ids + ["cmpl-user-1-0"]:  # vLLM: cmpl-<X-Request-Id>-0
+        trace.add(UserRequest(arrival_s=1.0, prompt_tokens=16, ttft_s=0.01, received_s=time.time(),
+                              request_id=f"cmpl-{i}-0" if i.startswith("prefilltui") else i))
+    st = trace.stats()
+    assert st.users == 1 and st.foreign_probes == 0 and trace.load_spans == 2
+    assert [u.request_id for u in trace.recent()] == ["cmpl-user-1-0"]
+
+
 def test_bounds_stop_the_load(tmp_path):
     with SchedServer(budget=64, step_s=0.005, per_token_s=0.0001) as srv:
         s = _session(srv, tmp_path, spec="decode:1,out:5,requests:3")
         try:
             s.load.start()
-            deadline = time.monotonic() + 10
-            while s.load.state != "done" and time.monotonic() < deadline:
-                time.sleep(0.05)
+            _until_done(s.load)
             assert s.load.state == "done" and "3 requests" in s.load.detail
             time.sleep(0.3)
         finally:

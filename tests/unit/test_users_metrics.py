@@ -50,7 +50,7 @@ def test_bucket_quantile_is_histogram_quantile():
 def test_window_from_two_vllm_scrapes():
     a = parse_users(_vllm(10, 0, (10, 0), 1000, 600), "vllm", t=100.0)
     b = parse_users(_vllm(20, 20, (20, 30), 5000, 1000), "vllm", t=160.0)
-    w = users_from_metrics(a, b, probes=3)
+    w = users_from_metrics(a, b, own=3)
     assert w.source == "metrics" and w.estimate and w.window_s == 60.0
     assert w.requests == 30 - 3  # 30 finished, 3 of them prefilltui's probes
     # 10 fast + 20 slow in the window: p50 rank 15 falls in (0.1, 1.0]

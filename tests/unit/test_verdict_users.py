@@ -7,6 +7,8 @@ from __future__ import annotations
 import random
 import time
 
+import pytest
+
 from prefilltui.model.fit import fit_ols
 from prefilltui.model.types import ProbeResult
 from prefilltui.model.users import UserRequest, UsersEvidence, UsersWindow
@@ -261,16 +263,28 @@ def test_users_evidence_fills_its_reference_only_when_it_has_none():
 
 
 def test_users_evidence_reaches_the_exporters_verdict():
-    """The exporter target: its ``users_evidence`` (the receiver's, or a hook) reaches
-    the window's verdict after each probe and the scrape-time verdict while a probe is
-    in flight, with the users' reference its ``HeldExpectation`` keeps."""
+    """The exporter target: its session's users (the receiver's, or the /metrics
+    window) reach the window's verdict after each probe and the scrape-time verdict
+    while a probe is in flight, with the users' reference its ``HeldExpectation`` keeps."""
+    from types import SimpleNamespace
+
     from prefilltui.exporter.config import TargetConfig
     from prefilltui.exporter.target import TargetProber
 
     p = TargetProber(TargetConfig(url="http://127.0.0.1:9", window=20), run_dir="/nonexistent")
     now = {"w": _BEFORE}
     asked = []
-    p.users_evidence = lambda: asked.append(1) or UsersEvidence(users_now=now["w"])
+
+    class Users:  # the session's users' face the target reads (measure.otlp.UsersTrace)
+        def window(self, now_s=None, *, fit=None, running=None, waiting=None):
+            asked.append(fit)
+            return now["w"]
+
+        def recent(self, since_s=None):
+            return ()
+
+    assert not hasattr(p, "users_evidence")  # one source: no override hook to set
+    p.session = SimpleNamespace(users=Users(), trace=None, load=None)
     p._hold.users_before = _BEFORE  # the reference of the traffic before
     for r in _idle_probes():
         p._on_result(r)
@@ -284,6 +298,18 @@ def test_users_evidence_reaches_the_exporters_verdict():
     v = p.snapshot.summary.ttft_verdict
     assert v.whose == "users" and v.above and v.cause == "cache_hit_drop", v.headline
     assert "users' TTFT p50 1,050 ms, was 400 ms over 55 requests" in v.judged
+
+
+def test_the_plain_summary_takes_no_users_evidence():
+    """``plain_summary`` (the fallback when ``analyze`` fails) has no verdict to give the
+    users' evidence to: the keywords it took and ignored are gone, so a caller that
+    passes them is told instead of silently dropped."""
+    from prefilltui.model.summary import plain_summary
+
+    assert plain_summary(_idle_probes()).verdict.level == "error"
+    for kw in ({"users_evidence": UsersEvidence()}, {"baseline_source": "baseline run"}):
+        with pytest.raises(TypeError):
+            plain_summary(_idle_probes(), **kw)
 
 
 def test_users_evidence_reaches_the_tui_verdict():

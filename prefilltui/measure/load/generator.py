@@ -12,7 +12,10 @@ flight, on ``stop()``, on any fault (a failed or refused load request: one line 
 ``fault``), or at its bounds (``spec.max_requests`` requests or ``spec.max_s``
 seconds, whichever first).  ``set_level`` changes the streams / rate live (the TUI's
 ``l``, ``sweep --load-levels``).  Every finished request is written to the run file
-as a ``load`` line (``runfile.record_of_trace``).
+as a ``load`` line (``runfile.record_of_trace``).  ``requests_between`` says how many
+of its requests the server counted in a span of time, so the users' window from
+``/metrics`` takes them off the users' count; each is sent with an ``X-Request-Id``
+of its own (``prefilltui-load-...``), so its span is never a user's either.
 
 ``LoadHook`` is the sweep's ProbeHook that tags each probe with the load it ran
 under and measures its decode stall and excess (``model.load.stall``).
@@ -29,8 +32,8 @@ from collections import deque
 from dataclasses import dataclass, field, replace
 from typing import Any, Callable, Literal
 
-from prefilltui.measure.load.request import (OPTIONAL_FIELDS, LoadFault, load_body,
-                                             send_load_request)
+from prefilltui.measure.load.request import LoadFault, send_load_request
+from prefilltui.measure.loop_thread import LoopThread
 from prefilltui.measure.runfile import LOAD_RECORD, record_of_trace
 from prefilltui.measure.server import ServerUnreachable
 from prefilltui.model.loadspec import LoadSpec
@@ -51,6 +54,9 @@ CONTEXT_MARGIN = 16
 #: Words per prompt token assumed when building load prompts (``model.prompts``'s
 #: default ratio; load prompts need not be exact, their counts come back in usage).
 WORDS_PER_TOKEN = 1.0
+#: Most resends of one load request after a 400/422: more than any server needs
+#: (5 optional fields and 3 token-cap fields, each left out or kept once).
+MAX_RESENDS = 16
 
 
 @dataclass
@@ -96,34 +102,32 @@ class LoadGenerator:
         self._lock = threading.Lock()
         self._live: dict[int, _Live] = {}
         self._done: deque[DecodeTrace] = deque()
+        #: unix s of each finished request's first token, within the horizon
+        self._firsts: deque[float] = deque()
         #: perf_counter of the last level change: gaps before it belong to another level
         self.level_since = time.perf_counter()
         self._next_id = 0
-        self._thread: threading.Thread | None = None
-        self._loop: asyncio.AbstractEventLoop | None = None
-        self._wake: asyncio.Event | None = None
+        #: the load's thread and its loop (``measure.loop_thread``)
+        self._thread = LoopThread("prefilltui-load")
         self._stop = False
         self._t0 = 0.0
         self._client: Any = None
-        self._dropped: set[str] = set()
 
     # ------------------------------------------------------------ any thread
     def start(self) -> "LoadGenerator":
         """Start the thread (discovery, then the load); returns at once."""
-        if self._thread is not None:
+        if self._thread.started:
             raise RuntimeError("load already started")
         self._set("starting", f"{self.spec.describe()}: connecting")
-        self._thread = threading.Thread(target=self._run, name="prefilltui-load", daemon=True)
-        self._thread.start()
+        self._thread.start(self._run)
         return self
 
     def stop(self, timeout: float | None = 10.0) -> None:
         """Stop for good: cancel every load request, write the cut streams, wait for
         the thread up to ``timeout`` s."""
         self._stop = True
-        self._poke()
-        if self._thread is not None and self._thread is not threading.current_thread():
-            self._thread.join(timeout)
+        self._thread.poke()
+        self._thread.join(timeout)
 
     @property
     def alive(self) -> bool:
@@ -145,7 +149,7 @@ class LoadGenerator:
         if new != self.level:
             self.level = new
             self.level_since = time.perf_counter()
-        self._poke()
+        self._thread.poke()
 
     @property
     def tokens(self) -> int:
@@ -171,6 +175,17 @@ class LoadGenerator:
                     if since is None or not t.arrivals or t.arrivals[-1] >= since]
             live = [lv.trace(ended=False) for lv in self._live.values()]
         return done + live
+
+    def requests_between(self, t0_s: float, t1_s: float) -> int:
+        """The load's requests whose first token came in (t0_s, t1_s] (unix s, within
+        the horizon; those in flight too): what the server's TTFT histogram counted of
+        the load then (a request refused, or cut before its first token, counts
+        nowhere).  Any thread."""
+        to_unix = time.time() - time.perf_counter()
+        with self._lock:
+            n = sum(1 for t in self._firsts if t0_s < t <= t1_s)
+            return n + sum(1 for lv in self._live.values()
+                           if lv.arrivals and t0_s < lv.arrivals[0] + to_unix <= t1_s)
 
     def steady(self, min_tokens: int = 4) -> bool:
         """True when the load is at its level: every decode stream has at least
@@ -228,31 +243,16 @@ class LoadGenerator:
             except Exception:
                 log.exception("load on_change callback failed")
 
-    def _poke(self) -> None:
-        loop, wake = self._loop, self._wake
-        if loop is not None and wake is not None and not loop.is_closed():
-            try:
-                loop.call_soon_threadsafe(wake.set)
-            except RuntimeError:
-                pass
-
-    def _run(self) -> None:
-        loop = asyncio.new_event_loop()
-        self._loop = loop
+    async def _run(self) -> None:
+        """The load's thread: ``_main``, a crash said as a fault."""
         try:
-            loop.run_until_complete(self._main())
+            await self._main()
         except Exception as e:  # never die silently
             log.exception("load generator crashed")
             self.fault = f"internal error: {type(e).__name__}: {e}"
             self._set("fault", self.fault)
-        finally:
-            try:
-                loop.run_until_complete(loop.shutdown_asyncgens())
-            finally:
-                loop.close()
 
     async def _main(self) -> None:
-        self._wake = asyncio.Event()
         conns = max(4, self.spec.streams + 2, MAX_IN_FLIGHT + 2 if self.spec.kind == "rate" else 0)
         client = self._client = self._new_client(seed_offset=2, max_connections=conns)
         tasks: dict[int, asyncio.Task] = {}
@@ -328,11 +328,7 @@ class LoadGenerator:
                             tasks[rid] = asyncio.ensure_future(self._one(rid, rid, level))
                         next_arrival += self._rng.expovariate(level)
                     wait = max(0.0, next_arrival - now)
-            self._wake.clear()
-            try:
-                await asyncio.wait_for(self._wake.wait(), timeout=min(wait, 0.5))
-            except asyncio.TimeoutError:
-                pass
+            await self._thread.sleep(min(wait, 0.5))
 
     def _new_id(self) -> int:
         self._next_id += 1
@@ -346,46 +342,68 @@ class LoadGenerator:
             await self._one(self._new_id(), slot, self.level)
 
     async def _one(self, rid: int, stream: int, level: float) -> None:
-        """Send one load request and record its token arrivals.
+        """Send one load request and record its token arrivals.  Its body is the probe
+        client's (``RequestBody.build``); a 400/422 naming a field of it is read as the
+        probes read it (``named_field``), and the request resent without the field
+        (kept when the same answer comes without it), for the session's every client.
 
         Raises:
-            LoadFault: the request failed (status, network, protocol, timeout).
+            LoadFault: the request failed (status, network, protocol, timeout), or was
+                refused for no field of its body.
         """
         spec = self.spec
         out = self.output_tokens if spec.kind == "decode" else spec.output_tokens
         prompt = " ".join(self._builder.words(max(1, round(spec.prompt_tokens * WORDS_PER_TOKEN))))
+        part = self._client.body  # the probe client's RequestBody
         self.requests += 1
-        for _attempt in range(len(OPTIONAL_FIELDS) + 1):
+        left_out = None  # (refusal, field, label, replaced) of the last field left out
+        for _attempt in range(MAX_RESENDS + 1):
             live = _Live(stream, level, time.perf_counter(), spec.kind, spec.prompt_tokens)
             with self._lock:
                 self._live[rid] = live
+            body = part.build(prompt, out)
             try:
-                body = load_body(self._client, prompt, out, self._dropped)
-                retry = await send_load_request(self._client, body, live, self._lock,
-                                                self._dropped)
+                refused = await send_load_request(self._client, body, live, self._lock)
             except asyncio.CancelledError:
                 self._finish(rid, live, ended=False)
                 raise
             except LoadFault as e:
                 self._finish(rid, live, ended=True, ok=False, error=str(e))
                 raise
-            if not retry:
+            if refused is None:
                 self._finish(rid, live, ended=True)
                 return
             with self._lock:
                 self._live.pop(rid, None)
+            if left_out is not None and refused == left_out[0]:
+                part.keep(*left_out[1:])  # the same answer without it: quoted, not the cause
+            field = part.named_field(refused.text, body)
+            if field is not None:
+                label, replaced = part.reject(field, refused.text)
+                left_out = (refused, field, label, replaced)
+            elif part.build(prompt, out) == body:
+                error = refused.fault()
+                self._finish(rid, live, ended=True, ok=False, error=str(error))
+                raise error
+            else:
+                left_out = None  # another request learned a field meanwhile: resend
         raise LoadFault("the server rejected the load request's fields")
 
     def _finish(self, rid: int, live: _Live, *, ended: bool, ok: bool = True,
                 error: str | None = None) -> None:
         tr = live.trace(ended=ended, ok=ok, error=error)
         now = time.perf_counter()
+        unix = time.time()
         with self._lock:
             self._live.pop(rid, None)
             self._done.append(tr)
             while self._done and (not self._done[0].arrivals
                                   or self._done[0].arrivals[-1] < now - self.horizon_s):
                 self._done.popleft()
+            if live.arrivals:
+                self._firsts.append(unix - (now - live.arrivals[0]))
+            while self._firsts and self._firsts[0] < unix - self.horizon_s:
+                self._firsts.popleft()
             self._tokens_done += len(tr.arrivals)
         if self.runfile is not None and (tr.arrivals or not ok):
             try:

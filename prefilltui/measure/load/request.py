@@ -1,28 +1,33 @@
-"""One background-load request: its body and its stream, token by token.
+"""One background-load request: its stream, token by token.
 
-``send_load_request`` streams one request and appends each token's arrival
-(``time.perf_counter``, stamped on the read that completes its SSE event) to the
-caller's list under the caller's lock; ``LoadFault`` says why a request failed (the
-generator then stops the whole load).  A 400/422 that names a field the load adds
-(``ignore_eos``, ``stream_options``) drops that field for every later request, as the
-probes do.
+Its body is the probe client's (``RequestBody.build`` with the load's output cap: the
+model, the API flavour, the server's own fields, and none the server rejected, whoever
+of the session's clients learned it).  ``send_load_request`` streams one request and
+appends each token's arrival (``time.perf_counter``, stamped on the read that completes
+its SSE event) to the caller's list under the caller's lock; a 400/422 comes back as a
+``Refusal`` for the generator to read as the probes do (``RequestBody.named_field``:
+resent without the field it names); ``LoadFault`` says why a request failed (the
+generator then stops the whole load).
 """
 
 from __future__ import annotations
 
 import threading
 import time
+from dataclasses import dataclass
 from typing import Any
 
 import httpx
 
 from prefilltui.measure import bounded
+from prefilltui.measure.probe import REQUEST_ID_HEADER
 from prefilltui.measure.server import describe_exc
 from prefilltui.measure.sse import SSEStreamDecoder, classify_chunk
 from prefilltui.model.jsontypes import loads as json_loads
 
-#: Fields the load adds that a server may reject (dropped once, as probes do).
-OPTIONAL_FIELDS = ("ignore_eos", "stream_options")
+#: The role in a load request's ``X-Request-Id`` (``prefilltui-load-<hex>-<n>``): its
+#: span is the load's, never a user's or a probe's (``measure.otlp.users.LOAD_ID``).
+LOAD_ROLE = "load"
 #: Most bytes one load stream may send (decoded): a 1,024-token stream is ~0.5 MiB of
 #: events; more means a runaway server (issue 25: every read is bounded).
 MAX_LOAD_STREAM_BYTES = 16 * 2**20
@@ -32,50 +37,42 @@ class LoadFault(Exception):
     """A load request failed: the whole load stops (``LoadGenerator.fault``)."""
 
 
-def load_body(client: Any, prompt: str, max_tokens: int, dropped: set[str]) -> dict[str, Any]:
-    """The request body of a load request through ``client`` (a ProbeClient: its
-    model, API flavour and the server kind discovery found)."""
-    body: dict[str, Any] = {"stream": True, "temperature": 0, "max_tokens": max_tokens,
-                            "stream_options": {"include_usage": True}}
-    if client.model:
-        body["model"] = client.model
-    if client.api == "chat":
-        body["messages"] = [{"role": "user", "content": prompt}]
-    else:
-        body["prompt"] = prompt
-    kind = client.info.kind if client.info is not None else "openai"
-    if kind in ("llama.cpp", "vllm", "sglang"):
-        body["ignore_eos"] = True  # a decode stream must not end early
-    if kind == "llama.cpp":
-        body["cache_prompt"] = False
-    for k in dropped:
-        body.pop(k, None)
-    return body
+@dataclass(frozen=True)
+class Refusal:
+    """A 400/422 answer to a load request: its status and its words (the client's
+    secrets scrubbed, at most 2,000 bytes read)."""
+
+    status: int
+    text: str
+
+    def fault(self) -> LoadFault:
+        """The fault when no field of the body is to blame."""
+        return LoadFault(f"load request answered HTTP {self.status}: "
+                         f"{' '.join(self.text.split())[:160]}")
 
 
 async def send_load_request(client: Any, body: dict[str, Any], live: Any,
-                            lock: threading.Lock, dropped: set[str]) -> bool:
+                            lock: threading.Lock) -> Refusal | None:
     """Stream one request, appending token arrivals to ``live.arrivals`` (under
-    ``lock``) and the server's prompt count to ``live.prompt_tokens``; True when it
-    must be resent without a field the server rejected (added to ``dropped``).
+    ``lock``) and the server's prompt count to ``live.prompt_tokens``; None when it
+    streamed, the ``Refusal`` when the server answered 400/422 (nothing streamed).
 
     Raises:
-        LoadFault: a status other than 200, a network or protocol failure, a timeout,
-            an error inside the stream.
+        LoadFault: another status than 200, 400 or 422, a network or protocol failure,
+            a timeout, an error inside the stream.
     """
+    req = bounded.json_request(body)
+    req["headers"][REQUEST_ID_HEADER] = client.sender.next_request_id(LOAD_ROLE)
     try:
-        async with client.http.stream("POST", client.endpoint,
-                                      **bounded.json_request(body)) as resp:
+        async with client.http.stream("POST", client.endpoint, **req) as resp:
             if resp.status_code != 200:
                 head, _ = await bounded.read_capped(resp, 2000)
                 # the probe client's secrets out of the server's words, before any cut
-                text = client.scrub(head.decode("utf-8", "replace")) or ""
-                for k in OPTIONAL_FIELDS:
-                    if resp.status_code in (400, 422) and k in body and k in text:
-                        dropped.add(k)
-                        return True
-                raise LoadFault(f"load request answered HTTP {resp.status_code}: "
-                                f"{' '.join(text.split())[:160]}")
+                said = Refusal(resp.status_code,
+                               client.scrub(head.decode("utf-8", "replace")) or "")
+                if resp.status_code in (400, 422):
+                    return said
+                raise said.fault()
             dec = SSEStreamDecoder()
             size = 0
             async for chunk in bounded.aiter_decoded(resp):
@@ -90,7 +87,7 @@ async def send_load_request(client: Any, body: dict[str, Any], live: Any,
         raise LoadFault(f"load request timed out ({client.timeout:g} s)") from None
     except httpx.HTTPError as e:
         raise LoadFault(f"load request failed: {describe_exc(e)}") from None
-    return False
+    return None
 
 
 def _event(data: str, t: float, lock: threading.Lock, live: Any) -> None:

@@ -23,11 +23,11 @@ from __future__ import annotations
 import asyncio
 import logging
 import socket
-import threading
 import time
 
 import h11
 
+from prefilltui.measure.loop_thread import LoopThread
 from prefilltui.measure.otlp import codec
 from prefilltui.measure.otlp.spans import read_batch
 from prefilltui.measure.otlp.users import TraceRouter
@@ -81,9 +81,7 @@ class OtlpReceiver:
         self.counts: dict[int, int] = {}
         self.spans = 0
         self._open = 0
-        self._loop: asyncio.AbstractEventLoop | None = None
-        self._ready = threading.Event()
-        self._thread = threading.Thread(target=self._run, name="prefilltui-otlp", daemon=True)
+        self._thread = LoopThread("prefilltui-otlp")
 
     @property
     def endpoint(self) -> str:
@@ -92,35 +90,26 @@ class OtlpReceiver:
         return f"http://{host}:{self.port}{TRACES_PATH}"
 
     def start(self) -> "OtlpReceiver":
-        self._thread.start()
-        self._ready.wait(10)
+        self._thread.start(self._listen, ready_s=10)
         return self
 
     def stop(self) -> None:
-        loop = self._loop
-        if loop is not None and self._thread.is_alive():
-            loop.call_soon_threadsafe(loop.stop)
-            self._thread.join(5)
-        else:
-            self._sock.close()
+        self._thread.stop(5)
+        self._sock.close()  # _listen closed it if it ran; never started: closed here
 
-    def _run(self) -> None:
-        loop = asyncio.new_event_loop()
-        self._loop = loop
+    async def _listen(self) -> None:
+        """Serve until ``stop()`` cancels it (the thread's ``LoopThread`` main)."""
+        server = None
         try:
             self._sock.setblocking(False)
-            server = loop.run_until_complete(asyncio.start_server(
-                self._serve, sock=self._sock, limit=MAX_HEAD_BYTES))
-            self._ready.set()
-            loop.run_forever()
-            server.close()
+            server = await asyncio.start_server(self._serve, sock=self._sock,
+                                                limit=MAX_HEAD_BYTES)
+            self._thread.ready()
+            await asyncio.get_running_loop().create_future()  # until cancelled
         finally:
-            self._ready.set()
+            if server is not None:
+                server.close()
             self._sock.close()
-            for t in asyncio.all_tasks(loop):
-                t.cancel()
-            loop.run_until_complete(asyncio.sleep(0))
-            loop.close()
 
     async def _serve(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         if self._open >= MAX_CONNECTIONS:

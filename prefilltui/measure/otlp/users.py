@@ -10,7 +10,9 @@ A probe is known by its ``X-Request-Id`` (``ProbeNotes.request_id``,
 ``prefilltui-<session>-<n>``): vLLM makes the completion's id ``cmpl-<X-Request-Id>``
 and the span's ``gen_ai.request.id`` that id + ``-0`` (one per prompt), so a span
 whose id holds ``prefilltui-<hex>-<n>`` is a probe's (this session's, or another
-prefilltui's: never a user's).  Every other request span is a user's.
+prefilltui's: never a user's).  A span whose id holds ``prefilltui-load-<hex>-<n>`` is a
+background load's request (``--load``): counted apart (``load_spans``), never a user's.
+Every other request span is a user's.
 """
 
 from __future__ import annotations
@@ -45,6 +47,8 @@ MAX_EARLY = 512
 KEEP_LATENCIES = 256
 #: A probe's request id inside a span's ``gen_ai.request.id``.
 PROBE_ID = re.compile(r"prefilltui-[0-9a-f]+-\d+")
+#: A background load request's (``measure.load``: ``prefilltui-load-<hex>-<n>``).
+LOAD_ID = re.compile(r"prefilltui-load-[0-9a-f]+-\d+")
 
 
 class UsersTrace:
@@ -70,6 +74,11 @@ class UsersTrace:
         self._early: OrderedDict[str, tuple[UserRequest, float]] = OrderedDict()
         self._latencies: deque[float] = deque(maxlen=KEEP_LATENCIES)
         self._n_users = self._matched = self._expired = self._foreign = 0
+        #: spans of a background load's requests (prefilltui's own: not users)
+        self.load_spans = 0
+        #: bumped by every span that changes what a window or ``recent()`` shows (a
+        #: user's, or a probe's own span matched): a reader redraws when it moved
+        self.version = 0
         #: the probes' fit ``window()`` uses when not given one (the TUI's live fit)
         self.fit: Callable[[], LinearFit | None] = lambda: None
         #: where ``window()`` / ``before()`` read while no user span has come (the
@@ -82,6 +91,10 @@ class UsersTrace:
         if u.latency_s is not None:
             with self._lock:
                 self._latencies.append(u.latency_s)
+        if LOAD_ID.search(u.request_id):
+            with self._lock:
+                self.load_spans += 1
+            return
         m = PROBE_ID.search(u.request_id)
         if m is None:
             if self.label and not u.target:
@@ -89,6 +102,7 @@ class UsersTrace:
             with self._lock:
                 self._users.append(u)
                 self._n_users += 1
+                self.version += 1
                 self._prune()
             return
         key = m.group(0)
@@ -102,6 +116,7 @@ class UsersTrace:
                     self._foreign += 1
                 return
             self._matched += 1
+            self.version += 1
         r = got[0]
         span = span_of(u)
         apply_span(r, span)

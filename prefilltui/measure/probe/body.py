@@ -3,12 +3,16 @@
 ``RequestBody`` builds the JSON body of each ``--api`` flavour (``API_PATHS``), and
 reads a 400/422 answer (or an error event before any token) for the optional field
 it names (``OPTIONAL_FIELDS``) or a token cap to replace (``CAP_REPLACEMENTS``);
-``ProbeClient.probe`` resends without it.
+``ProbeClient.probe`` resends without it.  What a server rejected is a ``Rejections``
+record that every client of one session shares (the probes' runners and the background
+load: ``session.client_factory``), so a field one of them learned is never sent by
+the others.
 """
 
 from __future__ import annotations
 
 import re
+import threading
 from typing import Any
 
 from prefilltui.model.types import JsonObject, ProbeResult
@@ -34,30 +38,66 @@ API_PATHS = {"completions": "/completions", "chat": "/chat/completions",
              "responses": "/responses"}
 
 
+class Rejections:
+    """The fields one server rejected, shared by the clients of a session: dropped,
+    kept (named in a 400 that was not about them) or replaced (``CAP_REPLACEMENTS``),
+    and the notice that says each (label -> sentence).  Any thread: the sets are
+    frozen and replaced whole under a lock, so a reader never sees one change size."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self.dropped: frozenset[str] = frozenset()
+        self.kept: frozenset[str] = frozenset()
+        self.replaced: frozenset[str] = frozenset()
+        self.notices: dict[str, str] = {}
+
+    def drop(self, field: str, label: str, notice: str) -> None:
+        with self._lock:
+            self.dropped = self.dropped | {field}
+            self.notices = {**self.notices, label: self.notices.get(label, notice)}
+
+    def replace(self, field: str, label: str, notice: str) -> None:
+        with self._lock:
+            self.replaced = self.replaced | {field}
+            self.notices = {**self.notices, label: self.notices.get(label, notice)}
+
+    def keep(self, field: str, label: str, replaced: bool) -> None:
+        with self._lock:
+            if replaced:
+                self.replaced = self.replaced - {field}
+            else:
+                self.dropped = self.dropped - {field}
+            self.kept = self.kept | {field}
+            self.notices = {k: v for k, v in self.notices.items() if k != label}
+
+
 class RequestBody:
-    """The JSON body of each probe and the fields a server rejected.
+    """The JSON body of each request (a probe, or the background load's) and the
+    fields a server rejected.
 
     State: the API flavour (``api``, fixed), the model requested (``model``: set by
     discovery or a model swap), the user's fields (``extra_body``, sent as given and
     never dropped), the server's kind (``server_kind``, from discovery: which
-    server-specific fields are added), and the fields dropped, kept (named in a 400
-    that was not about them) or replaced (``CAP_REPLACEMENTS``).  A rejection is said
-    once in ``notices`` (the client's session notices, given)."""
+    server-specific fields are added), and ``rejections`` (``Rejections``, given: the
+    session's, or this body's own).  A rejection is said once in ``notices`` (the
+    client's session notices, given), whichever client learned it."""
 
     def __init__(self, api: str, model: str | None, extra_body: dict,
-                 notices: dict[str, str]) -> None:
+                 notices: dict[str, str], rejections: Rejections | None = None) -> None:
         self.api = api
         self.model = model
         self.extra_body = extra_body
         #: ``ServerInfo.kind`` once discovered ("openai" before)
         self.server_kind = "openai"
+        self.rejections = rejections if rejections is not None else Rejections()
         self._notices = notices
-        self._dropped: set[str] = set()
-        self._kept: set[str] = set()  # named in a 400 that was not about them
-        self._replaced: set[str] = set()  # cap fields replaced (CAP_REPLACEMENTS)
+        self._said: dict[str, str] = {}  # the rejections' notices copied into ``notices``
 
     def build(self, prompt: str, cap: int = 1) -> JsonObject:
-        """The body of a request for ``prompt`` with an output cap of ``cap`` tokens."""
+        """The body of a request for ``prompt`` with an output cap of ``cap`` tokens
+        (1 for a probe; a load request's output length)."""
+        rej = self.rejections
+        self._say(rej.notices)
         body: JsonObject = {"stream": True, "temperature": 0}
         if self.model:
             body["model"] = self.model
@@ -69,7 +109,7 @@ class RequestBody:
             body["messages"] = [{"role": "user", "content": prompt}]
         elif self.api == "completions":
             body["prompt"] = prompt
-        for old in self._replaced:
+        for old in rej.replaced:
             new, value = CAP_REPLACEMENTS[old]
             body.pop(old, None)
             body[new] = max(value, cap)
@@ -79,9 +119,20 @@ class RequestBody:
         if kind in ("llama.cpp", "vllm", "sglang"):
             body["ignore_eos"] = True  # a first-token EOS would read as "no token"
         body.update(self.extra_body)
-        for k in self._dropped:
+        for k in rej.dropped:
             body.pop(k, None)
         return body
+
+    def _say(self, notices: dict[str, str]) -> None:
+        """The session's rejection notices into this client's ``notices`` (a field
+        another client learned is said here too; a kept one is unsaid)."""
+        if notices is self._said:
+            return
+        for label in self._said.keys() - notices.keys():
+            self._notices.pop(label, None)
+        for label, text in notices.items():
+            self._notices.setdefault(label, text)
+        self._said = notices
 
     def rejected_field(self, r: ProbeResult, body: JsonObject, error_body: str) -> str | None:
         """The optional field a 400/422 answer names (itself or any of its sub-keys,
@@ -95,12 +146,18 @@ class RequestBody:
         in_stream = r.error_kind == "stream_error" and r.ttft_s is None
         if not in_stream and (r.http_status not in (400, 422) or r.error_kind != "http"):
             return None
-        said = _first_mentions(f"{r.error_message}\n{error_body}")
+        return self.named_field(f"{r.error_message}\n{error_body}", body)
+
+    def named_field(self, text: str, body: JsonObject) -> str | None:
+        """The optional field of ``body`` that ``text`` (a 400/422 answer's words)
+        names first, as ``rejected_field`` reads it, or None."""
+        rej = self.rejections
+        said = _first_mentions(text)
         best: tuple[int, str] | None = None
         for k in OPTIONAL_FIELDS + CAP_FIELDS:
-            if k in self._replaced and CAP_REPLACEMENTS[k][0] == k:
+            if k in rej.replaced and CAP_REPLACEMENTS[k][0] == k:
                 continue  # already at its replacement value
-            if k in body and k not in self._dropped | self._kept and k not in self.extra_body:
+            if k in body and k not in rej.dropped | rej.kept and k not in self.extra_body:
                 at = min((said[n] for n in {_norm(x) for x in _names(k, body[k])} if n in said),
                          default=None)
                 if at is not None and (best is None or at < best[0]):
@@ -112,28 +169,28 @@ class RequestBody:
         say so once, quoting ``message`` (the rejection, already scrubbed); returns
         (the notice's label, what replaced it or None)."""
         said = message[:200]
+        rej = self.rejections
         new = CAP_REPLACEMENTS.get(field)
-        if new is not None and field not in self._replaced and new[0] not in self._dropped:
-            self._replaced.add(field)
+        if new is not None and field not in rej.replaced and new[0] not in rej.dropped:
             what = f"{new[0]}: {new[1]}" if new[0] != field else f"{field}: {new[1]}"
             label = f"{what} for {field}" if new[0] != field else f"{field} {new[1]}"
-            self._notices.setdefault(label, f"the server rejected {field} ({said}); probes "
-                                            f"send {what} instead")
+            rej.replace(field, label, f"the server rejected {field} ({said}); probes "
+                                      f"send {what} instead")
+            self._say(rej.notices)
             return label, what
-        self._dropped.add(field)
         label = f"sent without {field}"
         tail = (" (no token cap: the client closes each stream at the second token)"
                 if field in CAP_FIELDS else "")
-        self._notices.setdefault(label, f"the server rejected {field} ({said}); probes are "
-                                        f"sent without it{tail}")
+        rej.drop(field, label, f"the server rejected {field} ({said}); probes are "
+                               f"sent without it{tail}")
+        self._say(rej.notices)
         return label, None
 
     def keep(self, field: str, label: str, replaced: str | None) -> None:
         """Undo ``reject(field)``: the same answer came without it, so it was quoted,
         not the cause; it is sent again and never retried for a rejection."""
-        (self._replaced if replaced else self._dropped).discard(field)
-        self._kept.add(field)
-        self._notices.pop(label, None)
+        self.rejections.keep(field, label, replaced is not None)
+        self._say(self.rejections.notices)
 
     @property
     def token_cap(self) -> int | None:

@@ -49,7 +49,7 @@ import httpx
 
 from prefilltui.model import defaults
 from prefilltui.measure import server as _server
-from prefilltui.measure.probe.body import API_PATHS, RequestBody
+from prefilltui.measure.probe.body import API_PATHS, Rejections, RequestBody
 from prefilltui.measure.probe.errors import ErrorReader
 from prefilltui.measure.probe.kinds import (BufferCheck, ModelChoice, ResponsesCheck,
                                             model_hint, note)
@@ -87,7 +87,8 @@ class ProbeClient:
                  api_key: str | None = None, timeout: float = defaults.TIMEOUT_S,
                  verify: bool = True,
                  extra_body: dict | None = None, seed: int | None = None,
-                 proxy: str | None = None, max_connections: int = 4) -> None:
+                 proxy: str | None = None, max_connections: int = 4,
+                 rejections: Rejections | None = None) -> None:
         if api not in API_PATHS:
             raise ValueError(f"api must be one of {', '.join(API_PATHS)}, not {api!r}")
         #: Things about this session a reader must know, once each, in order:
@@ -115,7 +116,9 @@ class ProbeClient:
                              max_connections=max_connections, notices=self.notices,
                              params=self.urls.params, key_header=self.urls.key_header)
         self.secrets = self.sender.secrets
-        self.body = RequestBody(api, model, dict(extra_body or {}), self.notices)
+        #: ``rejections``: the fields the server rejected, shared by the session's
+        #: clients (``body.Rejections``; None: this client's own)
+        self.body = RequestBody(api, model, dict(extra_body or {}), self.notices, rejections)
         #: the URL probes are POSTed to (``API_PATHS`` of the API flavour)
         self.endpoint = self.v1 + API_PATHS[api]
         self.responses = ResponsesCheck(self.sender.http, self.v1 + "/responses", api,

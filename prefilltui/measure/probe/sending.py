@@ -261,10 +261,12 @@ class Sender:
     async def aclose(self) -> None:
         await self._http.aclose()
 
-    def next_request_id(self) -> str:
-        """``prefilltui-<client session>-<n>``: the X-Request-Id of the next request."""
+    def next_request_id(self, role: str = "") -> str:
+        """``prefilltui-<client session>-<n>``: the X-Request-Id of the next request;
+        ``prefilltui-<role>-<client session>-<n>`` for a request of another role than a
+        probe's (``"load"``: the background load's, never matched to a probe)."""
         self._requests += 1
-        return f"prefilltui-{self._session_id}-{self._requests}"
+        return f"prefilltui-{role + '-' if role else ''}{self._session_id}-{self._requests}"
 
     async def post(self, url: str, body: dict, r: ProbeResult, stamps: dict[str, float],
                    rid: str | None = None, resends: list[Resend] | None = None

@@ -9,6 +9,7 @@ other threads call and the plan of lengths are in ``sweep``.
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import time
 from typing import Any, Callable
@@ -186,11 +187,11 @@ class ProbeLoop:
         a new range (set_range) does not shorten it."""
         if seconds <= 0 or self._stop:
             return
-        assert self._loop is not None
-        deadline = self._loop.time() + seconds
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + seconds
         self._set_state("idle", f"{seconds:.1f} s" + (f" after {note}" if note else ""))
         while not (self._stop or self._paused or self._burst):
-            left = deadline - self._loop.time()
+            left = deadline - loop.time()
             if left <= 0:
                 break
             await self._sleep(left)

@@ -32,6 +32,7 @@ import threading
 from collections import deque
 from typing import Callable, Iterator, Sequence
 
+from prefilltui.measure.loop_thread import LoopThread
 from prefilltui.measure.sweep.config import (CONTEXT_RESERVE, ProbeHook, SweepConfig,
                                              expected_ttft, make_lengths, time_cap)
 from prefilltui.measure.sweep.loop import ProbeLoop
@@ -88,10 +89,8 @@ class SweepRunner(ProbeLoop):
         self._after_burst = ""  # "burst: 3 × 1,024 tokens, 2.1 s" until the next probe
         self._new_range = False
         self._rng = random.Random(config.seed)
-        self._thread: threading.Thread | None = None
-        self._loop: asyncio.AbstractEventLoop | None = None
-        self._task: asyncio.Task | None = None
-        self._wake: asyncio.Event | None = None
+        #: the runner's thread and its loop (``measure.loop_thread``)
+        self._thread = LoopThread("prefilltui-sweep")
         self._seq = 0
         self._client: object | None = None
         #: what the sweep says about its plan (lengths capped at the context, ...)
@@ -133,40 +132,32 @@ class SweepRunner(ProbeLoop):
         return self._progress
 
     def start(self) -> None:
-        if self._thread is not None:
+        if self._thread.started:
             raise RuntimeError("runner already started")
         self._set_state("connecting", "")
-        self._thread = threading.Thread(target=self._run, name="prefilltui-sweep", daemon=True)
-        self._thread.start()
+        self._thread.start(self._run)
 
     def stop(self, timeout: float | None = 10.0) -> None:
         """Stop (cancelling a probe in flight) and wait up to ``timeout`` s for the thread."""
         self._stop = True
-        loop, task = self._loop, self._task
-        if loop is not None and task is not None and not loop.is_closed():
-            try:
-                loop.call_soon_threadsafe(task.cancel)
-            except RuntimeError:
-                pass
-        self.join(timeout)
+        self._thread.stop(timeout)
 
     @property
     def alive(self) -> bool:
         """True while the runner thread runs (started and not finished)."""
-        return self._thread is not None and self._thread.is_alive()
+        return self._thread.alive
 
     def join(self, timeout: float | None = None) -> None:
         """Wait for the runner thread (a no-op when called from the runner's own thread)."""
-        if self._thread is not None and self._thread is not threading.current_thread():
-            self._thread.join(timeout)
+        self._thread.join(timeout)
 
     def pause(self) -> None:
         self._paused = True
-        self._poke()
+        self._thread.poke()
 
     def resume(self) -> None:
         self._paused = False
-        self._poke()
+        self._thread.poke()
 
     def burst(self) -> None:
         """Start a burst now, also while paused or idle (after a probe in flight):
@@ -174,23 +165,16 @@ class SweepRunner(ProbeLoop):
         least ``pacing.burst_min_s`` seconds (at least one probe), then the idle gap,
         or paused again when paused."""
         self._burst = True
-        self._poke()
+        self._thread.poke()
 
     def set_range(self, min_tokens: int, max_tokens: int) -> None:
         """New lengths (log-spaced, same number of points); takes effect next probe."""
         with self._lock:
             self._lengths = make_lengths(min_tokens, max_tokens, self._points)
             self._new_range = True
-        self._poke()
+        self._thread.poke()
 
     # -- internals
-    def _poke(self) -> None:
-        loop, wake = self._loop, self._wake
-        if loop is not None and wake is not None and not loop.is_closed():
-            try:
-                loop.call_soon_threadsafe(wake.set)
-            except RuntimeError:
-                pass
 
     def _set_state(self, state: RunnerState, detail: str = "") -> None:
         self.state, self.state_detail = state, detail
@@ -205,31 +189,21 @@ class SweepRunner(ProbeLoop):
             return list(lengths)
         return sorted({min(x, self._cap) for x in lengths})
 
-    def _run(self) -> None:
-        loop = asyncio.new_event_loop()
-        self._loop = loop
+    async def _run(self) -> None:
+        """The runner's thread: ``_main``, its end said (stopped when cancelled)."""
         try:
-            self._wake = asyncio.Event()
-            self._task = loop.create_task(self._main())
-            loop.run_until_complete(self._task)
+            await self._main()
         except asyncio.CancelledError:
             self._set_state("stopped", "")
+            raise
         except Exception as e:  # the runner must never die silently
             log.exception("sweep runner crashed")
             self.error = f"internal error: {type(e).__name__}: {e}"
             self._set_state("failed", self.error)
-        finally:
-            loop.run_until_complete(loop.shutdown_asyncgens())
-            loop.close()
 
     async def _sleep(self, seconds: float) -> None:
         """Sleep, woken early by stop/pause/burst/set_range pokes."""
-        assert self._wake is not None
-        self._wake.clear()
-        try:
-            await asyncio.wait_for(self._wake.wait(), timeout=max(0.0, seconds))
-        except asyncio.TimeoutError:
-            pass
+        await self._thread.sleep(seconds)
 
     async def _pace(self) -> None:
         """With ``interval_s``: wait until the next slot, then book the one after it."""

@@ -7,8 +7,9 @@ of the TTFT, prompt-length and queue-time histograms, their counts and sums, and
 prefix-cache counters (vLLM ``prefix_cache_queries_total`` / ``hits_total``) or gauge
 (SGLang ``cache_hit_rate``).  Quantiles come from bucket deltas (as Prometheus'
 ``histogram_quantile``: linear within the bucket that holds the rank), so they are
-*bucket estimates* (``UsersWindow.estimate`` True) and include prefilltui's own probes
-(their count is taken off ``requests``; a probe's TTFT stays in the buckets).  No I/O.
+*bucket estimates* (``UsersWindow.estimate`` True) and include prefilltui's own
+requests, its probes and its background load's (their count is taken off ``requests``;
+their TTFTs stay in the buckets).  No I/O.
 """
 
 from __future__ import annotations
@@ -125,12 +126,12 @@ def _delta_buckets(a: UsersCounters, b: UsersCounters, role: str
     return out if out and all(c >= 0 for _, c in out) else ()  # a reset: no delta
 
 
-def users_from_metrics(before: UsersCounters, after: UsersCounters, *, probes: int = 0,
+def users_from_metrics(before: UsersCounters, after: UsersCounters, *, own: int = 0,
                        fit: LinearFit | None = None, running: float | None = None,
                        waiting: float | None = None) -> UsersWindow:
     """The ``UsersWindow`` (source "metrics", ``estimate`` True) of the requests that
-    finished between two scrapes.  ``probes``: prefilltui's own requests in the window,
-    taken off ``requests``.  queue_share = Δ queue sum / Δ TTFT sum; expected TTFT at
+    finished between two scrapes.  ``own``: prefilltui's own requests in the window (its
+    probes and its background load's), taken off ``requests``.  queue_share = Δ queue sum / Δ TTFT sum; expected TTFT at
     the median prompt (bucket estimate) from ``fit``; the prefix-cache hit rate from
     Δ hits / Δ queries (vLLM) or the gauge as read at the end (SGLang).
     unexplained_prefill_share stays None (no per-request prefill to weigh)."""
@@ -155,7 +156,7 @@ def users_from_metrics(before: UsersCounters, after: UsersCounters, *, probes: i
         hit = after.values["cache_hit_rate"]
     return UsersWindow(
         source="metrics", window_s=max(after.t - before.t, 0.0),
-        requests=max(int(round(n)) - probes, 0) if n is not None and n >= 0 else 0,
+        requests=max(int(round(n)) - own, 0) if n is not None and n >= 0 else 0,
         ttft_p50_s=bucket_quantile(0.5, ttft), ttft_p90_s=bucket_quantile(0.9, ttft),
         ttft_p99_s=bucket_quantile(0.99, ttft), prompt_tokens_p50=p50,
         prompt_tokens_p90=bucket_quantile(0.9, prompt),

@@ -302,9 +302,7 @@ def assess(snap: FitSnapshot | None, model: ModelShape | None, hw: Hardware | No
 
 
 def plain_summary(results: Iterable[ProbeResult], server_info: ServerInfo | None = None, *,
-                  run_file: str | None = None, live: LiveFacts | None = None,
-                  baseline_source: str = "baseline run",
-                  users_evidence: UsersEvidence | None = None) -> RunSummary:
+                  run_file: str | None = None, live: LiveFacts | None = None) -> RunSummary:
     """A summary without the analysis, for when ``analyze`` failed (a bug) and a finished
     sweep must still be reported: the counts, the per-length table and the plain robust
     fit (OLS when it fails) of TTFT over prompt tokens; verdict level "error"."""
