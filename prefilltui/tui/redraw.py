@@ -7,15 +7,15 @@ probes not yet in the log, when the gauges are next due, the titles as last set)
 The screen calls ``probe`` for each new probe, ``soon`` after a key, and ``tick``
 from its one timer.
 
-Cost on screen (budget: <= 3 % of a core at 1 probe/s with 10 Hz sampling, <= 5 % at the default pacing): a probe
-only touches buffers; one timer applies everything that changed (log rows, summary,
-stats, plot, status) at most ``replot_hz`` (``REPLOT_HZ``, one every 2 s) times a second, probes arriving faster
-drawn together, and, in the same pass, the gauges at ``gauge_hz``, so a probe costs
+Cost on screen (budget: <= 3 % of a core at 1 probe/s with 10 Hz sampling, <= 5 % at
+the default pacing): a probe only touches buffers; one timer applies everything that
+changed (log rows, summary, stats, plot, status) at most ``replot_hz`` times a second
+(``REPLOT_HZ``: one data redraw every 2 s), probes arriving faster drawn together, and, in the same pass, the gauges at ``gauge_hz``, so a probe costs
 one screen update, not one per widget; the per-probe probing/idle state cycle waits
 for the next tick, and keys and theme changes redraw at once.  The users' spans
 (``--otlp-listen``) redraw without waiting for a probe: each tick compares the users'
-``version`` with the one drawn (an int), so new spans are drawn within a second, at
-most once a second with the probes, and nothing is redrawn while none came.  The stats are a view of
+``version`` with the one drawn (an int), so new spans are drawn on the next data
+redraw (within 2 s), together with the probes, and nothing is redrawn while none came.  The stats are a view of
 the feed's ``LiveSummary`` (O(sample) per redraw whatever the run length, never
 ``analyze`` over every probe).  Widgets redraw only when their text or drawn columns
 change, and none of the steady updates needs a screen layout.
