@@ -336,5 +336,5 @@ def test_users_evidence_reaches_the_tui_verdict():
     assert now.users == UsersEvidence(users_now=_COLLAPSED, user_requests=spans)
     assert now.in_flight_age_s is None and now.waiting_now is None
     feed.live.held.users_before = _BEFORE  # the reference of the traffic before
-    _, said = load_lines(feed)
-    assert said.startswith("why users' TTFT: prefix cache stopped hitting"), said
+    _, said = load_lines(feed)  # the line, then its shorter forms for the headline
+    assert said[0].startswith("why users' TTFT: prefix cache stopped hitting"), said
