@@ -190,8 +190,9 @@ async def build_prompt(target: int, builder: PromptBuilder, model: LengthModel,
         if nxt < 1 or nxt in seen:
             break
         n = nxt
-        words = builder.extend(words, n)
+        if n > len(words):  # grow only: a shorter try keeps the words a longer one counted
+            words = builder.extend(words, n)
     assert best is not None
     _, n, c = best
-    words = builder.extend(words, n)
+    # every counted length is a prefix of ``words``: the text returned is the text counted
     return " ".join(words[:n]), n, c

@@ -77,3 +77,23 @@ def test_a_fixed_seed_never_repeats_another_sessions_words():
     assert sum(x[:2] == y[:2] for x, y in pairs) <= 3
     # a fixed nonce repeats exactly (the tests that need fixed words)
     assert PromptBuilder(seed=5, nonce=1).words(40) == PromptBuilder(seed=5, nonce=1).words(40)
+
+
+async def test_the_prompt_returned_is_the_prompt_counted():
+    """The search for a length goes down and back up; the prompt it returns is one it
+    counted, with that count (it once cut the words on the way down and grew new
+    random ones for the best length, whose count then no longer held: the probe's
+    x-axis said 9 tokens for a prompt of another length)."""
+    script = {7: 9, 6: 6, 8: 11, 5: 5, 4: 4, 3: 3, 2: 2, 1: 1, 9: 12}
+    counted: dict[str, int] = {}
+
+    async def counter(text):
+        n = len(text.split())
+        counted[text] = script.get(n, n + 3)
+        return counted[text]
+
+    for nonce in range(20):
+        text, words, count = await build_prompt(8, PromptBuilder(1, nonce=nonce), LengthModel(),
+                                                counter)
+        assert len(text.split()) == words == 7 and count == 9
+        assert counted[text] == count  # this very text was counted, not a regrown one
