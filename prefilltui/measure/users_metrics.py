@@ -6,10 +6,12 @@ the metrics hook makes is also read for the users' histograms and counters
 
 ``UsersMetrics`` has the same face as ``measure.otlp.UsersTrace`` (``window``,
 ``before``, ``recent``, ``stats``), so a consumer reads either; a ``UsersTrace`` falls
-back to it while no user span has arrived.  It is also a probe hook: it counts the
-probes sent, so their requests are taken off the users' count; the background load's
-(``--load``) are taken off the same way, counted by the load itself
-(``load_requests``: ``LoadGenerator.requests_between``).
+back to it while no user span has arrived, and takes its prefix-cache hit rate from
+it when the spans count no cached tokens (vLLM 0.32's).  It is also a probe hook: it
+notes the probes sent, so their requests are taken off the users' count and their
+prompt and cached tokens off the users' prefix-cache queries and hits; the background
+load's (``--load``) requests are taken off the count the same way, counted by the load
+itself (``load_requests``: ``LoadGenerator.requests_between``).
 """
 
 from __future__ import annotations
@@ -40,7 +42,8 @@ class UsersMetrics:
         self._clock = clock
         self._lock = threading.Lock()
         self._samples: deque[UsersCounters] = deque(maxlen=MAX_SAMPLES)
-        self._probes: deque[float] = deque(maxlen=4096)
+        #: (start, prompt tokens, cached tokens) of each probe sent
+        self._probes: deque[tuple[float, int, int]] = deque(maxlen=4096)
         self.fit: Callable[[], LinearFit | None] = lambda: None
         #: the background load's requests the server counted in (t0, t1] (unix s):
         #: ``LoadGenerator.requests_between``, set by the session that has a load
@@ -68,8 +71,10 @@ class UsersMetrics:
         return None
 
     async def after_probe(self, result: ProbeResult) -> None:
+        n = result.prompt_tokens or result.requested_tokens or 0
         with self._lock:
-            self._probes.append(result.started_at or self._clock())
+            self._probes.append((result.started_at or self._clock(), int(n),
+                                 int(result.cached_tokens or 0)))
 
     def window(self, now_s: float | None = None, *, fit: LinearFit | None = None,
                window_s: float = WINDOW_S, running: float | None = None,
@@ -86,9 +91,11 @@ class UsersMetrics:
         before = next((s for s in reversed(got) if s.t <= after.t - window_s), got[0])
         if before is after:
             return UsersWindow(running=running, waiting=waiting)
-        n = sum(1 for t in probes if before.t < t <= after.t)
-        n += self.load_requests(before.t, after.t)
+        mine = [p for p in probes if before.t < p[0] <= after.t]
+        n = len(mine) + self.load_requests(before.t, after.t)
         return users_from_metrics(before, after, own=n,
+                                  probe_tokens=sum(p[1] for p in mine),
+                                  probe_cached=sum(p[2] for p in mine),
                                   fit=fit if fit is not None else self.fit(),
                                   running=running, waiting=waiting)
 

@@ -117,6 +117,45 @@ def test_window_and_before():
     assert b is not None and b.prompt_tokens_p50 == 100 and b.ttft_p50_s == pytest.approx(0.06)
 
 
+def _vllm_counters(requests: int, queries: int, hits: int) -> str:
+    lab = 'engine="0",model_name="m"'
+    return (f"vllm:time_to_first_token_seconds_count{{{lab}}} {requests}\n"
+            f"vllm:prefix_cache_queries_total{{{lab}}} {queries}\n"
+            f"vllm:prefix_cache_hits_total{{{lab}}} {hits}\n")
+
+
+def test_the_hit_rate_from_metrics_when_the_spans_count_no_cached_tokens():
+    """vLLM 0.32's ``llm_request`` spans carry no cached-token count: the users' hit rate
+    was None, and on the real vLLM a prefix cache that stopped hitting read "no single
+    cause found", then head-of-line (tests/integration/test_vllm_incidents.py).  It is
+    the server's prefix-cache counters over the same window, the probes' own (fresh)
+    prompt tokens taken off."""
+    import asyncio
+
+    from prefilltui.measure.users_metrics import UsersMetrics
+
+    clock = Clock()
+    t0 = clock.t
+    metrics = UsersMetrics(clock=clock)
+    tr = U.UsersTrace("t", clock=clock)
+    metrics.feed("vllm", _vllm_counters(0, 0, 0))
+    for i in range(20):  # the probes: 256 fresh tokens each, nothing cached
+        asyncio.run(metrics.after_probe(ProbeResult(started_at=t0 + 1 + i, prompt_tokens=256,
+                                                    cached_tokens=0)))
+    for i in range(24):  # the users: 900-token prompts, 768 of them a cached system prompt
+        tr.add(_user(t0 + 2 + 2 * i, 900, 0.15))
+    clock.t = t0 + 55
+    metrics.feed("vllm", _vllm_counters(44, 24 * 900 + 20 * 256, 24 * 768))
+    assert tr.window().prefix_cache_hit_rate is None  # the spans alone cannot tell
+    tr.fallback = metrics
+    w = tr.window()
+    assert w.source == "traces" and w.requests == 24 and not w.estimate
+    assert w.prefix_cache_hit_rate == pytest.approx(768 / 900)  # the users' own, not 0.66
+    # a span that counts its cached tokens is the spans' own figure
+    tr.add(_user(t0 + 52, 900, 0.15, cached_tokens=0))
+    assert tr.window().prefix_cache_hit_rate == 0.0
+
+
 def test_users_window_figures():
     t = 1000.0
     rs = [UserRequest(arrival_s=t - 10, prompt_tokens=1000, ttft_s=0.6, queue_s=0.1,

@@ -61,6 +61,19 @@ def test_window_from_two_vllm_scrapes():
     assert w.prefix_cache_hit_rate == pytest.approx(400 / 4000)
 
 
+def test_the_probes_tokens_are_not_the_users_hit_rate():
+    """prefilltui's probes are fresh prompts: counted in, they pulled the users' hit rate
+    down (to 0 on a server with few users); their prompt and cached tokens come off the
+    counters, and with no users' request left there is no users' rate."""
+    a = parse_users(_vllm(0, 0, (0, 0), 0, 0), "vllm", t=0.0)
+    b = parse_users(_vllm(10, 10, (10, 10), 4000 + 2000, 3000 + 100), "vllm", t=60.0)
+    w = users_from_metrics(a, b, own=8, probe_tokens=2000, probe_cached=100)
+    assert w.requests == 12 and w.prefix_cache_hit_rate == pytest.approx(3000 / 4000)
+    assert users_from_metrics(a, b).prefix_cache_hit_rate == pytest.approx(3100 / 6000)
+    only = users_from_metrics(a, b, own=20, probe_tokens=2000)
+    assert only.requests == 0 and only.prefix_cache_hit_rate is None
+
+
 def test_a_counter_reset_gives_no_delta():
     a = parse_users(_vllm(50, 50, (50, 50), 9000, 100), "vllm", t=0.0)
     b = parse_users(_vllm(1, 0, (1, 0), 10, 1), "vllm", t=60.0)  # the server restarted

@@ -152,6 +152,35 @@ def test_a_probe_in_flight_and_the_waiting_gauge_now():
     assert ttft_verdict(rs, Expectation(fit, "idle fit")).cause == "none"
 
 
+def test_the_probe_out_of_the_queue_while_the_next_is_young():
+    """In a queue a probe completes rarely; the next starts at once and is young for a
+    second.  The real vLLM's exporter then said "none" for a scrape after every probe
+    that came out of the queue (tests/integration/test_vllm_incidents.py): the newest
+    probe, 11.6 s where ≤ 1.04 s was expected, is the evidence until the next is late or
+    on time."""
+    fit = baseline()
+    rs = probes(line, k=20, queue_s=0.0, server_prefill_s=lambda n: B * n, overhead_s=0.02,
+                server_waiting=0)
+    rs[-1].ttft_s, rs[-1].server_waiting = 11.6, 6  # the one out of the queue
+    v = ttft_verdict(rs, Expectation(fit, "idle fit"), in_flight_age_s=0.3, waiting_now=6)
+    assert v.cause == "queueing" and v.above, v.headline
+    assert ("6 requests waiting now at the server; the last probe took 11.6 s, ≤ 1,043 ms "
+            "expected at the longest length (the next in flight 300 ms)") in v.headline
+    # one slow probe of 20 in a finished run (sweep, report: nothing in flight) is not
+    # "now"; nor when the one in flight is older than it (its own age speaks), nor when
+    # the newest came back on time
+    assert ttft_verdict(rs, Expectation(fit, "idle fit"), waiting_now=6).cause == "none"
+    late = ttft_verdict(rs, Expectation(fit, "idle fit"), in_flight_age_s=0.5, waiting_now=0)
+    assert late.cause == "none" and late.above and "the last probe took 11.6 s" in late.headline
+    on_time = rs + probes(line, k=1, t0=1100.0, queue_s=0.0, server_prefill_s=lambda n: B * n,
+                          overhead_s=0.02, server_waiting=0)
+    assert ttft_verdict(on_time, Expectation(fit, "idle fit"), in_flight_age_s=0.3,
+                        waiting_now=6).cause == "none"
+    failed = rs + [ProbeResult(seq=99, requested_tokens=128, ok=False, started_at=1200.0)]
+    assert ttft_verdict(failed, Expectation(fit, "idle fit"), in_flight_age_s=0.3,
+                        waiting_now=6).cause == "none"  # not the newest: not now
+
+
 def test_an_idle_server_says_so():
     fit = EXACT
     rs = probes(line, k=20, queue_s=0.0, server_prefill_s=lambda n: B * n, overhead_s=0.02,

@@ -200,14 +200,23 @@ class UsersTrace:
                waiting: float | None = None) -> UsersWindow:
         """The users' window ending at ``now_s`` (default: now), against ``fit`` (default:
         ``self.fit()``): ``model.users.users_window``; the fallback's (/metrics) while no
-        user span has come."""
+        user span has come.  When the spans count no cached tokens (vLLM 0.32's
+        ``llm_request`` spans carry none) the prefix-cache hit rate is the fallback's
+        over the same window (the server's prefix-cache counters, the probes' own
+        tokens taken off): without it the users' cache could never be seen to stop
+        hitting."""
         now = self._clock() if now_s is None else now_s
         if self._n_users == 0 and self.fallback is not None:
             return self.fallback.window(now, fit=fit, window_s=window_s, running=running,
                                         waiting=waiting)
-        return users_window(self.recent(), now_s=now, window_s=window_s,
-                            fit=fit if fit is not None else self.fit(), running=running,
-                            waiting=waiting)
+        w = users_window(self.recent(), now_s=now, window_s=window_s,
+                         fit=fit if fit is not None else self.fit(), running=running,
+                         waiting=waiting)
+        if w.prefix_cache_hit_rate is None and w.requests and self.fallback is not None:
+            hit = self.fallback.window(now, window_s=window_s).prefix_cache_hit_rate
+            if hit is not None:
+                w = replace(w, prefix_cache_hit_rate=hit)
+        return w
 
     def before(self, now_s: float | None = None, *, fit: LinearFit | None = None,
                window_s: float = WINDOW_S) -> UsersWindow | None:

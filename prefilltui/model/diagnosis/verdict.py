@@ -409,6 +409,7 @@ def ttft_verdict(results: Sequence[ProbeResult], expect: Expectation | None = No
     """
     ev = users_evidence if users_evidence is not None else UsersEvidence()
     users_now, users_before = ev.users_now, ev.users_before
+    results = results if isinstance(results, (list, tuple)) else list(results)
     ok = [r for r in results if r.ok and not r.warmup and _fin(r.ttft_s)][-recent:]
     users = users_now if users_now is not None and users_now.requests > 0 else None
     reqs = [u for u in ev.user_requests if isinstance(u, UserRequest)]
@@ -426,7 +427,8 @@ def ttft_verdict(results: Sequence[ProbeResult], expect: Expectation | None = No
                            f"{MIN_PROBES} needed", (), _med(r.ttft_s for r in ok), len(ok),
                            idle=idle, expected=expected)
     ttft = _med(r.ttft_s for r in ok) or 0.0
-    judge = _Judge(ok, expect, in_flight_age_s, users, users_before, reqs)
+    judge = _Judge(ok, expect, in_flight_age_s, users, users_before, reqs,
+                   newest_ok=bool(ok) and results[-1] is ok[-1])
     gated = judge.has_reference
     above = judge.above
     whose: Whose = "users" if judge.users_above else "probes"
@@ -521,7 +523,7 @@ class _Judge:
 
     def __init__(self, ok, expect: Expectation | None, in_flight_age_s: float | None,
                  users: UsersWindow | None, users_before: UsersWindow | None,
-                 reqs: Sequence[UserRequest] = ()) -> None:
+                 reqs: Sequence[UserRequest] = (), newest_ok: bool = True) -> None:
         self.expect, self.probes, self.ratio, self.margin = expect, list(ok), math.nan, math.inf
         self.late = ""
         self.late_s = 0.0
@@ -547,10 +549,21 @@ class _Judge:
             lens = [r.tokens for r in ok if r.tokens] or [fit.x_max]
             worst = max(_line(fit, n) for n in lens)
             m = max(margin_s(fit, n, 1) for n in lens)
+            last = ok[-1].ttft_s if ok and newest_ok else None
             if in_flight_age_s - worst > m and in_flight_age_s > 2 * worst:
                 self.late_s = in_flight_age_s - worst
                 self.late = (f"a probe in flight {duration(in_flight_age_s)}, ≤ "
                              f"{duration(worst)} expected at the longest length")
+            elif last is not None and in_flight_age_s < last and last - worst > m \
+                    and last > 2 * worst:
+                # the probe in flight has just begun and the newest to complete waited
+                # that long: in a queue probes complete rarely, and each new one is young
+                # for a second (the real vLLM's exporter said "none" for a scrape after
+                # every probe that came out of the queue)
+                self.late_s = last - worst
+                self.late = (f"the last probe took {duration(last)}, ≤ {duration(worst)} "
+                             f"expected at the longest length (the next in flight "
+                             f"{duration(in_flight_age_s)})")
         self.users, self.users_before = users, users_before
         self.users_ref, self.users_ref_src = None, ""
         if users is not None and _fin(users.ttft_p50_s):

@@ -8,8 +8,9 @@ prefix-cache counters (vLLM ``prefix_cache_queries_total`` / ``hits_total``) or 
 (SGLang ``cache_hit_rate``).  Quantiles come from bucket deltas (as Prometheus'
 ``histogram_quantile``: linear within the bucket that holds the rank), so they are
 *bucket estimates* (``UsersWindow.estimate`` True) and include prefilltui's own
-requests, its probes and its background load's (their count is taken off ``requests``;
-their TTFTs stay in the buckets).  No I/O.
+requests, its probes and its background load's (their count is taken off ``requests``,
+the probes' prompt and cached tokens off the prefix-cache counters; their TTFTs stay in
+the buckets).  No I/O.
 """
 
 from __future__ import annotations
@@ -127,14 +128,21 @@ def _delta_buckets(a: UsersCounters, b: UsersCounters, role: str
 
 
 def users_from_metrics(before: UsersCounters, after: UsersCounters, *, own: int = 0,
+                       probe_tokens: float = 0.0, probe_cached: float = 0.0,
                        fit: LinearFit | None = None, running: float | None = None,
                        waiting: float | None = None) -> UsersWindow:
     """The ``UsersWindow`` (source "metrics", ``estimate`` True) of the requests that
     finished between two scrapes.  ``own``: prefilltui's own requests in the window (its
-    probes and its background load's), taken off ``requests``.  queue_share = Δ queue sum / Δ TTFT sum; expected TTFT at
-    the median prompt (bucket estimate) from ``fit``; the prefix-cache hit rate from
-    Δ hits / Δ queries (vLLM) or the gauge as read at the end (SGLang).
-    unexplained_prefill_share stays None (no per-request prefill to weigh)."""
+    probes and its background load's), taken off ``requests``; ``probe_tokens`` /
+    ``probe_cached``: the probes' prompt tokens and the cached ones among them, taken
+    off the prefix-cache queries / hits (the background load's are not known: they stay
+    in).  queue_share = Δ queue sum / Δ TTFT sum; expected TTFT at the median prompt
+    (bucket estimate) from ``fit``; the users' prefix-cache hit rate from (Δ hits - the
+    probes') / (Δ queries - the probes') (vLLM; None when no users' request or query is
+    left: the probes are fresh prompts, so counted in they would pull the users' rate
+    down, to 0 on a server with few users), or the gauge as read at the end (SGLang,
+    all traffic).  unexplained_prefill_share stays None (no per-request prefill to
+    weigh)."""
     ttft = _delta_buckets(before, after, "ttft")
     prompt = _delta_buckets(before, after, "prompt")
     n = None  # a series the earlier scrape lacks had counted nothing yet: 0
@@ -147,16 +155,18 @@ def users_from_metrics(before: UsersCounters, after: UsersCounters, *, own: int 
                    if "queue" in after.total and "ttft" in after.total and dq["ttft"] > 0
                    else None)
     p50 = bucket_quantile(0.5, prompt)
+    users = max(int(round(n)) - own, 0) if n is not None and n >= 0 else 0
     hit = None
     if "cache_queries" in after.values:
         dq_ = after.values["cache_queries"] - before.values.get("cache_queries", 0.0)
         dh = after.values.get("cache_hits", 0.0) - before.values.get("cache_hits", 0.0)
-        hit = dh / dq_ if dq_ > 0 and dh >= 0 else None
+        uq, uh = dq_ - max(probe_tokens, 0.0), dh - max(probe_cached, 0.0)
+        if dq_ >= 0 and dh >= 0 and uq > 0 and (users or n is None):
+            hit = min(max(uh / uq, 0.0), 1.0)
     elif "cache_hit_rate" in after.values:
         hit = after.values["cache_hit_rate"]
     return UsersWindow(
-        source="metrics", window_s=max(after.t - before.t, 0.0),
-        requests=max(int(round(n)) - own, 0) if n is not None and n >= 0 else 0,
+        source="metrics", window_s=max(after.t - before.t, 0.0), requests=users,
         ttft_p50_s=bucket_quantile(0.5, ttft), ttft_p90_s=bucket_quantile(0.9, ttft),
         ttft_p99_s=bucket_quantile(0.99, ttft), prompt_tokens_p50=p50,
         prompt_tokens_p90=bucket_quantile(0.9, prompt),
