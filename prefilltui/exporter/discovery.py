@@ -209,9 +209,16 @@ def _secret_query(url: str) -> bool:
 
 
 def decode(text: str, where: str, yaml_ok: bool) -> Any:
-    """JSON, else (``yaml_ok``: a file) YAML.  Raises ValueError naming ``where``."""
+    """JSON, else (``yaml_ok``: a file) YAML.  Raises ValueError naming ``where``,
+    also for a document nested deeper than the parsers recurse (a target group list
+    is three levels deep; ``[[[[...`` a hundred thousand deep is a bad list, not a
+    RecursionError out of the exporter's start or the refresh thread)."""
+    deep = ValueError(f"{where}: nested too deeply to read (a list of target groups "
+                      "is three levels deep)")
     try:
         return json.loads(text)
+    except RecursionError:
+        raise deep from None
     except ValueError as e:
         if not yaml_ok:
             raise ValueError(f"{where}: not JSON: {e}") from None
@@ -219,6 +226,8 @@ def decode(text: str, where: str, yaml_ok: bool) -> Any:
 
     try:
         return yaml.safe_load(text)
+    except RecursionError:
+        raise deep from None
     except yaml.YAMLError as e:
         raise ValueError(f"{where}: neither JSON nor YAML: "
                          f"{' '.join(str(e).split())[:300]}") from None
