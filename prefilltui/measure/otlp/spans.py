@@ -17,7 +17,9 @@ not send anyway) is ever looked at:
 ``gen_ai.request.max_tokens``          ``max_tokens``
 =====================================  ===============================
 
-A request span with a value of the wrong type or out of range (negative, not finite)
+A request span with a value of the wrong type or out of range (negative, not finite,
+or no request a server ran: ``model.users.request_problem``, a TTFT of 1e300 s, a
+prompt of 1e30 tokens, more cached tokens than the prompt, a queue longer than its TTFT)
 is rejected (counted in ``Batch.rejected``, the OTLP ``partial_success``); any other
 span is counted in ``Batch.other`` and ignored.  Each span keeps its resource's
 identifying attributes (``RESOURCE_KEYS``) so the receiver can tell targets apart.
@@ -30,7 +32,7 @@ from dataclasses import dataclass, field
 
 from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTraceServiceRequest
 
-from prefilltui.model.users import UserRequest
+from prefilltui.model.users import UserRequest, request_problem
 
 #: vLLM's request span name (vllm/tracing.py, ``instrument_manual(span_name="llm_request")``).
 REQUEST_SPAN = "llm_request"
@@ -132,6 +134,9 @@ def read_batch(req: ExportTraceServiceRequest, *, received_s: float) -> Batch:
                         request_id=(rid or "")[:MAX_ID_CHARS],
                         end_s=end if end is not None and end >= start else None,
                         received_s=received_s, max_tokens=_tokens(attrs, MAX_TOKENS))
+                    why = request_problem(u)
+                    if why is not None:
+                        raise _Bad(why)
                 except _Bad as e:
                     out.rejected += 1
                     out.reason = out.reason or f"{sp.name[:40]!r} span: {e}"
