@@ -354,8 +354,26 @@ def apply_span(r: ProbeResult, span: ServerSpan) -> None:
     (``queue_source`` "span") and prefill in place of the /metrics estimates, with
     ``overhead_s`` = client TTFT - the span's TTFT.  The client's own TTFT (the fit's
     y) is never changed.  Used live (``measure.otlp``) and when a run file is read back,
-    so both give the same probe."""
+    so both give the same probe.
+
+    The server sees the request inside the client's TTFT (it arrives after the first
+    byte is sent, its first token leaves before the client reads it): a span whose TTFT,
+    queue or prefill is longer than the client's TTFT (past clock noise,
+    ``NESTED_SLACK``) is not this request's timing (another request under the same id,
+    or a sender's made-up numbers).  It is kept as ``r.span`` and named in
+    ``r.notes.ignored``, and none of its times reach the probe (so never the server-side
+    fixed-cost fit or the breakdown)."""
     r.span = span
+    if r.ttft_s is not None:
+        room = r.ttft_s * (1 + NESTED_SLACK) + NESTED_SLACK_S
+        for name, v in (("TTFT", span.ttft_s), ("queue", span.queue_s),
+                        ("prefill", span.prefill_s)):
+            if v is not None and v > room:
+                note = (f"the server's span says {name} {v:.4g} s, longer than the client's "
+                        f"TTFT {r.ttft_s:.4g} s: its times are not this request's (not used)")
+                if note not in r.notes.ignored:
+                    r.notes.ignored.append(note)
+                return
     if span.ttft_s is not None:
         r.server_ttft_s = span.ttft_s
         if r.ttft_s is not None:

@@ -102,3 +102,53 @@ def test_over_http_an_absurd_span_is_a_partial_success_and_metrics_stay_finite()
     finally:
         rx.stop()
 
+
+
+# -- a span claiming to be a probe's, with times its probe cannot have
+
+def _probes(n: int = 5):
+    from prefilltui.model.types import ProbeResult
+
+    out = []
+    for i, tokens in enumerate([100, 200, 400, 800, 1600][:n]):
+        r = ProbeResult(seq=i, requested_tokens=tokens, prompt_tokens=tokens, ok=True,
+                        ttft_s=0.02 + 1e-4 * tokens)
+        r.notes.request_id = f"prefilltui-ab12-{i}"
+        out.append(r)
+    return out
+
+
+@pytest.mark.parametrize("claim", [{"ttft": 1e5, "prefill": 1e5, "queue": 0.0},
+                                   {"ttft": None, "prefill": 600_000.0, "queue": 0.0},
+                                   {"ttft": None, "prefill": 0.01, "queue": 50.0}],
+                         ids=["ttft", "prefill", "queue"])
+def test_a_probes_span_longer_than_the_probe_never_reaches_its_numbers_or_the_fit(claim):
+    """A sender posting spans under the probes' ids (``prefilltui-<hex>-<n>``) with
+    times longer than the probes themselves: kept as the span, named in the notes, and
+    the probes' server TTFT, queue, prefill and the server-side fixed cost untouched."""
+    from prefilltui.model.fit import intercept
+
+    trace = UsersTrace("t")
+    probes = _probes()
+    for r in probes:
+        trace.register_probe(r)
+    body = export(*({"rid": f"cmpl-{r.notes.request_id}-0", "prompt": r.prompt_tokens,
+                     "e2e": 1.0, **claim} for r in probes))
+    for f in read_batch(body, received_s=time.time()).found:
+        trace.add(f.request)
+    for r in probes:
+        assert r.span is not None and r.notes.ignored, r
+        assert r.server_ttft_s is None and r.server_prefill_s is None and r.queue_s is None
+        assert r.overhead_s is None
+    assert intercept.server_fixed_cost(probes) is None
+    assert trace.window().requests == 0  # never users either
+
+
+def test_a_probes_own_span_inside_its_ttft_is_still_applied():
+    from prefilltui.model.users import apply_span, span_of
+
+    r = _probes(1)[0]
+    apply_span(r, span_of(UserRequest(arrival_s=1.0, ttft_s=0.025, queue_s=0.001,
+                                      prefill_s=0.02, request_id="x")))
+    assert r.server_ttft_s == 0.025 and r.queue_s == 0.001 and r.server_prefill_s == 0.02
+    assert r.queue_source == "span" and not r.notes.ignored
