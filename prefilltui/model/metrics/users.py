@@ -51,11 +51,19 @@ class UsersCounters:
 
 
 def _num(s: str) -> float | None:
+    """A bucket bound (``+Inf`` allowed), None for NaN or not a number."""
     try:
         v = float(s)
     except ValueError:
         return None
     return v if not math.isnan(v) else None
+
+
+def _count(s: str) -> float | None:
+    """A sample's value as a count or a sum of seconds/tokens: finite and >= 0, else
+    None (a ``+Inf`` request count, a NaN or -Inf sum: no server counts those)."""
+    v = _num(s)
+    return v if v is not None and math.isfinite(v) and v >= 0 else None
 
 
 def parse_users(text: str, kind: str, t: float) -> UsersCounters | None:
@@ -78,7 +86,7 @@ def parse_users(text: str, kind: str, t: float) -> UsersCounters | None:
         if m is None:
             continue
         name, labels, raw = m.group(1), m.group(2) or "", m.group(3)
-        v = _num(raw)
+        v = _count(raw)
         if v is None:
             continue
         for suffix, into in (("_bucket", None), ("_count", count), ("_sum", total)):
@@ -87,7 +95,9 @@ def parse_users(text: str, kind: str, t: float) -> UsersCounters | None:
                 if into is None:
                     le = _LE.search(labels)
                     bound = _num(le.group(1)) if le else None
-                    if bound is not None:
+                    # no time or token count is below 0: a bucket bound there is no
+                    # bucket (dropping one keeps a cumulative histogram whole)
+                    if bound is not None and bound >= 0:
                         b = buckets.setdefault(role, {})
                         b[bound] = b.get(bound, 0.0) + v
                 else:
@@ -103,8 +113,17 @@ def parse_users(text: str, kind: str, t: float) -> UsersCounters | None:
 def bucket_quantile(q: float, buckets: tuple[tuple[float, float], ...]) -> float | None:
     """The ``q`` quantile of cumulative (le, count) buckets (``histogram_quantile``):
     linear inside the bucket holding rank q x total, from the bucket below's bound (0 for
-    the first); the highest finite bound when the rank falls in +Inf.  None when empty."""
-    if not buckets or buckets[-1][1] <= 0:
+    the first); the highest finite bound when the rank falls in +Inf.  None when empty.
+    Counts that decrease (no cumulative histogram does) are made monotonic first, as
+    Prometheus' ``ensureMonotonic`` does: each bucket counts at least the one below."""
+    if not buckets:
+        return None
+    mono, top = [], 0.0
+    for bound, c in buckets:
+        top = max(top, c)
+        mono.append((bound, top))
+    buckets = tuple(mono)
+    if buckets[-1][1] <= 0:
         return None
     rank = q * buckets[-1][1]
     lo_bound, lo_count = 0.0, 0.0
@@ -146,14 +165,17 @@ def users_from_metrics(before: UsersCounters, after: UsersCounters, *, own: int 
     queue_share = (dq["queue"] / dq["ttft"]
                    if "queue" in after.total and "ttft" in after.total and dq["ttft"] > 0
                    else None)
+    if queue_share is not None and not math.isfinite(queue_share):
+        queue_share = None
     p50 = bucket_quantile(0.5, prompt)
     hit = None
-    if "cache_queries" in after.values:
+    if "cache_queries" in after.values and "cache_hits" in after.values:
         dq_ = after.values["cache_queries"] - before.values.get("cache_queries", 0.0)
         dh = after.values.get("cache_hits", 0.0) - before.values.get("cache_hits", 0.0)
-        hit = dh / dq_ if dq_ > 0 and dh >= 0 else None
+        hit = dh / dq_ if dq_ > 0 and 0 <= dh <= dq_ else None  # more hits than queries: none
     elif "cache_hit_rate" in after.values:
         hit = after.values["cache_hit_rate"]
+        hit = hit if 0.0 <= hit <= 1.0 else None  # a rate, 0..1: 1e308 or 1.7 is no rate
     return UsersWindow(
         source="metrics", window_s=max(after.t - before.t, 0.0),
         requests=max(int(round(n)) - own, 0) if n is not None and n >= 0 else 0,
