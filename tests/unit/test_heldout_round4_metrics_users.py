@@ -107,3 +107,61 @@ def test_the_sweep_and_the_exporter_read_the_window_without_a_crash():
     t[0] += 30.0
     um.feed("vllm", page(GOOD, 3, "+Inf", 1))
     sane(um.window())
+
+
+# -- the names and ranks the rest of prefilltui reads (model.metrics.names / ranks)
+
+def _vllm(prefix: str, n: int, hits: int) -> str:
+    h = f"{prefix}time_to_first_token_seconds"
+    return (f'{h}_bucket{{le="0.5",model_name="m"}} {n}\n{h}_bucket{{le="+Inf",model_name="m"}} {n}\n'
+            f'{h}_sum{{model_name="m"}} {0.2 * n}\n{h}_count{{model_name="m"}} {n}\n'
+            f'{prefix}prefix_cache_queries_total{{model_name="m"}} {10 * n}\n'
+            f'{prefix}prefix_cache_hits_total{{model_name="m"}} {hits}\n')
+
+
+def test_vllm_series_spelled_with_underscores_are_read():
+    """A relay that rewrites ``vllm:`` to ``vllm_`` (names.canonical): the probes'
+    breakdown read them, the users' window did not (none at all)."""
+    w = window(_vllm("vllm_", 0, 0), _vllm("vllm_", 12, 60))
+    assert w.requests == 12 and w.ttft_p50_s is not None and w.prefix_cache_hit_rate == 0.5
+
+
+def test_both_spellings_published_the_exact_one_wins_never_both_added():
+    before = _vllm("vllm:", 0, 0) + _vllm("vllm_", 0, 0)
+    after = _vllm("vllm:", 12, 60) + _vllm("vllm_", 500, 0)
+    w = window(before, after)
+    assert w.requests == 12 and w.prefix_cache_hit_rate == 0.5
+
+
+def _sglang(n: int, rate: float, ranks: dict[str, str]) -> str:
+    out = []
+    for lab in ranks:
+        h = "sglang:time_to_first_token_seconds"
+        out += [f'{h}_bucket{{le="0.5",{lab}}} {n}', f'{h}_bucket{{le="+Inf",{lab}}} {n}',
+                f'{h}_sum{{{lab}}} {0.2 * n}', f'{h}_count{{{lab}}} {n}',
+                f'sglang:cache_hit_rate{{{lab}}} {ranks[lab] if rate < 0 else rate}']
+    return "\n".join(out) + "\n"
+
+
+def test_sglang_ranks_that_repeat_one_scheduler_are_read_once():
+    """``--enable-metrics-for-all-schedulers`` with tp 8: every tp_rank records the same
+    requests (model.metrics.ranks); they were added up: 8x the users, a hit rate of 6.4."""
+    ranks = {f'model_name="m",tp_rank="{r}"': "0.8" for r in range(8)}
+    w = window(_sglang(0, 0.8, ranks), _sglang(12, 0.8, ranks), "sglang")
+    assert w.requests == 12 and w.prefix_cache_hit_rate == pytest.approx(0.8)
+
+
+def test_sglang_data_parallel_shards_add_up_and_their_hit_rates_average():
+    ranks = {'model_name="m",dp_rank="0"': "0.8", 'model_name="m",dp_rank="1"': "0.9"}
+    w = window(_sglang(0, -1, ranks), _sglang(12, -1, ranks), "sglang")
+    assert w.requests == 24 and w.prefix_cache_hit_rate == pytest.approx(0.85)
+
+
+def test_many_label_sets_add_up_and_a_page_that_is_not_prometheus_text_is_no_sample():
+    def many(n):
+        return "".join(f'vllm:time_to_first_token_seconds_bucket{{le="+Inf",lora="a{i}"}} {n}\n'
+                       f'vllm:time_to_first_token_seconds_count{{lora="a{i}"}} {n}\n'
+                       for i in range(5000))
+    w = window(many(0), many(2))
+    assert w.requests == 10_000
+    assert parse_users("vllm:x{le=\"1\" 3\n\x00garbage{{{\n", "vllm", 0.0) is None
