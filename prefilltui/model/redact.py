@@ -40,14 +40,17 @@ def is_secret_param(name: str) -> bool:
 
 
 def _redact_query(query: str) -> str:
+    """``query`` with each secret parameter's value masked; parameters split at ``&``
+    and at ``;`` (the older separator some gateways and frameworks still split at, as
+    ``scrub_secrets`` does): ``a=1;api-key=K`` shows no K."""
     if not query:
         return query
     out = []
-    for part in query.split("&"):
+    for part in re.split(r"([&;])", query):
         name, eq, value = part.partition("=")
         shown_name = urllib.parse.unquote_plus(name)
         out.append(f"{name}={MASK}" if eq and value and is_secret_param(shown_name) else part)
-    return "&".join(out)
+    return "".join(out)
 
 
 def display_url(url: str | None) -> str | None:
