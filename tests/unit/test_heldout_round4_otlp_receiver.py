@@ -61,3 +61,32 @@ def test_a_chunked_body_that_never_ends_is_cut_and_the_receiver_keeps_serving(mo
         assert resp.status_code == 200 and len(trace.recent(-1)) == 1
     finally:
         rx.stop()
+
+
+def test_an_export_sent_again_never_doubles_the_users_nor_costs_a_probe_its_span():
+    """An OTLP exporter sends a batch again when its answer was lost or late (its own
+    timeout, a loaded receiver): the same spans, the same trace and span ids.  They were
+    counted again: 3 users became 6; a probe's span came back as another prefilltui's."""
+    from prefilltui.model.types import ProbeResult
+
+    router = TraceRouter()
+    trace = router.add(UsersTrace("t"))
+    probe = ProbeResult(seq=1, requested_tokens=100, ok=True, ttft_s=0.2)
+    probe.notes.request_id = "prefilltui-ab12-1"
+    trace.register_probe(probe)
+    rx = OtlpReceiver("127.0.0.1", 0, router).start()
+    try:
+        body = export({"rid": "cmpl-u1-0"}, {"rid": "cmpl-u2-0"}, {"rid": "cmpl-u3-0"},
+                      {"rid": "cmpl-prefilltui-ab12-1-0", "ttft": 0.15}).SerializeToString()
+        for _ in range(3):
+            assert httpx.post(rx.endpoint, headers=PB, content=body, timeout=5).status_code == 200
+        assert len(trace.recent(-1)) == 3 and trace.window().requests == 3
+        st = trace.stats()
+        assert st.users == 3 and st.probes_matched == 1 and st.foreign_probes == 0
+        assert probe.server_ttft_s == 0.15 and router.duplicates == 8
+        # the same request id in a new span (a user reusing an X-Request-Id) still counts
+        again = export({"rid": "cmpl-u1-0"}).SerializeToString()
+        httpx.post(rx.endpoint, headers=PB, content=again, timeout=5)
+        assert len(trace.recent(-1)) == 4
+    finally:
+        rx.stop()

@@ -57,6 +57,9 @@ class Found:
 
     request: UserRequest
     resource: tuple[tuple[str, str], ...]
+    #: the span's identity (trace id + span id), b"" when it has no span id: the same
+    #: span sent again (an exporter's retry after a lost answer) has the same key
+    key: bytes = b""
 
 
 @dataclass(slots=True)
@@ -141,5 +144,5 @@ def read_batch(req: ExportTraceServiceRequest, *, received_s: float) -> Batch:
                     out.rejected += 1
                     out.reason = out.reason or f"{sp.name[:40]!r} span: {e}"
                     continue
-                out.found.append(Found(u, res))
+                out.found.append(Found(u, res, sp.trace_id + sp.span_id if sp.span_id else b""))
     return out
