@@ -309,7 +309,8 @@ class HttpSource:
             raise ValueError(f"HTTP {body.status} (http_sd needs 200)")
         if body.truncated:
             raise ValueError(f"answer larger than {MAX_HTTP_SD_BYTES // 2**20} MiB")
-        text = body.content.decode("utf-8", "replace")
+        # a leading byte-order mark is dropped, as from a file (``localfile``)
+        text = body.content.decode("utf-8", "replace").removeprefix("\ufeff")
         if text == self._last:
             return None
         self._last = text
