@@ -152,3 +152,29 @@ def test_a_probes_own_span_inside_its_ttft_is_still_applied():
                                       prefill_s=0.02, request_id="x")))
     assert r.server_ttft_s == 0.025 and r.queue_s == 0.001 and r.server_prefill_s == 0.02
     assert r.queue_source == "span" and not r.notes.ignored
+
+
+# -- an attribute of the wrong kind: an array, a map, bytes
+
+@pytest.mark.parametrize("key,kind", [
+    ("gen_ai.latency.time_to_first_token", "array"),
+    ("gen_ai.usage.prompt_tokens", "kvlist"),
+    ("gen_ai.request.id", "bytes"),
+])
+def test_an_attribute_sent_as_an_array_map_or_bytes_rejects_its_span(key, kind):
+    """They were read as if absent: a TTFT sent as an array made a user without a TTFT,
+    a probe's id sent as bytes made it a user instead of the probe's span."""
+    from opentelemetry.proto.common.v1.common_pb2 import (AnyValue, ArrayValue, KeyValue,
+                                                          KeyValueList)
+
+    value = {"array": AnyValue(array_value=ArrayValue(values=[AnyValue(double_value=0.1)])),
+             "kvlist": AnyValue(kvlist_value=KeyValueList()),
+             "bytes": AnyValue(bytes_value=b"cmpl-prefilltui-ab12-1-0")}[kind]
+    req = export({"rid": "cmpl-x-0"}, {"rid": "cmpl-good-0"})
+    sp = req.resource_spans[0].scope_spans[0].spans[0]
+    kept = [a for a in sp.attributes if a.key != key]
+    del sp.attributes[:]
+    sp.attributes.extend(kept + [KeyValue(key=key, value=value)])
+    b = read_batch(req, received_s=time.time())
+    assert b.rejected == 1 and key in b.reason, b.reason
+    assert [f.request.request_id for f in b.found] == ["cmpl-good-0"]

@@ -81,6 +81,28 @@ def _value(v):
     return None
 
 
+class _Kind:
+    """A read attribute holding an array, a map or bytes: its kind, for the reason."""
+
+    def __init__(self, kind: str) -> None:
+        self.kind = kind.removesuffix("_value")
+
+    def __str__(self) -> str:
+        return f"<{self.kind}>"
+
+
+def _read(v):
+    """A read attribute's value: its scalar, None when empty (no value set), or a
+    ``_Kind`` for an array, a map or bytes (a wrong type: the span is rejected, never
+    read as if the attribute were absent: a TTFT sent as an array is no TTFT-less user,
+    a request id sent as bytes no user instead of a probe)."""
+    kind = v.WhichOneof("value")
+    if kind is None:
+        return None
+    scalar = _value(v)
+    return scalar if scalar is not None else _Kind(kind)
+
+
 class _Bad(ValueError):
     pass
 
@@ -118,7 +140,7 @@ def read_batch(req: ExportTraceServiceRequest, *, received_s: float) -> Batch:
                 if sp.name != REQUEST_SPAN and TTFT not in names:
                     out.other += 1
                     continue
-                attrs = {a.key: _value(a.value) for a in sp.attributes
+                attrs = {a.key: _read(a.value) for a in sp.attributes
                          if a.key in (ID, PROMPT_TOKENS, CACHED_TOKENS, TTFT, QUEUE, PREFILL, E2E,
                                       MAX_TOKENS)}
                 try:
