@@ -37,3 +37,36 @@ def test_a_discovered_entry_with_a_secret_after_a_semicolon_is_refused():
     with pytest.raises(ValueError) as e:
         parse_groups(doc, "sd.json", TargetConfig(url="http://unset"))
     assert "credential" in str(e.value) and SECRET not in str(e.value)
+
+
+# -- a URL pasted without its scheme, or in a shape urllib cannot parse, in an error
+
+@pytest.mark.parametrize("url", [f"user:{SECRET}@gpu-01:8000", f"http://[u:{SECRET}@h]:1",
+                                 f"u:{SECRET}@h/metrics"])
+def test_display_url_masks_a_password_in_a_url_without_its_scheme(url):
+    assert SECRET not in display_url(url) and "***@" in display_url(url)
+
+
+@pytest.mark.parametrize("url", [f"user:{SECRET}@gpu-01:8000", f"http://[u:{SECRET}@h]:1"])
+def test_the_command_line_refusing_such_a_url_never_prints_its_password(url, capsys):
+    from prefilltui.cli import main
+
+    with pytest.raises(SystemExit) as e:
+        main(["sweep", url])
+    assert e.value.code == 2
+    err = capsys.readouterr().err
+    assert "is not a server URL" in err and SECRET not in err, err
+
+
+@pytest.mark.parametrize("page", [f"ftp://u:{SECRET}@h/metrics", f"u:{SECRET}@h/metrics"])
+def test_a_gpu_page_refused_in_a_target_never_shows_its_password(page):
+    from prefilltui.exporter.config import check, target
+
+    with pytest.raises(ValueError) as e:
+        check(target("http://h:1", TargetConfig(url="http://unset"), gpu_metrics_url=page),
+              "targets.toml target 1")
+    assert "gpu_metrics_url" in str(e.value) and SECRET not in str(e.value)
+    with pytest.raises(ValueError) as e:  # the same key from service discovery
+        parse_groups([{"targets": ["h:1"], "labels": {"__prefilltui_gpu_metrics_url": page}}],
+                     "sd.json", TargetConfig(url="http://unset"))
+    assert SECRET not in str(e.value)
