@@ -4,12 +4,16 @@ list kept, the exporter's start a usage error), never a RecursionError traceback
 
 from __future__ import annotations
 
+import os
+import threading
+
 import pytest
 
 from prefilltui.cli import build_parser
 from prefilltui.commands.exporter import make_discovery
 from prefilltui.exporter.config import TargetConfig
 from prefilltui.exporter.discovery import Discovery, FileSource, decode
+from prefilltui.model import localfile
 
 BASE = TargetConfig(url="http://unset")
 DEEP_JSON = "[" * 100_000 + "]" * 100_000
@@ -39,11 +43,27 @@ def test_a_deeply_nested_file_keeps_the_last_good_list(tmp_path):
     assert [t.label for t in disc.targets()] == ["gpu-01:8000"]
 
 
-def test_the_exporter_start_reads_a_deeply_nested_file_without_a_traceback(tmp_path, caplog):
+def test_the_exporter_start_reads_a_deeply_nested_file_without_a_traceback(tmp_path):
     f = tmp_path / "sd.json"
     f.write_text(DEEP_JSON)
     args = build_parser().parse_args(["exporter", "--file-sd", str(f)])
     disc = make_discovery(args)  # the exporter's first read, before it serves
     assert disc is not None and disc.targets() == []
-    assert "nested" in disc.states[0].error
-    assert any("nested" in r.getMessage() for r in caplog.records)
+    assert "nested" in disc.states[0].error and disc.states[0].failures == 1
+
+
+@pytest.mark.skipif(not hasattr(os, "mkfifo"), reason="no FIFOs here")
+def test_a_fifo_at_the_file_sd_path_is_refused_not_waited_on_forever(tmp_path):
+    """A FIFO with no writer at the file_sd path (or the exporter's --config): open()
+    blocked for ever, at the exporter's start (nothing served) or in the refresh
+    thread (no refresh again)."""
+    f = tmp_path / "sd.json"
+    os.mkfifo(f)
+    disc = Discovery([FileSource(str(f))], BASE)
+    done = threading.Event()
+    t = threading.Thread(target=lambda: (disc.refresh(), done.set()), daemon=True)
+    t.start()
+    assert done.wait(5), "the refresh blocked on the FIFO"
+    assert "not a regular file" in disc.states[0].error
+    with pytest.raises(ValueError, match="not a regular file"):
+        localfile.read_text(f)
