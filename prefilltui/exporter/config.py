@@ -249,7 +249,8 @@ def check(cfg: TargetConfig, where: str | None = None) -> TargetConfig:
     if cfg.gpu_metrics_url is not None:
         page = cfg.gpu_metrics_url
         if not isinstance(page, str) or not re.match(r"https?://[^/\s]+", page):
-            raise ValueError(f"{where}: gpu_metrics_url must be an http(s) URL, not {page!r}")
+            shown = display_url(page) if isinstance(page, str) else page
+            raise ValueError(f"{where}: gpu_metrics_url must be an http(s) URL, not {shown!r}")
     if cfg.gpus is not None and (not isinstance(cfg.gpus, str)
                                  or not re.fullmatch(r"((amd|intel|nvidia):)?[\w-]+(,[\w-]+)*", cfg.gpus)):
         raise ValueError(f"{where}: gpus must be GPU indices or UUIDs such as \"0,1\", "

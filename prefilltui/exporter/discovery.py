@@ -209,9 +209,16 @@ def _secret_query(url: str) -> bool:
 
 
 def decode(text: str, where: str, yaml_ok: bool) -> Any:
-    """JSON, else (``yaml_ok``: a file) YAML.  Raises ValueError naming ``where``."""
+    """JSON, else (``yaml_ok``: a file) YAML.  Raises ValueError naming ``where``,
+    also for a document nested deeper than the parsers recurse (a target group list
+    is three levels deep; ``[[[[...`` a hundred thousand deep is a bad list, not a
+    RecursionError out of the exporter's start or the refresh thread)."""
+    deep = ValueError(f"{where}: nested too deeply to read (a list of target groups "
+                      "is three levels deep)")
     try:
         return json.loads(text)
+    except RecursionError:
+        raise deep from None
     except ValueError as e:
         if not yaml_ok:
             raise ValueError(f"{where}: not JSON: {e}") from None
@@ -219,6 +226,8 @@ def decode(text: str, where: str, yaml_ok: bool) -> Any:
 
     try:
         return yaml.safe_load(text)
+    except RecursionError:
+        raise deep from None
     except yaml.YAMLError as e:
         raise ValueError(f"{where}: neither JSON nor YAML: "
                          f"{' '.join(str(e).split())[:300]}") from None
@@ -300,7 +309,8 @@ class HttpSource:
             raise ValueError(f"HTTP {body.status} (http_sd needs 200)")
         if body.truncated:
             raise ValueError(f"answer larger than {MAX_HTTP_SD_BYTES // 2**20} MiB")
-        text = body.content.decode("utf-8", "replace")
+        # a leading byte-order mark is dropped, as from a file (``localfile``)
+        text = body.content.decode("utf-8", "replace").removeprefix("\ufeff")
         if text == self._last:
             return None
         self._last = text

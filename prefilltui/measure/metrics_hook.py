@@ -19,8 +19,8 @@ import httpx
 
 from prefilltui.measure import bounded
 from prefilltui.model.metrics import (
-    FIELDS, NAMES, MetricNames, MetricsDelta, MetricsSample, apply_delta, delta, enable_hint,
-    metrics_url, parse_metrics,
+    FIELDS, NAMES, Exposition, MetricNames, MetricsDelta, MetricsSample, apply_delta, delta,
+    enable_hint, metrics_url, parse_metrics,
 )
 from prefilltui.model.redact import display_url
 from prefilltui.model.types import ProbeResult, ServerInfo
@@ -72,9 +72,10 @@ class MetricsReader:
         self.shown_url = display_url(self.url)  # no password in a message
         self.problem: str | None = None
         self.last: MetricsSample | None = None
-        #: called with (kind, text) of every scrape that answered 200 (the users'
-        #: window from /metrics, ``measure.users_metrics``); must not raise
-        self.on_text: Callable[[str, str], None] | None = None
+        #: called with (kind, its parsed page, group_size) of every scrape that answered
+        #: 200 with Prometheus text (the users' window from /metrics,
+        #: ``measure.users_metrics``); must not raise
+        self.on_text: Callable[[str, Exposition, int | None], None] | None = None
         self._own = client is None
         self._timeout = timeout
         self._client = client or httpx.AsyncClient(
@@ -115,16 +116,17 @@ class MetricsReader:
             self.problem = f"{self.shown_url} answered HTTP {r.status}; {enable_hint(self.kind)}"
             return None
         text = r.content.decode("utf-8", "replace")
-        if self.on_text is not None:
-            try:
-                self.on_text(self.kind, text)
-            except Exception:  # noqa: BLE001 - a consumer's bug never costs the scrape
-                pass
-        try:
-            sample = parse_metrics(text, self.kind, group_size=self.group_size)
+        try:  # parsed once, for the probes' figures and the users' window alike
+            exp = Exposition(text)
+            sample = parse_metrics(exp, self.kind, group_size=self.group_size)
         except ValueError as e:
             self.problem = f"{self.shown_url} is not Prometheus text ({e}); {enable_hint(self.kind)}"
             return None
+        if self.on_text is not None:
+            try:
+                self.on_text(self.kind, exp, self.group_size)
+            except Exception:  # noqa: BLE001 - a consumer's bug never costs the scrape
+                pass
         if not sample.hist and not sample.values:
             if sample.engine_series:  # metrics are on, under names prefilltui does not read
                 self.problem = (f"{self.shown_url} publishes {sample.engine_series} "
@@ -179,7 +181,7 @@ class MetricsHook:
         self.last_sample: MetricsSample | None = None
         self.last_delta: MetricsDelta | None = None
         #: handed to every reader this hook uses (``MetricsReader.on_text``)
-        self.on_text: Callable[[str, str], None] | None = None
+        self.on_text: Callable[[str, Exposition, int | None], None] | None = None
 
     @property
     def problem(self) -> str | None:

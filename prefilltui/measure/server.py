@@ -33,7 +33,7 @@ import httpx
 from prefilltui.measure import bounded
 from prefilltui.measure.server_facts import SGLANG_SERVER_INFO, sglang_facts, tgi_facts
 from prefilltui.measure.server_models import pick_model
-from prefilltui.model.redact import display_url
+from prefilltui.model.redact import display_url, hide_userinfo
 from prefilltui.model.types import JsonObject, ServerInfo
 
 
@@ -364,8 +364,8 @@ def url_problem(url: object) -> str | None:
     try:
         parts = urllib.parse.urlsplit(url)
         port = parts.port  # ValueError: not a number, or out of 0-65535
-    except ValueError as e:
-        return f"not a valid URL ({e})"
+    except ValueError as e:  # urllib quotes the netloc: never its user:password
+        return f"not a valid URL ({hide_userinfo(str(e))})"
     if parts.scheme not in ("http", "https"):
         return "it must start with http:// or https://"
     if not parts.hostname:

@@ -22,7 +22,7 @@ from collections import deque
 from typing import Callable
 
 from prefilltui.model.fit import LinearFit
-from prefilltui.model.metrics import UsersCounters, parse_users, users_from_metrics
+from prefilltui.model.metrics import Exposition, UsersCounters, parse_users, users_from_metrics
 from prefilltui.model.types import ProbeResult
 from prefilltui.model.users import TraceStats, UserRequest, UsersWindow
 
@@ -53,13 +53,15 @@ class UsersMetrics:
     #: the scrapes around probes, which redraw anyway)
     version = 0
 
-    def feed(self, kind: str, text: str) -> None:
-        """One scrape's text (``MetricsReader.on_text``)."""
+    def feed(self, kind: str, text: "str | Exposition", group_size: int | None = None) -> None:
+        """One scrape's text or its parsed ``Exposition`` (``MetricsReader.on_text``);
+        ``group_size``: the ranks per attention data-parallel group the server stated
+        (``model.metrics.ranks``)."""
         now = self._clock()
         with self._lock:
             if self._samples and now - self._samples[-1].t < MIN_GAP_S:
                 return
-        c = parse_users(text, kind, now)
+        c = parse_users(text, kind, now, group_size=group_size)
         if c is None:
             return
         with self._lock:

@@ -11,6 +11,8 @@ other bad TOML, never a ``RecursionError``.
 
 from __future__ import annotations
 
+import os
+import stat
 import tomllib
 from pathlib import Path
 from typing import Any
@@ -25,10 +27,23 @@ def read_text(path: str | Path, max_bytes: int = MAX_CONFIG_BYTES) -> str:
 
     Raises:
         OSError: the file cannot be opened or read.
-        ValueError: longer than ``max_bytes`` (read no further), or not UTF-8; the
-            message names the file.
+        ValueError: not a regular file (a FIFO, a device: never waited on or read),
+            longer than ``max_bytes`` (read no further), or not UTF-8; the message
+            names the file.
     """
-    with open(path, "rb") as f:
+    # opened without blocking, then checked: a FIFO with no writer blocked open() for
+    # ever (the exporter's start on a --config or --file-sd FIFO, the SD refresh thread)
+    fd = os.open(path, os.O_RDONLY | getattr(os, "O_NONBLOCK", 0))
+    try:
+        if not stat.S_ISREG(os.fstat(fd).st_mode):
+            raise ValueError(f"{path}: not a regular file (a directory, a FIFO, a device "
+                             "or a socket); give a file")
+        os.set_blocking(fd, True)
+        f = os.fdopen(fd, "rb")
+    except BaseException:
+        os.close(fd)
+        raise
+    with f:
         data = f.read(max_bytes + 1)
     if len(data) > max_bytes:
         raise ValueError(f"{path}: larger than {max_bytes // 2**20} MiB: not a configuration "

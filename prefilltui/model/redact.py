@@ -40,14 +40,17 @@ def is_secret_param(name: str) -> bool:
 
 
 def _redact_query(query: str) -> str:
+    """``query`` with each secret parameter's value masked; parameters split at ``&``
+    and at ``;`` (the older separator some gateways and frameworks still split at, as
+    ``scrub_secrets`` does): ``a=1;api-key=K`` shows no K."""
     if not query:
         return query
     out = []
-    for part in query.split("&"):
+    for part in re.split(r"([&;])", query):
         name, eq, value = part.partition("=")
         shown_name = urllib.parse.unquote_plus(name)
         out.append(f"{name}={MASK}" if eq and value and is_secret_param(shown_name) else part)
-    return "&".join(out)
+    return "".join(out)
 
 
 def display_url(url: str | None) -> str | None:
@@ -56,14 +59,19 @@ def display_url(url: str | None) -> str | None:
     (``is_secret_param``: ``api_key=``, ``token=``, ``sig=``...) replaced by ``***``;
     a user name alone (``TOKEN@host``, as tokens are often given) by ``***`` too.
     A ``#fragment`` (never sent; OAuth puts ``#access_token=`` there) is dropped.
-    A string that does not parse as a URL is shown with anything before an ``@`` masked.
+    A string that does not parse as a URL, or has no ``//host`` (a URL pasted without its
+    scheme), is shown with anything before an ``@`` masked.
     """
     if not url:
         return url
     try:
         parts = urllib.parse.urlsplit(url)
     except ValueError:
-        return re.sub(r"[^/@\s]+@", MASK + "@", url)
+        return hide_userinfo(url)
+    if not parts.netloc and "@" in url:
+        # no ``//host``: a URL pasted without its scheme (``user:pw@gpu-01:8000``, which
+        # urlsplit reads as scheme "user"): what comes before an ``@`` is credentials
+        return hide_userinfo(url)
     netloc = parts.netloc
     if "@" in netloc:
         userinfo, host = netloc.rsplit("@", 1)
@@ -75,6 +83,13 @@ def display_url(url: str | None) -> str | None:
     # the fragment is never sent, and OAuth-style URLs carry tokens there
     # (``#access_token=...``): it is not shown at all
     return urllib.parse.urlunsplit(parts._replace(netloc=netloc, query=query, fragment=""))
+
+
+def hide_userinfo(text: str) -> str:
+    """``text`` with whatever precedes each ``@`` (up to a ``/``, a space or a quote)
+    masked: a URL that does not parse, or an error quoting its netloc
+    (``'u:pw@h' does not appear to be an IPv4 or IPv6 address``)."""
+    return re.sub(r"[^/@\s'\"]+@", MASK + "@", text)
 
 
 @dataclass(frozen=True, slots=True)

@@ -184,6 +184,51 @@ class TraceStats:
                 "latency_p50_s": self.latency_p50_s}
 
 
+#: The longest time a request span may say it took (s, each of TTFT, queue, prefill,
+#: end-to-end): a week.  A span past it (``gen_ai.latency.*`` of 1e300) is no request
+#: any server ran, and its sums would overflow the window's shares to inf or NaN.
+MAX_REQUEST_S = 7 * 86_400.0
+#: The most prompt, cached or output tokens a span may count for one request: ten times
+#: the longest context offered (``limits.MAX_PROMPT_TOKENS``, 10 M tokens).
+MAX_REQUEST_TOKENS = 100_000_000
+#: How far a queue or prefill time may pass its request's TTFT (s + share of the TTFT):
+#: both lie inside the TTFT (vLLM: the engine core's queued -> scheduled -> first token
+#: interval, inside the front end's arrival -> first token), up to clock noise.
+NESTED_SLACK_S, NESTED_SLACK = 0.01, 0.01
+
+
+def request_problem(u: UserRequest) -> str | None:
+    """Why ``u`` cannot be a request a server ran, in words (the span's attribute
+    named), or None: a time not in [0, ``MAX_REQUEST_S``], a token count not in
+    [0, ``MAX_REQUEST_TOKENS``], more cached tokens than the prompt, a queue or prefill
+    time longer than the TTFT they are part of.  The OTLP reader rejects such a span
+    (``partial_success``), so it never reaches a window, a probe or the verdict."""
+    for name, v in (("time_to_first_token", u.ttft_s), ("time_in_queue", u.queue_s),
+                    ("time_in_model_prefill", u.prefill_s), ("e2e", u.e2e_s)):
+        if v is not None and not (math.isfinite(v) and 0.0 <= v <= MAX_REQUEST_S):
+            return f"gen_ai.latency.{name} is {v:.4g} s, not in 0 .. {MAX_REQUEST_S:,.0f} s"
+    for name, n in (("usage.prompt_tokens", u.prompt_tokens),
+                    ("usage.cached_tokens", u.cached_tokens),
+                    ("request.max_tokens", u.max_tokens)):
+        if n is not None and not 0 <= n <= MAX_REQUEST_TOKENS:
+            return f"gen_ai.{name} is {n:.4g}, not in 0 .. {MAX_REQUEST_TOKENS:,} tokens"
+    if u.cached_tokens is not None and u.prompt_tokens is not None \
+            and u.cached_tokens > u.prompt_tokens:
+        return (f"gen_ai.usage.cached_tokens {u.cached_tokens:,} is more than the prompt's "
+                f"{u.prompt_tokens:,} tokens")
+    if u.ttft_s is not None:
+        room = u.ttft_s * (1 + NESTED_SLACK) + NESTED_SLACK_S
+        for name, v in (("time_in_queue", u.queue_s), ("time_in_model_prefill", u.prefill_s)):
+            if v is not None and v > room:
+                return (f"gen_ai.latency.{name} {v:.4g} s is longer than the request's "
+                        f"time_to_first_token {u.ttft_s:.4g} s it is part of")
+    return None
+
+
+def _finite(v: float | None) -> float | None:
+    return v if v is not None and math.isfinite(v) else None
+
+
 def window_to_json(w: UsersWindow) -> dict:
     """The window as JSON (seconds, tokens, shares 0..1; docs/schema.md ``live.users``)."""
     return {k: getattr(w, k) for k in UsersWindow.__slots__}
@@ -273,7 +318,9 @@ def users_window(requests: Iterable[UserRequest], *, now_s: float, window_s: flo
     lengths = [float(u.prompt_tokens) for u in rs if u.prompt_tokens is not None]
     both = [(u.queue_s, u.ttft_s) for u in rs if u.queue_s is not None and u.ttft_s is not None]
     ttft_sum = sum(t for _, t in both)
-    queue_share = sum(q for q, _ in both) / ttft_sum if both and ttft_sum > 0 else None
+    # each queue inside its TTFT (``request_problem`` allows clock noise past it): 0..1
+    queue_share = (sum(min(q, t) for q, t in both) / ttft_sum if both and ttft_sum > 0
+                   else None)
     expected = [e for e in (expected_ttft_s(fit, u.prompt_tokens) for u in rs) if e is not None]
     unexplained = None
     if fit is not None:
@@ -290,8 +337,8 @@ def users_window(requests: Iterable[UserRequest], *, now_s: float, window_s: flo
         source="traces", window_s=window_s, requests=len(rs),
         ttft_p50_s=_q(ttft, 0.5), ttft_p90_s=_q(ttft, 0.9), ttft_p99_s=_q(ttft, 0.99),
         prompt_tokens_p50=_q(lengths, 0.5), prompt_tokens_p90=_q(lengths, 0.9),
-        queue_share=queue_share, expected_ttft_p50_s=_q(expected, 0.5),
-        unexplained_prefill_share=unexplained, prefix_cache_hit_rate=hit,
+        queue_share=_finite(queue_share), expected_ttft_p50_s=_finite(_q(expected, 0.5)),
+        unexplained_prefill_share=_finite(unexplained), prefix_cache_hit_rate=_finite(hit),
         running=running, waiting=waiting, estimate=False)
 
 
@@ -307,8 +354,26 @@ def apply_span(r: ProbeResult, span: ServerSpan) -> None:
     (``queue_source`` "span") and prefill in place of the /metrics estimates, with
     ``overhead_s`` = client TTFT - the span's TTFT.  The client's own TTFT (the fit's
     y) is never changed.  Used live (``measure.otlp``) and when a run file is read back,
-    so both give the same probe."""
+    so both give the same probe.
+
+    The server sees the request inside the client's TTFT (it arrives after the first
+    byte is sent, its first token leaves before the client reads it): a span whose TTFT,
+    queue or prefill is longer than the client's TTFT (past clock noise,
+    ``NESTED_SLACK``) is not this request's timing (another request under the same id,
+    or a sender's made-up numbers).  It is kept as ``r.span`` and named in
+    ``r.notes.ignored``, and none of its times reach the probe (so never the server-side
+    fixed-cost fit or the breakdown)."""
     r.span = span
+    if r.ttft_s is not None:
+        room = r.ttft_s * (1 + NESTED_SLACK) + NESTED_SLACK_S
+        for name, v in (("TTFT", span.ttft_s), ("queue", span.queue_s),
+                        ("prefill", span.prefill_s)):
+            if v is not None and v > room:
+                note = (f"the server's span says {name} {v:.4g} s, longer than the client's "
+                        f"TTFT {r.ttft_s:.4g} s: its times are not this request's (not used)")
+                if note not in r.notes.ignored:
+                    r.notes.ignored.append(note)
+                return
     if span.ttft_s is not None:
         r.server_ttft_s = span.ttft_s
         if r.ttft_s is not None:

@@ -2,10 +2,14 @@
 
 from __future__ import annotations
 
+import itertools
 import time
 
 from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTraceServiceRequest
 from opentelemetry.proto.common.v1.common_pb2 import AnyValue, KeyValue
+
+
+_IDS = itertools.count(1)
 
 
 def _kv(k: str, v) -> KeyValue:
@@ -29,8 +33,9 @@ def span(req: ExportTraceServiceRequest, *, rid: str, prompt: int | None = 100,
     rs.resource.attributes.append(_kv("service.name", service))
     sp = rs.scope_spans.add().spans.add()
     sp.name = name
-    sp.trace_id = b"\x01" * 16
-    sp.span_id = b"\x02" * 8
+    n = next(_IDS)  # each span its own identity (the receiver drops a span sent again)
+    sp.trace_id = n.to_bytes(16, "big")
+    sp.span_id = n.to_bytes(8, "big")
     sp.start_time_unix_nano = int(start_s * 1e9)
     sp.end_time_unix_nano = int((start_s + (e2e or 0.0)) * 1e9)
     attrs = {"gen_ai.request.id": rid, "gen_ai.usage.prompt_tokens": prompt,

@@ -90,7 +90,9 @@ def test_sglang_gauge_and_unknown_kind():
     w = users_from_metrics(a, b)
     assert w.prefix_cache_hit_rate == pytest.approx(0.62) and w.requests == 4
     assert parse_users(text, "llama.cpp", 0.0) is None
-    assert parse_users("garbage {{{ \n\x00", "vllm", 0.0) is not None  # never raises
+    # never raises; a page that is not Prometheus text is no sample (an empty one would
+    # make the next good scrape's delta every request since the server started)
+    assert parse_users("garbage {{{ \n\x00", "vllm", 0.0) is None
 
 
 @pytest.mark.asyncio

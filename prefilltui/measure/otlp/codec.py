@@ -123,8 +123,9 @@ def decode_request(body: bytes, content_type: str | None, content_encoding: str 
             msg.ParseFromString(data)
         else:
             # OTLP/JSON: unknown fields are ignored (the specification); trace/span ids
-            # are hex there, read as base64 here: prefilltui never uses them
-            json_format.Parse(data.decode("utf-8"), msg, ignore_unknown_fields=True)
+            # are hex there, read as base64 here (only compared, for a span sent again);
+            # a leading byte-order mark is dropped (RFC 8259 lets a parser ignore it)
+            json_format.Parse(data.decode("utf-8-sig"), msg, ignore_unknown_fields=True)
     except (DecodeError, json_format.ParseError, UnicodeDecodeError, RecursionError,
             ValueError) as e:
         raise OtlpError(400, f"not an OTLP trace export ({type(e).__name__}: "

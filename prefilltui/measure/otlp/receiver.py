@@ -12,10 +12,12 @@ type or encoding, 404 / 405 for another path or method; in the request's encodin
 A bad body is answered and forgotten: the receiver keeps serving.
 
 Bounded like the exporter's server (one asyncio loop in a daemon thread, HTTP/1.1 by
-h11): at most ``MAX_CONNECTIONS`` connections (a new one past that is closed at
-once), ``REQUEST_DEADLINE_S`` per request from its first byte to its whole body, the
-body read to at most ``MAX_BODY_BYTES`` (a longer declared length is refused unread and
-the connection closed).
+h11): at most ``MAX_CONNECTIONS`` connections (past that, the oldest one that has not
+sent a whole request is closed to make room, so a flood of half-sent or idle
+connections never locks the engine out; a new one is refused only while every slot
+answers a request), ``REQUEST_DEADLINE_S`` per request from its first byte to its whole
+body, the body read to at most ``MAX_BODY_BYTES`` (a longer declared length is refused
+unread and the connection closed).
 """
 
 from __future__ import annotations
@@ -81,6 +83,10 @@ class OtlpReceiver:
         self.counts: dict[int, int] = {}
         self.spans = 0
         self._open = 0
+        #: open connections, oldest first -> True while answering a whole request
+        self._conns: dict[asyncio.StreamWriter, bool] = {}
+        #: connections closed to make room for a new one (``_make_room``)
+        self.evicted = 0
         self._thread = LoopThread("prefilltui-otlp")
 
     @property
@@ -111,11 +117,27 @@ class OtlpReceiver:
                 server.close()
             self._sock.close()
 
+    def _make_room(self) -> bool:
+        """Below ``MAX_CONNECTIONS``, or after closing the oldest connection that has
+        not sent a whole request (a half-sent or idle one: a flood of those must not
+        lock the engine out, as in the exporter's server).  False: every slot is
+        answering a whole request."""
+        if len(self._conns) < MAX_CONNECTIONS:
+            return True
+        for w, busy in self._conns.items():
+            if not busy:
+                del self._conns[w]
+                w.transport.abort()
+                self.evicted += 1
+                return True
+        return False
+
     async def _serve(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-        if self._open >= MAX_CONNECTIONS:
+        if not self._make_room():
             writer.transport.abort()
             return
-        self._open += 1
+        self._conns[writer] = False
+        self._open = len(self._conns)
         h = h11.Connection(h11.SERVER, max_incomplete_event_size=MAX_HEAD_BYTES)
         try:
             while True:
@@ -124,16 +146,20 @@ class OtlpReceiver:
                         got = await self._read(reader, h)
                 except TimeoutError:
                     return
-                if got is None:
+                if got is None or writer not in self._conns:  # closed to make room
                     return
+                self._conns[writer] = True  # a whole request: never closed for room
                 req, body, early = got
                 ans = early or self._answer(req, body)
                 self.counts[ans.status] = self.counts.get(ans.status, 0) + 1
                 await self._send(writer, h, ans, close=early is not None)
                 if early is not None or h.our_state is not h11.DONE \
-                        or h.their_state is not h11.DONE:
+                        or h.their_state is not h11.DONE or writer not in self._conns:
                     return
                 h.start_next_cycle()
+                # waiting for its next request: the oldest such may go to make room
+                self._conns.pop(writer, None)
+                self._conns[writer] = False
         except h11.RemoteProtocolError as e:
             if h.our_state in (h11.IDLE, h11.SEND_RESPONSE):
                 ans = codec.failure(e.error_status_hint, f"bad HTTP request: {e}"[:200])
@@ -144,7 +170,8 @@ class OtlpReceiver:
         except (ConnectionError, TimeoutError, h11.LocalProtocolError, asyncio.CancelledError):
             pass
         finally:
-            self._open -= 1
+            self._conns.pop(writer, None)
+            self._open = len(self._conns)
             if not writer.is_closing():
                 writer.transport.abort()
 

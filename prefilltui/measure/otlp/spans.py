@@ -17,7 +17,9 @@ not send anyway) is ever looked at:
 ``gen_ai.request.max_tokens``          ``max_tokens``
 =====================================  ===============================
 
-A request span with a value of the wrong type or out of range (negative, not finite)
+A request span with a value of the wrong type or out of range (negative, not finite,
+or no request a server ran: ``model.users.request_problem``, a TTFT of 1e300 s, a
+prompt of 1e30 tokens, more cached tokens than the prompt, a queue longer than its TTFT)
 is rejected (counted in ``Batch.rejected``, the OTLP ``partial_success``); any other
 span is counted in ``Batch.other`` and ignored.  Each span keeps its resource's
 identifying attributes (``RESOURCE_KEYS``) so the receiver can tell targets apart.
@@ -30,7 +32,7 @@ from dataclasses import dataclass, field
 
 from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTraceServiceRequest
 
-from prefilltui.model.users import UserRequest
+from prefilltui.model.users import UserRequest, request_problem
 
 #: vLLM's request span name (vllm/tracing.py, ``instrument_manual(span_name="llm_request")``).
 REQUEST_SPAN = "llm_request"
@@ -55,6 +57,9 @@ class Found:
 
     request: UserRequest
     resource: tuple[tuple[str, str], ...]
+    #: the span's identity (trace id + span id), b"" when it has no span id: the same
+    #: span sent again (an exporter's retry after a lost answer) has the same key
+    key: bytes = b""
 
 
 @dataclass(slots=True)
@@ -74,6 +79,28 @@ def _value(v):
     if kind in ("string_value", "int_value", "double_value", "bool_value"):
         return getattr(v, kind)
     return None
+
+
+class _Kind:
+    """A read attribute holding an array, a map or bytes: its kind, for the reason."""
+
+    def __init__(self, kind: str) -> None:
+        self.kind = kind.removesuffix("_value")
+
+    def __str__(self) -> str:
+        return f"<{self.kind}>"
+
+
+def _read(v):
+    """A read attribute's value: its scalar, None when empty (no value set), or a
+    ``_Kind`` for an array, a map or bytes (a wrong type: the span is rejected, never
+    read as if the attribute were absent: a TTFT sent as an array is no TTFT-less user,
+    a request id sent as bytes no user instead of a probe)."""
+    kind = v.WhichOneof("value")
+    if kind is None:
+        return None
+    scalar = _value(v)
+    return scalar if scalar is not None else _Kind(kind)
 
 
 class _Bad(ValueError):
@@ -113,7 +140,7 @@ def read_batch(req: ExportTraceServiceRequest, *, received_s: float) -> Batch:
                 if sp.name != REQUEST_SPAN and TTFT not in names:
                     out.other += 1
                     continue
-                attrs = {a.key: _value(a.value) for a in sp.attributes
+                attrs = {a.key: _read(a.value) for a in sp.attributes
                          if a.key in (ID, PROMPT_TOKENS, CACHED_TOKENS, TTFT, QUEUE, PREFILL, E2E,
                                       MAX_TOKENS)}
                 try:
@@ -132,9 +159,12 @@ def read_batch(req: ExportTraceServiceRequest, *, received_s: float) -> Batch:
                         request_id=(rid or "")[:MAX_ID_CHARS],
                         end_s=end if end is not None and end >= start else None,
                         received_s=received_s, max_tokens=_tokens(attrs, MAX_TOKENS))
+                    why = request_problem(u)
+                    if why is not None:
+                        raise _Bad(why)
                 except _Bad as e:
                     out.rejected += 1
                     out.reason = out.reason or f"{sp.name[:40]!r} span: {e}"
                     continue
-                out.found.append(Found(u, res))
+                out.found.append(Found(u, res, sp.trace_id + sp.span_id if sp.span_id else b""))
     return out

@@ -49,6 +49,9 @@ KEEP_LATENCIES = 256
 PROBE_ID = re.compile(r"prefilltui-[0-9a-f]+-\d+")
 #: A background load request's (``measure.load``: ``prefilltui-load-<hex>-<n>``).
 LOAD_ID = re.compile(r"prefilltui-load-[0-9a-f]+-\d+")
+#: Span identities remembered to drop a span sent again (``TraceRouter``): more than the
+#: requests and early spans kept, so a retry within the users' windows is caught.
+SEEN_SPANS = 2 * KEEP_REQUESTS + MAX_EARLY
 
 
 class UsersTrace:
@@ -267,14 +270,18 @@ class TraceRouter:
     """Hands each request span to its target's ``UsersTrace``: with one target, every
     span; with several, the target one of whose ``names`` a resource attribute of the
     span's resource equals (``spans.RESOURCE_KEYS``).  Spans of no target are counted
-    (``unknown``) and dropped."""
+    (``unknown``) and dropped.  A span already delivered (the same trace and span id:
+    OTLP exporters send a batch again when its answer was lost or late) is counted
+    (``duplicates``) and dropped, so a retry never doubles the users."""
 
     def __init__(self) -> None:
         self._traces: list[UsersTrace] = []
         self._lock = threading.Lock()
+        self._seen: OrderedDict[bytes, None] = OrderedDict()
         self.unknown = 0
         self.other = 0
         self.rejected = 0
+        self.duplicates = 0
 
     def add(self, trace: UsersTrace) -> UsersTrace:
         with self._lock:
@@ -296,6 +303,14 @@ class TraceRouter:
             self.other += batch.other
             self.rejected += batch.rejected
         for f in batch.found:
+            if f.key:
+                with self._lock:
+                    if f.key in self._seen:
+                        self.duplicates += 1
+                        continue
+                    self._seen[f.key] = None
+                    while len(self._seen) > SEEN_SPANS:
+                        self._seen.popitem(last=False)
             if not traces:
                 with self._lock:
                     self.unknown += 1

@@ -49,7 +49,7 @@ import io
 import os
 from typing import Any
 
-from prefilltui.measure.telemetry.readers import EnergyCounter
+from prefilltui.measure.telemetry.readers import EnergyCounter, reading
 from prefilltui.measure.telemetry.snapshots import describe_error
 from prefilltui.measure.telemetry.sysfs import DrmCard, hwmon_dir, read_text, Unreadable
 from prefilltui.measure.telemetry.sysfs_files import FileSet
@@ -179,7 +179,8 @@ class AmdSysfsReader:
         f = self.files
         out: dict[str, float | None] = {"util": f.read("util")}
         p = f.read("power")
-        out["power"] = None if p is None else p / 1e6
+        # a reading no board gives (-150 W, 1e24 W) is none: never fed to the counter check
+        out["power"] = None if p is None else reading("power", p / 1e6)
         if p == 0 and self.power_averaged is not None:
             out["power"] = None  # one 0 reading is no measurement either
         if self.counter is not None:
@@ -371,7 +372,7 @@ class AmdSmiReader:
             out["util"] = _num(mod.amdsmi_get_gpu_activity(h).get("gfx_activity"))
         if self.power_key is not None and not self.no_own_power:
             p = _num(mod.amdsmi_get_power_info(h).get(self.power_key))
-            out["power"] = p if p else None
+            out["power"] = reading("power", p) if p else None
         if "energy" in self.use:
             e, _ = self.counter.update(self._energy_raw(), now)
             self.check.add(now, e, out.get("power"))

@@ -9,11 +9,13 @@ keeps the rings, the history and the error/back-off of ``base.Sampler`` for them
 ``EnergyCounter`` turns a driver's cumulative energy counter into joules since the
 sampler opened and a power over the last interval; a counter that goes backwards
 (wrapped, or reset with the GPU or driver) gives no power for that interval and is
-re-based, never a negative or a huge figure.
+re-based, never a negative or a huge figure; so does a step that implies more than
+``MAX_POWER_W``.  ``plausible`` turns a reading no device can have into no reading.
 """
 
 from __future__ import annotations
 
+import math
 from typing import Any, Callable, Protocol
 
 from prefilltui.measure.telemetry.base import Sampler
@@ -21,10 +23,38 @@ from prefilltui.measure.telemetry.snapshots import DeviceState, describe_error
 from prefilltui.model.pacing import NVML_WINDOW_MAX_S
 from prefilltui.model.types import TelemetryKind, UtilKind
 
-__all__ = ["GpuReader", "ReaderSampler", "EnergyCounter", "SLOW_PERIOD_S"]
+__all__ = ["GpuReader", "ReaderSampler", "EnergyCounter", "SLOW_PERIOD_S", "MAX_POWER_W",
+           "READING_RANGES", "plausible", "reading"]
 
 #: Power limit, memory and temperature are read about once a second (as for NVML).
 SLOW_PERIOD_S = 1.0
+#: The most power one device may draw (W): five times the largest board today (MI355X,
+#: B300: 1.4 kW; an MI300A APU counts its CPU too).  A reading past it, or an energy
+#: counter step implying it, is a corrupt read or a counter reset, not a measurement.
+MAX_POWER_W = 10_000.0
+#: The most memory one device may report (bytes): 1 PiB (an MI355X has 288 GB).
+MAX_MEM_BYTES = 2.0**50
+#: What each reading of ``GpuReader.read`` may be, in its unit (inclusive); a value
+#: outside (NaN, inf, a busy percent of 250, -150 W, 1e305 degrees) is no reading for
+#: that tick, as a driver's "N/A" is, never a figure on the gauges or a probe.
+READING_RANGES: dict[str, tuple[float, float]] = {
+    "util": (0.0, 100.0), "power": (0.0, MAX_POWER_W), "power_limit": (0.0, MAX_POWER_W),
+    "mem_used": (0.0, MAX_MEM_BYTES), "mem_total": (0.0, MAX_MEM_BYTES),
+    "temperature": (-100.0, 250.0),
+}
+
+
+def reading(key: str, v: float | None) -> float | None:
+    """``v`` when a device can read it as ``key`` (``READING_RANGES``, finite), else None."""
+    if v is None:
+        return None
+    lo, hi = READING_RANGES.get(key, (-math.inf, math.inf))
+    return v if math.isfinite(v) and lo <= v <= hi else None
+
+
+def plausible(vals: dict[str, float | None]) -> dict[str, float | None]:
+    """``vals`` with every reading outside ``READING_RANGES`` (or not finite) as None."""
+    return {k: reading(k, v) for k, v in vals.items()}
 
 
 class GpuReader(Protocol):
@@ -69,15 +99,19 @@ class EnergyCounter:
         self.resets = 0
 
     def update(self, raw: float, now: float) -> tuple[float, float | None]:
+        if not math.isfinite(raw) or raw < 0:  # no counter reads that: skipped, the
+            return self.total_j, None          # next good reading counts from the last
         prev, self._prev = self._prev, (raw, now)
         if prev is None:
             return self.total_j, None
         d = raw - prev[0]
-        if d < 0:  # wrapped or reset: this interval's energy is unknown
+        dt = now - prev[1]
+        # wrapped or reset (backwards), or a step no device draws (``MAX_POWER_W``: a
+        # corrupt read, a counter re-based): this interval's energy is unknown
+        if d < 0 or d * self.scale > MAX_POWER_W * max(dt, 0.0) + 1.0:
             self.resets += 1
             return self.total_j, None
         self.total_j += d * self.scale
-        dt = now - prev[1]
         return self.total_j, (d * self.scale / dt if dt > 0 else None)
 
 
@@ -122,7 +156,7 @@ class ReaderSampler(Sampler):
     def _sample(self, dev: DeviceState, now: float) -> None:
         r: GpuReader = dev.extra["reader"]
         slow = dev.extra["ticks"] % self._slow_every == 0 or dev.state == "error"
-        vals = r.read(now, slow)
+        vals = plausible(r.read(now, slow))
         dev.extra["ticks"] += 1
         dev.na.clear()
         dev.na.update(r.na)

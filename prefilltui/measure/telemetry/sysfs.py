@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import errno
 import glob
+import math
 import os
 import re
 from dataclasses import dataclass
@@ -76,13 +77,17 @@ def read_number(path: str) -> float:
 
     Raises:
         Unreadable: see ``read_text``; a value that is not a number ("N/A", empty)
-            is a capability problem, with the value quoted.
+            is a capability problem, with the value quoted; so is one that is not finite
+    ("nan", "inf", 1e400).
     """
     text = read_text(path)
     try:
-        return float(int(text, 0)) if re.fullmatch(r"[+-]?(0x[0-9a-fA-F]+|\d+)", text) \
+        v = float(int(text, 0)) if re.fullmatch(r"[+-]?(0x[0-9a-fA-F]+|\d+)", text) \
             else float(text)
-    except ValueError:
+        if not math.isfinite(v):  # "nan", "inf", 1e400: no driver's counter or reading
+            raise ValueError(text)
+        return v
+    except (ValueError, OverflowError):
         shown = text if len(text) <= 20 else text[:19] + "…"
         raise Unreadable(f"{os.path.basename(path)} reads {shown!r}, not a number",
                          True) from None

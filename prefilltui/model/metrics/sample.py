@@ -98,7 +98,7 @@ class Exposition:
                    if canonical(name).startswith(canon)) if canon else 0
 
 
-def _total(exp: Exposition, names: tuple[str, ...], suffix: str = "",
+def metric_total(exp: Exposition, names: tuple[str, ...], suffix: str = "",
            labels: tuple[tuple[str, str], ...] = (), layout: RankLayout = FLAT, *,
            gauge: bool = False, ratio: bool = False) -> float | None:
     """The first of ``names`` published, its series filtered by ``labels`` and
@@ -119,7 +119,7 @@ def _total(exp: Exposition, names: tuple[str, ...], suffix: str = "",
     return None
 
 
-def _buckets(exp: Exposition, names: tuple[str, ...], layout: RankLayout = FLAT
+def metric_buckets(exp: Exposition, names: tuple[str, ...], layout: RankLayout = FLAT
              ) -> tuple[tuple[float, float], ...]:
     """Cumulative (le, count) pairs of the first histogram in ``names`` that has
     buckets, replicas read once (``ranks.pick_replicas``) and the rest summed by
@@ -141,9 +141,10 @@ def _buckets(exp: Exposition, names: tuple[str, ...], layout: RankLayout = FLAT
     return ()
 
 
-def parse_metrics(text: str, kind: str, *, t: float | None = None,
+def parse_metrics(text: "str | Exposition", kind: str, *, t: float | None = None,
                   group_size: int | None = None) -> MetricsSample:
-    """Reduce Prometheus exposition ``text`` from a ``kind`` server to a MetricsSample.
+    """Reduce Prometheus exposition ``text`` (or its ``Exposition``, parsed once for
+    every reader of the scrape) from a ``kind`` server to a MetricsSample.
 
     Names are read in either spelling (``names.canonical``); per-rank series combine
     by the kind's ``RankLayout`` (``ranks``), ``group_size`` being the ranks per
@@ -156,37 +157,37 @@ def parse_metrics(text: str, kind: str, *, t: float | None = None,
     layout = names.layout
     if group_size and group_size > 0:
         layout = replace(layout, group_size=group_size)
-    exp = Exposition(text)
+    exp = text if isinstance(text, Exposition) else Exposition(text)
     hist: dict[str, tuple[float, float]] = {}
     missing: list[str] = []
     for role in FIELDS:
         base = getattr(names, role)
         labels = names.prefill_labels if role == "prefill" else ()
-        s = _total(exp, base, "_sum", labels, layout)
-        c = _total(exp, base, "_count", labels, layout)
+        s = metric_total(exp, base, "_sum", labels, layout)
+        c = metric_total(exp, base, "_count", labels, layout)
         if s is not None and c is not None:
             hist[role] = (s, c)
         elif base:
             missing.append(role)
     buckets: dict[str, tuple[tuple[float, float], ...]] = {}
     if names.itl:
-        s = _total(exp, names.itl, "_sum", layout=layout)
-        c = _total(exp, names.itl, "_count", layout=layout)
-        b = _buckets(exp, names.itl, layout)
+        s = metric_total(exp, names.itl, "_sum", layout=layout)
+        c = metric_total(exp, names.itl, "_count", layout=layout)
+        b = metric_buckets(exp, names.itl, layout)
         if s is not None and c is not None:
             hist["itl"] = (s, c)
         if b:
             buckets["itl"] = b
     for stage in _stages(exp, names.stages):
         lab = (("stage", stage),)
-        s = _total(exp, names.stages, "_sum", lab, layout)
-        c = _total(exp, names.stages, "_count", lab, layout)
+        s = metric_total(exp, names.stages, "_sum", lab, layout)
+        c = metric_total(exp, names.stages, "_count", lab, layout)
         if s is not None and c is not None:
             hist["stage:" + stage] = (s, c)
     values: dict[str, float] = {}
     for role in _SCALARS:
         labels = names.cached_labels if role == "cached_tokens" else ()
-        v = _total(exp, getattr(names, role), labels=labels, layout=layout,
+        v = metric_total(exp, getattr(names, role), labels=labels, layout=layout,
                    gauge=role in _GAUGES, ratio=role in _RATIOS)
         if v is not None:
             values[role] = v

@@ -2,7 +2,8 @@
 and counter deltas between two scrapes (``users_from_metrics``).
 
 ``parse_users(text, kind)`` reads only the few series it needs (``USERS_NAMES``, by the
-server's kind) from exposition text, summed over label sets: cumulative bucket counts
+server's kind) from exposition text, as every figure of a scrape is read (either
+spelling, per-rank series combined by the engine's ``ranks.RankLayout``): cumulative bucket counts
 of the TTFT, prompt-length and queue-time histograms, their counts and sums, and the
 prefix-cache counters (vLLM ``prefix_cache_queries_total`` / ``hits_total``) or gauge
 (SGLang ``cache_hit_rate``).  Quantiles come from bucket deltas (as Prometheus'
@@ -16,10 +17,12 @@ the buckets).  No I/O.
 from __future__ import annotations
 
 import math
-import re
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 from prefilltui.model.fit import LinearFit
+from prefilltui.model.metrics.names import NAMES
+from prefilltui.model.metrics.ranks import FLAT
+from prefilltui.model.metrics.sample import Exposition, metric_buckets, metric_total
 from prefilltui.model.users import UsersWindow
 
 #: Per kind: the histograms (role -> metric name) and the cache series.
@@ -35,8 +38,6 @@ USERS_NAMES: dict[str, dict[str, str]] = {
     "tgi": {"prompt": "tgi_request_input_length", "queue": "tgi_request_queue_duration"},
 }
 _HIST = ("ttft", "prompt", "queue")
-_LINE = re.compile(r'^([a-zA-Z_:][a-zA-Z0-9_:]*)(\{[^}]*\})?\s+(\S+)')
-_LE = re.compile(r'le="([^"]+)"')
 
 
 @dataclass(frozen=True)
@@ -51,61 +52,69 @@ class UsersCounters:
     values: dict[str, float] = field(default_factory=dict)
 
 
-def _num(s: str) -> float | None:
-    try:
-        v = float(s)
-    except ValueError:
-        return None
-    return v if not math.isnan(v) else None
-
-
-def parse_users(text: str, kind: str, t: float) -> UsersCounters | None:
+def parse_users(text: "str | Exposition", kind: str, t: float, *,
+                group_size: int | None = None) -> UsersCounters | None:
     """The users' series of one scrape (module docstring); None for a kind without
-    names.  Lines it cannot read are skipped (never raises)."""
+    names or a page that is not Prometheus text.  Read as every other figure of the
+    scrape is (``sample.parse_metrics``): each name in either spelling, the exact one
+    winning (``names.canonical``: ``vllm_`` behind a relay, never both added up); per-rank
+    series combined as the engine means them (``ranks``: ranks that repeat one
+    scheduler read once, shards added, a hit-rate gauge averaged; ``group_size``: the
+    ranks per attention data-parallel group the server stated); a value that is not
+    finite or below 0 (a ``+Inf`` request count, a NaN sum) and a bucket bound below 0
+    left out.  ``text`` may be the scrape's ``Exposition`` (parsed once for both
+    readers).  Never raises."""
     names = USERS_NAMES.get(kind)
     if names is None:
         return None
-    hist = {names[r]: r for r in _HIST if r in names}
-    scal = {v: k for k, v in names.items() if k not in _HIST}
-    scal.update({v[:-6]: k for v, k in list(scal.items()) if v.endswith("_total")})
-    buckets: dict[str, dict[float, float]] = {}
+    layout = NAMES[kind].layout if kind in NAMES else FLAT
+    if group_size and group_size > 0:
+        layout = replace(layout, group_size=group_size)
+    try:
+        exp = text if isinstance(text, Exposition) else Exposition(text)
+    except Exception:  # noqa: BLE001 - prometheus_client's parser on a hostile page
+        return None
+    buckets: dict[str, tuple[tuple[float, float], ...]] = {}
     count: dict[str, float] = {}
     total: dict[str, float] = {}
     values: dict[str, float] = {}
-    for line in text.splitlines():
-        if not line or line[0] == "#":
+    for role in _HIST:
+        if role not in names:
             continue
-        m = _LINE.match(line)
-        if m is None:
+        base = (names[role],)
+        # no time or token count is below 0: a bucket bound there is no bucket
+        # (dropping one keeps a cumulative histogram whole)
+        b = tuple((le, c) for le, c in metric_buckets(exp, base, layout) if le >= 0 and c >= 0)
+        if b:
+            buckets[role] = b
+        for suffix, into in (("_count", count), ("_sum", total)):
+            v = metric_total(exp, base, suffix, layout=layout)
+            if v is not None and v >= 0:
+                into[role] = v
+    for role, name in names.items():
+        if role in _HIST:
             continue
-        name, labels, raw = m.group(1), m.group(2) or "", m.group(3)
-        v = _num(raw)
-        if v is None:
-            continue
-        for suffix, into in (("_bucket", None), ("_count", count), ("_sum", total)):
-            if name.endswith(suffix) and name[:-len(suffix)] in hist:
-                role = hist[name[:-len(suffix)]]
-                if into is None:
-                    le = _LE.search(labels)
-                    bound = _num(le.group(1)) if le else None
-                    if bound is not None:
-                        b = buckets.setdefault(role, {})
-                        b[bound] = b.get(bound, 0.0) + v
-                else:
-                    into[role] = into.get(role, 0.0) + v
-                break
-        else:
-            if name in scal:
-                values[scal[name]] = values.get(scal[name], 0.0) + v
-    return UsersCounters(t=t, buckets={r: tuple(sorted(b.items())) for r, b in buckets.items()},
-                         count=count, total=total, values=values)
+        ratio = role == "cache_hit_rate"
+        v = metric_total(exp, (name,), layout=layout, gauge=ratio, ratio=ratio)
+        if v is not None and v >= 0:
+            values[role] = v
+    return UsersCounters(t=t, buckets=buckets, count=count, total=total, values=values)
 
 
 def bucket_quantile(q: float, buckets: tuple[tuple[float, float], ...]) -> float | None:
     """The ``q`` quantile of cumulative (le, count) buckets (``histogram_quantile``):
     linear inside the bucket holding rank q x total, from the bucket below's bound (0 for
-    the first); the highest finite bound when the rank falls in +Inf.  None when empty."""
-    if not buckets or buckets[-1][1] <= 0:
+    the first); the highest finite bound when the rank falls in +Inf.  None when empty.
+    Counts that decrease (no cumulative histogram does) are made monotonic first, as
+    Prometheus' ``ensureMonotonic`` does: each bucket counts at least the one below."""
+    if not buckets:
+        return None
+    mono, top = [], 0.0
+    for bound, c in buckets:
+        top = max(top, c)
+        mono.append((bound, top))
+    buckets = tuple(mono)
+    if buckets[-1][1] <= 0:
         return None
     rank = q * buckets[-1][1]
     lo_bound, lo_count = 0.0, 0.0
@@ -154,17 +163,21 @@ def users_from_metrics(before: UsersCounters, after: UsersCounters, *, own: int 
     queue_share = (dq["queue"] / dq["ttft"]
                    if "queue" in after.total and "ttft" in after.total and dq["ttft"] > 0
                    else None)
+    if queue_share is not None and not math.isfinite(queue_share):
+        queue_share = None
     p50 = bucket_quantile(0.5, prompt)
     users = max(int(round(n)) - own, 0) if n is not None and n >= 0 else 0
     hit = None
-    if "cache_queries" in after.values:
+    if "cache_queries" in after.values and "cache_hits" in after.values:
         dq_ = after.values["cache_queries"] - before.values.get("cache_queries", 0.0)
         dh = after.values.get("cache_hits", 0.0) - before.values.get("cache_hits", 0.0)
         uq, uh = dq_ - max(probe_tokens, 0.0), dh - max(probe_cached, 0.0)
-        if dq_ >= 0 and dh >= 0 and uq > 0 and (users or n is None):
+        # more hits than queries is no count a server keeps: no rate
+        if 0 <= dh <= dq_ and uq > 0 and (users or n is None):
             hit = min(max(uh / uq, 0.0), 1.0)
     elif "cache_hit_rate" in after.values:
         hit = after.values["cache_hit_rate"]
+        hit = hit if 0.0 <= hit <= 1.0 else None  # a rate, 0..1: 1e308 or 1.7 is no rate
     return UsersWindow(
         source="metrics", window_s=max(after.t - before.t, 0.0), requests=users,
         ttft_p50_s=bucket_quantile(0.5, ttft), ttft_p90_s=bucket_quantile(0.9, ttft),

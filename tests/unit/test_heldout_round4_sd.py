@@ -1,0 +1,69 @@
+"""Held-out round 4, service discovery: a file_sd / http_sd list nested deeper than
+Python's parsers recurse is a bad list like any other (its reason said, the last good
+list kept, the exporter's start a usage error), never a RecursionError traceback."""
+
+from __future__ import annotations
+
+import os
+import threading
+
+import pytest
+
+from prefilltui.cli import build_parser
+from prefilltui.commands.exporter import make_discovery
+from prefilltui.exporter.config import TargetConfig
+from prefilltui.exporter.discovery import Discovery, FileSource, decode
+from prefilltui.model import localfile
+
+BASE = TargetConfig(url="http://unset")
+DEEP_JSON = "[" * 100_000 + "]" * 100_000
+DEEP_YAML = "a: " + "[" * 100_000 + "]" * 100_000
+DEEP_MAP = "{\"a\": " * 50_000 + "1" + "}" * 50_000
+
+
+@pytest.mark.parametrize("text,yaml_ok", [(DEEP_JSON, False), (DEEP_JSON, True),
+                                          (DEEP_YAML, True), (DEEP_MAP, True)],
+                         ids=["json-http", "json-file", "yaml", "mapping"])
+def test_a_list_nested_past_the_recursion_limit_is_a_named_error(text, yaml_ok):
+    with pytest.raises(ValueError) as e:
+        decode(text, "sd.json", yaml_ok)
+    assert "sd.json" in str(e.value) and "nested" in str(e.value)
+
+
+def test_a_deeply_nested_file_keeps_the_last_good_list(tmp_path):
+    f = tmp_path / "sd.json"
+    f.write_text('[{"targets": ["gpu-01:8000"]}]')
+    disc = Discovery([FileSource(str(f))], BASE)
+    disc.refresh()
+    assert [t.label for t in disc.targets()] == ["gpu-01:8000"]
+    f.write_text(DEEP_JSON + " ")  # a new size: read again
+    assert disc.refresh() is False
+    st = disc.states[0]
+    assert st.error and "nested" in st.error and st.failures == 1
+    assert [t.label for t in disc.targets()] == ["gpu-01:8000"]
+
+
+def test_the_exporter_start_reads_a_deeply_nested_file_without_a_traceback(tmp_path):
+    f = tmp_path / "sd.json"
+    f.write_text(DEEP_JSON)
+    args = build_parser().parse_args(["exporter", "--file-sd", str(f)])
+    disc = make_discovery(args)  # the exporter's first read, before it serves
+    assert disc is not None and disc.targets() == []
+    assert "nested" in disc.states[0].error and disc.states[0].failures == 1
+
+
+@pytest.mark.skipif(not hasattr(os, "mkfifo"), reason="no FIFOs here")
+def test_a_fifo_at_the_file_sd_path_is_refused_not_waited_on_forever(tmp_path):
+    """A FIFO with no writer at the file_sd path (or the exporter's --config): open()
+    blocked for ever, at the exporter's start (nothing served) or in the refresh
+    thread (no refresh again)."""
+    f = tmp_path / "sd.json"
+    os.mkfifo(f)
+    disc = Discovery([FileSource(str(f))], BASE)
+    done = threading.Event()
+    t = threading.Thread(target=lambda: (disc.refresh(), done.set()), daemon=True)
+    t.start()
+    assert done.wait(5), "the refresh blocked on the FIFO"
+    assert "not a regular file" in disc.states[0].error
+    with pytest.raises(ValueError, match="not a regular file"):
+        localfile.read_text(f)
