@@ -220,7 +220,8 @@ def status_line(state: str, detail: str, counts: ProbeCounts, rng: tuple[int, in
     session's short labels (``SweepRunner.notices``, e.g. "lengths estimated",
     "sent without stream_options"), shown last, in the warning colour.  ``progress``:
     the runner's ``until_ci.Progress`` (the throughput interval against its target);
-    ``cap_note``: set when the lengths were capped at the server's context; ``load``:
+    ``cap_note``: the cap that shortens the lengths ("context cap", "time cap":
+    ``SweepRunner.cap_note``), said after the range; ``load``:
     the background load's words (markup, ``load_view.load_status``), after the fit."""
     icons = {"connecting": "[$warning]◌ connecting[/]", "probing": "[$success]● probing[/]",
              "idle": "[$success]○ idle[/]", "burst": "[$warning]▲ burst[/]",
@@ -240,7 +241,8 @@ def status_line(state: str, detail: str, counts: ProbeCounts, rng: tuple[int, in
     parts = [text, f"{counts.ok} ok"]
     if counts.failed:
         parts.append(f"[$error]{counts.failed} failed[/]")
-    parts.append(f"{rng[0]}–{rng[1]} tok" + (" [$warning](context cap)[/]" if cap_note else ""))
+    parts.append(f"{rng[0]}–{rng[1]} tok"
+                 + (f" [$warning]({_escape(cap_note)})[/]" if cap_note else ""))
     if progress is not None and progress.target_pct is not None and shown != "done":
         hw = progress.half_width_pct
         now = MISSING if hw is None else ("∞" if hw == float("inf") else f"±{hw:.1f}")

@@ -116,7 +116,7 @@ def test_status_line_until_ci_and_context_cap():
     prog = Progress(target_pct=2.0, half_width_pct=3.14, probes=40, fit_points=39,
                     elapsed_s=12.0, done=False, reason=None)
     s = status_line("probing", "1024 tokens", c, (4, 4007), "all", False, progress=prog,
-                    cap_note="capped at 4007 tok (context)")
+                    cap_note="context cap")
     assert "CI ±3.1→±2 %" in s and "4–4007 tok [$warning](context cap)" in s
     done = status_line("done", "throughput +-1.9 % (target 2 %), 57 probes, target reached",
                        c, (4, 1024), "all", False, progress=prog)

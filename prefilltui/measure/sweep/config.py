@@ -34,8 +34,9 @@ MAX_RATE_LIMIT_WAIT_S = 120.0
 #: A non-continuous sweep gives up after this many failures in a row
 #: (context-length caps and rate-limited attempts that are retried excluded).
 MAX_CONSECUTIVE_FAILURES = 10
-#: The longest one probe of a default sweep (no ``--lengths``) should take (s): lengths
-#: whose expected TTFT is longer are capped and merged (``time_cap``).  A headless sweep of
+#: The longest one probe of a default sweep (no ``--lengths``: ``sweep``, ``demo
+#: --headless`` and the TUI's live sweep) should take (s): lengths whose expected TTFT
+#: is longer are capped and merged (``time_cap``).  A headless sweep of
 #: the default 4-4,096 tokens on a CPU (llama.cpp, ~170 prompt tok/s) took 78 s, 47 s of
 #: it one probe at 4,007 tokens; capped, the longest probe takes about this long.
 TIME_CAP_S = 5.0
@@ -79,9 +80,10 @@ class SweepConfig:
     #: How many results a continuous runner keeps in memory (None: RECENT_RESULTS).
     keep_results: int | None = None
     #: Cap the lengths where one probe is expected to take longer than this (s;
-    #: ``TIME_CAP_S`` for a default sweep, None: off, as for ``--lengths``).  The first
-    #: round then sends each length only once the probes so far expect it within the
-    #: cap (``expected_ttft``), and merges the lengths left over into one at the cap.
+    #: ``TIME_CAP_S`` for a default sweep, one pass or continuous; None: off, as for
+    #: ``--lengths``).  The first round then sends each length only once the probes so
+    #: far expect it within the cap (``expected_ttft``), and merges the lengths left over
+    #: into one at the cap; later rounds probe the capped lengths (until ``set_range``).
     time_cap_s: float | None = None
 
     @property

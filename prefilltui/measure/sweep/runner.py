@@ -79,7 +79,10 @@ class SweepRunner(ProbeLoop):
         self.state_detail = ""
         self._lengths = sorted(set(int(x) for x in config.lengths))
         self._points = len(self._lengths)
-        self._cap: int | None = None
+        self._cap: int | None = None  # the context's (discovery, context-length errors)
+        #: the time cap (``time_cap_s``: the first round's ``time_cap``), None before it
+        #: or once ``set_range`` gave lengths of the user's choosing
+        self._time_cap: int | None = None
         self._info: ServerInfo | None = None
         self._lock = threading.Lock()
         self._paused = False
@@ -96,8 +99,6 @@ class SweepRunner(ProbeLoop):
         self._client: object | None = None
         #: what the sweep says about its plan (lengths capped at the context, ...)
         self.notes: list[str] = []
-        #: the context cap as a short phrase for a status line, or None
-        self.cap_note: str | None = None
         self.target = None
         if (config.until_ci_pct is not None or config.budget_probes is not None
                 or config.budget_s is not None):
@@ -126,6 +127,16 @@ class SweepRunner(ProbeLoop):
     def lengths(self) -> list[int]:
         """The lengths now planned, after the context cap."""
         return self._capped(self._lengths)
+
+    @property
+    def cap_note(self) -> str | None:
+        """The cap that shortens the planned lengths, in a status line's words: "time
+        cap" (``time_cap_s``), "context cap" (the server's context, or the longest
+        prompt built when it is unknown), None when no length is over a cap."""
+        limit = self._limit
+        if limit is None or not any(x > limit for x in self._lengths):
+            return None
+        return "time cap" if limit == self._time_cap else "context cap"
 
     @property
     def progress(self):
@@ -169,10 +180,13 @@ class SweepRunner(ProbeLoop):
         self._thread.poke()
 
     def set_range(self, min_tokens: int, max_tokens: int) -> None:
-        """New lengths (log-spaced, same number of points); takes effect next probe."""
+        """New lengths (log-spaced, same number of points); takes effect next probe.
+        They are the user's choice: the time cap no longer holds (the context's does),
+        and no later round is timed."""
         with self._lock:
             self._lengths = make_lengths(min_tokens, max_tokens, self._points)
             self._new_range = True
+            self._time_cap = None
         self._thread.poke()
 
     # -- internals
@@ -185,10 +199,17 @@ class SweepRunner(ProbeLoop):
             except Exception:
                 log.exception("on_state callback failed")
 
+    @property
+    def _limit(self) -> int | None:
+        """The longest prompt sent: the lower of the context and time caps (None: none)."""
+        caps = [c for c in (self._cap, self._time_cap) if c is not None]
+        return min(caps) if caps else None
+
     def _capped(self, lengths: list[int]) -> list[int]:
-        if self._cap is None:
+        limit = self._limit
+        if limit is None:
             return list(lengths)
-        return sorted({min(x, self._cap) for x in lengths})
+        return sorted({min(x, limit) for x in lengths})
 
     async def _run(self) -> None:
         """The runner's thread: ``_main``, its end said (stopped when cancelled)."""
@@ -271,7 +292,10 @@ class SweepRunner(ProbeLoop):
                     # is over the cap, or the context cap is lower already
                     yield from left
                     return
-                self._cap = cap.tokens
+                with self._lock:
+                    if self._new_range:  # the user's range came first: theirs holds
+                        return
+                    self._time_cap = cap.tokens
                 under = [x for x in left if x <= cap.tokens]
                 self._time_capped(cap, over, budget, ran=set(done) | set(under),
                                   requested=len(set(round_)))
@@ -285,7 +309,7 @@ class SweepRunner(ProbeLoop):
 
     def _time_capped(self, cap: TimeCap, over: list[int], budget: float, *, ran: set[int],
                      requested: int) -> None:
-        """Say the time cap (notes, cap_note) and report the lengths that will run:
+        """Say the time cap (notes) and report the lengths that will run:
         ``over`` the lengths left in the first round that it caps, as requested (after
         the context cap), never one already probed; ``ran`` the other lengths of the
         round; ``requested`` how many lengths it had.  The note gives the probes the cap
@@ -305,7 +329,6 @@ class SweepRunner(ProbeLoop):
                 + (f", merged: {run} lengths run, not {requested}" if merged else ""))
         if note not in self.notes:
             self.notes.append(note)
-        self.cap_note = f"capped at {cap.tokens} tok (time)"
         self._report_plan()
 
     def _timing_points(self) -> list[tuple[int, float]]:
@@ -333,7 +356,7 @@ class SweepRunner(ProbeLoop):
         self._report_plan()
 
     def _plan_changed(self, why: str, *, reserve: bool = True) -> None:
-        """Say which requested lengths the context cap changes (notes, cap_note) and
+        """Say which requested lengths the context cap changes (notes) and
         report the lengths that will run (``on_plan``); ``reserve``: the cap keeps
         CONTEXT_RESERVE and 2 % free (the server's context; False: the context is unknown
         and the cap is the longest prompt built).  The time cap says itself
@@ -353,7 +376,6 @@ class SweepRunner(ProbeLoop):
                        if merged else ""))
             if note not in self.notes:
                 self.notes.append(note)
-            self.cap_note = f"capped at {cap} tok ({'context' if reserve else 'context unknown'})"
         self._report_plan()
 
     def _report_plan(self) -> None:
