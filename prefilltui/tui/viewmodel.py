@@ -13,7 +13,7 @@ import re
 from dataclasses import dataclass, field
 from typing import Any, Callable
 
-from prefilltui.model.fit import LinearFit
+from prefilltui.model.fit import LinearFit, throughput_text
 from prefilltui.model.sanitize import clean
 from prefilltui.model.summary import QUADRATIC_SOURCE_WORDS, ProbeCounts, RunSummary
 from prefilltui.model.fit import Progress
@@ -179,10 +179,11 @@ def _from_summary(v: StatsView, s: RunSummary, last: ProbeResult | None) -> None
         v.achieved_tflops = roof.achieved_flops / 1e12 if roof.achieved_flops else None
         v.mfu = roof.mfu
         v.estimate = roof.estimate
-        if roof.achieved_flops and roof.flops_per_token and roof.slope_source != fit.method:
+        quad = s.quadratic.fit if s.quadratic is not None else None
+        if roof.achieved_flops and quad is not None and roof.slope_source != fit.method:
             # the headline's prefill is the line's; FLOP/s and MFU are this slope's
-            v.flops_from = (f"FLOP/s, MFU: {QUADRATIC_SOURCE_WORDS}, "
-                            f"{roof.achieved_flops / roof.flops_per_token:,.0f} tok/s")
+            # (1/b of the quadratic's linear term = achieved / F'), or too noisy yet
+            v.flops_from = f"FLOP/s, MFU: {QUADRATIC_SOURCE_WORDS}, {throughput_text(quad, 'tok/s')}"
     if level in VERDICT_WORDS:
         v.verdict = VERDICT_WORDS[level]
         note = drop_repeat(s.verdict.text, v.verdict)
