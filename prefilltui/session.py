@@ -112,8 +112,8 @@ def client_factory(probe: ProbeOptions, base_url: str, seed: int | None = None
 
 def sweep_lengths(design: SweepDesign) -> list[int]:
     """The prompt lengths to probe: ``--lengths``, else ``--points`` log-spaced lengths
-    from ``--min-tokens`` to ``--max-tokens`` (a one-pass sweep caps these where a probe
-    would take over ``measure.sweep.TIME_CAP_S``, ``build_session``).
+    from ``--min-tokens`` to ``--max-tokens`` (the sweep caps these where a probe would
+    take over ``measure.sweep.TIME_CAP_S``, ``build_session``).
 
     Raises:
         SessionError: (USAGE) min above max, or an empty range.
@@ -324,9 +324,9 @@ def build_session(options: SessionOptions, base_url: str, *, continuous: bool = 
                          until_ci_pct=design.until_ci_pct, budget_probes=design.budget_probes,
                          budget_s=design.budget_s, interval_s=design.interval_s,
                          jitter=design.jitter, keep_results=design.keep_results,
-                         # a one-pass sweep of the default lengths: no probe of a minute
+                         # the default lengths, one pass or the TUI's: no probe of a minute
                          # on a slow target; --lengths are run as given
-                         time_cap_s=None if design.lengths or continuous else TIME_CAP_S)
+                         time_cap_s=None if design.lengths else TIME_CAP_S)
     run_path = Path(rf.path).expanduser() if rf.path else default_run_path()
     try:
         run_path.parent.mkdir(parents=True, exist_ok=True)

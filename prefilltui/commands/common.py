@@ -72,9 +72,9 @@ def add_sweep_args(p: argparse.ArgumentParser, *, min_tokens: int = defaults.MIN
                         "anchor the fixed cost TTFT(0))")
     g.add_argument("--max-tokens", type=ranged("lengths"), default=max_tokens, metavar="N",
                    help=f"longest prompt in tokens (default {max_tokens}; capped at the "
-                        "server's context and, in a one-pass sweep, where one probe is "
-                        f"expected to take over {TIME_CAP_S:g} s; --lengths is never capped "
-                        "by time)")
+                        "server's context and, in sweep, demo and the live TUI, where one "
+                        f"probe is expected to take over {TIME_CAP_S:g} s (the TUI's + and - "
+                        "then set the range); --lengths is never capped by time)")
     g.add_argument("--points", type=ranged("points"), default=points, metavar="K",
                    help=f"number of log-spaced lengths between min and max (default {points})")
     g.add_argument("--repeats", type=ranged("repeats"), default=defaults.REPEATS, metavar="R",

@@ -25,7 +25,7 @@ from prefilltui.commands.common import (add_analysis_args, add_hardware_args, ad
 from prefilltui.model.summary import analyze
 from prefilltui.model.sanitize import clean
 from prefilltui.measure.runfile import load_baseline, read_run_sessions, read_session
-from prefilltui.model.fit import LinearFit
+from prefilltui.model.fit import LinearFit, throughput_text
 from prefilltui.model.summary import RunSummary
 from prefilltui.model.types import ProbeResult, server_info_from_session
 from prefilltui.render.tables import format_depth
@@ -213,7 +213,7 @@ def render_plot(results: list[ProbeResult], d: RunSummary, *, width: int | None 
         hi = max(r.tokens for r in pts)
         xs = [lo + (hi - lo) * i / 40 for i in range(41)]
         ys = [(f.intercept_s + f.slope_s_per_token * x) * 1e3 for x in xs]
-        plt.plot(xs, ys, label=f"{f.method} fit: {f.prefill_tokens_per_s or 0:,.0f} tok/s")
+        plt.plot(xs, ys, label=f"{f.method} fit: {throughput_text(f, 'tok/s') or 'slope ≤ 0'}")
     if d.quadratic is not None and d.quadratic.applies:
         q = d.quadratic.fit
         xs = [q.x_min + (q.x_max - q.x_min) * i / 40 for i in range(41)]

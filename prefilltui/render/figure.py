@@ -18,7 +18,7 @@ from dataclasses import dataclass
 from typing import Iterable, Literal, Sequence
 
 from prefilltui.model.depth import depth_of, is_depth_probe
-from prefilltui.model.fit import LinearFit
+from prefilltui.model.fit import LinearFit, throughput_text
 from prefilltui.model.summary import RunSummary
 from prefilltui.model.types import ProbeResult
 from prefilltui.model.units import MISSING, ms
@@ -76,9 +76,8 @@ def _series(results: Sequence[ProbeResult], d: RunSummary) -> list[Series]:
     sweep = [r for r in results if not is_depth_probe(r)]
     pts = [(float(r.tokens), r.ttft_s * 1e3) for r in sweep if r.fit_eligible]
     f = d.fit
-    tps = finite(f.prefill_tokens_per_s) if f is not None else None
-    fit_label = (f" · fit {tps:,.0f} tok/s" if tps else " · fit (slope ≤ 0)") \
-        if f is not None else ""
+    said = throughput_text(f, "tok/s")  # "too noisy yet" while the slope's interval reaches 0
+    fit_label = (f" · fit {said}" if said else " · fit (slope ≤ 0)") if f is not None else ""
     depth = d.depth
     if not depth:
         out.append(Series("probes in the fit" + fit_label, COLORS[0], pts, f, "main"))
@@ -96,8 +95,8 @@ def _series(results: Sequence[ProbeResult], d: RunSummary) -> list[Series]:
                 dp = [(float(r.depth.new_tokens or 0), r.ttft_s * 1e3) for r in phase
                       if depth_of(r) == dd and r.depth.verified and r.ttft_s is not None]
             lab = "depth 0 (cold prompt)" if dd == 0 else f"depth {dd:,} (cached prefix)"
-            if row.fit is not None and finite(row.fit.prefill_tokens_per_s):
-                lab += f" · {row.fit.prefill_tokens_per_s:,.0f} tok/s"
+            if throughput_text(row.fit, "tok/s"):
+                lab += f" · {throughput_text(row.fit, 'tok/s')}"
             if dd and row.ratio:
                 lab += f" · slope ×{row.ratio:.2f}"
             out.append(Series(lab, COLORS[i % len(COLORS)], dp, row.fit, "depth"))
@@ -143,8 +142,8 @@ def svg_figure(results: Iterable[ProbeResult], d: RunSummary, *, width: int = 82
              else f"{max(0.0, f.intercept_s) * 1e3:.1f} ms")
         sub = (f"TTFT = {a} + {f.slope_s_per_token * 1e6:,.1f} µs × n"
                f" · R² {f.r2:.3f} · {f.n} probes in the fit")
-        if finite(f.prefill_tokens_per_s):
-            sub += f" · prefill {f.prefill_tokens_per_s:,.0f} tok/s"
+        if throughput_text(f, "tok/s"):
+            sub += f" · prefill {throughput_text(f, 'tok/s')}"
     else:
         sub = f"{d.probes.ok} probes ok, no fit"
     o: list[str] = [
@@ -247,12 +246,12 @@ def html_page(results: Iterable[ProbeResult], d: RunSummary, summary_text: str, 
         for r in dt.rows:
             f = r.fit
             slope = finite(f.slope_s_per_token) if f is not None else None
-            tps = finite(f.prefill_tokens_per_s) if f is not None else None
+            tps = throughput_text(f, "")
             body.append([f"{r.depth:,}", MISSING if not r.prefix_tokens else f"{r.prefix_tokens:,}",
                          MISSING if not r.depth or r.cached_tokens is None else f"{r.cached_tokens:,}",
                          f"{r.verified}/{r.probes}",
                          MISSING if slope is None else f"{slope * 1e6:,.1f}",
-                         MISSING if not tps else f"{tps:,.0f}",
+                         tps or MISSING,
                          MISSING if r.ratio is None else f"{r.ratio:.2f}×",
                          MISSING if r.expected_ratio is None else f"{r.expected_ratio:.2f}×"])
         parts.append(_table(["depth", "prefix tokens", "cached tokens", "probes (verified/sent)",

@@ -10,6 +10,7 @@ from prefilltui.model.diagnosis import Breakdown
 from prefilltui.model.roofline import ModelShape
 from prefilltui.model.roofline import Hardware
 from prefilltui.model.depth import DepthTable
+from prefilltui.model.fit import throughput_text
 from prefilltui.model.diagnosis import Diagnosis
 from prefilltui.model.roofline import MatmulEstimate, PrefillEstimate
 from prefilltui.model.units import MISSING, duration
@@ -33,8 +34,7 @@ def format_depth(t: DepthTable | None) -> list[str]:
             lo, hi = finite(f.slope_ci[0]), finite(f.slope_ci[1])
             ci = f"[{lo * 1e6:,.0f} to {hi * 1e6:,.0f}]" if lo is not None and hi is not None else ""
             slope = f"{f.slope_s_per_token * 1e6:,.0f} {ci}"
-            tps = (f"{f.prefill_tokens_per_s:,.0f}" if finite(f.prefill_tokens_per_s)
-                   else MISSING)
+            tps = throughput_text(f, "") or MISSING
         else:
             slope, tps = "too few probes", MISSING
         probes = f"{r.verified}/{r.probes}"

@@ -14,7 +14,7 @@ import math
 from typing import Callable, Collection, Sequence
 
 from prefilltui.model import units
-from prefilltui.model.fit import LinearFit
+from prefilltui.model.fit import TOO_NOISY, LinearFit, throughput_text
 from prefilltui.model.fit import FixedCost, physical_ci
 from prefilltui.model.fit import Quantiles, TtftPercentiles
 from prefilltui.model.sanitize import clean
@@ -75,8 +75,9 @@ def format_fit_lines(f: LinearFit | None, indent: str = "  ",
         f"{indent}slope        {us(f.slope_s_per_token)} µs/token   95% "
         f"{_ci(f.slope_ci, us)} µs/token",
     ]
-    if finite(f.prefill_tokens_per_s):
-        lines.append(f"{indent}throughput   {tp(f.prefill_tokens_per_s)} prompt tok/s   95% "
+    said = throughput_text(f)
+    if said is not None:  # "too noisy yet" in place of 1/b while the slope reaches 0
+        lines.append(f"{indent}throughput   {said}   95% "
                      f"{_ci(f.prefill_tokens_per_s_ci, tp)} tok/s")
     else:
         lines.append(f"{indent}throughput   {MISSING} (slope <= 0)")
@@ -213,18 +214,20 @@ def format_summary(d: RunSummary, *, percentile_table: bool = True) -> str:
             out.append(f"    attention expects c = "
                        f"{units.curvature(d.roofline.c_expected_s_per_token2)} "
                        f"(ratio {d.roofline.c_ratio:.2f}, estimate)")
-        if finite(qf.prefill_tokens_per_s):
+        said = throughput_text(qf)
+        if said is not None:
             tp_ci = _ci(qf.prefill_tokens_per_s_ci, lambda v: f'{v:,.0f}')
             out.append(f"  TTFT curves up with n: the line above averages over the range; the "
-                       f"linear term alone gives {qf.prefill_tokens_per_s:,.0f} prompt tok/s"
+                       f"linear term alone gives {said}"
                        + (f"   95% {tp_ci} tok/s" if tp_ci else ""))
     w = d.window
     if w.fit is not None and w.n < p.fit_eligible:
-        tp = finite(w.fit.prefill_tokens_per_s)
-        chg = w.throughput_change
+        said = throughput_text(w.fit)
+        chg = w.throughput_change if said not in (None, TOO_NOISY) else None
         out.append(f"Window (last {w.size} probes): "
-                   + (f"{tp:,.0f} prompt tok/s {_ci(w.fit.prefill_tokens_per_s_ci, lambda v: f'{v:,.0f}')}"
-                      if tp else "no throughput")
+                   + (f"throughput {TOO_NOISY}" if said == TOO_NOISY
+                      else f"{said} {_ci(w.fit.prefill_tokens_per_s_ci, lambda v: f'{v:,.0f}')}"
+                      if said else "no throughput")
                    + (f", {chg:+.1%} vs all-time" if chg is not None else ""))
     out += _roofline_lines(d)
     out += format_percentiles(d.percentiles, by_length=percentile_table)
@@ -280,12 +283,12 @@ def format_sweep(d: RunSummary, *, fit_line: bool = False, said: Collection[str]
         out.append("errors  " + ", ".join(f"{k} {v}" for k, v in sorted(p.errors.items())))
     f = d.fit
     if fit_line and f is not None:
-        tps = finite(f.prefill_tokens_per_s)
+        said = throughput_text(f, "tokens/s")
         est = ", lengths estimated" if d.fit_lengths_estimated else ""
         out.append(f"fit ({f.method}{est})  TTFT = {f.intercept_s * 1e3:.2f} ms + "
                    f"{f.slope_s_per_token * 1e3:.4f} ms/token x n   "
-                   f"prefill {tps:,.0f} tokens/s   R2 {f.r2:.3f}   n {f.n}"
-                   if tps else f"fit  intercept {f.intercept_s * 1e3:.2f} ms, slope <= 0")
+                   f"prefill {said}   R2 {f.r2:.3f}   n {f.n}"
+                   if said else f"fit  intercept {f.intercept_s * 1e3:.2f} ms, slope <= 0")
     elif fit_line:
         out.append("fit  too few points (need 3 fit-eligible probes at 2+ lengths)")
     if d.overhead_median_s is not None:

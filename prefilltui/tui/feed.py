@@ -49,7 +49,7 @@ class Runner(Protocol):
     state: RunnerState
     state_detail: str
     notes: list[str]  # each said once (lengths capped at the context, ...)
-    cap_note: str | None  # short, for the status line
+    cap_note: str | None  # "context cap", "time cap": for the status line
 
     @property
     def server_info(self) -> ServerInfo | None: ...

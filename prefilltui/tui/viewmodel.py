@@ -13,7 +13,7 @@ import re
 from dataclasses import dataclass, field
 from typing import Any, Callable
 
-from prefilltui.model.fit import LinearFit
+from prefilltui.model.fit import LinearFit, throughput_text
 from prefilltui.model.sanitize import clean
 from prefilltui.model.summary import QUADRATIC_SOURCE_WORDS, ProbeCounts, RunSummary
 from prefilltui.model.fit import Progress
@@ -179,10 +179,11 @@ def _from_summary(v: StatsView, s: RunSummary, last: ProbeResult | None) -> None
         v.achieved_tflops = roof.achieved_flops / 1e12 if roof.achieved_flops else None
         v.mfu = roof.mfu
         v.estimate = roof.estimate
-        if roof.achieved_flops and roof.flops_per_token and roof.slope_source != fit.method:
+        quad = s.quadratic.fit if s.quadratic is not None else None
+        if roof.achieved_flops and quad is not None and roof.slope_source != fit.method:
             # the headline's prefill is the line's; FLOP/s and MFU are this slope's
-            v.flops_from = (f"FLOP/s, MFU: {QUADRATIC_SOURCE_WORDS}, "
-                            f"{roof.achieved_flops / roof.flops_per_token:,.0f} tok/s")
+            # (1/b of the quadratic's linear term = achieved / F'), or too noisy yet
+            v.flops_from = f"FLOP/s, MFU: {QUADRATIC_SOURCE_WORDS}, {throughput_text(quad, 'tok/s')}"
     if level in VERDICT_WORDS:
         v.verdict = VERDICT_WORDS[level]
         note = drop_repeat(s.verdict.text, v.verdict)
@@ -220,7 +221,8 @@ def status_line(state: str, detail: str, counts: ProbeCounts, rng: tuple[int, in
     session's short labels (``SweepRunner.notices``, e.g. "lengths estimated",
     "sent without stream_options"), shown last, in the warning colour.  ``progress``:
     the runner's ``until_ci.Progress`` (the throughput interval against its target);
-    ``cap_note``: set when the lengths were capped at the server's context; ``load``:
+    ``cap_note``: the cap that shortens the lengths ("context cap", "time cap":
+    ``SweepRunner.cap_note``), said after the range; ``load``:
     the background load's words (markup, ``load_view.load_status``), after the fit."""
     icons = {"connecting": "[$warning]◌ connecting[/]", "probing": "[$success]● probing[/]",
              "idle": "[$success]○ idle[/]", "burst": "[$warning]▲ burst[/]",
@@ -240,7 +242,8 @@ def status_line(state: str, detail: str, counts: ProbeCounts, rng: tuple[int, in
     parts = [text, f"{counts.ok} ok"]
     if counts.failed:
         parts.append(f"[$error]{counts.failed} failed[/]")
-    parts.append(f"{rng[0]}–{rng[1]} tok" + (" [$warning](context cap)[/]" if cap_note else ""))
+    parts.append(f"{rng[0]}–{rng[1]} tok"
+                 + (f" [$warning]({_escape(cap_note)})[/]" if cap_note else ""))
     if progress is not None and progress.target_pct is not None and shown != "done":
         hw = progress.half_width_pct
         now = MISSING if hw is None else ("∞" if hw == float("inf") else f"±{hw:.1f}")

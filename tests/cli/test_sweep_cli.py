@@ -226,7 +226,7 @@ def test_default_lengths_are_capped_by_time_and_said_once(fake_server, tmp_path,
     assert 87 < longest < 406 and max(r.ttft_s for r in rows) < 0.3 * 1.5
     assert "a length whose probe is expected over 0.3 s is capped" in cap.out.splitlines()[0]
     notes = [x for x in cap.out.splitlines() if "over the longest prompt expected within" in x]
-    assert len(notes) == 1 and notes[0].startswith("  note: lengths 406, 878, 1896, 4096 ")
+    assert len(notes) == 1 and notes[0].startswith("  note: lengths 406, 878, 1896, 4007 ")
     assert f"capped to {longest} tokens" in notes[0]
     # the context cap's note: once too (it was printed again under the run file)
     assert sum("over the longest prompt the server takes" in x

@@ -430,7 +430,7 @@ async def test_capped_lengths_and_until_ci_progress_are_shown():
         runner.lengths = [4, 64, 1024, 4007]
         runner.notes = ["length 5000 is over the longest prompt the server takes "
                         "(the server's context is 4096 tokens; ...): capped to 4007 tokens"]
-        runner.cap_note = "capped at 4007 tok (context)"
+        runner.cap_note = "context cap"
         runner.progress = Progress(target_pct=2.0, half_width_pct=3.4, probes=12, fit_points=11,
                                    elapsed_s=9.0, done=False, reason=None)
         runner._set("probing", "1024 tokens")

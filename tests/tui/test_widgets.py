@@ -116,7 +116,7 @@ def test_status_line_until_ci_and_context_cap():
     prog = Progress(target_pct=2.0, half_width_pct=3.14, probes=40, fit_points=39,
                     elapsed_s=12.0, done=False, reason=None)
     s = status_line("probing", "1024 tokens", c, (4, 4007), "all", False, progress=prog,
-                    cap_note="capped at 4007 tok (context)")
+                    cap_note="context cap")
     assert "CI ±3.1→±2 %" in s and "4–4007 tok [$warning](context cap)" in s
     done = status_line("done", "throughput +-1.9 % (target 2 %), 57 probes, target reached",
                        c, (4, 1024), "all", False, progress=prog)
@@ -209,6 +209,27 @@ def test_a_fit_whose_slope_interval_includes_zero_says_too_noisy():
                                                        prefill_tokens_per_s=1e3)).plain
     assert any("too noisy yet" in ln for ln in format_fit_lines(noisy))
     assert not any("too noisy yet" in ln for ln in format_fit_lines(clean))
+
+
+def test_a_noisy_fit_headline_and_details_state_no_throughput():
+    """The slope's 95% interval includes 0: the headline said "prefill 1.4k tok/s" above
+    "95% too noisy yet", and the details' verdict note quoted "1,438 prompt tok/s"; both
+    now say too noisy yet, with no number (fit.throughput_text's rule)."""
+    from prefilltui.model.spec import AnalysisOptions
+    from prefilltui.model.summary import analyze
+    from prefilltui.model.types import ServerInfo
+    from prefilltui.tui.widgets.stats import detail_text, headline_text
+    from tests.unit.test_fit_analysis import _noisy
+
+    si = ServerInfo(model="/x/SmolLM2-135M-Instruct.Q4_1.gguf", params=134515008, hidden=576,
+                    layers=30)
+    d = analyze(_noisy(), si, AnalysisOptions())
+    v = build_stats(d, which="all", method="robust", last=None, device=None)
+    head, details = headline_text(v).plain, detail_text(v).plain
+    assert head.splitlines()[:2] == ["prefill   too noisy yet", "  95%     slope includes 0"]
+    assert "Peak unknown (CPU or unlisted GPU): throughput too noisy yet, the slope's 95% " \
+        "interval includes 0." in details
+    assert "1.4k" not in head and "1,438" not in details and "tok/s" not in head + details
 
 
 def test_plot_ticks_never_share_a_row():

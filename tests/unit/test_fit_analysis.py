@@ -174,3 +174,57 @@ def test_reuses_a_running_fit_and_bad_model_config():
     assert any("model-config" in n for n in d.notes)
     d = analyze(rs, None, AnalysisOptions(fit="ols"))
     assert d.fit.method == "ols"
+
+
+def _noisy(seed=0):
+    """A loaded CPU's early probes: TTFT ~ 0.2 s + noise that swamps 17 µs a token
+    (R² 0.05, the slope's 95% interval -1,282 to 2,673 µs/token)."""
+    rng = np.random.default_rng(seed)
+    lengths = [4, 9, 19, 40, 87]
+    return [ProbeResult(seq=i + 1, requested_tokens=x, prompt_tokens=x, ok=True,
+                        ttft_s=float(0.2 + x * 1.7e-5 + abs(rng.normal(0, 0.15))))
+            for i, x in enumerate(lengths[i % 5] for i in range(15))]
+
+
+def test_a_noisy_fit_states_no_throughput_anywhere():
+    """The slope's 95% interval includes 0 (LinearFit.unresolved, "too noisy yet"): 1/b
+    (here 1,438 tok/s) is no throughput, yet the verdict said "Peak unknown (CPU or
+    unlisted GPU): 1,438 prompt tok/s, 0.31 TFLOP/s achieved" two lines after "the
+    throughput is not measured yet", and the sweep's fit line "prefill 1,438 tokens/s".
+    Every statement of it now says too noisy yet instead (fit.throughput_text)."""
+    from prefilltui.render.text import format_sweep
+
+    si = ServerInfo(model="/x/SmolLM2-135M-Instruct.Q4_1.gguf", params=134515008, hidden=576,
+                    layers=30)
+    d = analyze(_noisy(), si, None)
+    f = d.fit
+    assert f.unresolved and f.prefill_tokens_per_s == pytest.approx(1438, rel=0.01)
+    bare = f"{f.prefill_tokens_per_s:,.0f}"
+    assert d.verdict.level == "unknown-peak" and d.verdict.text == (
+        "Peak unknown (CPU or unlisted GPU): throughput too noisy yet, the slope's 95% "
+        "interval includes 0. MFU needs --peak-tflops (and --gpu / --params if not detected).")
+    text = format_summary(d)
+    assert f"Verdict: {d.verdict.text}" in text
+    assert "  throughput   too noisy yet   95% [374 to inf] tok/s" in text.splitlines()
+    sweep = format_sweep(d, fit_line=True)
+    assert "prefill too noisy yet   R2 0.053" in sweep
+    assert bare not in text + sweep
+    # report: the figure's legend and subtitle, the page (html_page holds the summary)
+    from prefilltui.render.figure import html_page, svg_figure
+    svg = svg_figure(_noisy(), d)
+    assert "probes in the fit · fit too noisy yet" in svg and "prefill too noisy yet" in svg
+    assert bare not in svg + html_page(_noisy(), d, text)
+    # a GPU: the verdict's throughput (and FLOP/s, that throughput's) is said the same way
+    gpu = analyze(_noisy(), si, AnalysisOptions(roofline=RooflineSpec(peak_tflops=0.5)))
+    assert gpu.roofline.mfu is not None
+    assert gpu.verdict.level != "unknown-peak" and bare not in gpu.verdict.text
+    # a model of unknown shape: the verdict's first words
+    mystery = analyze(_noisy(), ServerInfo(model="mystery-model"), None)
+    assert mystery.verdict.text.startswith("Throughput too noisy yet, the slope's 95% interval "
+                                           "includes 0. Model shape unknown")
+    # one rule for every renderer; a resolved fit still states its number
+    from prefilltui.model.fit import throughput_text
+    assert throughput_text(f) == "too noisy yet"
+    clean = analyze(run(b=1 / 3000), si, None)
+    assert f"{clean.fit.prefill_tokens_per_s:,.0f} prompt tok/s, " in clean.verdict.text
+    assert throughput_text(clean.fit, "tok/s") == f"{clean.fit.prefill_tokens_per_s:,.0f} tok/s"

@@ -73,7 +73,7 @@ def test_mfu_and_achieved():
 
 
 def test_verdict_names_the_count():
-    _lv, text = roofline.verdict(0.5, achieved=1e14, tokens_per_s=1000)
+    _lv, text = roofline.verdict(0.5, achieved=1e14, throughput="1,000 prompt tok/s")
     assert text.startswith("MFU (matmul FLOPs) 50%")
 
 
@@ -88,7 +88,7 @@ def test_exact_estimate_beside_the_quick_one():
 @pytest.mark.parametrize("mfu,level", [(0.5, "healthy"), (0.40, "healthy"), (0.3, "below"),
                                        (0.1, "wrong"), (1.5, "impossible"), (None, "unknown-peak")])
 def test_verdict_levels(mfu, level):
-    lv, text = roofline.verdict(mfu, achieved=1e14, tokens_per_s=1000)
+    lv, text = roofline.verdict(mfu, achieved=1e14, throughput="1,000 prompt tok/s")
     assert lv == level and text
     if level == "wrong":
         assert "memory-bound" in text and "dtype" in text and "offload" in text and "queueing" in text

@@ -67,6 +67,7 @@ def test_context_cap_from_discovery_and_errors(fake_server):
     runner, _ = run(srv, SweepConfig([64, 1000], warmup=0))
     runner.join(30)
     assert sorted(r.requested_tokens for r in runner.results) == [64, cap_for_context(200)]
+    assert runner.cap_note == "context cap"
 
     def ctx_err(req):
         if len(req.json["prompt"].split()) > 500:
@@ -83,22 +84,84 @@ def test_context_cap_from_discovery_and_errors(fake_server):
 
 
 def test_expected_ttft_and_time_cap_err_long():
-    """From (tokens, TTFT s): at or below the longest probe, the fastest TTFT of the next
-    length up; beyond it, t_m (n / n_m)^e with e from the two longest in [1, 2]."""
+    """From (tokens, TTFT s): at or below the shortest length its TTFT; between two
+    measured lengths the line between their fastest TTFTs; beyond the longest,
+    t_m (n / n_m)^e with e from the two longest in [1, 2]."""
     assert expected_ttft([], 100) is None and time_cap([], 5.0) is None
     pts = [(4, 0.045), (188, 1.20), (188, 1.15), (406, 2.46)]
-    assert expected_ttft(pts, 100) == 1.15 and expected_ttft(pts, 406) == 2.46
+    assert expected_ttft(pts, 2) == 0.045 and expected_ttft(pts, 406) == 2.46
+    assert expected_ttft(pts, 100) == pytest.approx(0.045 + (1.15 - 0.045) * 96 / 184)
     # 188 -> 406 grew slower than n (the fixed cost): e = 1, a straight line through 0
     assert expected_ttft(pts, 812) == 2 * 2.46
     cap = time_cap(pts, 5.0)
-    assert cap.tokens == int(406 * 5.0 / 2.46) == 825 and cap[1:] == (406, 2.46)
+    assert cap == (int(406 * 5.0 / 2.46), (406, 2.46), None, 1.0) and cap.tokens == 825
     # attention's n² on a CPU: TTFT grew 3x over 2x the length, so e = log2(3)
     quad = [(1000, 2.0), (2000, 6.0)]
     assert expected_ttft(quad, 4000) == pytest.approx(18.0)
     assert time_cap(quad, 10.0).tokens == int(2000 * (10 / 6.0) ** (1 / math.log2(3)))
-    # the longest probe already over: the longest one within; none within: no cap
-    assert time_cap([(100, 1.0), (1000, 7.0)], 5.0) == (100, 100, 1.0)
-    assert time_cap([(4, 6.0)], 5.0) is None
+    assert time_cap(quad, 10.0).growth == pytest.approx(math.log2(3))
+    assert time_cap([(4, 6.0)], 5.0) is None  # the fixed cost alone is over: no cap
+
+
+def test_time_cap_between_the_probes_around_the_budget():
+    """The longest probe over the budget: the cap is where the line between it and the
+    longest probe within the budget reaches the budget, never below the latter.  The
+    user's llama.cpp on a loaded CPU: 40 tokens 0.09 s, 1,896 tokens 9.7 s; the cap was
+    40 tokens (the longest length measured within 5 s), the lengths between them were
+    expected at 9.7 s (the next length up's TTFT)."""
+    cpu = [(4, 0.05), (9, 0.06), (19, 0.07), (40, 0.09), (1896, 9.7)]
+    assert expected_ttft(cpu, 406) == pytest.approx(0.09 + 9.61 * 366 / 1856)  # 1.99 s, was 9.7
+    cap = time_cap(cpu, 5.0)
+    assert cap == (40 + int(4.91 * 1856 / 9.61), (40, 0.09), (1896, 9.7), 1.0)
+    assert cap.tokens == 988  # was 40
+    # a length that ran within the budget is never capped: 878 took 2 s, 1,896 9.7 s
+    cap = time_cap([(100, 1.0), (878, 2.0), (1896, 9.7)], 5.0)
+    assert cap.tokens == 878 + int(3.0 * 1018 / 7.7) == 1274 and cap.below == (878, 2.0)
+    # a slow probe below a faster longer one: the cap is past the longer one
+    cap = time_cap([(100, 1.0), (406, 7.0), (878, 2.0)], 5.0)
+    assert cap.tokens == int(878 * 5.0 / 2.0) and cap.above is None
+
+
+def test_time_cap_after_one_slow_probe(fake_server):
+    """TTFT = 20 ms + 0.2 ms a token (a 0.6-s cap is 2,900 tokens), but the first
+    1,896-token probe takes 3x (1.16 s): the cap is on the line between the longest
+    probe within the cap (878) and it, not 878 itself; the note lists only the length
+    left over, as requested (4,007 under the 4,096-token context, not 4096), never the
+    1,896 that ran, and its numbers give its cap."""
+    slow_once = []
+
+    def line(req):
+        words = len(req.json["prompt"].split())
+        t = 0.02 + 2e-4 * words
+        if words >= 1800 and not slow_once:
+            slow_once.append(words)
+            t *= 3
+        return Reply.sse([(t, sse_text("x")),
+                          (t + 0.001, sse_data({"choices": [], "usage": {"prompt_tokens": words}})),
+                          (t + 0.002, sse_done())])
+    srv = fake_server({"GET /v1/models": models_reply("m", max_model_len=4096),
+                       "POST /tokenize": tokenize_route(), "POST /v1/completions": line})
+    runner, _ = run(srv, SweepConfig(make_lengths(4, 4096, 10), warmup=0, seed=3,
+                                     time_cap_s=0.6))
+    runner.join(60)
+    assert runner.state == "done" and slow_once == [1896]
+    took = {r.requested_tokens: r.ttft_s for r in runner.results}
+    t_w, t_o = took[878], took[1896]
+    assert t_w < 0.6 < t_o
+    cap = max(x for x in took if x != 1896)
+    assert cap == 878 + int((0.6 - t_w) * (1896 - 878) / (t_o - t_w))
+    assert 1150 < cap < 1450  # was 878, the longest length measured within the cap
+    assert sorted(took) == [4, 9, 19, 40, 87, 188, 406, 878, cap, 1896]
+    (note,) = runner.notes[1:]  # after the context's
+    assert note.startswith("length 4007 is over the longest prompt expected within 0.6 s a "
+                           f"probe (878 tokens took {t_w:.2f} s, 1,896 tokens took {t_o:.2f} s: "
+                           "0.6 s on the line between; --lengths runs every length given): "
+                           f"capped to {cap} tokens")
+    assert note.endswith(f"capped to {cap} tokens") and "1896" not in note
+    # the note's rounded figures give its cap
+    w, o = round(t_w, 2), round(t_o, 2)
+    assert 878 + (0.6 - w) * 1018 / (o - w) == pytest.approx(cap, rel=0.03)
+    assert runner.cap_note == "time cap"
 
 
 def test_time_cap_bounds_the_longest_probe(fake_server):
@@ -123,7 +186,7 @@ def test_time_cap_bounds_the_longest_probe(fake_server):
     cap = max(sent)
     assert 188 <= cap < 406 and sorted(sent) == [x for x in lengths if x < cap] + [cap]
     assert sent[0] == 4  # nothing measured yet: the shortest first
-    assert runner.lengths == sorted(sent) and runner.cap_note == f"capped at {cap} tok (time)"
+    assert runner.lengths == sorted(sent) and runner.cap_note == "time cap"
     (note,) = runner.notes
     assert note.startswith("lengths 406, 878, 1896, 4096 are over the longest prompt expected "
                            "within 0.4 s a probe (") and f"capped to {cap} tokens" in note

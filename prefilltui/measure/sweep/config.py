@@ -34,8 +34,9 @@ MAX_RATE_LIMIT_WAIT_S = 120.0
 #: A non-continuous sweep gives up after this many failures in a row
 #: (context-length caps and rate-limited attempts that are retried excluded).
 MAX_CONSECUTIVE_FAILURES = 10
-#: The longest one probe of a default sweep (no ``--lengths``) should take (s): lengths
-#: whose expected TTFT is longer are capped and merged (``time_cap``).  A headless sweep of
+#: The longest one probe of a default sweep (no ``--lengths``: ``sweep``, ``demo
+#: --headless`` and the TUI's live sweep) should take (s): lengths whose expected TTFT
+#: is longer are capped and merged (``time_cap``).  A headless sweep of
 #: the default 4-4,096 tokens on a CPU (llama.cpp, ~170 prompt tok/s) took 78 s, 47 s of
 #: it one probe at 4,007 tokens; capped, the longest probe takes about this long.
 TIME_CAP_S = 5.0
@@ -79,9 +80,10 @@ class SweepConfig:
     #: How many results a continuous runner keeps in memory (None: RECENT_RESULTS).
     keep_results: int | None = None
     #: Cap the lengths where one probe is expected to take longer than this (s;
-    #: ``TIME_CAP_S`` for a default sweep, None: off, as for ``--lengths``).  The first
-    #: round then sends each length only once the probes so far expect it within the
-    #: cap (``expected_ttft``), and merges the lengths left over into one at the cap.
+    #: ``TIME_CAP_S`` for a default sweep, one pass or continuous; None: off, as for
+    #: ``--lengths``).  The first round then sends each length only once the probes so
+    #: far expect it within the cap (``expected_ttft``), and merges the lengths left over
+    #: into one at the cap; later rounds probe the capped lengths (until ``set_range``).
     time_cap_s: float | None = None
 
     @property
@@ -120,12 +122,16 @@ def cap_for_context(context_tokens: int | None) -> int | None:
 
 
 class TimeCap(NamedTuple):
-    """The longest prompt (``tokens``) expected to take at most the cap, and the probe
-    it was extrapolated from (``from_tokens`` took ``from_ttft_s``, its fastest)."""
+    """The longest prompt (``tokens``) expected to take at most the cap and the probes it
+    was estimated from: ``below`` (tokens, fastest TTFT s), the longest length measured
+    within the cap; ``above`` the next length measured, over the cap (the cap is on the
+    straight line between the two), or None (past the longest length, extrapolated as
+    n^``growth``)."""
 
     tokens: int
-    from_tokens: int
-    from_ttft_s: float
+    below: tuple[int, float]
+    above: tuple[int, float] | None
+    growth: float = 1.0
 
 
 def _fastest(points: Iterable[tuple[int, float]]) -> list[tuple[int, float]]:
@@ -149,32 +155,39 @@ def _growth(pts: list[tuple[int, float]]) -> float:
 
 def expected_ttft(points: Iterable[tuple[int, float]], n: int) -> float | None:
     """The TTFT (s) an ``n``-token prompt is expected to take, from measured
-    (prompt tokens, TTFT s) pairs, erring long: up to the longest measured length, the
-    fastest TTFT of the shortest length at or above ``n``; beyond it, the longest
-    length's t_m · (n / n_m)^e (``_growth``; e >= 1 keeps the fixed cost in the
+    (prompt tokens, TTFT s) pairs (the fastest TTFT of each length), erring long: at or
+    below the shortest length, its TTFT; between two measured lengths, the straight
+    line between them (TTFT = a + b n + c n², c >= 0, lies under its chords); beyond the
+    longest, its t_m · (n / n_m)^e (``_growth``; e >= 1 keeps the fixed cost in the
     per-token time).  None without a usable point."""
     pts = _fastest(points)
     if not pts:
         return None
-    for m, t in pts:
-        if m >= n:
-            return t
+    if n <= pts[0][0]:
+        return pts[0][1]
+    for (m0, t0), (m1, t1) in zip(pts, pts[1:]):
+        if n <= m1:
+            return t0 + (t1 - t0) * (n - m0) / (m1 - m0)
     n_m, t_m = pts[-1]
     return t_m * (n / n_m) ** _growth(pts)
 
 
 def time_cap(points: Iterable[tuple[int, float]], budget_s: float) -> TimeCap | None:
-    """The longest prompt ``expected_ttft`` keeps within ``budget_s``: past the longest
-    measured length (n_m, t_m) where t_m · (n / n_m)^e = budget_s (never below n_m);
-    when n_m itself took longer, the longest length measured within the budget.  None
-    without a usable point, or when no length was within it (the fixed cost alone is
-    over: a shorter prompt saves nothing)."""
+    """The longest prompt ``expected_ttft`` keeps within ``budget_s``, never below the
+    longest length measured within it (n_w, t_w): when a longer length was measured
+    (n_o, t_o over the budget: a slow probe, or TTFT growing faster than the probes
+    below it said), where the line between the two reaches ``budget_s``,
+    n_w + (budget_s - t_w) (n_o - n_w) / (t_o - t_w); else past n_w where
+    t_w · (n / n_w)^e = budget_s.  None without a usable point, or when no length was
+    within the budget (the fixed cost alone is over: a shorter prompt saves nothing)."""
     pts = _fastest(points)
     within = [(m, t) for m, t in pts if t <= budget_s]
     if not within:
         return None
-    n_m, t_m = pts[-1]
-    if t_m > budget_s:
-        m, t = within[-1]
-        return TimeCap(m, m, t)
-    return TimeCap(max(n_m, int(n_m * (budget_s / t_m) ** (1.0 / _growth(pts)))), n_m, t_m)
+    n_w, t_w = within[-1]
+    above = next(((m, t) for m, t in pts if m > n_w), None)
+    if above is not None:
+        n_o, t_o = above
+        return TimeCap(n_w + int((budget_s - t_w) * (n_o - n_w) / (t_o - t_w)), (n_w, t_w), above)
+    e = _growth(pts)
+    return TimeCap(max(n_w, int(n_w * (budget_s / t_w) ** (1.0 / e))), (n_w, t_w), None, e)

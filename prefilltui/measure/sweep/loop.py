@@ -31,7 +31,7 @@ class ProbeLoop:
     """Mixin of ``SweepRunner``: the loop in its thread.  Needs the runner's config,
     callbacks, hooks, run file, results and counters (``SweepRunner.__init__``), its
     controls' flags (``_stop``, ``_paused``, ``_burst``), ``_set_state``, ``_sleep``,
-    ``_pace``, ``_plan``, ``_plan_changed`` and ``lengths``."""
+    ``_pace``, ``_plan``, ``_plan_changed``, ``_limit`` and ``lengths``."""
 
     config: SweepConfig
     on_result: Callable[[ProbeResult], None] | None
@@ -42,6 +42,7 @@ class ProbeLoop:
     target: Any
     _info: ServerInfo | None
     _cap: int | None
+    _limit: int | None  # SweepRunner._limit: the lower of the context and time caps
     _lengths: list[int]
 
     async def _connect(self, client) -> bool:
@@ -128,8 +129,8 @@ class ProbeLoop:
                 if nxt is None:
                     break
                 length, warm = nxt
-            if self._cap is not None:
-                length = min(length, self._cap)
+            if self._limit is not None:
+                length = min(length, self._limit)
             await self._pace()
             if self._stop:
                 break
@@ -204,9 +205,7 @@ class ProbeLoop:
         start = time.perf_counter()  # until the first request's t_send is known
         n, length, elapsed = 0, 0, 0.0
         while not self._stop:
-            length = max(self.lengths)
-            if self._cap is not None:
-                length = min(length, self._cap)
+            length = max(self.lengths)  # under the caps
             self._set_state("burst", f"#{n + 1} at {length:,} tokens, "
                             f"≥ {pacing.burst_min_s:.1f} s")
             result = await self._one(client, length, False, True)

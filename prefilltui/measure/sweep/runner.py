@@ -34,7 +34,8 @@ from typing import Callable, Iterator, Sequence
 
 from prefilltui.measure.loop_thread import LoopThread
 from prefilltui.measure.sweep.config import (CONTEXT_RESERVE, ProbeHook, SweepConfig,
-                                             expected_ttft, make_lengths, time_cap)
+                                             TimeCap, expected_ttft, make_lengths,
+                                             time_cap)
 from prefilltui.measure.sweep.loop import ProbeLoop
 from prefilltui.model.types import ProbeResult, RunnerState, ServerInfo
 
@@ -78,7 +79,10 @@ class SweepRunner(ProbeLoop):
         self.state_detail = ""
         self._lengths = sorted(set(int(x) for x in config.lengths))
         self._points = len(self._lengths)
-        self._cap: int | None = None
+        self._cap: int | None = None  # the context's (discovery, context-length errors)
+        #: the time cap (``time_cap_s``: the first round's ``time_cap``), None before it
+        #: or once ``set_range`` gave lengths of the user's choosing
+        self._time_cap: int | None = None
         self._info: ServerInfo | None = None
         self._lock = threading.Lock()
         self._paused = False
@@ -95,8 +99,6 @@ class SweepRunner(ProbeLoop):
         self._client: object | None = None
         #: what the sweep says about its plan (lengths capped at the context, ...)
         self.notes: list[str] = []
-        #: the context cap as a short phrase for a status line, or None
-        self.cap_note: str | None = None
         self.target = None
         if (config.until_ci_pct is not None or config.budget_probes is not None
                 or config.budget_s is not None):
@@ -125,6 +127,16 @@ class SweepRunner(ProbeLoop):
     def lengths(self) -> list[int]:
         """The lengths now planned, after the context cap."""
         return self._capped(self._lengths)
+
+    @property
+    def cap_note(self) -> str | None:
+        """The cap that shortens the planned lengths, in a status line's words: "time
+        cap" (``time_cap_s``), "context cap" (the server's context, or the longest
+        prompt built when it is unknown), None when no length is over a cap."""
+        limit = self._limit
+        if limit is None or not any(x > limit for x in self._lengths):
+            return None
+        return "time cap" if limit == self._time_cap else "context cap"
 
     @property
     def progress(self):
@@ -168,10 +180,13 @@ class SweepRunner(ProbeLoop):
         self._thread.poke()
 
     def set_range(self, min_tokens: int, max_tokens: int) -> None:
-        """New lengths (log-spaced, same number of points); takes effect next probe."""
+        """New lengths (log-spaced, same number of points); takes effect next probe.
+        They are the user's choice: the time cap no longer holds (the context's does),
+        and no later round is timed."""
         with self._lock:
             self._lengths = make_lengths(min_tokens, max_tokens, self._points)
             self._new_range = True
+            self._time_cap = None
         self._thread.poke()
 
     # -- internals
@@ -184,10 +199,17 @@ class SweepRunner(ProbeLoop):
             except Exception:
                 log.exception("on_state callback failed")
 
+    @property
+    def _limit(self) -> int | None:
+        """The longest prompt sent: the lower of the context and time caps (None: none)."""
+        caps = [c for c in (self._cap, self._time_cap) if c is not None]
+        return min(caps) if caps else None
+
     def _capped(self, lengths: list[int]) -> list[int]:
-        if self._cap is None:
+        limit = self._limit
+        if limit is None:
             return list(lengths)
-        return sorted({min(x, self._cap) for x in lengths})
+        return sorted({min(x, limit) for x in lengths})
 
     async def _run(self) -> None:
         """The runner's thread: ``_main``, its end said (stopped when cancelled)."""
@@ -247,9 +269,10 @@ class SweepRunner(ProbeLoop):
         """The first round under ``time_cap_s``: in the shuffled order, the next length
         is the first the probes so far expect within the cap (``expected_ttft``; the
         shortest before any probe counts).  When every length left is expected over
-        it, they are capped where a probe takes about the cap (``time_cap``) and merged
-        into one length, run ``repeats`` times unless already probed; the note says
-        which, to what and why, once."""
+        it, those over the cap the probes give (``time_cap``: never below a length that
+        ran within it) are merged into one length at the cap, run ``repeats`` times
+        unless already probed, and those under it run; the note says which, to what and
+        from which probes, once (``_time_capped``)."""
         budget = self.config.time_cap_s
         assert budget is not None
         left = list(round_)
@@ -262,23 +285,51 @@ class SweepRunner(ProbeLoop):
                 pick = next((x for x in left if (expected_ttft(pts, x) or 0.0) <= budget), None)
             if pick is None:
                 cap = time_cap(pts, budget)
-                if cap is None or (self._cap is not None and cap.tokens >= self._cap):
-                    # the fixed cost alone is over (capping saves nothing), or the
-                    # context cap is lower already
+                over = sorted({x for x in left if cap is not None and x > cap.tokens})
+                if (cap is None or not over
+                        or (self._cap is not None and cap.tokens >= self._cap)):
+                    # the fixed cost alone is over (capping saves nothing), nothing left
+                    # is over the cap, or the context cap is lower already
                     yield from left
                     return
-                self._cap = cap.tokens
-                self._plan_changed(
-                    f"{cap.from_tokens:,} tokens took {cap.from_ttft_s:.2f} s; --lengths runs "
-                    "every length given", limit=f"expected within {budget:g} s a probe",
-                    reserve=False, short="time")
-                yield from (x for x in left if x <= cap.tokens)
-                if cap.tokens not in done and any(x > cap.tokens for x in left):
+                with self._lock:
+                    if self._new_range:  # the user's range came first: theirs holds
+                        return
+                    self._time_cap = cap.tokens
+                under = [x for x in left if x <= cap.tokens]
+                self._time_capped(cap, over, budget, ran=set(done) | set(under),
+                                  requested=len(set(round_)))
+                yield from under
+                if cap.tokens not in done:
                     yield from [cap.tokens] * self.config.repeats
                 return
             left.remove(pick)
             done.add(pick)
             yield pick
+
+    def _time_capped(self, cap: TimeCap, over: list[int], budget: float, *, ran: set[int],
+                     requested: int) -> None:
+        """Say the time cap (notes) and report the lengths that will run:
+        ``over`` the lengths left in the first round that it caps, as requested (after
+        the context cap), never one already probed; ``ran`` the other lengths of the
+        round; ``requested`` how many lengths it had.  The note gives the probes the cap
+        comes from (``TimeCap``), so its numbers give the cap."""
+        (n_w, t_w), above = cap.below, cap.above
+        why = f"{n_w:,} tokens took {t_w:.2f} s"
+        if above is not None:
+            why += f", {above[0]:,} tokens took {above[1]:.2f} s: {budget:g} s on the line between"
+        elif cap.growth > 1.0:
+            why += f", TTFT growing as n^{cap.growth:.2f}"
+        run = len(ran | {cap.tokens})
+        merged = len(over) > 1 or cap.tokens in ran
+        note = (f"{'lengths' if len(over) > 1 else 'length'} {', '.join(map(str, over))} "
+                f"{'are' if len(over) > 1 else 'is'} over the longest prompt expected within "
+                f"{budget:g} s a probe ({why}; --lengths runs every length given): capped to "
+                f"{cap.tokens} tokens"
+                + (f", merged: {run} lengths run, not {requested}" if merged else ""))
+        if note not in self.notes:
+            self.notes.append(note)
+        self._report_plan()
 
     def _timing_points(self) -> list[tuple[int, float]]:
         """(requested tokens, TTFT s) of this runner's probes that time prefill: ok, no
@@ -304,19 +355,18 @@ class SweepRunner(ProbeLoop):
             self.notes.append(note)
         self._report_plan()
 
-    def _plan_changed(self, why: str, *, reserve: bool = True, limit: str | None = None,
-                      short: str | None = None) -> None:
-        """Say which requested lengths the cap changes (notes, cap_note) and report the
-        lengths that will run (``on_plan``); ``reserve``: the cap keeps CONTEXT_RESERVE
-        and 2 % free (a context cap); ``limit``: what the cap is the longest prompt of
-        (default: the server takes / built); ``short``: the cap's word in ``cap_note``
-        (default: context / context unknown)."""
+    def _plan_changed(self, why: str, *, reserve: bool = True) -> None:
+        """Say which requested lengths the context cap changes (notes) and
+        report the lengths that will run (``on_plan``); ``reserve``: the cap keeps
+        CONTEXT_RESERVE and 2 % free (the server's context; False: the context is unknown
+        and the cap is the longest prompt built).  The time cap says itself
+        (``_time_capped``)."""
         cap = self._cap
         over = [x for x in self._lengths if cap is not None and x > cap]
         if over:
             planned = self.lengths
             merged = cap in self._lengths or len(over) > 1
-            limit = limit or ("the server takes" if reserve else "built")
+            limit = "the server takes" if reserve else "built"
             note = (f"{'lengths' if len(over) > 1 else 'length'} {', '.join(map(str, over))} "
                     f"{'are' if len(over) > 1 else 'is'} over the longest prompt {limit} ({why}"
                     + (f"; {CONTEXT_RESERVE} tokens and 2 % kept free" if reserve else "")
@@ -326,8 +376,6 @@ class SweepRunner(ProbeLoop):
                        if merged else ""))
             if note not in self.notes:
                 self.notes.append(note)
-            short = short or ("context" if reserve else "context unknown")
-            self.cap_note = f"capped at {cap} tok ({short})"
         self._report_plan()
 
     def _report_plan(self) -> None:

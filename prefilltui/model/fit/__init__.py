@@ -15,7 +15,8 @@ from __future__ import annotations
 from prefilltui.model.fit.intercept import (
     FixedCost, ServerFixedCost, fixed_cost, physical_ci, pin_bound_s, server_fixed_cost,
 )
-from prefilltui.model.fit.linear import CONFIDENCE, LinearFit, fit_ols
+from prefilltui.model.fit.linear import (CONFIDENCE, TOO_NOISY, TOO_NOISY_WHY, LinearFit,
+                                         fit_ols, throughput_text)
 from prefilltui.model.fit.percentiles import (
     LengthRow, Quantiles, TtftPercentiles, finite_median, median_overhead_s, quantiles,
     ttft_percentiles,
@@ -27,7 +28,8 @@ from prefilltui.model.fit.until_ci import ConfidenceTarget, Progress
 
 __all__ = [
     "CONFIDENCE", "ConfidenceTarget", "FitSnapshot", "FixedCost", "LengthRow", "LinearFit",
-    "Progress", "Quantiles", "RunningFit", "ServerFixedCost", "TtftPercentiles", "finite_median",
-    "fit_ols", "fit_robust", "fixed_cost", "median_overhead_s", "physical_ci", "pin_bound_s",
-    "quantiles", "server_fixed_cost", "t_cdf", "t_ppf", "ttft_percentiles",
+    "Progress", "Quantiles", "RunningFit", "ServerFixedCost", "TOO_NOISY", "TOO_NOISY_WHY",
+    "TtftPercentiles", "finite_median", "fit_ols", "fit_robust", "fixed_cost",
+    "median_overhead_s", "physical_ci", "pin_bound_s", "quantiles", "server_fixed_cost",
+    "t_cdf", "t_ppf", "throughput_text", "ttft_percentiles",
 ]

@@ -29,6 +29,11 @@ import numpy as np
 
 
 CONFIDENCE = 0.95
+#: What stands in for the throughput of a fit whose slope's 95 % interval includes 0
+#: (``LinearFit.unresolved``: 1/b is no throughput yet), wherever one is stated
+#: (``throughput_text``); ``TOO_NOISY_WHY`` says why, where there is room.
+TOO_NOISY = "too noisy yet"
+TOO_NOISY_WHY = "the slope's 95% interval includes 0"
 
 
 def _fnum(v: float | None) -> float | None:
@@ -123,6 +128,21 @@ class LinearFit:
             d["c_s_per_token2"] = _fnum(self.c_s_per_token2)
             d["c_ci"] = ci(self.c_ci)
         return d
+
+
+def throughput_text(fit: LinearFit | None, unit: str = "prompt tok/s") -> str | None:
+    """A fit's throughput as every renderer states it (the verdict, the text summary,
+    the TUI, report's plots): "1,234 prompt tok/s" (1/b, grouped, then ``unit``, if any), or
+    ``TOO_NOISY`` while the slope's 95 % interval includes 0 (``unresolved``); None
+    without a fit or a positive slope."""
+    if fit is None:
+        return None
+    tps = _fnum(fit.prefill_tokens_per_s)
+    if tps is None or tps <= 0:
+        return None
+    if fit.unresolved:
+        return TOO_NOISY
+    return f"{tps:,.0f} {unit}".rstrip()
 
 
 def _invert_ci(lo: float, hi: float) -> tuple[float | None, float | None]:

@@ -215,26 +215,25 @@ def mfu_with_attention(a_b_c: tuple[float, float, float], n: float, model: flopc
 
 
 def verdict(mfu_value: float | None, *, achieved: float | None = None,
-            tokens_per_s: float | None = None, max_tokens: float | None = None,
-            ridge: float | None = None, hidden: int | None = None,
-            source: str | None = None) -> tuple[str, str]:
+            throughput: str | None = None, max_tokens: float | None = None,
+            ridge: float | None = None, hidden: int | None = None) -> tuple[str, str]:
     """(level, plain-words judgement).  level: "healthy" | "below" | "wrong" |
     "impossible" | "unknown-peak" | "short-prompts".
 
-    ``tokens_per_s`` is the throughput of the slope ``achieved`` and ``mfu_value`` come
-    from (1 / b: one slope for all three); ``source`` names that slope's fit when it is
-    not the fit shown ("the quadratic fit's linear term"), and the sentence says so.
+    ``throughput`` says the throughput of the slope ``achieved`` and ``mfu_value`` come
+    from (1 / b: one slope for all three), as ``analysis.assess`` words it ("4,042
+    prompt tok/s (the quadratic fit's linear term)", or that it is too noisy yet, with
+    no ``achieved``: ``fit.throughput_text``).
     Thresholds: HEALTHY_MFU (0.40) and LOW_MFU (0.20), see their comment.  When the
     longest prompt's arithmetic intensity is below the ridge point the prompts are
     memory-bound, so a low MFU is expected and the verdict says to probe longer ones.
     """
-    thr = "" if tokens_per_s is None else (f"{tokens_per_s:,.0f} prompt tok/s"
-                                           + (f" ({source})" if source else ""))
     ach = "" if achieved is None else f"{achieved / 1e12:.3g} TFLOP/s achieved"
-    facts = ", ".join(s for s in (thr, ach) if s)
+    facts = ", ".join(s for s in (throughput, ach) if s)
     if mfu_value is None:
-        return ("unknown-peak", f"Peak unknown (CPU or unlisted GPU): {facts or 'no fit yet'} "
-                "(estimate). MFU needs --peak-tflops (and --gpu / --params if not detected).")
+        est = "" if achieved is None and throughput else " (estimate)"  # the FLOP/s are
+        return ("unknown-peak", f"Peak unknown (CPU or unlisted GPU): {facts or 'no fit yet'}"
+                f"{est}. MFU needs --peak-tflops (and --gpu / --params if not detected).")
     pct = f"{MFU_LABEL} {mfu_value:.0%} of dense peak (estimate)"
     if mfu_value > 1.05:
         return ("impossible", f"{pct} is above 100 %: the peak, the parameter count or the token "

@@ -23,7 +23,7 @@ from prefilltui.model.roofline import ModelShape
 from prefilltui.model.roofline import Hardware
 from prefilltui.model.depth import depth_table, is_depth_probe
 from prefilltui.model.diagnosis import summarize_diagnosis
-from prefilltui.model.fit import LinearFit
+from prefilltui.model.fit import TOO_NOISY, TOO_NOISY_WHY, LinearFit, throughput_text
 from prefilltui.model.fit import FitSnapshot, RunningFit
 from prefilltui.model.spec import AnalysisOptions, resolve_gpu, resolve_model
 from prefilltui.model.summary.run import (LiveFacts, ProbeCounts, QuadraticFit, RooflineSummary,
@@ -241,14 +241,26 @@ def judge(snap: FitSnapshot | None, model: ModelShape | None, hw: Hardware | Non
                        "throughput (prompts too short, or a prefix cache the server does not report?).")
     a = assess(snap, model, hw)
     if roof is None or a is None:
-        return Verdict("unknown-model", f"{fit.prefill_tokens_per_s:,.0f} prompt tok/s. "
-                       "Model shape unknown: FLOP/s and MFU need --params (or --model-config).")
+        tp = stated_throughput(fit)
+        return Verdict("unknown-model", f"{tp[0].upper()}{tp[1:]}. Model shape unknown: "
+                       "FLOP/s and MFU need --params (or --model-config).")
     return Verdict(a.level, a.text)
 
 
 #: How the verdict names the quadratic's linear term when achieved FLOP/s and MFU come
 #: from it (``pick_slope``): the throughput beside them is that slope's, not the line's.
 QUADRATIC_SOURCE_WORDS = "the quadratic fit's linear term"
+
+
+def stated_throughput(fit: LinearFit, source: str | None = None) -> str:
+    """The throughput a verdict states (``fit.throughput_text``): "2,990 prompt tok/s"
+    (with ``source``, the fit it comes from, in brackets), or while the slope's 95 %
+    interval includes 0 "throughput too noisy yet, the slope's 95% interval includes
+    0" -- never 1/b as a number then.  ``fit`` has a positive slope."""
+    tp = throughput_text(fit) or ""
+    if tp == TOO_NOISY:
+        return f"throughput {TOO_NOISY}, {TOO_NOISY_WHY}"
+    return tp + (f" ({source})" if source else "")
 
 
 def pick_slope(snap: FitSnapshot) -> tuple[float, str, LinearFit]:
@@ -292,12 +304,14 @@ def assess(snap: FitSnapshot | None, model: ModelShape | None, hw: Hardware | No
     ach = roofline.achieved_flops(b, f_tok)
     mfu = roofline.mfu(b, f_tok, peak)
     # the throughput said beside the FLOP/s is the one of the slope they come from (a
-    # quadratic's linear term is faster than the line, which averages attention's n²)
+    # quadratic's linear term is faster than the line, which averages attention's n²);
+    # too noisy yet, neither is said as a number (the FLOP/s are that throughput's)
     paired = ach is not None and src_fit is not fit
+    said = src_fit if paired else fit
     level, text = roofline.verdict(
-        mfu, achieved=ach, tokens_per_s=1.0 / b if paired else fit.prefill_tokens_per_s,
-        max_tokens=fit.x_max, ridge=hw.ridge_point if hw else None, hidden=model.hidden,
-        source=QUADRATIC_SOURCE_WORDS if paired else None)
+        mfu, achieved=None if said.unresolved else ach,
+        throughput=stated_throughput(said, QUADRATIC_SOURCE_WORDS if paired else None),
+        max_tokens=fit.x_max, ridge=hw.ridge_point if hw else None, hidden=model.hidden)
     return Assessment(b, source, ach, mfu, level, text)
 
 

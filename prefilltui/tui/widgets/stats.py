@@ -10,7 +10,7 @@ from __future__ import annotations
 from rich.text import Text
 from textual.widgets import Static
 
-from prefilltui.model.fit import physical_ci, pin_bound_s
+from prefilltui.model.fit import TOO_NOISY, physical_ci, pin_bound_s
 from prefilltui.model.roofline import MFU_LABEL
 from prefilltui.model.sanitize import clean
 from prefilltui.model.units import MISSING
@@ -122,10 +122,11 @@ def headline_text(v: StatsView, width: int = HEADLINE_WIDTH) -> Text:
     if v.slope_s is None:
         t.append("fit: needs ≥3 probes at\n  different lengths\n", style="italic")
     else:
-        line("prefill", f"{si(v.prefill_tokens_per_s)} tok/s", "bold")
-        if v.unresolved:
-            line("  95%", "too noisy yet", "bold")
+        if v.unresolved:  # 1/slope is no throughput yet: no number (fit.throughput_text)
+            line("prefill", TOO_NOISY, "bold")
+            line("  95%", "slope includes 0", "dim")
         else:
+            line("prefill", f"{si(v.prefill_tokens_per_s)} tok/s", "bold")
             interval(v.prefill_tokens_per_s_ci, si, "tok/s")
         _fixed_cost(v, line, interval)
     if v.mfu is not None:
