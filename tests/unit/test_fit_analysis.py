@@ -7,6 +7,7 @@ import json
 import numpy as np
 import pytest
 
+from prefilltui.model import units
 from prefilltui.model.roofline import flops
 from prefilltui.model.summary import analyze
 from prefilltui.model.roofline import lookup_model
@@ -132,13 +133,13 @@ def test_verdict_pairs_the_flops_with_the_throughput_of_their_own_slope():
         assert paired > 1.2 * d.fit.prefill_tokens_per_s  # the line averages in attention
         text = d.verdict.text
         assert (f"{paired:,.0f} prompt tok/s (the quadratic fit's linear term), "
-                f"{r.achieved_flops / 1e12:.3g} TFLOP/s achieved") in text
+                f"{units.flops(r.achieved_flops)} achieved") in text
         assert f"{d.fit.prefill_tokens_per_s:,.0f} prompt tok/s" not in text
     # a straight line: the line's own throughput, no source named
     d = analyze(run(b=1 / 3000), ServerInfo(model="SmolLM2-135M"), None)
     assert not (d.quadratic and d.quadratic.applies)
     assert (f"{d.fit.prefill_tokens_per_s:,.0f} prompt tok/s, "
-            f"{d.roofline.achieved_flops / 1e12:.3g} TFLOP/s achieved") in d.verdict.text
+            f"{units.flops(d.roofline.achieved_flops)} achieved") in d.verdict.text
 
 
 def test_curvature_line_one_format_with_units():
@@ -174,3 +175,19 @@ def test_reuses_a_running_fit_and_bad_model_config():
     assert any("model-config" in n for n in d.notes)
     d = analyze(rs, None, AnalysisOptions(fit="ols"))
     assert d.fit.method == "ols"
+
+
+def test_achieved_flops_one_spelling_in_the_text_summary_and_the_verdict():
+    """The text summary and the verdict said "0.75 TFLOP/s" (".3g" drops a zero; the
+    TUI's headline switched to GFLOP/s only below 0.1): units.flops in every place,
+    3 significant digits, GFLOP/s below 1 TFLOP/s."""
+    from prefilltui.render.text import format_summary
+
+    d = analyze(run(b=1 / 1500), ServerInfo(model="SmolLM2-135M"), None)
+    ach = d.roofline.achieved_flops
+    assert 1e11 < ach < 1e12
+    shown = units.flops(ach)
+    assert shown.endswith(" GFLOP/s") and len(shown.split()[0].replace(".", "")) == 3
+    assert f"  achieved {shown} (from the " in format_summary(d)
+    assert f"{shown} achieved" in d.verdict.text
+    assert "TFLOP/s achieved" not in d.verdict.text

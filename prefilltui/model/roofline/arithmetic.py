@@ -23,6 +23,7 @@ from typing import Any, Callable, Literal
 
 import numpy as np
 
+from prefilltui.model import units
 from prefilltui.model.roofline import flops as flopcount
 from prefilltui.model.types import JsonObject
 
@@ -230,7 +231,7 @@ def verdict(mfu_value: float | None, *, achieved: float | None = None,
     """
     thr = "" if tokens_per_s is None else (f"{tokens_per_s:,.0f} prompt tok/s"
                                            + (f" ({source})" if source else ""))
-    ach = "" if achieved is None else f"{achieved / 1e12:.3g} TFLOP/s achieved"
+    ach = "" if achieved is None else f"{units.flops(achieved)} achieved"
     facts = ", ".join(s for s in (thr, ach) if s)
     if mfu_value is None:
         return ("unknown-peak", f"Peak unknown (CPU or unlisted GPU): {facts or 'no fit yet'} "
