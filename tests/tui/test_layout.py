@@ -157,6 +157,27 @@ async def test_notifications_on_their_own_line_never_over_the_log(tmp_path, monk
         assert line.history[-1].text.endswith(".summary.json")  # in full for the help
 
 
+async def test_the_count_of_other_messages_says_what_it_is(tmp_path, monkeypatch):
+    """The line ended in an unexplained "(+1)": it counts the other notifications
+    still within their timeout, which ``?`` lists; it says so, within the width."""
+    monkeypatch.setenv("HOME", str(tmp_path))
+    app, _ = _app()
+    async with app.run_test(size=(80, 24), notifications=True) as pilot:
+        await _settle(pilot)
+        long = tmp_path / ".local" / "share" / "prefilltui" / "run-20261201-223448"
+        app.notify("cache check: 0 cached tokens", timeout=30)
+        app.notify(f"exported {long}.csv, {long}.summary.json", timeout=30)
+        await _settle(pilot)
+        shown = _lines(app)[22].rstrip()
+        assert shown.startswith(" · exported ~/") and shown.endswith(".json (+1 more: ?)"), shown
+        assert len(shown) <= 80
+    from prefilltui.tui.widgets.message_line import more_tail
+
+    assert more_tail(0, 78) == ""
+    assert more_tail(2, 78) == " (+2 more: ?)"
+    assert more_tail(2, 30) == " (+2)"  # a narrow line keeps room for the message
+
+
 def test_fit_line_shortens_paths_never_mid_word():
     home = "/home/ana"
     assert tilde("wrote /home/ana/a.csv and /home/anna/b", home) == \
