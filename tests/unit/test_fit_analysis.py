@@ -191,3 +191,25 @@ def test_achieved_flops_one_spelling_in_the_text_summary_and_the_verdict():
     assert f"  achieved {shown} (from the " in format_summary(d)
     assert f"{shown} achieved" in d.verdict.text
     assert "TFLOP/s achieved" not in d.verdict.text
+
+
+def test_ok_probes_left_out_of_the_fit_counted_by_why():
+    """The counts behind "n 14 of 16 ok": every ok probe is in the fit or left out for
+    one reason, the same in a run's summary and the live one."""
+    from dataclasses import replace
+
+    from prefilltui.model.summary import LiveSummary
+    from prefilltui.model.summary.analysis import probe_counts
+
+    rs = run(n=12)  # a warm-up, 12 in the fit, a failure, a cache hit
+    rs.append(replace(rs[3], seq=50, load_level=2))  # a probe under a background load
+    rs.append(replace(rs[4], seq=51, ttft_s=None))  # ok, but no first token time
+    c = probe_counts(rs)
+    assert c.left_out == {"warm-up": 1, "cache hit": 1, "under load": 1, "no TTFT or length": 1}
+    assert c.ok == c.fit_eligible + sum(c.left_out.values()) == 16
+    assert c.to_json()["left_out"] == c.left_out
+    live = LiveSummary()
+    for r in rs:
+        live.add(r)
+    assert live.counts.left_out == c.left_out
+    assert [r.left_out for r in rs[:2]] == ["warm-up", None] and rs[-4].left_out is None  # failed

@@ -155,6 +155,8 @@ def detail_text(v: StatsView) -> Text:
     the notes (under load; why TTFT in full)."""
     t = Text(no_wrap=False, overflow="fold")
     line, interval = _liner(t)
+    if v.fit_counts:  # what the title's "n 14 of 16 ok" leaves out, and why
+        t.append(v.fit_counts + "\n", style="dim")
     if v.slope_s is not None:
         line("slope", f"{_us(v.slope_s)} µs/tok")
         interval(v.slope_ci, _us, "µs/tok")
@@ -259,10 +261,16 @@ def _fixed_cost_notes(v: StatsView, line) -> None:
         line("intercept", f"server {_ms(v.server_fixed_s)} ms")
 
 
-def stats_title(v: StatsView) -> str:
-    """Border title: which fit, over what, from how many probes."""
+def stats_title(v: StatsView, width: int | None = None) -> str:
+    """Border title: which fit, over what, from how many of the ok probes ("robust fit ·
+    all · n 36 of 45 ok": the status line counts 45 ok, and warm-ups, cache hits and
+    probes under load are left out of the fit; the details say which, ``fit_counts``).
+    The longest form that fits ``width`` columns (None: the longest): without the
+    scope (the status line names it), then "fit n 36 of 45 ok"."""
     which = "window" if v.which == "window" else "all"
-    return f"{v.method} fit · {which} · n {v.n}"
+    n = f"n {v.n:,} of {v.ok_probes:,} ok"
+    forms = (f"{v.method} fit · {which} · {n}", f"{v.method} fit · {n}", f"fit {n}")
+    return next((f for f in forms if width is None or len(f) <= width), forms[-1])
 
 
 class _TextPanel(Static):
