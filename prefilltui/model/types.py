@@ -40,6 +40,8 @@ Dtype = Literal["bf16", "fp16", "fp8"]
 FitMethod = Literal["robust", "ols"]
 #: Which probes a fit covers: every eligible probe, or the sliding window.
 FitScope = Literal["all", "window"]
+#: Why an ok probe is kept out of the idle fit (``ProbeResult.left_out``).
+LeftOut = Literal["warm-up", "cache hit", "under load", "no TTFT or length"]
 #: What the telemetry samples: GPUs (NVML, AMD, Intel, a GPU page), the CPU fallback, or nothing.
 TelemetryKind = Literal["gpu", "cpu", "none"]
 #: A telemetry device's state: sampling, or a query failed (retried with back-off).
@@ -198,6 +200,21 @@ class ProbeResult:
             and self.ttft_s is not None
             and self.tokens is not None
         )
+
+    @property
+    def left_out(self) -> LeftOut | None:
+        """Why this ok probe is not in the idle fit (``fit_eligible``), the first that
+        holds: "warm-up", "cache hit", "under load" (a load level's probe), "no TTFT
+        or length"; None for a probe in the fit or a failed one."""
+        if not self.ok or self.fit_eligible:
+            return None
+        if self.warmup:
+            return "warm-up"
+        if self.cache_hit:
+            return "cache hit"
+        if self.ttft_s is None or self.tokens is None:
+            return "no TTFT or length"
+        return "under load"
 
     @property
     def tokens(self) -> int | None:

@@ -1,5 +1,6 @@
 """How values are written for people: one spelling for a missing value, milliseconds,
-a quadratic's curvature.
+a quadratic's curvature,
+an achieved FLOP/s figure.
 
 Data is in seconds everywhere; milliseconds appear only in text made here.  A value
 that was not measured is written ``MISSING`` ("N/A"), on screen and in text summaries
@@ -57,3 +58,32 @@ def curvature(c_s_per_token2: float | None, *, unit: bool = True) -> str:
     if not _known(c_s_per_token2):
         return MISSING
     return ms_sig(c_s_per_token2 * 1e6, unit=False) + (f" {CURVATURE_UNIT}" if unit else "")
+
+
+def _sig_digits(v: float, sig: int) -> str:
+    """``v`` (>= 0) to ``sig`` significant digits, trailing zeros kept, grouped, never
+    in exponent notation: 91 -> "91.0", 0.1 -> "0.100", 1234 -> "1,230"."""
+    if v == 0:
+        return f"{0:.{sig - 1}f}"
+    d = sig - 1 - math.floor(math.log10(v))
+    r = round(v, d)
+    if r and math.floor(math.log10(r)) > math.floor(math.log10(v)):  # 99.96 -> 100.0
+        d -= 1
+        r = round(v, d)
+    return f"{r:,.{d}f}" if d > 0 else f"{r:,.0f}"
+
+
+def flops(flop_per_s: float | None, sig: int = 3) -> str:
+    """An achieved FLOP/s figure on screen, one spelling wherever it is shown (the TUI's
+    headline and details, the text summary, the roofline verdict): ``sig`` significant
+    digits, trailing zeros kept, in GFLOP/s below 1 TFLOP/s and TFLOP/s from it, the
+    unit chosen after rounding: 9.1e10 -> "91.0 GFLOP/s", 1.05e11 -> "105 GFLOP/s",
+    9.9996e11 -> "1.00 TFLOP/s", 1.57e12 -> "1.57 TFLOP/s"; ``MISSING`` for None/NaN.
+    Data stay in FLOP/s."""
+    if not _known(flop_per_s):
+        return MISSING
+    g = abs(flop_per_s) / 1e9
+    sign = "-" if flop_per_s < 0 else ""
+    if float(_sig_digits(g, sig).replace(",", "")) < 1000:
+        return f"{sign}{_sig_digits(g, sig)} GFLOP/s"
+    return f"{sign}{_sig_digits(g / 1000, sig)} TFLOP/s"

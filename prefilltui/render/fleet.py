@@ -211,6 +211,31 @@ def cell(row: FleetRow, key: str, width: int = 12) -> tuple[str, Style]:
     raise KeyError(key)
 
 
+def figures(row: FleetRow) -> str:
+    """The compact cells the table cannot spell out, in words (``prefilltui status``'s
+    block per target): "prefill 310 tok/s (interval not bounded yet) · probes 7 ok / 0
+    failed · cache hits 0 (the server counted every miss)".  The prefill part only
+    with a fit, the cache part only after an ok probe."""
+    out = []
+    if row.tok_s is not None and math.isfinite(row.tok_s):
+        hw = row.half_width_pct
+        pm = ("" if hw is None else " (interval not bounded yet)" if hw == math.inf
+              else f" ± {hw:.0f} % (95 % interval)")
+        out.append(f"prefill {row.tok_s:,.0f} tok/s{pm}")
+    out.append(f"probes {row.probes - row.failed:,} ok / {row.failed:,} failed")
+    if row.cache_hits:
+        out.append(f"cache hits {row.cache_hits:,} (prefix-cache hits among the probes)")
+    elif row.ok_probes:
+        if row.cache_counted >= row.ok_probes:
+            proof = "the server counted every miss"
+        elif row.cache_counted:
+            proof = f"counted by the server on {row.cache_counted} of {row.ok_probes} probes"
+        else:
+            proof = "not proven: the server reports no cached-token count"
+        out.append(f"cache hits 0 ({proof})")
+    return " · ".join(out)
+
+
 def _short_model(name: str | None) -> str:
     if not name:
         return MISSING

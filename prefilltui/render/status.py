@@ -7,18 +7,20 @@ import json
 
 from prefilltui.model.sanitize import clean
 from prefilltui.model.fleet import FleetStatus
-from prefilltui.render.fleet import table
+from prefilltui.render.fleet import figures, table
 
 
 def format_status(status: FleetStatus, width: int = 100, ref_tokens: int = 1024) -> str:
     """The snapshot as text: the table of every target, worst first, then one block per
-    target with findings, notes and advice (healthy targets: one line)."""
+    target: its figures in words (``render.fleet.figures``: what "310 ±∞", "7/0" and
+    "0 ✓" in the table stand for), findings, the verdict, notes and advice."""
     rows = [t.row for t in status.targets]
     out = table(rows, width=width, ref_tokens=ref_tokens)
     for t in status.targets:
         h = t.row.health
         lines = [f"{clean(t.label)}: {h.word}" + (f" ({clean(t.url)})" if t.url and
-                                                   t.url != t.label else "")]
+                                                   t.url != t.label else ""),
+                 f"  {figures(t.row)}"]
         for f in h.findings:
             lines.append(f"  {f.severity} {f.rule}: {clean(f.text)}")
         if t.row.verdict_text:

@@ -169,7 +169,7 @@ def _roofline_lines(d: RunSummary) -> list[str]:
                    f"{lo[0]:,} tokens, {hi[3]:.2f} at {hi[0]:,} (vLLM bills attention's full n² "
                    "square, MFU its causal half)")
     if roof and roof.achieved_flops:
-        line = f"  achieved {roof.achieved_flops / 1e12:.3g} TFLOP/s (from the {roof.slope_source} slope)"
+        line = f"  achieved {units.flops(roof.achieved_flops)} (from the {roof.slope_source} slope)"
         if roof.mfu is not None:
             line += f" = {roof.mfu_label} {roof.mfu:.1%}"
             if roof.mfu_ci:

@@ -19,6 +19,19 @@ def _tok(v: float | None) -> str:
     return MISSING if v is None else f"{v:,.0f}"
 
 
+def unexplained_words(share: float) -> str:
+    """The users' prefill against the fit's slope, by the sign of the unexplained share
+    (1 - slope x uncached tokens / prefill time): "30 % of users' prefill unexplained by
+    the fit" above 0; below, the fit expects more prefill than they took, so their
+    prefill ran faster than it (1 / (1 - share) x its rate: -0.47 is 47 % faster), which
+    cache hits the spans do not count would do: "users' prefill 47 % faster than the
+    fit (cache hits?)"."""
+    pct = round(share * 100)
+    if pct < 0:
+        return f"users' prefill {-pct} % faster than the fit (cache hits?)"
+    return f"{max(pct, 0)} % of users' prefill unexplained by the fit"
+
+
 def users_lines(w: UsersWindow | None, *, matched: str | None = None) -> list[str]:
     """The users' window as short lines (``[]`` for None or source "none").
     ``matched``: how the probes' own spans went ("probes' spans 9/10"), when known."""
@@ -45,7 +58,7 @@ def users_lines(w: UsersWindow | None, *, matched: str | None = None) -> list[st
     if w.prefix_cache_hit_rate is not None:
         extra.append(f"prefix cache hits {_pct(w.prefix_cache_hit_rate)}")
     if w.unexplained_prefill_share is not None:
-        extra.append(f"prefill unexplained by the fit {_pct(w.unexplained_prefill_share)}")
+        extra.append(unexplained_words(w.unexplained_prefill_share))
     if w.waiting is not None:
         extra.append(f"{w.waiting:.0f} waiting now")
     if matched:

@@ -211,6 +211,8 @@ class DashboardScreen(Screen[None]):
 
     def on_resize(self, event: events.Resize) -> None:
         self._fit_footer(event.size.width)
+        if self.redraw is not None:  # the fit box's title: the form that fits its width
+            self.redraw.soon()
 
     def _fit_footer(self, width: int) -> None:
         """The optional keys that fit beside the others at ``width`` columns."""

@@ -51,6 +51,9 @@ Window = tuple[float, float]
 #: a core, docs/performance.md).  A probe after 2 s of quiet -- a long prefill, a
 #: paced GPU server -- is still drawn on the next tick; keys redraw at once.
 REPLOT_HZ = 0.5
+#: Columns of a box's width its border title cannot use: the corners, the "─" after the
+#: left one and a blank each side (Textual truncates the title with "…" beyond).
+TITLE_FRAME = 6
 #: Gauge redraws a second at most in frames of their own (they also ride along every
 #: data redraw; ``widgets.gauges.MIN_REDRAW_S``).
 GAUGE_HZ = 2.0
@@ -212,7 +215,9 @@ class Redraw:
             stats.notes += feed.users_lines()  # the users' window (--otlp-listen)
             p.headline.show(stats)
             p.stats.show(stats)
-            self._title(p.side, "stats", stats_title(stats) + level_title(feed))
+            level = level_title(feed)
+            room = p.side.outer_size.width - TITLE_FRAME - len(level) if p.side.is_mounted else 0
+            self._title(p.side, "stats", stats_title(stats, room if room > 0 else None) + level)
             self.status()
         except Exception as exc:  # a bad fit must not end the app
             self.notify(f"display update failed: {exc}", severity="error", timeout=6)

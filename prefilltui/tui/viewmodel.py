@@ -30,6 +30,9 @@ class StatsView:
     method: FitMethod = "robust"
     which: FitScope = "all"
     n: int = 0
+    #: why the fit has fewer probes than are ok ("fit n 14 of 16 ok: left out 1
+    #: warm-up, 1 cache hit"; ``fit_counts``); None without a fit
+    fit_counts: str | None = None
     intercept_s: float | None = None
     intercept_ci: tuple[float, float] | None = None
     slope_s: float | None = None  # seconds per token
@@ -113,6 +116,34 @@ def drift_warning(baseline: LinearFit | None, fit: LinearFit | None) -> str | No
     return f"⚠ {text}" if text else None
 
 
+#: ``ProbeCounts.left_out``'s reasons in the order said, as (one, many).
+_LEFT_OUT_WORDS = (("warm-up", ("warm-up", "warm-ups")), ("cache hit", ("cache hit", "cache hits")),
+                   ("under load", ("under load", "under load")),
+                   ("no TTFT or length", ("with no TTFT or length", "with no TTFT or length")))
+
+
+def fit_counts(c: ProbeCounts, fit: LinearFit, which: FitScope) -> str:
+    """Why the fit has fewer probes than the status line's ok count, every one of them
+    accounted for: "fit n 14 of 16 ok: left out 1 warm-up, 1 cache hit" (the ok
+    probes kept out of the fit, ``ProbeCounts.left_out``), then the robust fit's
+    outliers (offered, not used) and the eligible probes this fit was not given: older
+    than the window, or, all-time, from before a reset or below a knee."""
+    said = []
+    for key, (one, many) in _LEFT_OUT_WORDS:
+        k = c.left_out.get(key, 0)
+        if k:
+            said.append(f"{k:,} {one if k == 1 else many}")
+    outliers = max(0, fit.n_offered - fit.n)
+    if outliers:
+        said.append(f"{outliers:,} outlier{'s' if outliers != 1 else ''} (robust fit)")
+    rest = max(0, c.fit_eligible - max(fit.n_offered, fit.n))
+    if rest:
+        said.append(f"{rest:,} older than the window" if which == "window"
+                    else f"{rest:,} not in this fit (a reset, a knee)")
+    head = f"fit n {fit.n:,} of {c.ok:,} ok"
+    return f"{head}: left out {', '.join(said)}" if said else head
+
+
 def build_stats(summary: RunSummary | None, *, which: FitScope, method: FitMethod,
                 last: ProbeResult | None, device: str | None,
                 last_cached_tokens: int | None = None,
@@ -143,6 +174,7 @@ def _from_summary(v: StatsView, s: RunSummary, last: ProbeResult | None) -> None
     if fit is not None:
         v.method = fit.method
         v.n = fit.n
+        v.fit_counts = fit_counts(c, fit, v.which)
         v.intercept_s = fit.intercept_s
         v.intercept_ci = tuple(fit.intercept_ci) if fit.intercept_ci else None
         v.slope_s = fit.slope_s_per_token

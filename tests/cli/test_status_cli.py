@@ -4,6 +4,7 @@ the exporter's alert rules, JSON for scripts."""
 from __future__ import annotations
 
 import json
+import re
 
 from tests.fleetserver import linear_target
 
@@ -20,6 +21,12 @@ def test_healthy_fleet_exits_0(fake_server, capsys):
     assert code == 0, out
     assert "healthy: every target" in out and out.count("● ok") == 2
     assert "prefill tok/s" in out.splitlines()[0]
+    # the table's "±22%", "5/0" and "0 ✓" in words under each target (a busy machine's
+    # timings may leave an interval unbounded)
+    words = re.findall(r"^  prefill [\d,]+ tok/s (?:± \d+ % \(95 % interval\)|\(interval not "
+                       r"bounded yet\)) · probes 5 ok / 0 failed · cache hits 0 \(the server "
+                       r"counted every miss\)$", out, re.M)
+    assert len(words) == 2, out
 
 
 def test_a_dead_target_makes_it_exit_4_and_comes_first(fake_server, capsys):

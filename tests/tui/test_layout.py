@@ -87,8 +87,9 @@ async def test_headline_figures_in_view_without_scrolling(size, gpu):
         _headline_on_screen(opened, gpu=gpu, width=size[0])
         for fact in ("slope", "44.8 µs/tok", "R²", "p50/p90/p99"):
             assert fact in opened, opened
-        # the details keep the whole line: each length's uncertainty
-        assert "TTFT as expected: 33 tok 22 ± 5 ms, 4,097 tok 204 ± 7 ms" in \
+        # the details keep the whole line: each length's uncertainty (the robust
+        # fit's noise model: relative scatter x (TTFT + s0), wider at 204 ms than at 22)
+        assert "TTFT as expected: 33 tok 22 ± 5 ms, 4,097 tok 204 ± 11 ms" in \
             app.screen.query_one("#stats")._plain
         box = app.screen.query_one("#details-box")
         assert "SmolLM2-135M-Instruct" in app.screen.query_one("#stats")._plain
@@ -157,6 +158,27 @@ async def test_notifications_on_their_own_line_never_over_the_log(tmp_path, monk
         assert [a for i, a in enumerate(after) if i != 22] == \
                [b for i, b in enumerate(before) if i != 22]
         assert line.history[-1].text.endswith(".summary.json")  # in full for the help
+
+
+async def test_the_count_of_other_messages_says_what_it_is(tmp_path, monkeypatch):
+    """The line ended in an unexplained "(+1)": it counts the other notifications
+    still within their timeout, which ``?`` lists; it says so, within the width."""
+    monkeypatch.setenv("HOME", str(tmp_path))
+    app, _ = _app()
+    async with app.run_test(size=(80, 24), notifications=True) as pilot:
+        await _settle(pilot)
+        long = tmp_path / ".local" / "share" / "prefilltui" / "run-20261201-223448"
+        app.notify("cache check: 0 cached tokens", timeout=30)
+        app.notify(f"exported {long}.csv, {long}.summary.json", timeout=30)
+        await _settle(pilot)
+        shown = _lines(app)[22].rstrip()
+        assert shown.startswith(" · exported ~/") and shown.endswith(".json (+1 more: ?)"), shown
+        assert len(shown) <= 80
+    from prefilltui.tui.widgets.message_line import more_tail
+
+    assert more_tail(0, 78) == ""
+    assert more_tail(2, 78) == " (+2 more: ?)"
+    assert more_tail(2, 30) == " (+2)"  # a narrow line keeps room for the message
 
 
 def test_fit_line_shortens_paths_never_mid_word():

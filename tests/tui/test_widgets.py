@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from tests.tui.fakes import fixed_results, make_result
 
+from prefilltui.model import units
 from prefilltui.model.summary import LiveSummary
 from prefilltui.model.summary import ProbeCounts
 from prefilltui.model.types import ServerInfo
@@ -96,7 +97,7 @@ def test_verdict_not_repeated_in_notes():
     v = build_stats(s, which="all", method="robust", last=None, device=None)
     text = stats_text(v).plain
     assert text.count("--peak-tflops") == 1
-    assert f"{s.roofline.achieved_flops / 1e12:.3g} TFLOP/s" in text and "GFLOP" not in text
+    assert f"{units.flops(s.roofline.achieved_flops)} achieved" in text
 
 
 def test_status_line_words():
@@ -319,3 +320,48 @@ def test_the_headlines_verdict_line_fits_its_width():
     from dataclasses import replace
     alarm = replace(v, cause="queueing", above=True, headline="queueing: 40 ms of 70 ms")
     assert verdict_forms(alarm) == ("why TTFT: queueing: 40 ms of 70 ms",)
+
+
+def test_achieved_flops_read_the_same_in_headline_details_and_text():
+    """0.105 TFLOP/s read "0.105 TFLOP/s" in the headline, "0.1 TFLOP/s est." at 0.1
+    and "98.4 GFLOP/s" below: one spelling (units.flops) in the headline, the details,
+    the text summary and the roofline verdict."""
+    from prefilltui.model.roofline import verdict
+    from prefilltui.tui.widgets.stats import headline_text
+
+    for tflops, shown in ((0.105, "105 GFLOP/s"), (0.1, "100 GFLOP/s"),
+                          (0.0984, "98.4 GFLOP/s"), (0.091, "91.0 GFLOP/s"),
+                          (7.93, "7.93 TFLOP/s")):
+        head = headline_text(StatsView(achieved_tflops=tflops, estimate=True)).plain
+        assert f"achieved  {shown} est." in head, head
+        details = stats_text(StatsView(achieved_tflops=tflops, mfu=0.3, estimate=True)).plain
+        assert f"achieved  {shown} est." in details, details
+        assert f"{shown} achieved" in verdict(None, achieved=tflops * 1e12)[1]
+
+
+def test_fit_title_says_how_many_of_the_ok_probes_and_the_details_say_why():
+    """The fit panel's title read "robust fit · all · n 14" beside the status line's
+    "16 ok", with no reason: it counts the fit's probes of the ok ones, and the details
+    name the ones left out (a warm-up and a cache hit here)."""
+    from prefilltui.tui.widgets.stats import detail_text, stats_title
+
+    live = LiveSummary()
+    for r in fixed_results():
+        live.add(r)
+    s = live.summary(None)
+    assert s.probes.ok == 16 and s.probes.left_out == {"warm-up": 1, "cache hit": 1}
+    v = build_stats(s, which="all", method="robust", last=None, device=None)
+    assert stats_title(v) == "robust fit · all · n 14 of 16 ok"
+    assert stats_title(v, 26) == "robust fit · n 14 of 16 ok"  # 80 columns: 32-wide box
+    assert stats_title(v, 20) == "fit n 14 of 16 ok"
+    assert v.fit_counts == "fit n 14 of 16 ok: left out 1 warm-up, 1 cache hit"
+    assert detail_text(v).plain.splitlines()[0] == v.fit_counts  # the details open with it
+    # the robust fit's outliers and, for the window, the probes older than it
+    from dataclasses import replace
+
+    from prefilltui.tui.viewmodel import fit_counts
+
+    fit = replace(s.fit, n=10, n_offered=12)
+    assert fit_counts(s.probes, fit, "window") == (
+        "fit n 10 of 16 ok: left out 1 warm-up, 1 cache hit, 2 outliers (robust fit), "
+        "2 older than the window")

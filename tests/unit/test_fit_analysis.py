@@ -7,6 +7,7 @@ import json
 import numpy as np
 import pytest
 
+from prefilltui.model import units
 from prefilltui.model.roofline import flops
 from prefilltui.model.summary import analyze
 from prefilltui.model.roofline import lookup_model
@@ -132,13 +133,13 @@ def test_verdict_pairs_the_flops_with_the_throughput_of_their_own_slope():
         assert paired > 1.2 * d.fit.prefill_tokens_per_s  # the line averages in attention
         text = d.verdict.text
         assert (f"{paired:,.0f} prompt tok/s (the quadratic fit's linear term), "
-                f"{r.achieved_flops / 1e12:.3g} TFLOP/s achieved") in text
+                f"{units.flops(r.achieved_flops)} achieved") in text
         assert f"{d.fit.prefill_tokens_per_s:,.0f} prompt tok/s" not in text
     # a straight line: the line's own throughput, no source named
     d = analyze(run(b=1 / 3000), ServerInfo(model="SmolLM2-135M"), None)
     assert not (d.quadratic and d.quadratic.applies)
     assert (f"{d.fit.prefill_tokens_per_s:,.0f} prompt tok/s, "
-            f"{d.roofline.achieved_flops / 1e12:.3g} TFLOP/s achieved") in d.verdict.text
+            f"{units.flops(d.roofline.achieved_flops)} achieved") in d.verdict.text
 
 
 def test_curvature_line_one_format_with_units():
@@ -228,3 +229,41 @@ def test_a_noisy_fit_states_no_throughput_anywhere():
     clean = analyze(run(b=1 / 3000), si, None)
     assert f"{clean.fit.prefill_tokens_per_s:,.0f} prompt tok/s, " in clean.verdict.text
     assert throughput_text(clean.fit, "tok/s") == f"{clean.fit.prefill_tokens_per_s:,.0f} tok/s"
+
+
+def test_achieved_flops_one_spelling_in_the_text_summary_and_the_verdict():
+    """The text summary and the verdict said "0.75 TFLOP/s" (".3g" drops a zero; the
+    TUI's headline switched to GFLOP/s only below 0.1): units.flops in every place,
+    3 significant digits, GFLOP/s below 1 TFLOP/s."""
+    from prefilltui.render.text import format_summary
+
+    d = analyze(run(b=1 / 1500), ServerInfo(model="SmolLM2-135M"), None)
+    ach = d.roofline.achieved_flops
+    assert 1e11 < ach < 1e12
+    shown = units.flops(ach)
+    assert shown.endswith(" GFLOP/s") and len(shown.split()[0].replace(".", "")) == 3
+    assert f"  achieved {shown} (from the " in format_summary(d)
+    assert f"{shown} achieved" in d.verdict.text
+    assert "TFLOP/s achieved" not in d.verdict.text
+
+
+def test_ok_probes_left_out_of_the_fit_counted_by_why():
+    """The counts behind "n 14 of 16 ok": every ok probe is in the fit or left out for
+    one reason, the same in a run's summary and the live one."""
+    from dataclasses import replace
+
+    from prefilltui.model.summary import LiveSummary
+    from prefilltui.model.summary.analysis import probe_counts
+
+    rs = run(n=12)  # a warm-up, 12 in the fit, a failure, a cache hit
+    rs.append(replace(rs[3], seq=50, load_level=2))  # a probe under a background load
+    rs.append(replace(rs[4], seq=51, ttft_s=None))  # ok, but no first token time
+    c = probe_counts(rs)
+    assert c.left_out == {"warm-up": 1, "cache hit": 1, "under load": 1, "no TTFT or length": 1}
+    assert c.ok == c.fit_eligible + sum(c.left_out.values()) == 16
+    assert c.to_json()["left_out"] == c.left_out
+    live = LiveSummary()
+    for r in rs:
+        live.add(r)
+    assert live.counts.left_out == c.left_out
+    assert [r.left_out for r in rs[:2]] == ["warm-up", None] and rs[-4].left_out is None  # failed

@@ -14,7 +14,7 @@ from prefilltui.model.fleet import RecentProbes, fleet_interval, fleet_load, fle
 from prefilltui.model.fleet.rows import stagger
 from prefilltui.model.spec import AnalysisOptions, RooflineSpec
 from prefilltui.model.types import ProbeResult, ServerInfo
-from prefilltui.render.fleet import COLUMNS, cell, layout, sparkline, table
+from prefilltui.render.fleet import COLUMNS, cell, figures, layout, sparkline, table
 
 INFO = ServerInfo(base_url="http://x", kind="vllm", model="meta-llama/Llama-3.1-8B-Instruct",
                   context_tokens=131072)
@@ -121,6 +121,28 @@ def test_cells():
     assert cell(r, "cache")[0] == "0 ?"  # the server counted no cached tokens: unproven
     assert sparkline([1, 2, 3, 4], 4) == "▁▃▆█" and sparkline([5, 5], 4) == "▄▄"
     assert sparkline([], 4) == "" and sparkline([1, math.nan, 2], 4) == "▁█"
+
+
+def test_figures_in_words_for_the_status_text():
+    """`prefilltui status` printed "310 ±∞", "probes 7/0" and "cache 0 ✓" with nothing
+    saying what they were: each target's block spells them out."""
+    from dataclasses import replace
+
+    r = replace(row("gpu-01", probes(4e-5)), tok_s=310.0, tok_s_ci=(120.0, None), probes=7,
+                failed=0, ok_probes=7, cache_counted=7)
+    assert cell(r, "prefill")[0] == "310 ±∞" and cell(r, "probes")[0] == "7/0"
+    assert cell(r, "cache")[0] == "0 ✓"
+    assert figures(r) == ("prefill 310 tok/s (interval not bounded yet) · probes 7 ok / 0 "
+                          "failed · cache hits 0 (the server counted every miss)")
+    r = replace(r, tok_s_ci=(279.0, 341.0), probes=9, failed=2, cache_counted=0)
+    assert figures(r) == ("prefill 310 tok/s ± 10 % (95 % interval) · probes 7 ok / 2 failed"
+                          " · cache hits 0 (not proven: the server reports no cached-token "
+                          "count)")
+    assert figures(replace(r, cache_counted=3)).endswith(
+        "cache hits 0 (counted by the server on 3 of 7 probes)")
+    assert figures(replace(r, cache_hits=2)).endswith(
+        "cache hits 2 (prefix-cache hits among the probes)")
+    assert figures(row("d", [], state="retrying")) == "probes 0 ok / 0 failed"
 
 
 def test_advisor_lines_quote_their_numbers_and_stay_silent_when_healthy():

@@ -197,3 +197,19 @@ def test_a_span_line_without_its_probe_is_a_bad_line(tmp_path):
     (r,), problems = read_run(path)
     assert r.span is None and r.queue_source == "metrics"  # nothing applied to another probe
     assert [p.split(":")[0] for p in problems] == ["line 3", "line 4"]
+
+
+def test_users_prefill_faster_than_the_fit_is_worded_so():
+    """"prefill unexplained by the fit -47 %" meant the users' prefill ran faster than
+    the fit (their prefill time 1/1.47 of slope x tokens: cache hits the spans did not
+    count, say): it says so, and the positive share says what it is a share of."""
+    from prefilltui.model.users import UsersWindow
+    from prefilltui.render.users import users_lines
+
+    w = UsersWindow("traces", 60.0, 12, ttft_p50_s=0.2, unexplained_prefill_share=-0.47)
+    assert users_lines(w)[-1] == "users' prefill 47 % faster than the fit (cache hits?)"
+    from prefilltui.render.users import unexplained_words
+
+    assert unexplained_words(0.3) == "30 % of users' prefill unexplained by the fit"
+    assert unexplained_words(-0.003) == "0 % of users' prefill unexplained by the fit"
+    assert unexplained_words(0.0) == "0 % of users' prefill unexplained by the fit"

@@ -76,15 +76,66 @@ def test_healthy_scatter_never_names_a_cause():
 
 
 def test_margin_is_the_line_interval_plus_the_median_spread():
-    fit = baseline()
+    fit = baseline()  # OLS: the same noise at every length, its residual s.d.
     half = ((fit.intercept_ci[1] - fit.intercept_ci[0]) / 2
             + 1024 * (fit.slope_ci[1] - fit.slope_ci[0]) / 2)
-    from prefilltui.model.diagnosis.verdict import _scatter
-
-    assert fit.resid_std_s <= _scatter(fit) <= 1.1 * fit.resid_std_s  # every point's s.d.
-    assert abs(margin_s(fit, 1024, 1) - max(0.005, half + 1.96 * 1.2533 * _scatter(fit))) < 1e-6
+    assert fit.noise_sd_s(1024) == fit.noise_sd_s(128) == fit.resid_std_s
+    assert abs(margin_s(fit, 1024, 1) - max(0.005, half + 1.96 * 1.2533 * fit.resid_std_s)) < 1e-6
     assert margin_s(fit, 1024, 20) < margin_s(fit, 1024, 1)
     assert margin_s(fit_ols([1, 2, 3], [1, 1.5, 3.5]), 2, 1) > 0.1  # 3 probes: wide
+
+
+def _slow_server_fit(rel=0.04, seed=3):
+    """A robust fit of a slow server's sweep (TTFT = 12 ms + 2.4 ms x n: 1k tokens in
+    2.5 s), 8 probes at each of 4 to 2,048 tokens with 4 % relative noise and 0.5 ms of
+    jitter: the long probes' noise is 100 ms, the 4-token probes' 1 ms."""
+    from prefilltui.model.fit import fit_robust
+
+    rnd = random.Random(seed)
+    xs = [(4, 256, 512, 1024, 2048)[i % 5] for i in range(40)]
+    ys = [(0.012 + 0.0024 * n) * (1 + rnd.gauss(0, rel)) + rnd.gauss(0, 0.0005) for n in xs]
+    return fit_robust(xs, ys)
+
+
+def test_a_short_length_is_held_to_its_own_noise_not_the_long_probes():
+    """A new user's run read "expected TTFT: 4 tok not pinned (± 108 ms)" beside an
+    intercept pinned at ± 2.3 ms (the TUI: "TTFT ok: 4→?, 1k→2,444 ms"): the spread of
+    the median was one absolute scatter over every length, the long probes' 100 ms.
+    The robust fit's noise model, s_rel x (TTFT + s0), gives each length its own."""
+    from prefilltui.model.diagnosis import expected_words
+    from prefilltui.tui.viewmodel import verdict_forms
+
+    fit = _slow_server_fit()
+    assert fit.intercept_ci[1] - fit.intercept_ci[0] < 0.002  # the intercept is pinned
+    s_rel, s0 = fit.rel_scatter, fit.noise_floor_s
+    assert 0.03 < s_rel < 0.06 and s0 is not None
+    assert fit.noise_sd_s(2048) == pytest.approx(s_rel * (fit.predict(2048) + s0))
+    assert fit.noise_sd_s(4) == pytest.approx(s_rel * (fit.predict(4) + s0))
+    assert fit.noise_sd_s(4) < 0.002 < 0.1 < fit.noise_sd_s(2048)
+    half = (fit.intercept_ci[1] - fit.intercept_ci[0]) / 2 + 4 * (fit.slope_ci[1] - fit.slope_ci[0]) / 2
+    assert margin_s(fit, 4, 4) == pytest.approx(max(0.005, half + 1.96 * 1.2533 * fit.noise_sd_s(4) / 2))
+    rs = [ProbeResult(seq=i + 1, requested_tokens=n, prompt_tokens=n, ok=True,
+                      ttft_s=0.012 + 0.0024 * n, started_at=1000.0 + i)
+          for i, n in enumerate((4, 256, 512, 1024, 2048) * 4)]
+    v = ttft_verdict(rs, Expectation(fit, "idle fit"))
+    assert v.cause == "none" and not v.above
+    words = [expected_words(*row) for row in v.expected]
+    assert words[0] == "4 tok 21 ± 5 ms"  # was "4 tok not pinned (± 145 ms)"
+    assert words[-1] == "2,048 tok 4,920 ± 342 ms"  # was ± 227: the long probes' own noise
+    assert verdict_forms(v)[2] == "TTFT ok: 4→21, 2k→4,920 ms"  # was "4→?"
+
+
+def test_a_fit_whose_probes_scatter_by_half_pins_no_length():
+    """The same relative noise model where the probes scatter by 50 %: no length is
+    pinned, the longest included ("2,045 tok 4,971 ± 2,689 ms" once read as pinned
+    beside a "not pinned" 4 tok)."""
+    from prefilltui.model.diagnosis import expected_words
+
+    fit = _slow_server_fit(rel=0.5)
+    rows = [(n, fit.intercept_s + fit.slope_s_per_token * n, margin_s(fit, n, 1))
+            for n in (4, 2048)]
+    assert [expected_words(*r).split(" (")[0] for r in rows] == ["4 tok not pinned",
+                                                                "2,048 tok not pinned"]
 
 
 def test_cache_hit_rate_collapse_judged_on_the_users_ttft():

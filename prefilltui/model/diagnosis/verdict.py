@@ -200,44 +200,22 @@ def margin_s(fit: LinearFit | None, n: float, k: int = 1) -> float:
     """The uncertainty (s) of the median TTFT of ``k`` probes at ``n`` prompt tokens
     around ``fit``'s line: the line's 95 % interval there (the intercept's and the
     slope's half-widths added: no covariance is kept, so this is the wider, safe
-    bound) plus 1.96 x sqrt(pi/2) x the probes' scatter / sqrt(k) (the 95 % spread of
-    a median of k probes; ``_scatter``); at least ``MIN_QUEUE_S``.  ``inf`` without a usable interval
-    (a fit of 3 probes at start-up: nothing is named on it)."""
+    bound) plus 1.96 x sqrt(pi/2) x the probes' scatter at ``n`` / sqrt(k) (the 95 %
+    spread of a median of k probes); at least ``MIN_QUEUE_S``.  The scatter at ``n`` is
+    the fit's own noise model (``LinearFit.noise_sd_s``): for the robust fit, the
+    relative scatter of every probe (those that met another request ahead, which normal
+    traffic brings, included) x (the expected TTFT + the noise floor s0), so a short
+    length is not held to the long probes' milliseconds; for OLS, the residual s.d.
+    ``inf`` without a usable interval (a fit of 3 probes at start-up: nothing is named
+    on it)."""
     if fit is None:
         return math.inf
     lo, hi = fit.intercept_ci
     slo, shi = fit.slope_ci
     half = (hi - lo) / 2 + max(0.0, n) * (shi - slo) / 2
-    spread = _Z95 * _MEDIAN_SE * _scatter(fit) / math.sqrt(max(1, k))
+    spread = _Z95 * _MEDIAN_SE * fit.noise_sd_s(n) / math.sqrt(max(1, k))
     m = half + spread
     return max(m, MIN_QUEUE_S) if math.isfinite(m) else math.inf
-
-
-_SCATTER: list = [None, 0.0]  # (the fit, its scatter): margin_s asks once per probe
-
-
-def _scatter(fit: LinearFit) -> float:
-    """The probes' scatter around the line (s): the s.d. of every point's residual when
-    the fit kept them (a robust fit's inliers leave out the probes that met another
-    request ahead, which normal traffic brings), else ``resid_std_s``."""
-    if _SCATTER[0] is fit:
-        return _SCATTER[1]
-    _SCATTER[0], _SCATTER[1] = fit, _scatter_of(fit)
-    return _SCATTER[1]
-
-
-def _scatter_of(fit: LinearFit) -> float:
-    res = fit.residuals
-    if res is not None:
-        try:
-            vals = [float(x) for x in res if math.isfinite(float(x))]
-        except (TypeError, ValueError):
-            vals = []
-        if len(vals) >= 3:
-            mean = sum(vals) / len(vals)
-            return max(fit.resid_std_s or 0.0,
-                       math.sqrt(sum((v - mean) ** 2 for v in vals) / (len(vals) - 1)))
-    return fit.resid_std_s or 0.0
 
 
 def throughput_expectation(tokens_per_s: float, intercept: LinearFit | None, source: str

@@ -53,8 +53,12 @@ class LinearFit:
     residual standard deviation in seconds; ``intercept_se_s`` / ``slope_se`` =
     standard errors (s, s/token) and ``df`` their degrees of freedom (points used
     minus parameters; the intervals use Student's t with it).  ``noise_floor_s`` =
-    the robust fit's additive noise floor s0 (seconds; None for OLS).  ``residuals``
-    (seconds, y - yhat for the points offered) is kept out of JSON and equality.
+    the robust fit's additive noise floor s0 (seconds; None for OLS).  ``rel_scatter``
+    = the s.d. of every offered point's relative residual (y - yhat)/(yhat + s0), the
+    probes that met another request included (``rel_scale``, a robust scale, discounts
+    them; None for OLS): with s0 the noise model ``noise_sd_s`` reads.
+    ``residuals`` (seconds, y - yhat for the points offered) is kept out of JSON and
+    equality.
     """
 
     intercept_s: float
@@ -79,6 +83,7 @@ class LinearFit:
     slope_se: float | None = None
     df: int | None = None
     noise_floor_s: float | None = None
+    rel_scatter: float | None = None
     residuals: np.ndarray | None = field(default=None, compare=False, repr=False)
 
     @property
@@ -99,6 +104,19 @@ class LinearFit:
         if self.c_s_per_token2 is not None:
             y = y + self.c_s_per_token2 * np.asarray(n, dtype=float) ** 2
         return float(y) if np.ndim(y) == 0 else y
+
+    def noise_sd_s(self, n: float) -> float:
+        """The s.d. (s) of one probe's TTFT at ``n`` prompt tokens by this fit's own
+        noise model.  A robust fit models it as s_rel x (TTFT(n) + s0) (the module
+        docstring of ``robust``): s_rel = ``rel_scatter`` (at least ``rel_scale``),
+        s0 = ``noise_floor_s``, so a 20 ms probe's scatter is its own and not a 2 s
+        probe's 100 ms.  Any other fit (OLS: the same noise at every length), or a
+        robust one without its relative scatter: ``resid_std_s``."""
+        rel = self.rel_scatter
+        if rel is None or self.noise_floor_s is None:
+            return self.resid_std_s or 0.0
+        rel = max(rel, self.rel_scale or 0.0)
+        return rel * (max(self.predict(max(0.0, n)), 0.0) + self.noise_floor_s)
 
     def to_json(self) -> JsonObject:
         ci = lambda p: None if p is None else [_fnum(p[0]), _fnum(p[1])]  # noqa: E731
@@ -123,6 +141,7 @@ class LinearFit:
             "intercept_se_s": _fnum(self.intercept_se_s),
             "slope_se": _fnum(self.slope_se),
             "noise_floor_s": _fnum(self.noise_floor_s),
+            "rel_scatter": _fnum(self.rel_scatter),
         }
         if self.c_s_per_token2 is not None:
             d["c_s_per_token2"] = _fnum(self.c_s_per_token2)
@@ -157,7 +176,9 @@ def make_fit(beta, cov, df, *, r2, n, method, n_offered, x, resid, rel_scale=Non
               sampled=False, knee=None, noise_floor=None) -> LinearFit:
     """A ``LinearFit`` from coefficients ``beta`` (a, b[, c]; seconds, s/token, s/token^2)
     and their covariance ``cov`` (p x p): 95 % t-intervals with ``df`` degrees of
-    freedom, 1/b and its inverted interval, the residual spread of ``resid`` (s)."""
+    freedom, 1/b and its inverted interval, the residual spread of ``resid`` (s); with a
+    ``noise_floor`` s0 (a robust fit), also the s.d. of ``resid`` / (yhat + s0)
+    (``rel_scatter``)."""
     tq = t_ppf(0.5 + CONFIDENCE / 2, max(int(df), 1))
     se = [float(v) for v in np.sqrt(np.maximum(np.diag(cov), 0.0))]
     a, b = float(beta[0]), float(beta[1])
@@ -175,8 +196,23 @@ def make_fit(beta, cov, df, *, r2, n, method, n_offered, x, resid, rel_scale=Non
         resid_std_s=float(np.std(resid)) if len(resid) else 0.0, rel_scale=rel_scale,
         sampled=sampled, c_s_per_token2=c, c_ci=c_ci, knee_tokens=knee,
         intercept_se_s=se[0], slope_se=se[1], df=max(int(df), 1), noise_floor_s=noise_floor,
-        residuals=resid,
+        rel_scatter=_rel_scatter(beta, x, resid, noise_floor), residuals=resid,
     )
+
+
+def _rel_scatter(beta, x, resid, s0) -> float | None:
+    """The s.d. (ddof 1) of ``resid`` / (yhat + ``s0``) over the points ``x``; None
+    without s0, with fewer than 3 points or residuals that are not the points'."""
+    x = np.asarray(x, dtype=float)
+    resid = np.asarray(resid, dtype=float)
+    if s0 is None or len(resid) < 3 or resid.shape != x.shape:
+        return None
+    yhat = sum(float(c) * x**k for k, c in enumerate(beta))
+    scale = np.maximum(yhat, 0.0) + s0
+    ok = scale > 0
+    r = resid[ok] / scale[ok]
+    r = r[np.isfinite(r)]
+    return float(np.std(r, ddof=1)) if len(r) >= 3 else None
 
 
 # ---------------------------------------------------------------- OLS

@@ -23,6 +23,7 @@ from typing import Any, Callable, Literal
 
 import numpy as np
 
+from prefilltui.model import units
 from prefilltui.model.roofline import flops as flopcount
 from prefilltui.model.types import JsonObject
 
@@ -228,7 +229,7 @@ def verdict(mfu_value: float | None, *, achieved: float | None = None,
     longest prompt's arithmetic intensity is below the ridge point the prompts are
     memory-bound, so a low MFU is expected and the verdict says to probe longer ones.
     """
-    ach = "" if achieved is None else f"{achieved / 1e12:.3g} TFLOP/s achieved"
+    ach = "" if achieved is None else f"{units.flops(achieved)} achieved"
     facts = ", ".join(s for s in (throughput, ach) if s)
     if mfu_value is None:
         est = "" if achieved is None and throughput else " (estimate)"  # the FLOP/s are

@@ -45,7 +45,8 @@ def probe_counts(results: list[ProbeResult]) -> ProbeCounts:
         # prompt lengths the server did not count (no usage/timings/tokenize)
         estimated_lengths=sum(1 for r in results
                               if r.fit_eligible and r.prompt_tokens_source == "estimate"),
-        tokens_min=min(toks) if toks else None, tokens_max=max(toks) if toks else None)
+        tokens_min=min(toks) if toks else None, tokens_max=max(toks) if toks else None,
+        left_out=dict(Counter(why for r in results if (why := r.left_out) is not None)))
 
 
 def analyze(results: Iterable[ProbeResult], server_info: ServerInfo | None = None,

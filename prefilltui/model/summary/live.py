@@ -84,6 +84,7 @@ class LiveSummary:
         self.total = self.ok = self.failed = self.warmup = self.cache_hits = 0
         self.fit_eligible = self.estimated_lengths = self.cache_counted = 0
         self.errors: dict[str, int] = {}
+        self.left_out: dict[str, int] = {}  # ok probes kept out of the fit, by why
         self.tokens_min: int | None = None
         self.tokens_max: int | None = None
         self.last_cached_tokens: int | None = None
@@ -113,6 +114,9 @@ class LiveSummary:
             self.errors[kind] = self.errors.get(kind, 0) + 1
         if r.warmup:
             self.warmup += 1
+        why = r.left_out
+        if why is not None:
+            self.left_out[why] = self.left_out.get(why, 0) + 1
         n = int(r.requested_tokens or r.tokens or 0)
         if r.ok and r.cached_tokens is not None:  # the server counted its hit or miss
             self.cache_counted += 1
@@ -156,7 +160,8 @@ class LiveSummary:
                            fit_eligible=self.fit_eligible, errors=dict(self.errors),
                            cache_counted=self.cache_counted,
                            estimated_lengths=self.estimated_lengths,
-                           tokens_min=self.tokens_min, tokens_max=self.tokens_max)
+                           tokens_min=self.tokens_min, tokens_max=self.tokens_max,
+                           left_out=dict(self.left_out))
 
     def percentiles(self) -> TtftPercentiles:
         """TTFT quantiles over the recent probes, overall and per requested length."""

@@ -70,7 +70,9 @@ class ProbeCounts:
     probes whose hit or miss the server itself counted: usage, timings or /metrics;
     None in summaries from before it was counted), fit_eligible (in the
     fit), estimated_lengths (fit probes whose prompt length is the client's estimate),
-    and the fit probes' token range."""
+    the fit probes' token range, and left_out: the ok probes kept out of the fit by why
+    (``ProbeResult.left_out``: "warm-up", "cache hit", "under load", "no TTFT or
+    length"; ok = fit_eligible + their sum)."""
 
     total: int = 0
     ok: int = 0
@@ -83,6 +85,7 @@ class ProbeCounts:
     estimated_lengths: int = 0
     tokens_min: int | None = None
     tokens_max: int | None = None
+    left_out: dict[str, int] = field(default_factory=dict)
 
     def to_json(self) -> JsonObject:
         return {"total": self.total, "ok": self.ok, "failed": self.failed,
@@ -90,7 +93,7 @@ class ProbeCounts:
                 "cache_counted": self.cache_counted,
                 "fit_eligible": self.fit_eligible, "errors": dict(self.errors),
                 "estimated_lengths": self.estimated_lengths, "tokens_min": self.tokens_min,
-                "tokens_max": self.tokens_max}
+                "tokens_max": self.tokens_max, "left_out": dict(self.left_out)}
 
 
 @dataclass(frozen=True, slots=True)

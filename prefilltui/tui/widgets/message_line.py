@@ -3,8 +3,9 @@
 A notification (a cache check's result, the files an export wrote, a theme's name, a
 telemetry note) is shown on this line for its timeout, newest first, fitted to the
 width (``textfit.fit_line``: ``~`` for the home directory, long paths cut in the
-middle, never wrapped); the last ``HISTORY`` stay in ``history`` in full (the help
-lists them).  Textual's toasts, drawn over the widgets, are hidden on the dashboard.
+middle, never wrapped), followed by how many others are still within theirs, "(+1
+more: ?)"; the last ``HISTORY`` stay in ``history`` in full (the help, ``?``, lists
+them).  Textual's toasts, drawn over the widgets, are hidden on the dashboard.
 """
 
 from __future__ import annotations
@@ -25,6 +26,9 @@ Severity = Literal["information", "warning", "error"]
 HISTORY = 50
 #: Seconds a notification without its own timeout stays on the line.
 DEFAULT_TIMEOUT_S = 5.0
+#: Columns the notification itself keeps before the count of the others is shortened
+#: from "(+1 more: ?)" to "(+1)".
+MIN_BODY = 24
 
 _ICON = {"information": "·", "warning": "⚠", "error": "✖"}
 
@@ -86,11 +90,21 @@ class MessageLine(Static):
             self.update("", layout=False)
             return
         icon = _ICON.get(notice.severity, "·")
-        more = len(self._live) - 1
-        tail = f" (+{more})" if more > 0 else ""
+        tail = more_tail(len(self._live) - 1, width - 2)
         body = fit_line(notice.line, max(1, width - 2 - len(tail)))
         self.update(Text(f"{icon} {body}{tail}", no_wrap=True, overflow="ellipsis"),
                     layout=False)
 
     def on_resize(self) -> None:
         self._draw()
+
+
+def more_tail(more: int, room: int) -> str:
+    """What the line says after the newest notification about the ``more`` others still
+    within their timeout: " (+2 more: ?)" (``?`` opens the help, which lists them), or
+    " (+2)" when the words would leave the notification fewer than ``MIN_BODY`` of the
+    ``room`` columns; "" with none."""
+    if more <= 0:
+        return ""
+    words = f" (+{more} more: ?)"
+    return words if room - len(words) >= MIN_BODY else f" (+{more})"

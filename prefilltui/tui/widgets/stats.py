@@ -13,7 +13,7 @@ from textual.widgets import Static
 from prefilltui.model.fit import TOO_NOISY, physical_ci, pin_bound_s
 from prefilltui.model.roofline import MFU_LABEL
 from prefilltui.model.sanitize import clean
-from prefilltui.model.units import MISSING
+from prefilltui.model.units import MISSING, flops
 from prefilltui.tui.viewmodel import StatsView
 
 
@@ -90,7 +90,7 @@ def stats_text(v: StatsView) -> Text:
 def _liner(t: Text, width: int | None = None):
     """line(label, value) and interval(ci, fmt, unit) appending to ``t``; with a
     ``width``, a value too long for the 10-column label column follows its label after
-    one space, so the line is not cut ("achieved 0.0415 TFLOP/s est.")."""
+    one space, so the line is not cut ("achieved 0.00113 GFLOP/s est.")."""
     def line(label: str, value: str, style: str = "") -> None:
         tight = width is not None and label and 10 + len(value) > width
         t.append(f"{label} " if tight else f"{label:<10}", style="dim")
@@ -132,8 +132,8 @@ def headline_text(v: StatsView, width: int = HEADLINE_WIDTH) -> Text:
     if v.mfu is not None:
         line("MFU", f"{v.mfu * 100:.1f} %" + (" est." if v.estimate else ""), "bold")
     elif v.achieved_tflops is not None:
-        # always TFLOP/s (as the roofline notes and the text summary)
-        line("achieved", _flops(v.achieved_tflops) + (" est." if v.estimate else ""))
+        # one spelling as the details, the text summary and the verdict (units.flops)
+        line("achieved", flops(v.achieved_tflops * 1e12) + (" est." if v.estimate else ""))
     elif v.flops_hint:
         t.append(v.flops_hint + "\n", style="italic")
     if v.verdict:
@@ -156,6 +156,8 @@ def detail_text(v: StatsView) -> Text:
     the notes (under load; why TTFT in full)."""
     t = Text(no_wrap=False, overflow="fold")
     line, interval = _liner(t)
+    if v.fit_counts:  # what the title's "n 14 of 16 ok" leaves out, and why
+        t.append(v.fit_counts + "\n", style="dim")
     if v.slope_s is not None:
         line("slope", f"{_us(v.slope_s)} µs/tok")
         interval(v.slope_ci, _us, "µs/tok")
@@ -178,7 +180,7 @@ def detail_text(v: StatsView) -> Text:
     if v.mfu is not None:
         if v.achieved_tflops is not None:
             est = " est." if v.estimate else ""
-            line("achieved", f"{v.achieved_tflops:.3g} TFLOP/s{est}")
+            line("achieved", f"{flops(v.achieved_tflops * 1e12)}{est}")
         # the count behind the headline's MFU named (model/roofline/flops.py)
         t.append(MFU_LABEL + "\n", style="dim")
     if v.flops_from and v.achieved_tflops is not None:
@@ -213,15 +215,6 @@ def detail_text(v: StatsView) -> Text:
         t.append(f"{clean(v.why, multiline=True)}\n", style="italic")
     t.rstrip()
     return t
-
-
-def _flops(tflops: float) -> str:
-    """Achieved FLOP/s for the headline: TFLOP/s (as the roofline notes and the text
-    summary) from 0.1 up, GFLOP/s below, so a CPU's figure fits the narrow panel with
-    its "est." (0.00113 -> '1.13 GFLOP/s')."""
-    if tflops >= 0.1 or tflops <= 0:
-        return f"{tflops:.3g} TFLOP/s"
-    return f"{tflops * 1e3:.3g} GFLOP/s"
 
 
 def _q(v: float) -> str:
@@ -269,10 +262,16 @@ def _fixed_cost_notes(v: StatsView, line) -> None:
         line("intercept", f"server {_ms(v.server_fixed_s)} ms")
 
 
-def stats_title(v: StatsView) -> str:
-    """Border title: which fit, over what, from how many probes."""
+def stats_title(v: StatsView, width: int | None = None) -> str:
+    """Border title: which fit, over what, from how many of the ok probes ("robust fit ·
+    all · n 36 of 45 ok": the status line counts 45 ok, and warm-ups, cache hits and
+    probes under load are left out of the fit; the details say which, ``fit_counts``).
+    The longest form that fits ``width`` columns (None: the longest): without the
+    scope (the status line names it), then "fit n 36 of 45 ok"."""
     which = "window" if v.which == "window" else "all"
-    return f"{v.method} fit · {which} · n {v.n}"
+    n = f"n {v.n:,} of {v.ok_probes:,} ok"
+    forms = (f"{v.method} fit · {which} · {n}", f"{v.method} fit · {n}", f"fit {n}")
+    return next((f for f in forms if width is None or len(f) <= width), forms[-1])
 
 
 class _TextPanel(Static):
