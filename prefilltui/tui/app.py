@@ -39,6 +39,7 @@ from prefilltui.tui.feed import (Exporter, FeedConfig, RunnerFactory, TargetFeed
                                  TelemetrySource)
 from prefilltui.tui.messages import ProbeDone, RunnerStateChanged
 from prefilltui.tui.redraw import GAUGE_HZ, REPLOT_HZ
+from prefilltui.tui.widgets.message_line import Says
 from prefilltui.tui.themes import (DEFAULT_THEME, VARIABLE_DEFAULTS, ThemeSet, load_themes,
                                    register_usable_themes)
 
@@ -240,28 +241,31 @@ class PrefillApp(App[int]):
 
     def notify(self, message: str, **kw: Any) -> None:  # type: ignore[override]
         """Textual's notify, with control characters escaped (``model.sanitize``) and
-        markup off unless asked for: notifications quote servers' words.  With a
-        dashboard up it is shown on the dashboard's message line (never over its
-        widgets); the fleet overview keeps Textual's toasts."""
+        markup off unless asked for: notifications quote servers' words.  Shown on a
+        message line, never as a toast over the widgets: the screen on top's (the help,
+        the fleet overview: ``Says``) and the dashboard's, which keeps the history the
+        help lists (its line shows it again once the help is closed)."""
         kw.setdefault("markup", False)
         text = clean(message, multiline=True)
-        super().notify(text, **kw)
-        dashboard = self.dashboard()
-        if dashboard is not None:  # its message line; the toasts are hidden there
-            if kw["markup"]:
-                from rich.text import Text
+        super().notify(text, **kw)  # Textual's record of it (``_notifications``)
+        if kw["markup"]:
+            from rich.text import Text
 
-                text = Text.from_markup(text).plain
-            dashboard.say(text, severity=kw.get("severity", "information"),
-                          title=kw.get("title") or "", timeout=kw.get("timeout"))
+            text = Text.from_markup(text).plain
+        said = dict(severity=kw.get("severity", "information"), title=kw.get("title") or "",
+                    timeout=kw.get("timeout"))
+        dashboard = self.dashboard()
+        if dashboard is not None:
+            dashboard.say(text, **said)
+        top = self.screen_stack[-1] if self.screen_stack else None
+        if top is not dashboard and isinstance(top, Says):
+            top.say(text, **said)
 
     def _refresh_notifications(self) -> None:
-        """Textual's toasts, except over a dashboard: it shows notifications on its
-        message line, and a toast would cover the probe log (Textual sets the toast
-        rack's display itself, so CSS cannot hide it)."""
-        if self.screen_stack and isinstance(self.screen_stack[-1], DashboardScreen):
-            return
-        super()._refresh_notifications()
+        """Never Textual's toasts: every screen of the app shows notifications on its
+        message line (``notify``), and a toast would cover its text (the help's, the
+        probe log).  Textual sets the toast rack's display itself, so CSS cannot hide
+        it; the notifications expire from Textual's record unseen."""
 
     # ------------------------------------------------------- runner messages
     def on_probe_done(self, message: ProbeDone) -> None:

@@ -21,8 +21,8 @@ A layout per size: the headline (prefill throughput with its interval, the fixed
 cost, MFU or the achieved FLOP/s or what they need, the verdict, why TTFT) and the
 gauges are always in view; from 28 rows up the details follow the headline in the
 side panel, below that they open in place of the plot (``d``).  Notifications go to
-the message line above the footer, never over the widgets; the footer lists every
-key the width leaves room for, the help all of them.
+the message line above the footer, never over the widgets (no toasts, on any screen);
+the footer lists every key the width leaves room for, the help all of them.
 """
 
 from __future__ import annotations
@@ -52,7 +52,7 @@ from prefilltui.tui.messages import CacheCheckDone, ExportDone
 from prefilltui.tui.redraw import GAUGE_HZ, REPLOT_HZ, Panels, Redraw
 from prefilltui.tui.widgets.decode_row import DecodeRow
 from prefilltui.tui.widgets.gauges import GaugePanel
-from prefilltui.tui.widgets.message_line import MessageLine
+from prefilltui.tui.widgets.message_line import MessageLine, Severity
 from prefilltui.tui.widgets.probe_log import ProbeLog, probe_message
 from prefilltui.tui.widgets.stats import Headline, StatsPanel
 from prefilltui.tui.widgets.status_line import StatusLine
@@ -120,7 +120,8 @@ class DashboardScreen(Screen[None]):
         load = feed.config.load
         self.load = LoadControl(load, feed, self.notify) if load is not None else None
         self.redraw: Redraw | None = None  # once mounted
-        self._early: list[tuple[str, dict[str, Any]]] = []  # said before the mount
+        #: notifications (the app's ``notify``); said before the mount, shown from it
+        self.messages = MessageLine(id="messages")
         self._notes_shown = 0  # runner notes already said
 
     @property
@@ -133,19 +134,10 @@ class DashboardScreen(Screen[None]):
         screen's message line)."""
         self.app.notify(message, **kw)
 
-    def say(self, text: str, **kw: Any) -> None:
+    def say(self, text: str, *, severity: Severity = "information", title: str = "",
+            timeout: float | None = None) -> None:
         """Show a notification on the message line (the app's ``notify`` calls this)."""
-        try:
-            self.query_one(MessageLine).say(text, **kw)
-        except NoMatches:  # before the mount: said once the line is there
-            self._early.append((text, kw))
-
-    @property
-    def messages(self) -> MessageLine | None:
-        try:
-            return self.query_one(MessageLine)
-        except NoMatches:
-            return None
+        self.messages.say(text, severity=severity, title=title, timeout=timeout)
 
     # ----------------------------------------------------------------- layout
     def compose(self) -> ComposeResult:
@@ -159,7 +151,7 @@ class DashboardScreen(Screen[None]):
         yield GaugePanel(id="gauges")
         yield DecodeRow(id="decode")
         yield ProbeLog(id="log")
-        yield MessageLine(id="messages")
+        yield self.messages
         yield Footer(compact=True)
 
     def on_mount(self) -> None:
@@ -178,9 +170,6 @@ class DashboardScreen(Screen[None]):
                    decode=self.query_one(DecodeRow), log=self.query_one(ProbeLog)),
             load=self.load, notify=self.notify, clock=self.clock, replot_hz=self.replot_hz,
             gauge_hz=self.gauge_hz, label=self.feed.config.label if self.back else None)
-        early, self._early = self._early, []
-        for text, kw in early:
-            self.say(text, **kw)
         self._replay()
         self.redraw.status()
         # one timer: data at replot_hz, gauges at gauge_hz in the same pass (fewer frames)
@@ -371,9 +360,8 @@ class DashboardScreen(Screen[None]):
 
     def action_help(self) -> None:
         if not isinstance(self.app.screen, HelpScreen):
-            line = self.messages
             self.app.push_screen(HelpScreen(dashboard_details(
-                self.feed.config, line.history if line is not None else ())))
+                self.feed.config, self.messages.history)))
 
     def action_next_theme(self) -> None:
         self.app.action_next_theme()

@@ -5,7 +5,8 @@
 states the monitor's own load; the table (``widgets.fleet_table``) has one row per
 target (``model.fleet.rows.fleet_row`` over its live summary); the pane below says, for
 the target under the cursor, its URL, GPU source, the alert rules that hold, the
-verdict and the advisor's lines.
+verdict and the advisor's lines; notifications go to the message line above the
+footer (never a toast over the table).
 
 Cost: rows are rebuilt at most ``rate_hz`` times a second and only while the overview
 is on screen; a target's summary is recomputed only when it has new probes (the
@@ -30,12 +31,14 @@ from prefilltui.render.fleet import short_time, si
 from prefilltui.tui.feed import TargetFeed
 from prefilltui.tui.help import FLEET_HELP_TEXT, HelpScreen
 from prefilltui.tui.widgets.fleet_table import FleetTable
+from prefilltui.tui.widgets.message_line import MessageLine, Severity
 
 
 class FleetScreen(Screen[None]):
     """The overview (see the module docstring).  ``clock``: perf_counter-compatible
     (unused here; the feeds keep wall-clock ages); ``load``: the fleet's own load
-    (``FleetLoad``, stated in the top line and the help); ``ref_tokens``: the TTFT column's prompt length."""
+    (``FleetLoad``, stated in the top line and the help); ``ref_tokens``: the TTFT column's prompt length.
+    ``say``: a notification on its message line (the app's ``notify``)."""
 
     BINDINGS = [
         Binding("s", "sort", "Sort"),
@@ -76,12 +79,20 @@ class FleetScreen(Screen[None]):
         #: feed index -> (feed version, whole second of "now", scope, row): a row is
         #: rebuilt when its target changed or the second (its age) turned
         self._cache: dict[int, tuple[int, int, str, FleetRow]] = {}
+        self.messages = MessageLine(id="messages")
 
     def compose(self) -> ComposeResult:
         yield Static("", id="fleet-status")
         yield FleetTable(id="fleet", ref_tokens=self.ref_tokens)
         yield Static("", id="fleet-detail", markup=False)
+        yield self.messages
         yield Footer(compact=True)
+
+    def say(self, text: str, *, severity: Severity = "information", title: str = "",
+            timeout: float | None = None) -> None:
+        """A notification on the overview's message line (never a toast over the
+        table)."""
+        self.messages.say(text, severity=severity, title=title, timeout=timeout)
 
     def on_mount(self) -> None:
         self.query_one(FleetTable).focus()

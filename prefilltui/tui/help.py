@@ -1,7 +1,9 @@
 """The ``?`` help screen: every key, what the plot marks mean, where data goes.
 
 Fits 80x24 as is; the telemetry details (full N/A reasons) that the app passes in
-scroll above a close hint that stays visible.
+scroll above a close hint that stays visible.  A notification that comes while the
+help is open (an export that finished) is shown on a message line of its own above the
+hint, never over the text.
 """
 
 from __future__ import annotations
@@ -18,6 +20,7 @@ from textual.widgets import Static
 from prefilltui.model.units import MISSING
 from prefilltui.tui.textfit import tilde
 from prefilltui.tui.widgets.gauges import device_measures
+from prefilltui.tui.widgets.message_line import MessageLine, Severity
 
 if TYPE_CHECKING:
     from prefilltui.tui.feed import FeedConfig
@@ -77,7 +80,8 @@ CLOSE_HINT = "escape, q or ? closes this help · Ctrl-C quits"
 
 class HelpScreen(ModalScreen[None]):
     """Modal help; any of escape / q / ? closes it.  ``details``: extra lines (the
-    telemetry's full N/A reasons) shown after the help text."""
+    telemetry's full N/A reasons) shown after the help text.  ``say``: a notification
+    on the help's message line (the app's ``notify``)."""
 
     BINDINGS = [
         Binding("escape", "dismiss_help", "Close"),
@@ -91,16 +95,22 @@ class HelpScreen(ModalScreen[None]):
         width: 80; max-width: 100%; height: auto; max-height: 100%;
         background: $panel; border: round $primary; padding: 0 1;
     }
-    HelpScreen VerticalScroll { height: auto; scrollbar-size-vertical: 1; }
-    HelpScreen #help-close {
-        dock: bottom; height: 1; color: $foreground 70%; text-style: italic;
+    /* the text scrolls in what the box leaves beside its foot (the message line, when
+       it shows something, and the close hint), so a short terminal still shows both */
+    HelpScreen VerticalScroll {
+        height: auto; max-height: 100%; scrollbar-size-vertical: 1;
     }
+    HelpScreen #help-foot { dock: bottom; height: auto; }
+    HelpScreen #help-messages.-warning { color: $warning; }
+    HelpScreen #help-messages.-error { color: $error; }
+    HelpScreen #help-close { height: 1; color: $foreground 70%; text-style: italic; }
     """
 
     def __init__(self, details: list[str] = (), text: str = HELP_TEXT) -> None:
         super().__init__()
         self.details = list(details)
         self.text = text
+        self.messages = MessageLine(collapse=True, id="help-messages")
 
     def compose(self) -> ComposeResult:
         with Vertical():
@@ -108,12 +118,14 @@ class HelpScreen(ModalScreen[None]):
                 yield Static(self.text, id="help-text")
                 if self.details:
                     yield Static("\n".join(self.details), id="help-details", markup=False)
-            yield Static(CLOSE_HINT, id="help-close", markup=False)
+            with Vertical(id="help-foot"):
+                yield self.messages
+                yield Static(CLOSE_HINT, id="help-close", markup=False)
 
-    def on_resize(self) -> None:
-        # room for the text: the screen less the border (2) and the close hint (1),
-        # so a short terminal scrolls the text and still shows the hint
-        self.query_one(VerticalScroll).styles.max_height = max(1, self.size.height - 3)
+    def say(self, text: str, *, severity: Severity = "information", title: str = "",
+            timeout: float | None = None) -> None:
+        """A notification on the help's own line (never a toast over the text)."""
+        self.messages.say(text, severity=severity, title=title, timeout=timeout)
 
     def action_dismiss_help(self) -> None:
         self.dismiss(None)

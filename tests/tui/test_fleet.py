@@ -173,3 +173,19 @@ async def test_hundred_targets_render_and_scroll():
         assert table.current() is screen.rows[-1]
         assert any(screen.rows[-1].label in line for line in _lines(app))
         assert screen.rebuilds > before
+
+
+async def test_overview_notifications_on_a_line_never_a_toast_over_the_table():
+    """The overview keeps toasts off too: a theme's name (t) on its message line above
+    the footer, every other row as it was."""
+    app = fleet_app()
+    async with app.run_test(size=(80, 24), notifications=True) as pilot:
+        await _settle(pilot)
+        before = _lines(app)
+        app.notify("a long message that a toast would draw over the table's last rows "
+                   "and the detail pane", timeout=30)
+        await _settle(pilot)
+        after = _lines(app)
+        assert not app.screen.query("Toast")
+        assert after[22].startswith(" · a long message that a toast"), after[22]
+        assert after[:22] == before[:22] and after[23] == before[23]

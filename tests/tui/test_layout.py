@@ -259,3 +259,36 @@ async def test_help_lists_the_recent_messages_in_full():
         details = str(app.screen.query_one("#help-details").render())
         assert "recent messages:" in details
         assert "cache on: repeat of 511 tokens 14.8 s → 561 ms (510 cached)" in details
+
+
+async def test_no_toast_over_the_help_a_message_line_instead(tmp_path, monkeypatch):
+    """`?` opened just before the export's message (the newcomer's `e` then `?`): the
+    message goes to a line of the help's own, never drawn over the help's text."""
+    monkeypatch.setenv("HOME", str(tmp_path))
+    app, _ = _app()
+    async with app.run_test(size=(80, 24), notifications=True) as pilot:
+        await _settle(pilot)
+        await pilot.press("question_mark")
+        await _settle(pilot)
+        before = _lines(app)
+        runs = tmp_path / ".local" / "share" / "prefilltui" / "runs" / "run-20261202-015221"
+        app.notify(f"exported {runs}.csv, {runs}.summary.json", timeout=30)
+        await _settle(pilot)
+        await pilot.pause(0.3)  # a toast would be drawn by now
+        after = _lines(app)
+        assert not app.screen.query("Toast")
+        line = app.screen.query_one(MessageLine)
+        row = line.region.y
+        assert after[row].lstrip("│ ").startswith("· exported ~/.loc"), after[row]
+        assert "summary.json" in after[row]
+        assert "Ctrl-C quits" in after[row + 1]  # the close hint stays, under it
+        # every other row as before (the text scrolls in one row less: only its
+        # scrollbar's column moves): nothing drawn over the help's text
+        def text(rows):
+            return [r[:-3] + r[-2:] for r in rows]
+        assert text(after[:row]) == text(before[:row])
+        assert after[row + 1:] == before[row + 1:]
+        await pilot.press("escape")
+        await _settle(pilot)
+        # the dashboard has it too, and its history for the next help
+        assert app.screen.query_one(MessageLine).history[-1].text.endswith(".summary.json")

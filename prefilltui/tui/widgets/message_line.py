@@ -1,11 +1,12 @@
-"""The dashboard's place for notifications: one line of its own, never over data.
+"""A screen's place for notifications: one line of its own, never over data.
 
 A notification (a cache check's result, the files an export wrote, a theme's name, a
 telemetry note) is shown on this line for its timeout, newest first, fitted to the
 width (``textfit.fit_line``: ``~`` for the home directory, long paths cut in the
 middle, never wrapped), followed by how many others are still within theirs, "(+1
 more: ?)"; the last ``HISTORY`` stay in ``history`` in full (the help, ``?``, lists
-them).  Textual's toasts, drawn over the widgets, are hidden on the dashboard.
+them).  Every screen of the app has one (the dashboard, the fleet overview, the help:
+``Says``); Textual's toasts, drawn over the widgets, are never shown.
 """
 
 from __future__ import annotations
@@ -13,7 +14,7 @@ from __future__ import annotations
 import time
 from collections import deque
 from dataclasses import dataclass
-from typing import Literal
+from typing import Literal, Protocol, runtime_checkable
 
 from rich.text import Text
 from textual.widgets import Static
@@ -48,17 +49,31 @@ class Notice:
         return f"{self.title}: {self.text}" if self.title else self.text
 
 
+@runtime_checkable
+class Says(Protocol):
+    """A screen with a message line: the app's ``notify`` shows notifications there."""
+
+    def say(self, text: str, *, severity: Severity = "information", title: str = "",
+            timeout: float | None = None) -> object: ...
+
+
 class MessageLine(Static):
     """One line: the newest notification still within its timeout, else nothing.
-    ``say(...)`` adds one; ``history`` holds the last ``HISTORY``."""
+    ``say(...)`` adds one (also before the line is mounted: it is drawn, and its
+    timeout counted, from the mount); ``history`` holds the last ``HISTORY``.
+    ``collapse``: the line takes no row while it has nothing to show (the help, a text
+    sized to its content; the dashboard keeps its row so nothing moves)."""
 
     DEFAULT_CSS = "MessageLine { height: 1; }"
 
-    def __init__(self, **kw) -> None:
+    def __init__(self, *, collapse: bool = False, **kw) -> None:
         super().__init__("", **kw)
         self.history: deque[Notice] = deque(maxlen=HISTORY)
         self._live: list[tuple[Notice, float]] = []  # (notice, monotonic deadline)
         self._shown: tuple[Notice | None, int] = (None, -1)
+        self.collapse = collapse
+        if collapse:
+            self.display = False
 
     def say(self, text: str, *, severity: Severity = "information", title: str = "",
             timeout: float | None = None) -> Notice:
@@ -78,9 +93,17 @@ class MessageLine(Static):
         self._live = [(n, end) for n, end in self._live if end > now]
         return self._live[-1][0] if self._live else None
 
+    def on_mount(self) -> None:
+        now = time.monotonic()
+        for _notice, end in self._live:  # said before the mount: cleared on time
+            self.set_timer(max(0.0, end - now), self._draw)
+        self._draw()
+
     def _draw(self) -> None:
         notice = self.current
-        width = self.content_size.width if self.is_mounted else 0
+        if self.collapse and self.display != (notice is not None):
+            self.display = notice is not None  # shown: drawn again once laid out
+        width = self.content_size.width if self.is_mounted and self.display else 0
         if (notice, width) == self._shown:
             return
         self._shown = (notice, width)
