@@ -34,7 +34,7 @@ from typing import Any, Callable, ClassVar
 from textual import events
 from textual.app import ComposeResult
 from textual.binding import Binding
-from textual.containers import Horizontal, Vertical, VerticalScroll
+from textual.containers import Horizontal, Vertical
 from textual.css.query import NoMatches
 from textual.reactive import var
 from textual.screen import Screen
@@ -54,7 +54,7 @@ from prefilltui.tui.widgets.decode_row import DecodeRow
 from prefilltui.tui.widgets.gauges import GaugePanel
 from prefilltui.tui.widgets.message_line import MessageLine, Severity
 from prefilltui.tui.widgets.probe_log import ProbeLog, probe_message
-from prefilltui.tui.widgets.stats import Headline, StatsPanel
+from prefilltui.tui.widgets.stats import DetailsBox, Headline, StatsPanel
 from prefilltui.tui.widgets.status_line import StatusLine
 from prefilltui.tui.widgets.ttft_plot import TTFTPlot
 
@@ -146,7 +146,7 @@ class DashboardScreen(Screen[None]):
             yield TTFTPlot(id="plot")
             with Vertical(id="stats-box"):
                 yield Headline(id="headline")
-                with VerticalScroll(id="details-box"):
+                with DetailsBox(id="details-box"):
                     yield StatsPanel(id="stats")
         yield GaugePanel(id="gauges")
         yield DecodeRow(id="decode")
@@ -390,6 +390,10 @@ class DashboardScreen(Screen[None]):
         if message.text not in said:
             said.add(message.text)
             self.notify(message.text, title="telemetry", timeout=6)
+
+    def on_details_box_hint(self, message: DetailsBox.Hint) -> None:
+        """Details out of sight: the fit panel's bottom border says so."""
+        self.query_one("#stats-box").border_subtitle = message.text
 
     def on_export_done(self, message: ExportDone) -> None:
         self.jobs.export_done(message)

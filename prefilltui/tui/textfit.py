@@ -69,3 +69,69 @@ def fit_line(text: str, width: int) -> str:
     if space >= width // 2:  # end after a whole word when that keeps most of the line
         cut = cut[:space]
     return cut.rstrip(" ,;:·") + ELLIPSIS
+
+
+#: Words that are a unit: wrapping keeps each on the line of the number before it.
+UNITS = frozenset({"ms", "s", "µs", "µs/tok", "µs/token", "tok", "tokens", "tok/s", "%",
+                   "TFLOP/s", "GFLOP/s", "TFLOP", "TB/s", "GB/s", "W", "J", "req"})
+#: A word that belongs to the unit after it ("421 prompt tok/s").
+_UNIT_PREFIX = frozenset({"prompt"})
+#: Signs that join the numbers on both sides ("204 ± 7 ms", "87 req → 87").
+_JOINS = ("±", "→")
+
+
+def _core(word: str) -> str:
+    """A word less the punctuation around it: '(±' -> '±', 'ms),' -> 'ms'."""
+    return word.strip("()[],;:.")
+
+
+def _is_unit(words: list[str], i: int) -> bool:
+    core = _core(words[i])
+    if core in UNITS or (words[i].endswith(".") and words[i][:-1] in UNITS):
+        return True
+    return core in _UNIT_PREFIX and i + 1 < len(words) and _core(words[i + 1]) in UNITS
+
+
+def _ends_a_number(chunk: str) -> bool:
+    """Whether a unit after ``chunk`` is its number's: it ends in a digit (a bracket
+    or a percent sign after it allowed) or in a unit's first word ('421 prompt')."""
+    last = chunk.split()[-1]
+    bare = last.rstrip(")]")
+    return bare[-1:].isdigit() or bare.endswith("%") or _core(last) in _UNIT_PREFIX
+
+
+def unit_chunks(text: str) -> list[str]:
+    """``text``'s words, each unit joined to the number before it and an interval's
+    ± (or an arrow) to both its numbers, so no wrap separates them:
+    'TTFT 204 ± 7 ms, 421 prompt tok/s' -> ['TTFT', '204 ± 7 ms,', '421 prompt tok/s']."""
+    words = text.split()
+    chunks: list[str] = []
+    for i, word in enumerate(words):
+        if chunks and ((_is_unit(words, i) and _ends_a_number(chunks[-1]))
+                       or word in _JOINS or chunks[-1].endswith(_JOINS)):
+            chunks[-1] += " " + word
+        else:
+            chunks.append(word)
+    return chunks
+
+
+def wrap_units(text: str, width: int) -> list[str]:
+    """``text`` in lines of at most ``width`` characters, broken at spaces but never
+    between a number and its unit (``unit_chunks``); a chunk longer than a whole line
+    is cut into pieces of ``width`` (folded, as Textual would)."""
+    width = max(1, width)
+    lines: list[str] = []
+    line = ""
+    for chunk in unit_chunks(text):
+        if line and len(line) + 1 + len(chunk) <= width:
+            line += " " + chunk
+            continue
+        if line:
+            lines.append(line)
+        while len(chunk) > width:
+            lines.append(chunk[:width])
+            chunk = chunk[width:]
+        line = chunk
+    if line or not lines:
+        lines.append(line)
+    return lines

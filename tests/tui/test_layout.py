@@ -17,7 +17,7 @@ from tests.tui.fakes import (FAKE_RANGE, NOW, FakeRunner, FakeSampler, fixed_res
 from prefilltui.tui.app import build_app
 from prefilltui.tui.dashboard import DashboardScreen
 from prefilltui.tui.help import HELP_TEXT
-from prefilltui.tui.textfit import fit_line, middle, tilde
+from prefilltui.tui.textfit import fit_line, middle, tilde, wrap_units
 from prefilltui.tui.widgets.message_line import MessageLine
 
 SIZES = [(80, 24), (100, 30), (160, 50)]
@@ -88,9 +88,10 @@ async def test_headline_figures_in_view_without_scrolling(size, gpu):
         for fact in ("slope", "44.8 µs/tok", "R²", "p50/p90/p99"):
             assert fact in opened, opened
         # the details keep the whole line: each length's uncertainty (the robust
-        # fit's noise model: relative scatter x (TTFT + s0), wider at 204 ms than at 22)
+        # fit's noise model: relative scatter x (TTFT + s0), wider at 204 ms than at 22;
+        # wrapped to the panel's width)
         assert "TTFT as expected: 33 tok 22 ± 5 ms, 4,097 tok 204 ± 11 ms" in \
-            app.screen.query_one("#stats")._plain
+            " ".join(app.screen.query_one("#stats")._plain.split())
         box = app.screen.query_one("#details-box")
         assert "SmolLM2-135M-Instruct" in app.screen.query_one("#stats")._plain
         assert box.max_scroll_y > 0 or "SmolLM2-135M-Instruct" in opened  # scrolls there
@@ -193,6 +194,16 @@ def test_fit_line_shortens_paths_never_mid_word():
     assert fit_line("one\ntwo", 40) == "one · two"
 
 
+def test_wrap_units_never_parts_a_number_from_its_unit():
+    text = "TTFT as expected: 5 tok not pinned (± 1,789 ms), 1,025 tok 8,653 ± 5,660 ms"
+    assert wrap_units(text, 27) == ["TTFT as expected: 5 tok not", "pinned (± 1,789 ms),",
+                                    "1,025 tok 8,653 ± 5,660 ms"]
+    assert wrap_units(text, 24)[-2:] == ["1,025 tok", "8,653 ± 5,660 ms"]
+    assert wrap_units("Peak unknown (CPU): 421 prompt tok/s, 0.104 TFLOP/s achieved", 20) == \
+        ["Peak unknown (CPU):", "421 prompt tok/s,", "0.104 TFLOP/s", "achieved"]
+    assert wrap_units("a" * 25, 10) == ["a" * 10, "a" * 10, "a" * 5]  # folded, as Textual
+
+
 async def test_reset_clears_everything_derived_from_the_dropped_probes():
     app, _ = _app()
     async with app.run_test(size=(100, 30)) as pilot:
@@ -292,3 +303,70 @@ async def test_no_toast_over_the_help_a_message_line_instead(tmp_path, monkeypat
         await _settle(pilot)
         # the dashboard has it too, and its history for the next help
         assert app.screen.query_one(MessageLine).history[-1].text.endswith(".summary.json")
+
+
+def _cpu_demo_probes():
+    """The newcomer's CPU demo: ~420 prompt tok/s (2.45 ms a token, 0.1 TFLOP/s
+    achieved), 4-1024 tokens, noisy enough that the fixed cost is not pinned."""
+    noise = [0.3, -0.2, 0.5, -0.4, 0.25, -0.5, 0.6, -0.3, 0.45, -0.6, 0.2, -0.1]
+    lengths = [4, 7, 14, 25, 47, 87, 161, 299, 553, 1024]
+    out = [make_result(0, 87, warmup=True)]
+    for i, n in enumerate(lengths * 2):
+        out.append(make_result(i + 1, n, a=0.012, b=2.45e-3,
+                               noise=noise[i % len(noise)] * 0.1 * (1 + n / 300)))
+    return out
+
+
+#: a unit (or the ± of an interval) at the start of a line: wrapped away from its
+#: number (a unit followed by a number is a label: "tokens    1024 req")
+_UNIT_FIRST = re.compile(r"^(µs/tok|ms|s|tok/s|tok|tokens|%|TFLOP/s|GFLOP/s)(?=[\s,.;)]|$)"
+                         r"(?!\s+\d)|^±|±$")
+
+
+@pytest.mark.parametrize("size", SIZES, ids=lambda s: f"{s[0]}x{s[1]}")
+async def test_fit_panel_text_fits_its_panel(size):
+    """The fit's panel at 80x24 (d: the details beside the headline), 100x30 and
+    160x50 with the newcomer's CPU probes: no line cut or wrapped (at 100x30 the
+    slope's interval put "µs/tok" on a line of its own and "intercept add short
+    prompts/repeats" was cut, at 80x24 "est." touched the divider), no unit on a line
+    without its number; where the details scroll, the panel's border says so."""
+    app, _ = _app(_cpu_demo_probes(), sweep_range=(4, 1024))
+    async with app.run_test(size=size) as pilot:
+        await _settle(pilot)
+        if size[1] < 28:
+            await pilot.press("d")
+            await _settle(pilot)
+        screen = app.screen
+        stats = screen.query_one("#stats")
+        box = screen.query_one("#details-box")
+        panel = screen.query_one("#stats-box").region
+        rows = _lines(app)[panel.y + 1:panel.bottom - 1]
+        inside = [r[panel.x + 1:panel.right] for r in rows]  # less the left border
+        shown = "\n".join(inside)
+        assert "slope" in shown and "achieved" in shown, shown
+        # nothing cut: every line of the details fits the panel's width whole (so
+        # none is wrapped on screen either), none ends in "…"
+        width = stats.content_size.width
+        lines = stats._plain.splitlines()
+        assert all(len(line) <= width for line in lines), (width, lines)
+        assert stats.size.height == len(lines)
+        assert "…" not in shown, shown
+        for row in inside:
+            # a character right before a divider or the border: text touching it
+            assert not re.search(r"[^ ]│", row), shown
+            for part in row.split("│"):
+                assert not _UNIT_FIRST.search(part.strip()), shown
+        for line in lines:
+            assert not _UNIT_FIRST.search(line.strip()), lines
+        assert re.search(r"95% +[\d,]+–[\d,]+ µs/tok", shown), shown  # unit with number
+        # the hint: the panel's bottom border says when the details scroll
+        scrolls = box.max_scroll_y > 0
+        hint = str(screen.query_one("#stats-box").border_subtitle or "")
+        assert ("↓ more" in hint) is scrolls, (hint, box.max_scroll_y)
+        if scrolls:
+            assert "↓ more (scroll)" in _lines(app)[panel.bottom - 1]
+            box.scroll_end(animate=False, immediate=True)
+            await _settle(pilot)
+            hint = str(screen.query_one("#stats-box").border_subtitle or "")
+            assert "↓" not in hint and "↑ more" in hint, hint
+        assert size != (100, 30) or scrolls  # the breakdown below the fold there

@@ -8,12 +8,15 @@ fitting or I/O here.  Seconds are converted to ms / µs for the screen only.
 from __future__ import annotations
 
 from rich.text import Text
+from textual.containers import VerticalScroll
+from textual.message import Message
 from textual.widgets import Static
 
 from prefilltui.model.fit import TOO_NOISY, physical_ci, pin_bound_s
 from prefilltui.model.roofline import MFU_LABEL
 from prefilltui.model.sanitize import clean
 from prefilltui.model.units import MISSING, flops
+from prefilltui.tui.textfit import unit_chunks, wrap_units
 from prefilltui.tui.viewmodel import StatsView
 
 
@@ -87,20 +90,60 @@ def stats_text(v: StatsView) -> Text:
     return t
 
 
-def _liner(t: Text, width: int | None = None):
-    """line(label, value) and interval(ci, fmt, unit) appending to ``t``; with a
-    ``width``, a value too long for the 10-column label column follows its label after
-    one space, so the line is not cut ("achieved 0.00113 GFLOP/s est.")."""
+#: The label column of a "label  value" line.
+LABEL_WIDTH = 10
+
+
+def _label_lines(label: str, value: str, width: int | None,
+                 wrap: bool) -> list[tuple[str, str]]:
+    """A "label  value" fact as (label part, value part) per screen line: the value in
+    the 10-column value column; with a ``width`` it is too long for, after its label and
+    one space ("achieved 0.0415 TFLOP/s est."); with ``wrap`` and too long even so, on
+    lines of its own under the value column, never parting a number from its unit
+    (``textfit.wrap_units``: "95%     −6,212 to" / "13,285 µs/tok" beneath)."""
+    if width is None or LABEL_WIDTH + len(value) <= width:
+        return [(f"{label:<{LABEL_WIDTH}}", value)]
+    if not label or len(label) + 1 + len(value) <= width or not wrap:
+        return [(f"{label} " if label else " " * LABEL_WIDTH, value)]
+    indent = LABEL_WIDTH if len(label) < LABEL_WIDTH else len(label) + 1
+    if width - indent < max(len(c) for c in unit_chunks(value)):
+        # the value column too narrow for its longest piece: the label alone, the
+        # value beneath it, indented
+        return [(label, "")] + [("  ", part) for part in wrap_units(value, width - 2)]
+    return [(f"{label:<{indent}}" if i == 0 else " " * indent, part)
+            for i, part in enumerate(wrap_units(value, width - indent))]
+
+
+def _liner(t: Text, width: int | None = None, *, wrap: bool = False):
+    """line(label, value) and interval(ci, fmt, unit) appending to ``t``, laid out by
+    ``_label_lines`` at ``width`` (None: one line each, however long)."""
     def line(label: str, value: str, style: str = "") -> None:
-        tight = width is not None and label and 10 + len(value) > width
-        t.append(f"{label} " if tight else f"{label:<10}", style="dim")
-        t.append(value + "\n", style=style)
+        for head, body in _label_lines(label, value, width, wrap):
+            t.append(head, style="dim")
+            t.append(body + "\n", style=style)
 
     def interval(ci, fmt, unit: str) -> None:
         if ci and ci[0] is not None and ci[1] is not None:
             line("  95%", _interval(ci, fmt, unit), "dim")
 
     return line, interval
+
+
+def _paragrapher(t: Text, width: int | None):
+    """para(text, style) appending ``text`` to ``t``, each of its lines wrapped at
+    ``width`` (its indentation kept) without parting a number from its unit; None:
+    as it is (the panel wraps it)."""
+    def para(text: str, style: str = "") -> None:
+        for raw in text.split("\n"):
+            if width is None:
+                t.append(raw + "\n", style=style)
+                continue
+            body = raw.lstrip(" ")
+            lead = raw[:len(raw) - len(body)]
+            for part in wrap_units(body, width - len(lead)):
+                t.append(lead + part + "\n", style=style)
+
+    return para
 
 
 #: Text columns of the narrow (80-column) side panel: 32 less the border and padding.
@@ -149,24 +192,26 @@ def headline_text(v: StatsView, width: int = HEADLINE_WIDTH) -> Text:
     return t
 
 
-def detail_text(v: StatsView) -> Text:
-    """Everything else, one fact per line (wrapped at words): the slope, R², the fixed
-    cost's notes, TTFT percentiles, warnings, achieved FLOP/s and the MFU's count, the
-    verdict's sentence, the server, model and tokens, the TTFT breakdown, the cache,
-    the notes (under load; why TTFT in full)."""
+def detail_text(v: StatsView, width: int | None = None) -> Text:
+    """Everything else, one fact per line: the slope, R², the fixed cost's notes, TTFT
+    percentiles, warnings, achieved FLOP/s and the MFU's count, the verdict's sentence,
+    the server, model and tokens, the TTFT breakdown, the cache, the notes (under load;
+    why TTFT in full).  ``width``: the panel's text columns, each fact wrapped to them
+    here, a number never parted from its unit (None: the panel wraps at words)."""
     t = Text(no_wrap=False, overflow="fold")
-    line, interval = _liner(t)
+    line, interval = _liner(t, width, wrap=True)
+    para = _paragrapher(t, width)
     if v.fit_counts:  # what the title's "n 14 of 16 ok" leaves out, and why
-        t.append(v.fit_counts + "\n", style="dim")
+        para(v.fit_counts, "dim")
     if v.slope_s is not None:
         line("slope", f"{_us(v.slope_s)} µs/tok")
         interval(v.slope_ci, _us, "µs/tok")
         if v.unresolved:
-            t.append("too noisy yet: slope 95%\n  includes 0\n", style="bold")
+            para("too noisy yet: slope 95%\n  includes 0", "bold")
         if v.r2 is not None:
             line("R²", f"{v.r2:.3f}")
         if v.quadratic_note:
-            t.append(v.quadratic_note + "\n", style="dim")
+            para(v.quadratic_note, "dim")
         _fixed_cost_notes(v, line)
     if v.pct_all is not None:
         line("TTFT ms", "p50/p90/p99", "dim")
@@ -176,21 +221,21 @@ def detail_text(v: StatsView) -> Text:
             tok, n, *q = v.pct_len
             line(f" {tok} ×{n}", "/".join(_q(x) for x in q))
     for warning in v.warnings:
-        t.append(warning + "\n", style="bold")
+        para(warning, "bold")
     if v.mfu is not None:
         if v.achieved_tflops is not None:
             est = " est." if v.estimate else ""
             line("achieved", f"{flops(v.achieved_tflops * 1e12)}{est}")
         # the count behind the headline's MFU named (model/roofline/flops.py)
-        t.append(MFU_LABEL + "\n", style="dim")
+        para(MFU_LABEL, "dim")
     if v.flops_from and v.achieved_tflops is not None:
-        t.append(v.flops_from + "\n", style="dim")
+        para(v.flops_from, "dim")
     facts = " · ".join(x for x in (v.server_kind, v.device) if x)
     if facts:
-        t.append(facts + "\n", style="dim")
+        para(facts, "dim")
     model = short_model(v.model)
     if model:
-        t.append(model + "\n", style="dim")
+        para(model, "dim")
     if v.requested is not None:
         counted = MISSING if v.counted is None else str(v.counted)
         counted += " est." if v.counted is not None and v.counted_estimated else ""
@@ -206,13 +251,12 @@ def detail_text(v: StatsView) -> Text:
         # a miss proven by the server's own count (usage or /metrics), not by TTFT
         line("cache", f"0 hits, server-counted on {v.cache_counted}/{v.ok_probes}")
     if v.cached_probes:
-        t.append(f"⚠ cached tokens in {v.cached_probes} probe(s)"
-                 + (f", last {v.last_cached_tokens}" if v.last_cached_tokens else "")
-                 + "\n", style="bold")
+        para(f"⚠ cached tokens in {v.cached_probes} probe(s)"
+             + (f", last {v.last_cached_tokens}" if v.last_cached_tokens else ""), "bold")
     for note in v.notes:
-        t.append(clean(note, multiline=True) + "\n", style="italic")
+        para(clean(note, multiline=True), "italic")
     if v.why:
-        t.append(f"{clean(v.why, multiline=True)}\n", style="italic")
+        para(clean(v.why, multiline=True), "italic")
     t.rstrip()
     return t
 
@@ -332,9 +376,63 @@ class Headline(_TextPanel):
 
 
 class StatsPanel(_TextPanel):
-    """The details below the headline, or in their own panel (``detail_text``)."""
+    """The details below the headline, or in their own panel (``detail_text``, laid
+    out at the panel's width: 27 columns beside the plot in an 80- or 100-column
+    terminal, 39 from 120)."""
 
     DEFAULT_CSS = "StatsPanel { height: auto; }"
 
     def text_of(self, view: StatsView) -> Text:
-        return detail_text(view)
+        width = self.content_size.width if self.is_mounted else 0
+        return detail_text(view, width if width > 0 else None)
+
+    def on_resize(self) -> None:
+        if self.view is not None:  # the facts wrapped again at the new width
+            self.show(self.view)
+
+
+class DetailsBox(VerticalScroll):
+    """The details' scrolling box.  It says when some of them are out of sight: a
+    ``Hint`` message with "↓ more (scroll)" (lines below), "↕ more (scroll)" (above and
+    below), "↑ more (scroll)" (above) or "" (all in view, or the box hidden), posted
+    when that changes; the dashboard puts it in the fit panel's bottom border."""
+
+    class Hint(Message):
+        def __init__(self, text: str) -> None:
+            super().__init__()
+            self.text = text
+
+    _hint = ""
+
+    def hint(self) -> str:
+        """What is out of sight now (see the class docstring)."""
+        if not self.is_mounted or not all(n.display for n in self.ancestors_with_self):
+            return ""
+        most = self.max_scroll_y
+        if most <= 0 or self.size.height <= 0:
+            return ""
+        y = round(self.scroll_y)
+        arrow = "↓" if y <= 0 else "↑" if y >= most else "↕"
+        return f"{arrow} more (scroll)"
+
+    def _check(self) -> None:
+        text = self.hint()
+        if text != self._hint:
+            self._hint = text
+            self.post_message(self.Hint(text))
+
+    def watch_scroll_y(self, old: float, new: float) -> None:
+        super().watch_scroll_y(old, new)
+        self._check()
+
+    def watch_virtual_size(self) -> None:
+        self._check()
+
+    def on_resize(self) -> None:
+        self._check()
+
+    def on_show(self) -> None:
+        self._check()
+
+    def on_hide(self) -> None:
+        self._check()
