@@ -208,7 +208,7 @@ class DashboardScreen(Screen[None]):
         shown: dict[str, Binding] = {}
         for _key, binding in self._bindings:
             if binding.show and binding.action not in shown:
-                shown[binding.action] = binding
+                shown[binding.action] = self._labelled(binding)
         groups: set[str] = set()
         used = 0
         for action, b in shown.items():
@@ -232,14 +232,23 @@ class DashboardScreen(Screen[None]):
     def watch_footer_room(self) -> None:
         self.refresh_bindings()
 
+    def _labelled(self, binding: Binding) -> Binding:
+        """``binding`` as the footer names it now: space says what it will do
+        ("Resume" while paused)."""
+        if binding.action == "toggle_pause" and self.feed.paused:
+            return replace(binding, description="Resume")
+        return binding
+
     @property
     def active_bindings(self):  # type: ignore[override]
         """Textual's, with the optional keys the width leaves no room for not shown
-        (they still work)."""
+        (they still work), and each key's label as it is now (``_labelled``)."""
         bindings = super().active_bindings
         hide = set(self.FOOTER_OPTIONAL) - self.footer_room
-        return {key: (active._replace(binding=replace(active.binding, show=False))
-                      if active.binding.action in hide else active)
+        return {key: active._replace(binding=replace(self._labelled(active.binding),
+                                                     show=False)
+                                     if active.binding.action in hide
+                                     else self._labelled(active.binding))
                 for key, active in bindings.items()}
 
     # ------------------------------------------------- data from the app
@@ -310,7 +319,11 @@ class DashboardScreen(Screen[None]):
         return self.back if action == "back" else True
 
     def action_toggle_pause(self) -> None:
-        if self.controls.toggle_pause() and self.redraw is not None:
+        if not self.controls.toggle_pause():
+            return
+        self._fit_footer(self.size.width)  # "Resume" is one column longer
+        self.refresh_bindings()
+        if self.redraw is not None:
             self.redraw.status()
 
     def action_reset_fit(self) -> None:

@@ -370,3 +370,26 @@ async def test_fit_panel_text_fits_its_panel(size):
             hint = str(screen.query_one("#stats-box").border_subtitle or "")
             assert "↓" not in hint and "↑ more" in hint, hint
         assert size != (100, 30) or scrolls  # the breakdown below the fold there
+
+
+@pytest.mark.parametrize("size", SIZES, ids=lambda s: f"{s[0]}x{s[1]}")
+async def test_footer_says_resume_while_paused(size):
+    """Space's footer entry names what it will do: "␣ Resume" while paused (it said
+    "␣ Pause" then too), every key that fits still listed, "q Quit" last."""
+    app, _ = _app()
+    async with app.run_test(size=size) as pilot:
+        await _settle(pilot)
+        assert "␣ Pause" in _lines(app)[-1]
+        await pilot.press("space")
+        await _settle(pilot)
+        footer = _lines(app)[-1].rstrip()
+        assert app.paused
+        assert "␣ Resume" in footer and "Pause" not in footer, footer
+        assert len(footer) <= size[0] and footer.endswith("q Quit"), footer
+        for entry in ("r Reset", "w Window", "b Burst", "+- Range", "d More", "e Export",
+                      "c Cache", "? Help"):
+            assert entry in footer, footer
+        await pilot.press("space")
+        await _settle(pilot)
+        footer = _lines(app)[-1]
+        assert not app.paused and "␣ Pause" in footer and "Resume" not in footer, footer
