@@ -2,7 +2,7 @@
 the sweep range.
 
 ``SweepControls(feed, notify)`` changes the feed (``TargetFeed``) and its runner and
-says what it did; it touches no widget: each method returns what the screen must
+says what it did (each key a line on the message line); it touches no widget: each method returns what the screen must
 redraw.  The screen's actions call it.
 """
 
@@ -44,7 +44,13 @@ class SweepControls:
                     "(the run file keeps every probe)", timeout=3)
 
     def toggle_window(self) -> None:
+        """The fit shown: all-time or the sliding window (``--window`` probes)."""
         self.feed.which = "window" if self.feed.which == "all" else "all"
+        if self.feed.which == "window":
+            self.notify(f"fit: window of the last {self.feed.config.analysis.window:,} probes",
+                        timeout=3)
+        else:
+            self.notify("fit: all-time (every probe since the start or the last reset)", timeout=3)
 
     def burst(self) -> None:
         """Start a burst now (also while paused): back-to-back probes at the longest
@@ -101,15 +107,18 @@ class SweepControls:
                 from prefilltui.measure.sweep import cap_for_context
 
                 feed.context_cap = cap_for_context(ctx)
-        if feed.context_cap:
-            hi = min(hi, feed.context_cap)
+        capped = bool(feed.context_cap) and hi > feed.context_cap
+        if capped:
+            hi = feed.context_cap
         hi = max(hi, lo)
+        cap = " (the context's cap)" if capped else ""
         if (lo, hi) == feed.sweep_range:
-            self.notify(f"range stays {lo}–{hi} tokens", timeout=3)
+            self.notify(f"range stays {lo:,}–{hi:,} tokens{cap}", timeout=3)
             return False
         feed.sweep_range = (lo, hi)
         if feed.runner is not None:
             feed.runner.set_range(lo, hi)
+        self.notify(f"range {lo:,}–{hi:,} tokens{cap}", timeout=3)
         if self.burst_pending:
             self._say_burst()
         return True

@@ -393,3 +393,32 @@ async def test_footer_says_resume_while_paused(size):
         await _settle(pilot)
         footer = _lines(app)[-1]
         assert not app.paused and "␣ Pause" in footer and "Resume" not in footer, footer
+
+
+async def test_window_and_range_keys_say_what_they_did():
+    """w and + / - changed only the status line: each says what it did on the message
+    line, as the other keys do."""
+    app, _ = _app()
+    async with app.run_test(size=(80, 24)) as pilot:
+        await _settle(pilot)
+
+        def said() -> str:
+            return _lines(app)[22]
+        window = app.feed.config.analysis.window
+        await pilot.press("w")
+        await _settle(pilot)
+        assert f"· fit: window of the last {window} probes" in said(), said()
+        await pilot.press("w")
+        await _settle(pilot)
+        assert "· fit: all-time" in said(), said()
+        await pilot.press("minus")
+        await _settle(pilot)
+        assert "· range 32–2,048 tokens" in said(), said()
+        await pilot.press("plus")
+        await pilot.press("plus")
+        await _settle(pilot)
+        # 4,096 x 2 is over the fake server's 8,192-token context: capped, and said
+        assert "· range 32–8,023 tokens (the context's cap)" in said(), said()
+        await pilot.press("plus")
+        await _settle(pilot)
+        assert "· range stays 32–8,023 tokens (the context's cap)" in said(), said()
