@@ -30,6 +30,7 @@ from prefilltui.model.summary import RunSummary
 from prefilltui.model.types import ProbeResult, server_info_from_session
 from prefilltui.render.tables import format_depth
 from prefilltui.render.text import format_summary, summary_json
+from prefilltui.render.ticks import plot_ticks, tick_label
 from prefilltui.commands.load_sweep import with_load
 from prefilltui.measure.runfile import read_load
 from prefilltui.model.load import facts_of_run, main_results
@@ -194,32 +195,46 @@ def _baseline(path: str | None, method: str) -> tuple[LinearFit | None, str | No
 
 def render_plot(results: list[ProbeResult], d: RunSummary, *, width: int | None = None,
                 height: int | None = None) -> str:
-    """plotext scatter of TTFT (ms) vs prompt tokens, fit line over it; '' with no points."""
+    """plotext scatter of TTFT (ms) vs prompt tokens, fit line over it, both axes from 0
+    with the dashboard's round ticks (``render.ticks``); '' with no points."""
     import plotext as plt
 
     pts = [r for r in results if r.fit_eligible]
     if not pts:
         return ""
     cols, rows = shutil.get_terminal_size((100, 30))
+    width = width or min(cols, 120)
+    height = height or max(12, min(rows - 4, 24))
     plt.clear_figure()
-    plt.plotsize(width or min(cols, 120), height or max(12, min(rows - 4, 24)))
+    plt.plotsize(width, height)
     color = sys.stdout.isatty()
     if not color:
         plt.theme("clear")
-    plt.scatter([r.tokens for r in pts], [r.ttft_s * 1e3 for r in pts], label="TTFT (fit-eligible)")
+    xs_all, ys_all = [r.tokens for r in pts], [r.ttft_s * 1e3 for r in pts]
+    plt.scatter(xs_all, ys_all, label="TTFT (fit-eligible)")
     f = d.fit
     if f is not None:
-        lo = max(f.knee_tokens or 0, min(r.tokens for r in pts))
-        hi = max(r.tokens for r in pts)
+        lo = max(f.knee_tokens or 0, min(xs_all))
+        hi = max(xs_all)
         xs = [lo + (hi - lo) * i / 40 for i in range(41)]
         ys = [(f.intercept_s + f.slope_s_per_token * x) * 1e3 for x in xs]
+        ys_all += ys
         plt.plot(xs, ys, label=f"{f.method} fit: {throughput_text(f, 'tok/s') or 'slope ≤ 0'}")
     if d.quadratic is not None and d.quadratic.applies:
         q = d.quadratic.fit
         xs = [q.x_min + (q.x_max - q.x_min) * i / 40 for i in range(41)]
         ys = [(q.intercept_s + q.slope_s_per_token * x + q.c_s_per_token2 * x * x) * 1e3
               for x in xs]
+        ys_all += ys
         plt.plot(xs, ys, label="quadratic fit")
+    # from 0 with a margin, as the dashboard's plot; the canvas: the height less the
+    # title, the frame, the x axis, its labels and its title
+    x_max, y_max = max(max(xs_all), 16) * 1.05, max(max(ys_all), 1.0) * 1.08
+    plt.xlim(0, x_max)
+    plt.ylim(0, y_max)
+    xt, yt = plot_ticks(x_max, y_max, width, height, height - 6)
+    plt.xticks(xt, [tick_label(v) for v in xt])
+    plt.yticks(yt, [tick_label(v) for v in yt])
     plt.xlabel("prompt tokens")
     plt.ylabel("TTFT (ms)")
     plt.title("TTFT vs prompt length")

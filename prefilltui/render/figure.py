@@ -23,6 +23,7 @@ from prefilltui.model.summary import RunSummary
 from prefilltui.model.types import ProbeResult
 from prefilltui.model.units import MISSING, ms
 from prefilltui.render.text import finite
+from prefilltui.render.ticks import nice_step
 
 #: Series colours (colour-blind-safe Okabe-Ito palette): depth 0, then deeper.
 COLORS = ("#0072B2", "#D55E00", "#009E73", "#CC79A7", "#E69F00", "#56B4E9", "#000000")
@@ -34,9 +35,7 @@ def nice_ticks(lo: float, hi: float, count: int = 6) -> list[float]:
     """About ``count`` round tick values (1, 2, 5 x 10^k steps) covering [lo, hi]."""
     if not (math.isfinite(lo) and math.isfinite(hi)) or hi <= lo:
         hi = lo + 1.0
-    raw = (hi - lo) / max(1, count - 1)
-    mag = 10 ** math.floor(math.log10(raw))
-    step = next(m * mag for m in (1, 2, 2.5, 5, 10) if m * mag >= raw)
+    step = nice_step((hi - lo) / max(1, count - 1))
     start = math.floor(lo / step) * step
     ticks = []
     v = start

@@ -110,3 +110,36 @@ def test_a_run_without_probes_leaves_no_file_even_with_session_facts(tmp_path):
     w.set_session(gpu_names=["NVIDIA H200"])
     w.close()
     assert not (tmp_path / "empty.jsonl").exists()
+
+
+def _axis_labels(plot: str) -> tuple[list[str], list[str]]:
+    """The y tick labels (left of ┤) and the x tick labels (the row under └┬)."""
+    import re
+
+    rows = plot.splitlines()
+    ys = [m.group(1) for r in rows if (m := re.match(r"^\s*(\S+)┤", r))]
+    axis = next(i for i, r in enumerate(rows) if "└" in r)
+    return ys, rows[axis + 1].split()
+
+
+def test_report_plot_ticks_are_the_dashboards_round_ones():
+    """The text plot's ticks were plotext's own, unrounded ("9383.6┤", "514.2"): now
+    the dashboard's nice ticks and labels, axes from 0 (as its plot)."""
+    from prefilltui.commands.report import render_plot
+    from prefilltui.model.spec import AnalysisOptions
+    from prefilltui.model.summary import analyze
+    from prefilltui.render.ticks import nice_ticks, tick_label
+
+    rng = np.random.default_rng(2)
+    results = [ProbeResult(seq=i, requested_tokens=x, prompt_tokens=x,
+                           ttft_s=(0.015 + x * 2.4e-3) * (1 + 0.4 * abs(rng.standard_normal())),
+                           ok=True)
+               for i, x in enumerate([4, 25, 87, 299, 553, 1024, 2045] * 3)]
+    summary = analyze(results, None, AnalysisOptions())
+    plot = render_plot(results, summary, width=80, height=24)
+    ys, xs = _axis_labels(plot)
+    assert ys and xs, plot
+    # the dashboard's labels of the dashboard's ticks: round steps from the origin
+    assert xs == [tick_label(v) for v in nice_ticks(2045 * 1.05, 80 // 9)], xs
+    assert xs == ["0", "500", "1k", "1.5k", "2k"] and ys == ["6k", "4k", "2k", "0"], (xs, ys)
+    assert "." not in " ".join(label for label in ys + xs if not label.endswith("k"))

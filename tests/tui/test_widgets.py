@@ -13,7 +13,7 @@ from prefilltui.tui.widgets.gauges import bucket_history, window_mask
 from prefilltui.tui.widgets.probe_log import probe_message, probe_status
 from prefilltui.tui.viewmodel import StatsView
 from prefilltui.tui.widgets.stats import short_model, si, stats_text
-from prefilltui.tui.widgets.ttft_plot import nice_ticks, tick_label
+from prefilltui.render.ticks import nice_ticks, tick_label
 
 
 def test_bucket_history_means_by_time():
@@ -234,7 +234,7 @@ def test_a_noisy_fit_headline_and_details_state_no_throughput():
 
 
 def test_plot_ticks_never_share_a_row():
-    from prefilltui.tui.widgets.ttft_plot import apart
+    from prefilltui.render.ticks import apart
 
     # the demo at 80x24: TTFT up to 7.2 s on 3 canvas rows: 2.5k and 5k on one row
     assert apart([0.0, 2500.0, 5000.0], 7234.0, 3) == [0.0, 5000.0]

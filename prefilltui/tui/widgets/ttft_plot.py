@@ -12,7 +12,6 @@ few rows): fewer lines to compose and fewer bytes to the terminal than a full re
 
 from __future__ import annotations
 
-import math
 from collections import deque
 from typing import Callable
 
@@ -22,6 +21,7 @@ from textual.strip import Strip
 from textual_plotext import PlotextPlot
 
 from prefilltui.model.types import ProbeResult
+from prefilltui.render.ticks import plot_ticks, tick_label
 from prefilltui.tui.themes import VARIABLE_DEFAULTS, rgb
 
 #: Markers: one character each so the kinds differ without colour (NO_COLOR).
@@ -32,40 +32,6 @@ MARK_CACHE = "○"
 MARK_LOAD = "▴"
 #: A user's request (the server's own span, ``--otlp-listen``): TTFT as the server saw it.
 MARK_USER = "+"
-
-
-def nice_ticks(hi: float, target: int = 5) -> list[float]:
-    """Round tick positions 0, s, 2s, ... <= hi with s from the 1-2-5 series."""
-    if hi <= 0:
-        return [0.0]
-    raw = hi / max(target - 1, 1)
-    mag = 10 ** math.floor(math.log10(raw))
-    step = next(m * mag for m in (1, 2, 2.5, 5, 10) if m * mag >= raw)
-    n = int(hi // step)
-    return [i * step for i in range(n + 1)]
-
-
-def apart(ticks: list[float], hi: float, rows: int) -> list[float]:
-    """``ticks`` thinned (every other one, again while needed) until no two fall on
-    the same one of ``rows`` canvas rows (plotext puts a tick v at row round(v / hi *
-    (rows - 1))): two labels on one row overwrite each other, and which one is left
-    then depends on plotext's set order, different from one process to the next (a
-    9-row plot at 80x24 showed 2.5k or 5k at random)."""
-    if hi <= 0 or rows < 1:
-        return ticks[:1]
-    def row(v: float) -> int:
-        return round(v / hi * (rows - 1))
-    while len(ticks) > 1 and len({row(v) for v in ticks}) < len(ticks):
-        ticks = ticks[::2]
-    return ticks
-
-
-def tick_label(v: float) -> str:
-    """4096 -> '4k', 1500 -> '1.5k', 12.5 -> '12.5', 40 -> '40'."""
-    if abs(v) >= 1000:
-        k = v / 1000
-        return f"{k:.0f}k" if k == int(k) else f"{k:.1f}k"
-    return f"{v:.0f}" if v == int(v) else f"{v:.1f}"
 
 
 class TTFTPlot(PlotextPlot):
@@ -213,12 +179,10 @@ class TTFTPlot(PlotextPlot):
                         color=self._color("plot-newest"))
         plt.xlim(0, x_max)
         plt.ylim(0, y_max)
-        width = max(self.size.width, 20)
-        xt = nice_ticks(x_max, max(4, min(width // 9, 10)))
-        yt = nice_ticks(y_max, max(4, min(int(self.size.height / 2.5), 8)))
         # the canvas rows: the height less the frame's top, the x axis, its labels and
         # its title
-        yt = apart(yt, y_max, max(1, self.size.height - 4))
+        xt, yt = plot_ticks(x_max, y_max, self.size.width, self.size.height,
+                            self.size.height - 4)
         plt.xticks(xt, [tick_label(v) for v in xt])
         plt.yticks(yt, [tick_label(v) for v in yt])
         self._refresh_changed_rows()
