@@ -149,7 +149,10 @@ def resolve_gpu(spec: RooflineSpec | None, nvml_names: list[str] | None = None
     if hw is not None:
         hw = hw.for_dtype(dtype)
         if hw.matched_by.endswith("(?)"):
-            notes.append(f"GPU matched to {hw.name} by family (?)")
+            names = " or ".join(", ".join(hw.variants).rsplit(", ", 1))
+            notes.append(f"GPU {spec.gpu or nvml_names[0]!r} matched to {hw.name} by family, a "
+                         f"guess" + (f" (--gpu {names} names the exact one)"
+                                     if len(hw.variants) > 1 else ""))
         if hw.peak_tflops is None:
             notes.append(f"{hw.name} has no {dtype} peak in the catalog")
     if spec.peak_tflops or spec.bandwidth_tbs:

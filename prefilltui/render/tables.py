@@ -14,7 +14,7 @@ from prefilltui.model.fit import throughput_text
 from prefilltui.model.diagnosis import Diagnosis
 from prefilltui.model.roofline import MatmulEstimate, PrefillEstimate
 from prefilltui.model.units import MISSING, duration
-from prefilltui.render.text import finite
+from prefilltui.render.text import doubt, finite
 
 
 def _x(v: float | None) -> str:
@@ -93,14 +93,13 @@ def format_estimate(e: PrefillEstimate, model: ModelShape, hw: Hardware | None,
                     notes: list[str], exact: MatmulEstimate | None = None) -> str:
     """Text for the ``estimate`` command (ms on screen; every figure an estimate): the
     quick 2·P figure, then ``exact``, the matmul count MFU uses, with the ratio."""
-    q = lambda unc: " (?)" if unc else ""  # noqa: E731
     lines = [f"Prefill estimate, quick 2·P figure (estimates, not measurements) — "
-             f"{model.name}{q(model.uncertain)}: "
+             f"{model.name}{doubt(model.doubt)}: "
              f"P = {model.params / 1e9:.3g}e9, L = {model.layers}, d_attn = {model.d_attn}"]
     if hw and hw.peak_tflops:
         lines.append(f"  hardware: {hw.name} {hw.dtype} dense peak {hw.peak_tflops:g} TFLOP/s"
                      + (f", {hw.bandwidth_tbs:g} TB/s" if hw.bandwidth_tbs else "")
-                     + q(hw.uncertain or hw.matched_by.endswith("(?)")))
+                     + doubt(hw.doubt))
     lines += [
         f"  prompt:    {e.tokens:,} tokens",
         f"  FLOPs:     {e.flops / 1e12:.3g} TFLOP quick 2·P estimate ({e.linear_flops / 1e12:.3g} "

@@ -23,6 +23,12 @@ from prefilltui.model.fit import Progress
 from prefilltui.model.units import MISSING
 
 
+def doubt(why: str) -> str:
+    """The mark after a figure in doubt, with why (``Hardware.doubt``,
+    ``ModelShape.doubt``): " (? matched by family: ...)"; '' for none."""
+    return f" (? {why})" if why else ""
+
+
 def finite(v: float | None) -> float | None:
     """``v`` as a float, or None when it is None, infinite or NaN (an open interval end)."""
     return None if v is None or not math.isfinite(v) else float(v)
@@ -153,13 +159,12 @@ def _roofline_lines(d: RunSummary) -> list[str]:
             hw_txt = f"{hw.name} {hw.dtype} {hw.peak_tflops:g} TFLOP/s"
             if hw.bandwidth_tbs:
                 hw_txt += f", {hw.bandwidth_tbs:g} TB/s, ridge {hw.ridge_point:.0f} FLOP/byte"
-            if hw.uncertain or hw.matched_by.endswith("(?)"):
-                hw_txt += " (?)"
+            hw_txt += doubt(hw.doubt)
         m_txt = "model unknown" if not m else (
             f"{clean(m.name)} ({m.params / 1e9:.3g} B params" if m.params
             else f"{clean(m.name)} (params ?")
         if m:
-            m_txt += f", L={m.layers}, d_attn={m.d_attn})" + (" (?)" if m.uncertain else "")
+            m_txt += f", L={m.layers}, d_attn={m.d_attn})" + doubt(m.doubt)
         out.append(f"Roofline (estimates): {m_txt} on {hw_txt}")
     sf = d.server_flops
     if sf:

@@ -72,3 +72,27 @@ def test_errors_are_one_line_exit_2(capsys):
     assert main(["estimate"]) == 2
     assert main(["estimate", "--model-config", "/nonexistent.json"]) == 2
     assert "cannot read" in capsys.readouterr().err
+
+
+def _text(capsys, *argv) -> str:
+    assert main(["estimate", *argv]) == 0
+    return capsys.readouterr().out
+
+
+def test_estimate_says_what_its_question_marks_mean(capsys):
+    """"3.35 TB/s (?)" left the newcomer guessing: the hardware line says why its
+    figures are in doubt -- a GPU matched by its family's name (which variant's figures
+    were taken, and the names that would pick one), or figures the catalog's sources
+    leave uncertain (which) -- and a figure in no doubt carries no mark."""
+    out = _text(capsys, "--model", "meta-llama/Llama-3.1-8B-Instruct", "--gpu", "h100")
+    hw = next(line for line in out.splitlines() if "hardware:" in line)
+    assert "(?)" not in out, out
+    assert "3.35 TB/s (? matched by family: the H100 SXM's figures, a guess)" in hw, hw
+    assert "--gpu h100-sxm, h100-pcie or h100-nvl names the exact one" in out  # the names that pick a variant
+    hw = next(line for line in _text(capsys, "--model", "llama-3-8b", "--gpu", "b200")
+              .splitlines() if "hardware:" in line)
+    assert "(? uncertain in the sources: bandwidth, memory)" in hw, hw
+    out = _text(capsys, "--model", "llama-3-8b", "--gpu", "h100-sxm")
+    assert "?" not in out.splitlines()[1], out  # exact: no doubt, no mark
+    first = _text(capsys, "--model", "deepseek-v3", "--gpu", "h100-sxm").splitlines()[0]
+    assert "(?)" not in first and "(? uncertain: attention width)" in first, first

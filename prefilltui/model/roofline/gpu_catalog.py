@@ -6,7 +6,8 @@ briefs; stas00/ml-engineering compute/accelerator/README.md; MLPerf inference v4
 system descriptions; Baseten's A10 vs A10G note; karpathy/nanochat issue 60 (GeForce
 accumulate rates); NVML names as seen in vLLM fused_moe config file names and public
 ``nvidia-smi -L`` outputs.  Dense = no structured sparsity.  Fields named in
-``uncertain`` are marked (?) on screen.
+``uncertain``, and a row matched by its family's name alone, are marked "(? why)" on
+screen (``Hardware.doubt``).
 
 Most of it is data: the GPU table, each row with its source; ``lookup_gpu`` matches an
 NVML device name or a catalog key to a row.  The model shapes are in ``catalog``.
@@ -43,6 +44,21 @@ class Hardware:
     dtype: str = "bf16"
     peak_tflops: float | None = None
     matched_by: str = "catalog"  # "catalog" | "nvml-exact" | "nvml-family (?)" | "flags"
+    #: matched by family: the catalog keys of the family's rows (the names that pick one)
+    variants: tuple[str, ...] = ()
+
+    @property
+    def doubt(self) -> str:
+        """Why its figures are marked "(?)", in words ('' when they are not): matched by
+        the family's name alone (the row taken is a guess among ``variants``), or
+        fields the sources leave uncertain ("uncertain in the sources: bandwidth")."""
+        parts = []
+        if self.matched_by.endswith("(?)"):
+            parts.append(f"matched by family: the {self.name}'s figures, a guess")
+        if self.uncertain:
+            parts.append("uncertain in the sources: " + ", ".join(
+                _FIELD_WORDS.get(f, f) for f in sorted(self.uncertain, key=_field_order)))
+        return "; ".join(parts)
 
     @property
     def peak_flops(self) -> float | None:
@@ -127,6 +143,16 @@ _FAMILY_DEFAULT = {
 _GPU_NOISE = {"nvidia", "tesla", "geforce", "amd", "instinct", "rtx", "generation", "gpu"}
 
 
+#: Words for the fields a catalog row may mark uncertain, in the order they are said.
+_FIELD_WORDS = {"bf16_tflops": "BF16 peak", "fp8_tflops": "FP8 peak",
+                "bandwidth_tbs": "bandwidth", "memory_gb": "memory",
+                "board_w": "board power", "nvml_name": "NVML name"}
+
+
+def _field_order(field: str) -> int:
+    return list(_FIELD_WORDS).index(field) if field in _FIELD_WORDS else len(_FIELD_WORDS)
+
+
 def _gpu_tokens(name: str) -> list[str]:
     return [t for t in re.split(r"[\s\-_/,()]+", name.lower()) if t and t not in _GPU_NOISE]
 
@@ -148,7 +174,8 @@ def lookup_gpu(name: str | None) -> Hardware | None:
             return replace(g, matched_by="nvml-exact")
     toks = _gpu_tokens(name)
     if "ada" in toks and "6000" in toks:
-        return replace(_by_key("rtx-6000-ada"), matched_by="nvml-family (?)")
+        return replace(_by_key("rtx-6000-ada"), matched_by="nvml-family (?)",
+                       variants=("rtx-6000-ada",))
     fam = next((t for t in toks if t in _FAMILY_DEFAULT), None)
     if fam is None:
         return None
@@ -165,7 +192,7 @@ def lookup_gpu(name: str | None) -> Hardware | None:
                 int(g.key == _FAMILY_DEFAULT[fam]))
 
     best = max(cands, key=score)
-    return replace(best, matched_by="nvml-family (?)")
+    return replace(best, matched_by="nvml-family (?)", variants=tuple(g.key for g in cands))
 
 
 def _by_key(key: str) -> Hardware:

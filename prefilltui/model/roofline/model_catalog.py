@@ -2,7 +2,7 @@
 
 Model shapes come from each model's config.json on the HF hub (docs/reference,
 shared/reference/hardware-and-models.md in the project notes); ``model_from_config``
-reads a user's own config.json.  Fields named in ``uncertain`` are marked (?) on
+reads a user's own config.json.  Fields named in ``uncertain`` are marked (? why) on
 screen.  The GPU table is ``gpu_catalog``; ``known_names`` lists the keys of both.
 
 Resolution (flags > --model-config > server metadata > catalog) is ``model.spec``.
@@ -68,6 +68,15 @@ class ModelShape:
     source: str = MODEL_SOURCE
 
     @property
+    def doubt(self) -> str:
+        """Why the shape is marked "(?)", in words ('' when it is not): the fields its
+        source leaves uncertain ("uncertain: attention width")."""
+        if not self.uncertain:
+            return ""
+        return "uncertain: " + ", ".join(_FIELD_WORDS.get(f, f.replace("_", " "))
+                                         for f in sorted(self.uncertain))
+
+    @property
     def d_attn(self) -> int | None:
         if self.attn_width:
             return self.attn_width
@@ -88,6 +97,11 @@ class ModelShape:
             "attn_proj_params": self.attn_proj_params,
             "uncertain": sorted(self.uncertain), "notes": list(self.notes), "source": self.source,
         }
+
+
+#: Words for the fields a shape may mark uncertain.
+_FIELD_WORDS = {"attn_width": "attention width", "params": "parameters",
+                "head_dim": "head size", "hidden": "hidden size"}
 
 
 _HF_REPO = {
