@@ -13,6 +13,7 @@ from __future__ import annotations
 from dataclasses import replace
 from typing import Callable, Sequence
 
+from prefilltui.model.units import ms
 from prefilltui.commands.common import err, say
 from prefilltui.measure.sweep import SweepRunner
 from prefilltui.model.diagnosis import run_fit
@@ -158,8 +159,8 @@ def stall_part(r: ProbeResult) -> str:
         return ""
     out = f"  [load {r.load_level:g}]"
     if r.decode_stall_s is not None:
-        out += (f" stall {r.decode_stall_s * 1e3:,.1f} ms excess {r.decode_excess_s * 1e3:,.1f} ms"
+        out += (f" stall {ms(r.decode_stall_s)} excess {ms(r.decode_excess_s)}"
                 f" ({r.decode_tokens} decode tokens)")
     if r.server_itl_max_s is not None:
-        out += f" server ITL <= {r.server_itl_max_s * 1e3:,.0f} ms"
+        out += f" server ITL <= {ms(r.server_itl_max_s, 0)}"
     return out

@@ -75,10 +75,10 @@ def _progress_line(r: ProbeResult, total: int | None, index: int | None = None) 
     tag = " warm-up" if r.warmup else (" burst" if r.burst else "")
     head = f"[{n:>3}/{total or '?':>3}] {r.requested_tokens:>6} tok{tag}"
     if r.ok:
-        sp = f"  server {r.server_prefill_s * 1e3:.1f} ms" if r.server_prefill_s is not None else ""
+        sp = f"  server {ms(r.server_prefill_s)}" if r.server_prefill_s is not None else ""
         if r.queue_s is not None:
             est = " (est.)" if r.queue_source in ("idle", "estimated") else ""
-            sp += f"  queue {r.queue_s * 1e3:.1f} ms{est}"
+            sp += f"  queue {ms(r.queue_s)}{est}"
         if r.server_running is not None or r.server_waiting is not None:
             sp += f"  [{r.server_running or 0:g} running, {r.server_waiting or 0:g} waiting]"
         if r.util_peak_pct is not None:
@@ -95,7 +95,7 @@ def _progress_line(r: ProbeResult, total: int | None, index: int | None = None) 
             cache = f"  0 cached ({r.cached_tokens_source})"  # the server counted a miss
         if r.server_flops:
             cache += f"  server {r.server_flops / 1e9:.3g} GFLOP"
-        return f"{head}{cnt}  TTFT {r.ttft_s * 1e3:.1f} ms{sp}{cache}{stall_part(r)}"
+        return f"{head}{cnt}  TTFT {ms(r.ttft_s)}{sp}{cache}{stall_part(r)}"
     return f"{head}  FAILED {r.error_kind}: {r.error_message}"
 
 
@@ -107,14 +107,14 @@ def _depth_line(r: ProbeResult) -> str:
     if not r.ok:
         return f"{head} FAILED {r.error_kind}: {r.error_message}"
     if info is not None and info.role == "prefix":
-        return f"{head} prefix sent ({r.prompt_tokens} counted)  TTFT {r.ttft_s * 1e3:.1f} ms"
+        return f"{head} prefix sent ({r.prompt_tokens} counted)  TTFT {ms(r.ttft_s)}"
     new = info.new_tokens if info is not None else None
     ok = "verified" if info is not None and info.verified else \
         f"NOT VERIFIED: {info.flag if info is not None else None}"
     where = "cold" if not d else \
         f"after {r.cached_tokens if r.cached_tokens is not None else '?'} cached"
     return (f"{head} {r.requested_tokens:>6} new tok ({new if new is not None else '?'} counted "
-            f"{where}, {ok})  TTFT {r.ttft_s * 1e3:.1f} ms")
+            f"{where}, {ok})  TTFT {ms(r.ttft_s)}")
 
 
 def _run_depth_phase(design: SweepDesign, session: Session, lengths: list[int], stream,

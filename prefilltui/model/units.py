@@ -2,7 +2,8 @@
 a quadratic's curvature,
 an achieved FLOP/s figure.
 
-Data is in seconds everywhere; milliseconds appear only in text made here.  A value
+Data is in seconds everywhere; milliseconds appear only in text made here (``ms`` and
+the shapes built on it: grouped thousands, "1,245.3 ms", on every screen).  A value
 that was not measured is written ``MISSING`` ("N/A"), on screen and in text summaries
 alike, never 0 and never a dash.
 """
@@ -25,6 +26,15 @@ def ms(s: float | None, digits: int = 1, *, unit: bool = True) -> str:
     if not _known(s):
         return MISSING
     return f"{s * 1e3:,.{digits}f}" + (" ms" if unit else "")
+
+
+def ms_short(s: float | None, *, unit: bool = False) -> str:
+    """Seconds as ms for a figure among others (a percentile, a table cell): one
+    decimal below 100 ms, none from 100 up, grouped (``ms``): ``0.0123 -> "12.3"``,
+    ``1.2345 -> "1,235"``; ``MISSING`` for None/NaN."""
+    if not _known(s):
+        return MISSING
+    return ms(s, 1 if abs(s) < 0.1 else 0, unit=unit)
 
 
 def duration(s: float | None) -> str:

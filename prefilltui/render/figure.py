@@ -138,7 +138,7 @@ def svg_figure(results: Iterable[ProbeResult], d: RunSummary, *, width: int = 82
     if f is not None and finite(f.slope_s_per_token) is not None:
         fc = d.fixed_cost
         a = ("a (not pinned)" if fc is not None and not fc.pinned  # as the summary says it
-             else f"{max(0.0, f.intercept_s) * 1e3:.1f} ms")
+             else ms(max(0.0, f.intercept_s)))
         sub = (f"TTFT = {a} + {f.slope_s_per_token * 1e6:,.1f} µs × n"
                f" · R² {f.r2:.3f} · {f.n} probes in the fit")
         if throughput_text(f, "tok/s"):

@@ -17,7 +17,7 @@ from typing import Literal, Sequence
 
 from prefilltui.model.fleet import FleetRow
 from prefilltui.model.sanitize import clean
-from prefilltui.model.units import MISSING
+from prefilltui.model.units import MISSING, ms
 
 Style = Literal["ok", "warn", "bad", "dim", "bold", ""]
 SPARK = "▁▂▃▄▅▆▇█"
@@ -114,7 +114,7 @@ def short_time(s: float | None) -> str:
     if s is None or not math.isfinite(s):
         return MISSING
     if s < 1:
-        return f"{s * 1e3:.1f}ms" if s < 0.01 else f"{s * 1e3:.0f}ms"
+        return ms(s, 1 if s < 0.01 else 0, unit=False) + "ms"
     return f"{s:.2f}s" if s < 10 else f"{s:.1f}s"
 
 

@@ -6,6 +6,7 @@ from __future__ import annotations
 from prefilltui.model.load import LevelTable, share
 from prefilltui.model.load import LoadSummary
 from prefilltui.model.load import StallSummary
+from prefilltui.model import units
 from prefilltui.model.units import MISSING
 from prefilltui.model.diagnosis import WORDS, TtftVerdict, expected_words
 
@@ -15,7 +16,7 @@ def format_stall(s: StallSummary | None, level: float | None = None) -> list[str
     level the table is of, named in its title."""
     if s is None:
         return []
-    ms = lambda v: MISSING if v is None else f"{v * 1e3:,.0f}"  # noqa: E731
+    ms = lambda v: units.ms(v, 0, unit=False)  # noqa: E731
     at = f" at load level {level:g}" if level is not None else ""
     out = [f"decode stall per probe{at} (baseline gap {ms(s.gap_s)} ms; medians)",
            f"{'requested':>9} {'counted':>8} {'n':>3} {'TTFT':>9} {'stall':>9} {'excess':>9} "
@@ -33,7 +34,7 @@ def format_levels(t: LevelTable | None) -> list[str]:
     """The level table as text (ms on screen)."""
     if t is None:
         return []
-    c = lambda s: f"{'-':>8}" if s is None else f"{s * 1e3:>8,.0f}"  # noqa: E731
+    c = lambda s: f"{'-':>8}" if s is None else f"{units.ms(s, 0, unit=False):>8}"  # noqa: E731
     head = "streams" if t.kind != "rate" else "req/s"
     out = [f"TTFT against offered load ({'decode streams' if t.kind != 'rate' else 'requests/s'};"
            " medians; stall and excess at the longest prompt)",

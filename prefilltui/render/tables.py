@@ -13,7 +13,7 @@ from prefilltui.model.depth import DepthTable
 from prefilltui.model.fit import throughput_text
 from prefilltui.model.diagnosis import Diagnosis
 from prefilltui.model.roofline import MatmulEstimate, PrefillEstimate
-from prefilltui.model.units import MISSING, duration
+from prefilltui.model.units import MISSING, duration, ms
 from prefilltui.render.text import doubt, finite
 
 
@@ -114,10 +114,10 @@ def format_estimate(e: PrefillEstimate, model: ModelShape, hw: Hardware | None,
     lines.append(ai)
     if e.time_at_peak_s:
         lines += [
-            f"  time:      {e.time_at_peak_s * 1e3:.1f} ms at peak, "
-            f"{e.time_at_efficiency_s * 1e3:.1f} ms at {e.efficiency:.0%} of peak "
-            f"(linear FLOPs alone: {e.linear_time_at_peak_s * 1e3:.1f} / "
-            f"{e.linear_time_at_efficiency_s * 1e3:.1f} ms)",
+            f"  time:      {ms(e.time_at_peak_s)} at peak, "
+            f"{ms(e.time_at_efficiency_s)} at {e.efficiency:.0%} of peak "
+            f"(linear FLOPs alone: {ms(e.linear_time_at_peak_s, unit=False)} / "
+            f"{ms(e.linear_time_at_efficiency_s)})",
             f"  prefill:   {e.tokens_per_s:,.0f} prompt tokens/s at {e.efficiency:.0%} of peak",
         ]
     else:
@@ -146,7 +146,7 @@ def _matmul_lines(x: MatmulEstimate | None) -> list[str]:
     if x.quick_over_exact is not None:
         out.append(f"  ratio:     quick 2·P estimate / matmul count = {x.quick_over_exact:.3f}")
     if x.time_at_peak_s and x.time_at_efficiency_s and x.tokens_per_s:
-        out.append(f"  time:      {x.time_at_peak_s * 1e3:.1f} ms at peak, "
-                   f"{x.time_at_efficiency_s * 1e3:.1f} ms at {x.efficiency:.0%} of peak; "
+        out.append(f"  time:      {ms(x.time_at_peak_s)} at peak, "
+                   f"{ms(x.time_at_efficiency_s)} at {x.efficiency:.0%} of peak; "
                    f"{x.tokens_per_s:,.0f} prompt tokens/s")
     return out

@@ -63,7 +63,7 @@ def format_fit_lines(f: LinearFit | None, indent: str = "  ",
     if f is None:
         return [indent + "no fit (too few usable probes)"]
     tp = lambda v: f"{v:,.0f}"  # noqa: E731
-    ms = lambda v: f"{v * 1e3:.2f}"  # noqa: E731
+    ms = lambda v: units.ms(v, 2, unit=False)  # noqa: E731
     us = lambda v: _sig(v * 1e6)  # noqa: E731  (s/token -> µs/token, as the TUI shows it)
     a = finite(f.intercept_s)
     a_txt, a_line = units.ms(a, 2), f"{ms(a)} ms"
@@ -99,12 +99,12 @@ def format_fixed_cost(fc: FixedCost | None, indent: str = "  ") -> list[str]:
     """The fixed cost TTFT(0) and what the server's own times say (ms on screen)."""
     if fc is None:
         return []
-    ms = lambda v: f"{v * 1e3:.1f} ms"  # noqa: E731
+    ms = units.ms
     lo, hi = physical_ci((finite(fc.ci[0]), finite(fc.ci[1])))
     if fc.pinned:
-        line = (f"{indent}fixed cost   {ms(fc.shown_s)} (fit, 95% {lo * 1e3:.1f} to "
-                f"{hi * 1e3:.1f} ms; pinned: +-{fc.half_width_s * 1e3:.1f} <= "
-                f"{fc.bound_s * 1e3:.0f} ms)")
+        line = (f"{indent}fixed cost   {ms(fc.shown_s)} (fit, 95% {ms(lo, unit=False)} to "
+                f"{ms(hi)}; pinned: +-{ms(fc.half_width_s, unit=False)} <= "
+                f"{ms(fc.bound_s, 0)})")
     else:
         line = f"{indent}{fc.note}"
     out = [line]
@@ -113,12 +113,12 @@ def format_fixed_cost(fc: FixedCost | None, indent: str = "  ") -> list[str]:
     s = fc.server
     if s is not None and not s.pinned:
         lo, hi = physical_ci(s.prefill_intercept_ci)
-        out.append(f"{indent}server-side  not pinned either: prefill at n=0 95% {lo * 1e3:,.0f} to "
-                   f"{hi * 1e3:,.0f} ms; outside prefill {ms(s.outside_prefill_s)} (median "
+        out.append(f"{indent}server-side  not pinned either: prefill at n=0 95% {ms(lo, 0, unit=False)} to "
+                   f"{ms(hi, 0)}; outside prefill {ms(s.outside_prefill_s)} (median "
                    f"TTFT - server prefill, {s.n} probes)")
     elif s is not None:
         raw = s.prefill_intercept_raw_s
-        clamp = f" (fit {raw * 1e3:.1f} ms, shown as 0)" if raw is not None and raw < 0 else ""
+        clamp = f" (fit {ms(raw)}, shown as 0)" if raw is not None and raw < 0 else ""
         out.append(f"{indent}server-side  {ms(s.fixed_cost_s)} = prefill at n=0 "
                    f"{ms(s.prefill_intercept_s)}{clamp} + outside prefill "
                    f"{ms(s.outside_prefill_s)} (median TTFT - server prefill, {s.n} probes)")
@@ -126,10 +126,7 @@ def format_fixed_cost(fc: FixedCost | None, indent: str = "  ") -> list[str]:
 
 
 def _pct_ms(v: float | None) -> str:
-    if v is None:
-        return "-"
-    ms = v * 1e3
-    return f"{ms:,.1f}" if ms < 100 else f"{ms:,.0f}"
+    return "-" if v is None else units.ms_short(v)
 
 
 def format_percentiles(p: TtftPercentiles | None, *, by_length: bool = True) -> list[str]:
@@ -290,15 +287,15 @@ def format_sweep(d: RunSummary, *, fit_line: bool = False, said: Collection[str]
     if fit_line and f is not None:
         said = throughput_text(f, "tokens/s")
         est = ", lengths estimated" if d.fit_lengths_estimated else ""
-        out.append(f"fit ({f.method}{est})  TTFT = {f.intercept_s * 1e3:.2f} ms + "
-                   f"{f.slope_s_per_token * 1e3:.4f} ms/token x n   "
+        out.append(f"fit ({f.method}{est})  TTFT = {units.ms(f.intercept_s, 2)} + "
+                   f"{units.ms(f.slope_s_per_token, 4, unit=False)} ms/token x n   "
                    f"prefill {said}   R2 {f.r2:.3f}   n {f.n}"
-                   if said else f"fit  intercept {f.intercept_s * 1e3:.2f} ms, slope <= 0")
+                   if said else f"fit  intercept {units.ms(f.intercept_s, 2)}, slope <= 0")
     elif fit_line:
         out.append("fit  too few points (need 3 fit-eligible probes at 2+ lengths)")
     if d.overhead_median_s is not None:
         out.append(f"client overhead (TTFT - server prefill, median)  "
-                   f"{d.overhead_median_s * 1e3:.2f} ms")
+                   f"{units.ms(d.overhead_median_s, 2)}")
     if live is not None and live.until_ci is not None:
         out.append("until-ci  " + until_line(live.until_ci))
     if d.run_file:

@@ -14,7 +14,7 @@ from prefilltui.model.fit import LinearFit
 from prefilltui.model.sanitize import clean
 from prefilltui.model.load import DecodeTrace, gap_series
 from prefilltui.model.types import ProbeResult
-from prefilltui.model.units import MISSING
+from prefilltui.model.units import MISSING, duration
 from prefilltui.model.diagnosis import Expectation, HeldExpectation, TtftVerdict, ttft_verdict
 from prefilltui.tui.viewmodel import VerdictNow
 
@@ -39,7 +39,7 @@ class DecodeView:
 def _ms(s: float | None) -> str:
     if s is None or not math.isfinite(s):
         return MISSING
-    return f"{s * 1e3:,.0f} ms" if s < 10 else f"{s:,.1f} s"
+    return duration(s)
 
 
 def decode_view(traces: Sequence[DecodeTrace], now: float, span: float, *, describe: str,

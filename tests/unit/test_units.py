@@ -45,3 +45,51 @@ def test_flops_three_significant_digits_unit_by_magnitude():
     assert flops(1.234e15) == "1,230 TFLOP/s" and flops(1.13e9) == "1.13 GFLOP/s"
     assert flops(5e8) == "0.500 GFLOP/s" and flops(0.0) == "0.00 GFLOP/s"
     assert flops(None) == flops(math.nan) == MISSING
+
+
+def test_every_ms_on_screen_is_grouped_by_the_one_formatter():
+    """The sweep's progress lines said "TTFT 1245.3 ms" where its table said "1,245.3":
+    ms reach the screen through ``units.ms`` (grouped), so no module formats seconds
+    x 1e3 itself."""
+    import re
+    from pathlib import Path
+
+    import prefilltui
+    from prefilltui.commands.sweep import _depth_line, _progress_line
+    from prefilltui.model.probe_notes import DepthInfo
+    from prefilltui.model.types import ProbeResult
+    from prefilltui.render.tables import format_estimate
+    from prefilltui.model.roofline import estimate, lookup_gpu, lookup_model
+    from prefilltui.tui.widgets.probe_log import probe_message, row_cells
+
+    own = re.compile(r"\*\s*1e3\s*:[^}]*f\}|\*\s*1000\s*:[^}]*f\}")
+    root = Path(prefilltui.__file__).parent
+    found = [f"{p.relative_to(root)}:{i}: {line.strip()}"
+             for p in sorted(root.rglob("*.py")) if p.name != "units.py"
+             for i, line in enumerate(p.read_text().splitlines(), 1) if own.search(line)]
+    assert not found, "\n".join(found)
+
+    r = ProbeResult(seq=6, requested_tokens=553, prompt_tokens=553, ttft_s=1.2453,
+                    server_prefill_s=1.2426, queue_s=1.5, queue_source="estimated", ok=True)
+    line = _progress_line(r, 11)
+    assert "TTFT 1,245.3 ms  server 1,242.6 ms  queue 1,500.0 ms (est.)" in line, line
+    assert "TTFT 1,245.3 ms" in probe_message(r) and "server prefill 1,242.6 ms" in \
+        probe_message(r)
+    assert row_cells(r)[2] == " 1,245.3"  # the probe log's column, 8 wide
+    assert row_cells(ProbeResult(seq=1, requested_tokens=9, ttft_s=120.0, ok=True))[2] == \
+        " 120,000"  # past 100 s: no decimal, still 8
+    r.depth = DepthInfo(depth=0, role="prefix")
+    assert "TTFT 1,245.3 ms" in _depth_line(r)
+    m, hw = lookup_model("llama-3-8b"), lookup_gpu("l4").for_dtype("bf16")
+    e = estimate(m.params, m.layers, m.d_attn, 32000, hidden=m.hidden,
+                 peak_flops=hw.peak_flops, bandwidth_bytes_s=hw.bandwidth_bytes_s)
+    text = format_estimate(e, m, hw, [])
+    assert re.search(r"time: +\d{1,3}(,\d{3})+\.\d ms at peak", text), text
+
+
+def test_ms_short_one_decimal_below_100_ms_grouped_above():
+    from prefilltui.model.units import ms_short
+
+    assert ms_short(0.0341) == "34.1" and ms_short(0.612) == "612"
+    assert ms_short(6.12) == "6,120" and ms_short(-0.0123) == "-12.3"
+    assert ms_short(None) == MISSING and ms_short(1.5, unit=True) == "1,500 ms"

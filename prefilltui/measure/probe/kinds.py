@@ -40,6 +40,7 @@ from typing import Awaitable, Callable
 
 import httpx
 
+from prefilltui.model.units import ms
 from prefilltui.measure import bounded
 from prefilltui.measure.probe.body import RequestBody
 from prefilltui.measure.probe.sending import Sender
@@ -77,7 +78,7 @@ _CHECK_PROMPT = "Count from one to twenty in words, separated by spaces:"
 def second_token(r: ProbeResult, now: float, cap: int | None) -> None:
     """Note the second token event of a one-token probe (the stream is closed)."""
     first = (r.t_send or 0.0) + (r.ttft_s or 0.0)
-    after = f" {max(0.0, now - first) * 1e3:.0f} ms after the first" if r.t_send else ""
+    after = f" {ms(max(0.0, now - first), 0)} after the first" if r.t_send else ""
     if cap == 1:
         r.notes.cap_ignored = (f"a second token came{after}: the server ignored max_tokens 1; "
                                "the client closed the stream")
@@ -178,7 +179,7 @@ class BufferCheck:
                 if verdict == "buffers"
                 else "the end of the stream was already there when its token was read")
         r.error_message = (f"the answer arrived all at once ({seen}, "
-                           f"{(arrival or 0) * 1e3:.0f} ms after the request): a gateway or "
+                           f"{ms(arrival or 0, 0)} after the request): a gateway or "
                            "proxy buffers the stream, so TTFT cannot be known; " + BUFFER_ADVICE)
 
     async def check(self, deadline_s: float | None = None) -> tuple[str, bool]:

@@ -16,7 +16,7 @@ from prefilltui.model.fit import finite_median
 from prefilltui.model.probe_notes import QueueSource
 from prefilltui.model.fit import fit_robust
 from prefilltui.model.types import JsonObject, ProbeResult
-from prefilltui.model.units import duration
+from prefilltui.model.units import duration, ms
 
 _PARTS = ("overhead_s", "queue_s", "prefill_s")
 
@@ -174,7 +174,7 @@ def _intercept_split(results: Sequence[ProbeResult], fit: LinearFit | None,
         return InterceptSplit(fit.intercept_s, fixed.pinned, a_p, raw, med.queue_s, None,
                               tuple(notes))
     if raw is not None and raw < 0:
-        notes.append(f"server prefill at n=0 shown as 0 (its fit gives {raw * 1e3:.1f} ms)")
+        notes.append(f"server prefill at n=0 shown as 0 (its fit gives {ms(raw)})")
     intercept_s = fit.intercept_s
     if fixed.clamped:
         intercept_s = 0.0
@@ -184,7 +184,7 @@ def _intercept_split(results: Sequence[ProbeResult], fit: LinearFit | None,
         over = intercept_s - a_p - (med.queue_s or 0.0)
         if over < 0:
             notes.append(f"overhead at n=0 shown as 0 (intercept - prefill - queue = "
-                         f"{over * 1e3:.1f} ms: within the intercept's uncertainty)")
+                         f"{ms(over)}: within the intercept's uncertainty)")
         overhead = max(over, 0.0)
     return InterceptSplit(intercept_s, fixed.pinned, a_p, raw, med.queue_s, overhead,
                           tuple(notes))

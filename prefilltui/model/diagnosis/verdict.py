@@ -59,7 +59,7 @@ from prefilltui.model.diagnosis.ttft_breakdown import probe_parts
 from prefilltui.model.fit import LinearFit
 from prefilltui.model.fit import finite_median
 from prefilltui.model.types import ProbeResult
-from prefilltui.model.units import duration
+from prefilltui.model.units import duration, ms
 from prefilltui.model.users import UserRequest, UsersEvidence, UsersWindow
 
 Cause = Literal["queueing", "head_of_line", "slow_prefill", "prefix_cache", "overhead",
@@ -874,6 +874,6 @@ def expected_words(tokens: int, expected_s: float, margin_s: float) -> str:
     ("4 tok not pinned (± 12,639 ms)") instead of a value that means nothing.  ms only
     here, seconds in."""
     if not (margin_s < expected_s):  # NaN / inf included
-        return f"{tokens:,} tok not pinned (± {margin_s * 1000:,.0f} ms)"
-    return f"{tokens:,} tok {expected_s * 1000:,.0f} ± {margin_s * 1000:,.0f} ms"
+        return f"{tokens:,} tok not pinned (± {ms(margin_s, 0)})"
+    return f"{tokens:,} tok {ms(expected_s, 0, unit=False)} ± {ms(margin_s, 0)}"
 

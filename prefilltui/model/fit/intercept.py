@@ -24,6 +24,7 @@ import statistics
 from dataclasses import dataclass
 from typing import Iterable
 
+from prefilltui.model.units import ms
 from prefilltui.model.fit.linear import LinearFit
 from prefilltui.model.fit.robust import fit_robust
 from prefilltui.model.types import JsonObject, ProbeResult
@@ -118,16 +119,16 @@ def fixed_cost(fit: LinearFit | None, server: ServerFixedCost | None = None) -> 
     clamped = False
     shown: float | None = None
     if not pinned:
-        note = (f"{NOT_PINNED} (95 % interval +-{half * 1e3:,.0f} ms, wider than the "
-                f"+-{bound * 1e3:,.0f} ms bound)" if math.isfinite(half) else NOT_PINNED)
+        note = (f"{NOT_PINNED} (95 % interval +-{ms(half, 0)}, wider than the "
+                f"+-{ms(bound, 0)} bound)" if math.isfinite(half) else NOT_PINNED)
     elif a < 0:
         shown, clamped = 0.0, True
         if hi < 0:  # the whole interval below 0: the line does not describe short prompts
-            note = (f"fixed cost shown as 0: the fit gives {a * 1e3:.1f} ms, below 0 beyond its "
+            note = (f"fixed cost shown as 0: the fit gives {ms(a)}, below 0 beyond its "
                     "interval (TTFT is not a straight line down to short prompts: a knee or "
                     "curvature)")
         else:
-            note = f"fixed cost shown as 0: the fit gives {a * 1e3:.1f} ms, 0 within its interval"
+            note = f"fixed cost shown as 0: the fit gives {ms(a)}, 0 within its interval"
     else:
         shown = a
     return FixedCost(intercept_s=a, ci=(lo, hi), half_width_s=half, bound_s=bound,

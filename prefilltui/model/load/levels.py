@@ -19,7 +19,7 @@ from prefilltui.model.loadspec import LoadKind
 from prefilltui.model.fit import finite_median
 from prefilltui.model.load.stall import DecodeTrace, itl_quantiles, probe_window
 from prefilltui.model.types import ProbeResult
-from prefilltui.model.units import MISSING
+from prefilltui.model.units import ms
 
 #: Queue share of the median TTFT at which queueing has "taken over" (the knee).
 KNEE_QUEUE_SHARE = 0.5
@@ -206,7 +206,7 @@ def share(r: LevelRow) -> float | None:
 
 
 def _ms(s: float | None) -> str:
-    return MISSING if s is None else f"{s * 1e3:,.0f} ms"
+    return ms(s, 0)
 
 
 def levels_from_json(d) -> LevelTable | None:

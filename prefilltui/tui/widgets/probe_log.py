@@ -30,7 +30,7 @@ from textual.strip import Strip
 
 from prefilltui.model.sanitize import clean
 from prefilltui.model.types import ProbeResult
-from prefilltui.model.units import MISSING
+from prefilltui.model.units import MISSING, ms
 from prefilltui.tui.widgets.cursor import RowCursor
 
 #: column headers and widths (cells); the status column takes the rest
@@ -60,6 +60,23 @@ def probe_status(r: ProbeResult) -> str:
     return "burst" if r.burst else "ok"
 
 
+def ttft_cell(r: ProbeResult) -> str:
+    """The TTFT column: ms grouped (``units.ms``), one decimal up to 100 s and none past
+    it, so it keeps its 8 cells ("1,245.3", "120,000"); MISSING for a failed probe."""
+    if not r.ok or r.ttft_s is None:
+        return f"{MISSING:>8}"
+    return f"{ms(r.ttft_s, 1 if r.ttft_s < 100 else 0, unit=False):>8}"
+
+
+def row_cells(r: ProbeResult) -> tuple[str, ...]:
+    """A probe's cells, in ``COLUMNS`` order: time, tokens, TTFT, utilization, energy,
+    status."""
+    when = time.strftime("%H:%M:%S", time.localtime(r.started_at)) if r.started_at else MISSING
+    tokens = r.tokens if r.tokens is not None else r.requested_tokens
+    energy = f"{r.energy_j:6.1f}" if r.energy_j is not None else f"{MISSING:>6}"
+    return (when, f"{tokens:>6}", ttft_cell(r), util_cell(r), energy, probe_status(r))
+
+
 def util_cell(r: ProbeResult) -> str:
     """Utilization peak/mean over the probe's request window, e.g. " 98/ 61" (percent;
     MISSING when nothing was sampled)."""
@@ -77,10 +94,9 @@ def probe_message(r: ProbeResult) -> str:
         head += f", {r.prompt_tokens} " + ("estimated (the server gives no count)"
                                            if r.prompt_tokens_source == "estimate" else "counted")
     if r.ok:
-        ttft = f"{r.ttft_s * 1e3:.1f} ms" if r.ttft_s is not None else MISSING
-        head += f"; TTFT {ttft}"
+        head += f"; TTFT {ms(r.ttft_s)}"
         if r.server_prefill_s is not None:
-            head += f", server prefill {r.server_prefill_s * 1e3:.1f} ms"
+            head += f", server prefill {ms(r.server_prefill_s)}"
         if r.util_peak_pct is not None:
             head += f", util peak {r.util_peak_pct:.0f} %"
             if r.util_mean_pct is not None:
@@ -159,13 +175,7 @@ class ProbeLog(RowCursor, can_focus=True):
             return
         self.follow = not self.has_focus or self.cursor_row >= self.row_count - 2
         for r in results[-self.max_rows:]:
-            when = (time.strftime("%H:%M:%S", time.localtime(r.started_at))
-                    if r.started_at else MISSING)
-            tokens = r.tokens if r.tokens is not None else r.requested_tokens
-            ttft = f"{r.ttft_s * 1e3:8.1f}" if (r.ok and r.ttft_s is not None) else f"{MISSING:>8}"
-            energy = f"{r.energy_j:6.1f}" if r.energy_j is not None else f"{MISSING:>6}"
-            line = _row_text((when, f"{tokens:>6}", ttft, util_cell(r), energy,
-                              probe_status(r)))
+            line = _row_text(row_cells(r))
             self._rows.append((r, line))
             self._width = max(self._width, len(line))
         drop = len(self._rows) - self.max_rows

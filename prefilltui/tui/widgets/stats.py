@@ -15,7 +15,7 @@ from textual.widgets import Static
 from prefilltui.model.fit import TOO_NOISY, physical_ci, pin_bound_s
 from prefilltui.model.roofline import MFU_LABEL
 from prefilltui.model.sanitize import clean
-from prefilltui.model.units import MISSING, flops
+from prefilltui.model.units import MISSING, flops, ms_short
 from prefilltui.tui.textfit import unit_chunks, wrap_units
 from prefilltui.tui.viewmodel import StatsView
 
@@ -38,10 +38,7 @@ def _minus(text: str) -> str:
 
 def _ms(v: float | None) -> str:
     """Seconds as ms (no unit): 0.0123 -> '12.3', 1.234 -> '1,234'."""
-    if v is None:
-        return MISSING
-    ms = v * 1e3
-    return _minus(f"{ms:.1f}" if abs(ms) < 100 else f"{ms:,.0f}")
+    return _minus(ms_short(v))
 
 
 def _us(v: float | None) -> str:
@@ -263,8 +260,7 @@ def detail_text(v: StatsView, width: int | None = None) -> Text:
 
 def _q(v: float) -> str:
     """A percentile in ms, no unit: 34.1, 612, 6,120."""
-    ms = v * 1e3
-    return f"{ms:.1f}" if ms < 100 else f"{ms:,.0f}"
+    return ms_short(v)
 
 
 def _pinned(v: StatsView) -> bool:
