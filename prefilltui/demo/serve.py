@@ -1,17 +1,21 @@
 """``prefilltui demo --serve``: keep the demo target running for other commands to use.
 
 ``serve_until_stopped(srv)`` prints the running server's URL and the commands to try
-against it (``prefilltui URL``, ``prefilltui sweep URL``, ``prefilltui cache-check URL``),
-then waits until Ctrl-C (SIGINT), SIGTERM or SIGHUP (the latter two raised as
+against it (``prefilltui URL``, ``prefilltui sweep URL``, ``prefilltui cache-check URL``,
+spelled as the user can run them: ``prefilltui_command``), then waits until Ctrl-C (SIGINT), SIGTERM or SIGHUP (the latter two raised as
 ``SystemExit`` by ``server.exit_on_signals``), or until the server exits on its own.
 The caller's ``with`` block stops the server on the way out.
 """
 
 from __future__ import annotations
 
+import os
+import shlex
+import shutil
 import signal
 import sys
 import time
+from pathlib import Path
 from typing import IO, Protocol
 
 from prefilltui.exit_codes import ExitCode
@@ -38,9 +42,24 @@ class Served(Protocol):
     def log_tail(self, lines: int = 20) -> str: ...
 
 
-def try_lines(url: str) -> list[str]:
-    """The commands a newcomer can point at the demo target, one per line."""
-    return [f"prefilltui {url}", f"prefilltui sweep {url}", f"prefilltui cache-check {url}"]
+def prefilltui_command() -> str:
+    """How to run this prefilltui from another terminal: ``prefilltui`` when that name
+    on PATH is this install's script; else the script beside the running interpreter
+    by its absolute path (``make demo`` installs it in .venv/bin, not on PATH); else
+    ``<python> -m prefilltui`` (no script: run from a checkout)."""
+    script = Path(sys.executable).parent / "prefilltui"  # the venv's bin, unresolved
+    found = shutil.which("prefilltui")
+    if not (script.is_file() and os.access(script, os.X_OK)):
+        return f"{shlex.quote(sys.executable)} -m prefilltui"
+    if found and Path(found).resolve() == script.resolve():
+        return "prefilltui"
+    return shlex.quote(str(script))
+
+
+def try_lines(url: str, command: str = "prefilltui") -> list[str]:
+    """The commands a newcomer can point at the demo target, one per line;
+    ``command``: how prefilltui is run (``prefilltui_command``)."""
+    return [f"{command} {url}", f"{command} sweep {url}", f"{command} cache-check {url}"]
 
 
 def serve_until_stopped(srv: Served, *, what: str = "", out: IO[str] | None = None,
@@ -52,7 +71,8 @@ def serve_until_stopped(srv: Served, *, what: str = "", out: IO[str] | None = No
     out = out or sys.stdout
     url = srv.base_url
     lines = [f"prefilltui: demo target {what + ' ' if what else ''}serving at {url}",
-             "try, in another terminal:", *(f"  {c}" for c in try_lines(url)),
+             "try, in another terminal:",
+             *(f"  {c}" for c in try_lines(url, prefilltui_command())),
              f"Ctrl-C stops it ({srv.label} pid {srv.pid}, log {srv.log_path})"]
     print("\n".join(lines), file=out, flush=True)
     try:

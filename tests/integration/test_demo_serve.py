@@ -6,6 +6,7 @@ it cleanly: exit 0, and no llama-server left behind."""
 from __future__ import annotations
 
 import os
+import shlex
 import signal
 import subprocess
 import sys
@@ -40,6 +41,14 @@ def _start(llama_server_binary, demo_gguf, tmp_path) -> tuple[subprocess.Popen, 
     pytest.fail(f"no serve banner: {lines} {child.stderr.read()}")
 
 
+def _command(lines: list[str], url: str) -> str:
+    """How the banner says to run prefilltui: "prefilltui" when it is on PATH, else the
+    script's path (the first command to try is "<command> URL")."""
+    first = lines[lines.index("try, in another terminal:") + 1]
+    assert first.startswith("  ") and first.endswith(f" {url}"), first
+    return first[2:-len(url) - 1]
+
+
 def _url(lines: list[str]) -> str:
     first = lines[0]
     assert first.startswith("prefilltui: demo target (llama.cpp, ") and " serving at " in first
@@ -53,16 +62,16 @@ def test_serve_keeps_the_target_running_until_stopped(llama_server_binary, demo_
     server = None
     try:
         url = _url(lines)
-        assert f"  prefilltui {url}" in lines and f"  prefilltui sweep {url}" in lines
-        assert f"  prefilltui cache-check {url}" in lines
+        cmd = _command(lines, url)
+        assert f"  {cmd} sweep {url}" in lines and f"  {cmd} cache-check {url}" in lines
         server = next(p for p in psutil.Process(child.pid).children(recursive=True)
                       if "llama-server" in " ".join(p.cmdline()))
         with urllib.request.urlopen(url + "/health", timeout=10) as r:
             assert r.status == 200
-        if sig == signal.SIGINT:  # one command of the banner, from a second process
-            out = tmp_path / "run.jsonl"
+        if sig == signal.SIGINT:  # one command of the banner, as printed, from a second
+            out = tmp_path / "run.jsonl"  # process
             sweep = subprocess.run(
-                [sys.executable, "-m", "prefilltui", "sweep", url, "--lengths", "16,64",
+                [*shlex.split(cmd), "sweep", url, "--lengths", "16,64",
                  "--warmup", "0", "--no-telemetry", "--out", str(out), "--format", "json"],
                 capture_output=True, text=True, timeout=120)
             assert sweep.returncode == 0, sweep.stderr

@@ -99,9 +99,10 @@ def test_serve_prints_the_url_and_commands_and_runs_until_ctrl_c(faked, monkeypa
     out = cap.out.splitlines()
     assert out[0].startswith("prefilltui: demo target (") and out[0].endswith(
         f"serving at {URL}")
-    assert f"  prefilltui {URL}" in out
-    assert f"  prefilltui sweep {URL}" in out
-    assert f"  prefilltui cache-check {URL}" in out
+    cmd = serve.prefilltui_command()  # "prefilltui" when on PATH, else its path
+    assert f"  {cmd} {URL}" in out
+    assert f"  {cmd} sweep {URL}" in out
+    assert f"  {cmd} cache-check {URL}" in out
     assert any(line.startswith("Ctrl-C stops it") for line in out)
     assert f"prefilltui: stopping {label}" in out
     srv, = FakeTarget.made
@@ -164,3 +165,37 @@ async def test_the_subtitle_is_on_screen_at_80x24():
             f"demo target {URL}")
         assert "127.0.0.1:45678" in app.export_screenshot()
         await pilot.press("q")
+
+
+def test_serve_prints_a_command_the_user_can_run(faked, monkeypatch, capsys, tmp_path):
+    """After `make demo` prefilltui is .venv/bin/prefilltui, not on PATH: the commands
+    to try name that script (it printed a bare `prefilltui`, "command not found")."""
+    import sys
+
+    venv = tmp_path / "clone" / ".venv" / "bin"
+    venv.mkdir(parents=True)
+    (venv / "python").write_text("")
+    script = venv / "prefilltui"
+    script.write_text("#!/bin/sh\n")
+    script.chmod(0o755)
+    elsewhere = tmp_path / "usr-bin"
+    elsewhere.mkdir()
+    monkeypatch.setattr(sys, "executable", str(venv / "python"))
+    monkeypatch.setenv("PATH", str(elsewhere))
+    stop_after(monkeypatch, faked, 1, KeyboardInterrupt())
+    assert main(["demo", "--serve"]) == ExitCode.OK
+    out = capsys.readouterr().out.splitlines()
+    assert f"  {script} {URL}" in out and f"  {script} sweep {URL}" in out, out
+    assert f"  prefilltui {URL}" not in out
+    # on PATH (an activated venv, pip install --user): the name is enough
+    monkeypatch.setenv("PATH", f"{elsewhere}:{venv}")
+    assert serve.prefilltui_command() == "prefilltui"
+    # another prefilltui first on PATH: this one's path, the one that is running
+    other = elsewhere / "prefilltui"
+    other.write_text("#!/bin/sh\n")
+    other.chmod(0o755)
+    assert serve.prefilltui_command() == str(script)
+    # no script beside the interpreter (python -m prefilltui from a checkout)
+    script.unlink()
+    monkeypatch.setenv("PATH", str(tmp_path))
+    assert serve.prefilltui_command() == f"{venv / 'python'} -m prefilltui"
