@@ -333,7 +333,8 @@ def load_toml(path: str, base: TargetConfig | None = None) -> list[TargetConfig]
         OSError: the file cannot be read; ValueError: bad TOML or a bad field (the
         message names the target and the field).
     """
-    doc = localfile.load_toml(path)  # bounded, BOM dropped, errors name the file
+    # bounded, BOM dropped, errors name the file; a FIFO read as --config <(...) gives it
+    doc = localfile.load_toml(path, pipe=True)
     extra = sorted(set(doc) - {"defaults", "target"})
     if extra:
         raise ValueError(f"{path}: unknown table {extra[0]!r} (expected [defaults] and [[target]])")

@@ -22,26 +22,38 @@ from typing import Any
 MAX_CONFIG_BYTES = 4 * 2**20
 
 
-def read_text(path: str | Path, max_bytes: int = MAX_CONFIG_BYTES) -> str:
+def read_text(path: str | Path, max_bytes: int = MAX_CONFIG_BYTES, *,
+              pipe: bool = False) -> str:
     """The UTF-8 text of ``path`` (a leading byte-order mark dropped).
+
+    pipe: a FIFO is read too, waiting for its writer as a shell's ``--config <(...)``
+    needs (a file read once, at a start or a reload); without it only a regular file
+    is read (a file read again and again -- the service discovery's refresh, whose
+    thread a FIFO with no writer held for ever).
 
     Raises:
         OSError: the file cannot be opened or read.
-        ValueError: not a regular file (a FIFO, a device: never waited on or read),
-            longer than ``max_bytes`` (read no further), or not UTF-8; the message
-            names the file.
+        ValueError: not a regular file (nor, with ``pipe``, a FIFO: a directory, a
+            device or a socket is never waited on or read), longer than ``max_bytes``
+            (read no further), or not UTF-8; the message names the file.
     """
-    # opened without blocking, then checked: a FIFO with no writer blocked open() for
-    # ever (the exporter's start on a --config or --file-sd FIFO, the SD refresh thread)
+    # opened without blocking, then checked: a FIFO's open() waits for its writer
     fd = os.open(path, os.O_RDONLY | getattr(os, "O_NONBLOCK", 0))
     try:
-        if not stat.S_ISREG(os.fstat(fd).st_mode):
+        mode = os.fstat(fd).st_mode
+        if pipe and stat.S_ISFIFO(mode):
+            os.close(fd)  # open it again, waiting for the writer (a read now is EOF)
+            fd = os.open(path, os.O_RDONLY)
+        elif not stat.S_ISREG(mode):
             raise ValueError(f"{path}: not a regular file (a directory, a FIFO, a device "
                              "or a socket); give a file")
         os.set_blocking(fd, True)
         f = os.fdopen(fd, "rb")
     except BaseException:
-        os.close(fd)
+        try:
+            os.close(fd)
+        except OSError:
+            pass
         raise
     with f:
         data = f.read(max_bytes + 1)
@@ -56,14 +68,15 @@ def read_text(path: str | Path, max_bytes: int = MAX_CONFIG_BYTES) -> str:
     return text[1:] if text.startswith("\ufeff") else text
 
 
-def load_toml(path: str | Path, max_bytes: int = MAX_CONFIG_BYTES) -> dict[str, Any]:
-    """The TOML document of ``path`` (``read_text`` + ``tomllib``).
+def load_toml(path: str | Path, max_bytes: int = MAX_CONFIG_BYTES, *,
+              pipe: bool = False) -> dict[str, Any]:
+    """The TOML document of ``path`` (``read_text``, ``pipe`` as there, + ``tomllib``).
 
     Raises:
         OSError: unreadable; ValueError: too large, not UTF-8, or not valid TOML (the
         message names the file and, for bad TOML, the line and column).
     """
-    return loads_toml(read_text(path, max_bytes), str(path))
+    return loads_toml(read_text(path, max_bytes, pipe=pipe), str(path))
 
 
 def loads_toml(text: str, where: str) -> dict[str, Any]:

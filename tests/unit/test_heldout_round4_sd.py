@@ -67,3 +67,23 @@ def test_a_fifo_at_the_file_sd_path_is_refused_not_waited_on_forever(tmp_path):
     assert "not a regular file" in disc.states[0].error
     with pytest.raises(ValueError, match="not a regular file"):
         localfile.read_text(f)
+
+
+@pytest.mark.skipif(not hasattr(os, "mkfifo"), reason="no FIFOs here")
+def test_the_exporter_config_reads_a_pipe_as_a_shell_gives_it(tmp_path):
+    """``prefilltui exporter --config <(envsubst < targets.toml)``: the shell hands a
+    pipe, read once at the start (and at a reload); it waits for its writer instead of
+    being refused.  The discovery's refresh, which reads its file again and again,
+    still refuses one (above)."""
+    from prefilltui.exporter.config import load_toml
+
+    f = tmp_path / "targets.toml"
+    os.mkfifo(f)
+    body = '[[target]]\nname = "a"\nurl = "http://127.0.0.1:9"\n'
+    writer = threading.Thread(target=f.write_text, args=(body,), daemon=True)
+    writer.start()
+    targets = load_toml(str(f))
+    writer.join(5)
+    assert [t.label for t in targets] == ["a"]
+    with pytest.raises(ValueError, match="not a regular file"):
+        localfile.read_text(tmp_path)  # a directory: never, pipe or not
