@@ -316,6 +316,12 @@ def test_the_headlines_verdict_line_fits_its_width():
     pinless = verdict_forms(_as_expected([(4, 0.035, 12.6), (4097, 0.204, 0.007)]))
     assert pinless[0].startswith("TTFT as expected: 4 tok not pinned (± 12,600 ms)")
     assert pinless[2] == "TTFT ok: 4→?, 4.1k→204 ms"
+    # no length pinned (a loaded CPU's demo read "TTFT as expected: 4→?, 1k→?"): it says
+    # the probes are too noisy to judge, the uncertainties in the whole line
+    noisy = verdict_forms(_as_expected([(4, 0.035, 0.04), (1024, 2.8, 3.1)]))
+    assert noisy[0] == ("TTFT too noisy to judge yet: 4 tok not pinned (± 40 ms), "
+                        "1,024 tok not pinned (± 3,100 ms)")
+    assert noisy[1:] == ("TTFT too noisy to judge yet", "TTFT too noisy to judge")
     # a cause is one line, as it was
     from dataclasses import replace
     alarm = replace(v, cause="queueing", above=True, headline="queueing: 40 ms of 70 ms")
