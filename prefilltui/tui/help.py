@@ -40,7 +40,8 @@ HELP_TEXT = """\
  q      quit (Ctrl-C too; every probe is already on disk)
 [b]Plot[/b]  TTFT (ms) against prompt tokens as the server counts them
  •  probe in the fit      ◆  newest probe       ─  fit line
- ×  warm-up (not in fit)  ○  cache hit (not in fit)  ▴  under load (own fit)
+ ×  warm-up (not in fit)  ○  cache hit (not in fit)  +  a user's request
+ ▴  under load (a fit of its own)
  roofline lines: expected TTFT at the peak and at 50 % (catalog GPU or
  --peak-tflops).  Failed probes are only in the probe log.
 [b]Fit[/b]  TTFT = intercept + slope × tokens, 95 % intervals below each;
