@@ -235,6 +235,19 @@ class FakeServer:
         return not r.close
 
 
+def per_token_completion(a: float = 0.005, b: float = 1e-3) -> Any:
+    """A ``POST /v1/completions`` handler whose first token comes ``a + b x words``
+    seconds after the request (one token a word: a CPU target at 1 ms a token by
+    default), with ``usage.prompt_tokens`` = the prompt's words."""
+    def reply(req: Request) -> Reply:
+        words = len(req.json["prompt"].split())
+        t = a + words * b
+        return Reply.sse([(t, sse_text("x")),
+                          (t + 0.001, sse_data({"choices": [], "usage": {"prompt_tokens": words}})),
+                          (t + 0.002, sse_done())])
+    return reply
+
+
 def models_reply(model: str = "fake-model", **extra: Any) -> Reply:
     """A /v1/models reply listing one model (``extra`` goes into the entry)."""
     return Reply.json({"object": "list", "data": [{"id": model, "object": "model", **extra}]})

@@ -4,7 +4,7 @@ import json
 
 import pytest
 
-from tests.fakeserver import Reply, models_reply, sse_data, sse_done, sse_text
+from tests.fakeserver import Reply, models_reply, per_token_completion, sse_data, sse_done, sse_text
 from prefilltui.cli import main
 from prefilltui.measure.runfile import read_run
 
@@ -209,14 +209,8 @@ def test_default_lengths_are_capped_by_time_and_said_once(fake_server, tmp_path,
     import prefilltui.session as session_mod
     monkeypatch.setattr(session_mod, "TIME_CAP_S", 0.3)
 
-    def slow(req):
-        words = len(req.json["prompt"].split())
-        t = 0.005 + words * 1e-3
-        return Reply.sse([(t, sse_text("x")),
-                          (t + 0.001, sse_data({"choices": [], "usage": {"prompt_tokens": words}})),
-                          (t + 0.002, sse_done())])
     srv = fake_server({"GET /v1/models": models_reply("m", max_model_len=4096),
-                       "POST /v1/completions": slow})
+                       "POST /v1/completions": per_token_completion()})
     rc = main(["sweep", srv.base_url, "--seed", "1", "--no-telemetry",
                "--out", str(tmp_path / "r.jsonl")])
     cap = capsys.readouterr()

@@ -7,7 +7,7 @@ import asyncio
 from prefilltui.cli import build_parser
 from prefilltui.commands.common import load_options, session_options
 from prefilltui.commands.watch import display_options, make_watch_app
-from tests.fakeserver import Reply, models_reply, sse_data, sse_done, sse_text
+from tests.fakeserver import models_reply, per_token_completion
 
 NOTE = "over the longest prompt expected within 0.3 s a probe"
 
@@ -20,13 +20,8 @@ async def _until(cond, seconds=30.0):
     return False
 
 
-def _slow(req):
-    """1 ms a prompt token (a CPU target): the 4,007-token probe would take 4 s."""
-    words = len(req.json["prompt"].split())
-    t = 0.005 + words * 1e-3
-    return Reply.sse([(t, sse_text("x")),
-                      (t + 0.001, sse_data({"choices": [], "usage": {"prompt_tokens": words}})),
-                      (t + 0.002, sse_done())])
+#: 1 ms a prompt token (a CPU target): the 4,007-token probe would take 4 s.
+_slow = per_token_completion()
 
 
 async def test_the_live_sweep_is_capped_by_time_until_plus(fake_server, tmp_path, monkeypatch):

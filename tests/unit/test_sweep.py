@@ -6,7 +6,7 @@ import time
 
 import pytest
 
-from tests.fakeserver import Reply, models_reply, sse_data, sse_done, sse_text, tokenize_route
+from tests.fakeserver import Reply, models_reply, per_token_completion, sse_data, sse_done, sse_text, tokenize_route
 from prefilltui.measure.probe import ProbeClient
 from prefilltui.measure.runfile import RunWriter
 from prefilltui.measure.runfile import read_run
@@ -168,14 +168,8 @@ def test_time_cap_bounds_the_longest_probe(fake_server):
     """A slow target (1 ms a token): the default lengths to 4,096 under a 0.4-s cap
     probe nothing expected over it; the lengths left over run once, merged at the cap,
     and a note says which, to what and why.  Without a cap every length runs."""
-    def slow(req):
-        words = len(req.json["prompt"].split())
-        t = 0.005 + words * 1e-3
-        return Reply.sse([(t, sse_text("x")),
-                          (t + 0.001, sse_data({"choices": [], "usage": {"prompt_tokens": words}})),
-                          (t + 0.002, sse_done())])
     srv = fake_server({"GET /v1/models": models_reply("m", max_model_len=8192),
-                       "POST /v1/completions": slow})
+                       "POST /v1/completions": per_token_completion()})
     lengths = make_lengths(4, 4096, 10)
     plans = []
     runner, _ = run(srv, SweepConfig(lengths, warmup=1, seed=3, time_cap_s=0.4),
