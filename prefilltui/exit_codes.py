@@ -13,4 +13,5 @@ class ExitCode(IntEnum):
     USAGE = 2  # bad arguments or environment (also argparse's own code)
     UNREACHABLE = 3  # the server was never reached, or every probe failed
     UNHEALTHY = 4  # `status`: a target is unhealthy by the exporter's alert rules
+    HANGUP = 129  # the live app's terminal hung up (128 + SIGHUP, as the signal would)
     INTERRUPTED = 130  # Ctrl-C (128 + SIGINT, the shell convention)

@@ -353,6 +353,8 @@ def run_fleet(args: argparse.Namespace, display: DisplayOptions) -> int:
     finally:
         sys.setswitchinterval(switch)
         fleet.close()
+    if app.hung_up:  # the terminal is gone: nobody to tell, and a write would fail
+        return code
     total = sum(f.session_total for f in app.feeds)  # not reset by a dashboard's r
     failed = sum(f.session_failed for f in app.feeds)
     print(f"prefilltui: {len(app.feeds)} targets, {total} probe(s), {failed} failed, run files "

@@ -153,6 +153,8 @@ def run_tui(options: SessionOptions, display: DisplayOptions, base_url: str, *,
     finally:
         sys.setswitchinterval(switch)
         session.close()
+    if app.hung_up:  # the terminal is gone: nobody to tell, and a write would fail
+        return code
     feed = app.feed  # the whole session's counts (the dashboard's r resets its own)
     print(f"prefilltui: {feed.session_total} probe(s), {feed.session_failed} failed, saved "
           f"to {session.run_path}", file=sys.stderr)

@@ -34,6 +34,7 @@ from prefilltui.model.fit import RunningFit
 from prefilltui.model.sanitize import clean
 from prefilltui.model.spec import AnalysisOptions
 from prefilltui.model.types import FitMethod
+from prefilltui.tui import hangup
 from prefilltui.tui.dashboard import DashboardScreen, DrillInScreen
 from prefilltui.tui.feed import (Exporter, FeedConfig, RunnerFactory, TargetFeed,
                                  TelemetrySource)
@@ -91,6 +92,8 @@ class PrefillApp(App[int]):
         self.on_ready = on_ready
         self.load = load
         self.ref_tokens = ref_tokens
+        #: whether the app ended because its terminal hung up (``tui.hangup``)
+        self.hung_up = False
         self.said: set[str] = set()  # info notifications already shown (once per app)
         super().__init__()
         self.sub_title = clean(sub_title)
@@ -209,6 +212,17 @@ class PrefillApp(App[int]):
         if self.on_ready is not None:
             self.on_ready(self)
         self.call_after_refresh(self._show_sub_title)
+        if not self.is_headless:  # a real terminal (tests run headless)
+            hangup.HangupWatch(hangup.terminals(), self._hung_up).start()
+
+    def _hung_up(self) -> None:
+        """The terminal hung up (``tui.hangup``; called from its thread): end as SIGHUP
+        would, with nothing printed after."""
+        self.hung_up = True
+        loop = self._loop
+        if loop is not None:  # else the watch ends the process after its grace
+            loop.call_soon_threadsafe(
+                lambda: self.exit(ExitCode.HANGUP, return_code=ExitCode.HANGUP))
 
     def watch_sub_title(self, _old: str, _new: str) -> None:
         self._show_sub_title()
