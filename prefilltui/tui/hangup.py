@@ -52,12 +52,12 @@ def hung_up(fds: Sequence[int], timeout_s: float | None = 0.0) -> bool:
     ``fds`` and for closed ones; never raises."""
     if not fds:
         return False
-    poller = select.poll()
     try:
+        poller = select.poll()  # AttributeError where there is none (Windows)
         for fd in fds:
             poller.register(fd, 0)  # no events asked: only a hang-up or error wakes it
         events = poller.poll(None if timeout_s is None else int(timeout_s * 1000))
-    except (OSError, ValueError):
+    except (OSError, ValueError, AttributeError):
         return False
     return any(ev & GONE for _, ev in events)
 
