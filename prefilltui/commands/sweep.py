@@ -12,8 +12,10 @@ progress then goes to stderr.  Exit: 0 the sweep ran (even with failed probes), 
 from __future__ import annotations
 
 import sys
+import threading
 import time
 from collections import Counter
+from typing import Callable
 from dataclasses import replace
 
 from prefilltui.commands.argtypes import server_url
@@ -152,6 +154,37 @@ def _run_depth_phase(design: SweepDesign, session: Session, lengths: list[int], 
     return out, asyncio.run(go())
 
 
+#: Seconds a "connecting" step (discovery, a calibration request) may take before the
+#: headless sweep says what it waits for: a quick one stays silent, as before.
+SLOW_STEP_S = 2.0
+
+
+class SlowSteps:
+    """Says the runner's "connecting" step (what it waits for, and for how long at most)
+    once it has lasted ``after_s`` seconds: a server whose metadata endpoints or tokenize
+    hang was ten or more seconds of silence before the sweep's first line.  ``state`` is
+    called from the runner's thread; ``close`` cancels what is pending."""
+
+    def __init__(self, say: Callable[[str], None], after_s: float = SLOW_STEP_S) -> None:
+        self.say = say
+        self.after_s = after_s
+        self._lock = threading.Lock()
+        self._timer: threading.Timer | None = None
+
+    def state(self, state: str, detail: str) -> None:
+        with self._lock:
+            if self._timer is not None:
+                self._timer.cancel()
+                self._timer = None
+            if state == "connecting" and detail:
+                self._timer = threading.Timer(self.after_s, self.say, (f"  {detail}",))
+                self._timer.daemon = True
+                self._timer.start()
+
+    def close(self) -> None:
+        self.state("", "")
+
+
 def run(args) -> int:
     """Entry point of ``prefilltui sweep``; returns the exit code (see the module doc)."""
     return run_sweep(session_options(args, depths=args.depth,
@@ -216,7 +249,10 @@ def run_sweep(options: SessionOptions, base_url: str, *, as_json: bool = False) 
                 said.append(n)
                 say(f"  note: {n}", stream)
 
+    slow = SlowSteps(lambda text: say(text, stream))
+
     def on_state(state: str, detail: str) -> None:
+        slow.state(state, detail)
         if state in ("retrying",) or (state == "probing" and detail.startswith("context")):
             say(f"  {detail}", stream)
 
@@ -244,6 +280,7 @@ def run_sweep(options: SessionOptions, base_url: str, *, as_json: bool = False) 
         err(f"no probe sent: the background load did not run ({e})")
         return ExitCode.FAILURE
     finally:
+        slow.close()
         session.close()
     all_results = results
     results, under = main_results(results)

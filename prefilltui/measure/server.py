@@ -110,16 +110,32 @@ async def discover(client: httpx.AsyncClient, base_url: str, *, model: str | Non
     """
     root, v1 = split_base_url(base_url)
     info = ServerInfo(base_url=root, model=model)
+    connected: list[str] = []
+
+    async def trace(name: str, _info: dict) -> None:  # httpcore's trace extension
+        if name in ("connection.connect_tcp.complete", "connection.connect_unix_socket.complete"):
+            connected.append(name)
+
+    models_r: bounded.Body | None
     try:
         models_r = await bounded.fetch(client, "GET", v1 + "/models",
-                                       max_bytes=bounded.MAX_MODELS_BYTES, deadline_s=timeout)
+                                       max_bytes=bounded.MAX_MODELS_BYTES, deadline_s=timeout,
+                                       extensions={"trace": trace})
     except httpx.HTTPError as e:
         raise ServerUnreachable(f"cannot reach {display_url(root)}: {describe_exc(e)}"
                                 ) from None
     except TimeoutError:
-        raise ServerUnreachable(f"cannot reach {display_url(root)}: no complete answer from "
-                                "/v1/models "
-                                f"within {timeout:g} s") from None
+        # a server too busy to list its models (the moment someone asks why TTFT is
+        # high) took the connection: with --model the probes go on without the list
+        if not (connected and model):
+            raise ServerUnreachable(
+                f"cannot reach {display_url(root)}: no complete answer from /v1/models "
+                f"within {timeout:g} s" + ("; the server took the connection: pass --model "
+                                          "NAME to probe it without its model list"
+                                          if connected else "")) from None
+        models_r = None
+        info.notes.append(f"/v1/models gave no complete answer within {timeout:g} s (a busy "
+                          "server?): probing --model's model without the server's list")
     names = ("/props", "/version", "/metrics", "/info", "/api/version", "/model_info",
              "/get_model_info")
     rs = await asyncio.gather(*(_get(client, root + n, timeout,
@@ -145,6 +161,8 @@ async def discover(client: httpx.AsyncClient, base_url: str, *, model: str | Non
         elif ids:
             entry = pick_model(ids, info)
             info.model = _str(entry.get("id"))
+    elif models_r is None:
+        pass  # said above
     elif models_r.truncated:
         info.notes.append(f"/v1/models answered over {bounded.MAX_MODELS_BYTES // 2**20} MiB: "
                           "not read (give --model to name the model)")
