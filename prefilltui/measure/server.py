@@ -110,10 +110,12 @@ async def discover(client: httpx.AsyncClient, base_url: str, *, model: str | Non
     """
     root, v1 = split_base_url(base_url)
     info = ServerInfo(base_url=root, model=model)
-    connected: list[str] = []
+    connected: list[str] = []  # the server took the connection (or a pooled one's request)
 
     async def trace(name: str, _info: dict) -> None:  # httpcore's trace extension
-        if name in ("connection.connect_tcp.complete", "connection.connect_unix_socket.complete"):
+        if name in ("connection.connect_tcp.complete", "connection.connect_unix_socket.complete",
+                    "http11.send_request_headers.complete",
+                    "http2.send_request_headers.complete"):
             connected.append(name)
 
     models_r: bounded.Body | None
