@@ -116,8 +116,14 @@ def test_prometheus_scrapes_the_rendered_settings_and_routes_probe_by_hashmod(tm
             _wait(every_probe_up, 120, "every /probe scrape to be up")
             _wait(lambda: len(_query(prom, f'prefilltui_target_up{{job="{job}-probe"}} == 1'))
                   == len(names), 120, "every target's probe to succeed")
-            seen = _query(prom, f'count by (target) (prefilltui_target_info{{job="{job}"}})')
-            assert sorted(r["metric"]["target"] for r in seen) == sorted(names)
+            # the replicas' /metrics job is scraped on its own clock: a target whose /probe
+            # just came up may be in the next /metrics scrape, not yet in the last one
+            # (a CI run queried between the two and missed one target)
+            def every_target_once():
+                seen = _query(prom, f'count by (target) (prefilltui_target_info{{job="{job}"}})')
+                return sorted(r["metric"]["target"] for r in seen) == sorted(names) and seen
+
+            seen = _wait(every_target_once, 30, "every target's info series in /metrics")
             assert all(r["value"][1] == "1" for r in seen), seen  # no target in two replicas
             per = _query(prom, f'count by (instance) (prefilltui_target_info{{job="{job}"}})')
             assert len(per) == 2 and all(int(r["value"][1]) >= 1 for r in per)
