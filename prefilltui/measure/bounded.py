@@ -17,6 +17,10 @@ forever.  Here:
   connect, the headers and every read share one deadline.  A longer body is cut
   (``Body.truncated``), never read further.
 
+* ``tracer(stamps)`` is the httpcore trace hook that stamps a request's connect and
+  send (the probe's TTFT clock starts at ``send``; ``connect_time`` reads the connect),
+  and tells discovery whether the server took the connection at all.
+
 Every client prefilltui opens sends ``Accept-Encoding: identity`` (``ACCEPT_ENCODING``):
 an honest server then sends nothing to inflate, and a compressed probe stream cannot
 delay the first token in a gzip buffer.
@@ -26,6 +30,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import time
 import zlib
 from dataclasses import dataclass
 from typing import Any, AsyncIterator, Iterator
@@ -212,3 +217,29 @@ async def fetch(client: httpx.AsyncClient, method: str, url: str, *, max_bytes: 
         async with client.stream(method, url, timeout=deadline_s, **kwargs) as resp:
             content, truncated = await read_capped(resp, max_bytes)
             return Body(resp.status_code, resp.headers, content, truncated)
+
+
+_SEND_EVENTS = ("http11.send_request_headers.started", "http2.send_request_headers.started")
+
+
+def tracer(stamps: dict[str, float]):
+    """An httpcore trace hook recording perf_counter stamps: connect start/ready, and
+    ``send`` = the moment the request's bytes start to go out (the last stamp wins,
+    so a resent request is timed from its own send)."""
+    async def trace(name: str, info: dict) -> None:
+        if name in _SEND_EVENTS:
+            stamps["send"] = time.perf_counter()
+        elif name in ("connection.connect_tcp.started", "connection.connect_tcp.complete",
+                      "connection.start_tls.complete"):
+            stamps[name] = time.perf_counter()
+            if name != "connection.connect_tcp.started":
+                stamps["ready"] = stamps[name]
+    return trace
+
+
+def connect_time(stamps: dict[str, float]) -> float | None:
+    """Seconds from the TCP connect's start to the connection being ready (TLS
+    included) in ``tracer``'s ``stamps``; None when no new connection was opened."""
+    t0 = stamps.get("connection.connect_tcp.started")
+    t1 = stamps.get("ready")
+    return None if t0 is None or t1 is None else t1 - t0

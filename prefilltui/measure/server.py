@@ -110,25 +110,20 @@ async def discover(client: httpx.AsyncClient, base_url: str, *, model: str | Non
     """
     root, v1 = split_base_url(base_url)
     info = ServerInfo(base_url=root, model=model)
-    connected: list[str] = []  # the server took the connection (or a pooled one's request)
-
-    async def trace(name: str, _info: dict) -> None:  # httpcore's trace extension
-        if name in ("connection.connect_tcp.complete", "connection.connect_unix_socket.complete",
-                    "http11.send_request_headers.complete",
-                    "http2.send_request_headers.complete"):
-            connected.append(name)
+    stamps: dict[str, float] = {}  # connected ("ready") or sent on a pooled connection
 
     models_r: bounded.Body | None
     try:
         models_r = await bounded.fetch(client, "GET", v1 + "/models",
                                        max_bytes=bounded.MAX_MODELS_BYTES, deadline_s=timeout,
-                                       extensions={"trace": trace})
+                                       extensions={"trace": bounded.tracer(stamps)})
     except httpx.HTTPError as e:
         raise ServerUnreachable(f"cannot reach {display_url(root)}: {describe_exc(e)}"
                                 ) from None
     except TimeoutError:
         # a server too busy to list its models (the moment someone asks why TTFT is
         # high) took the connection: with --model the probes go on without the list
+        connected = "ready" in stamps or "send" in stamps
         if not (connected and model):
             raise ServerUnreachable(
                 f"cannot reach {display_url(root)}: no complete answer from /v1/models "

@@ -6,8 +6,8 @@ trace stamps, and the POST that follows 307/308 redirects.
 scrub with.  Beside them: ``shared_ssl_context`` (one TLS context per verify
 setting), ``OriginCredentials`` (the URL's credentials, sent only to its origin),
 ``ResendOnStaleConnection`` (the transport that resends once on a keep-alive
-connection the server closed), and the httpcore trace hook whose stamps start the
-TTFT clock (``tracer``, ``connect_time``).  The clock itself is read in ``stream``.
+connection the server closed); each POST carries the httpcore trace hook whose stamps
+start the TTFT clock (``bounded.tracer``).  The clock itself is read in ``stream``.
 """
 
 from __future__ import annotations
@@ -16,7 +16,6 @@ import base64
 import functools
 import os
 import ssl
-import time
 from typing import Any
 
 import httpx
@@ -109,30 +108,6 @@ def clip_header(value: str | None) -> str:
     """A header value as kept in notes: at most ``MAX_HEADER_NOTE`` characters."""
     v = value or ""
     return v if len(v) <= MAX_HEADER_NOTE else v[:MAX_HEADER_NOTE] + "…"
-
-
-_SEND_EVENTS = ("http11.send_request_headers.started", "http2.send_request_headers.started")
-
-
-def tracer(stamps: dict[str, float]):
-    """An httpcore trace hook recording perf_counter stamps: connect start/ready, and
-    ``send`` = the moment the request's bytes start to go out (the last stamp wins,
-    so a resent request is timed from its own send)."""
-    async def trace(name: str, info: dict) -> None:
-        if name in _SEND_EVENTS:
-            stamps["send"] = time.perf_counter()
-        elif name in ("connection.connect_tcp.started", "connection.connect_tcp.complete",
-                      "connection.start_tls.complete"):
-            stamps[name] = time.perf_counter()
-            if name != "connection.connect_tcp.started":
-                stamps["ready"] = stamps[name]
-    return trace
-
-
-def connect_time(stamps: dict[str, float]) -> float | None:
-    t0 = stamps.get("connection.connect_tcp.started")
-    t1 = stamps.get("ready")
-    return None if t0 is None or t1 is None else t1 - t0
 
 
 class _KeyToOrigin:
@@ -275,11 +250,11 @@ class Sender:
         and body (at most ``gateway.MAX_REDIRECTS``; the API key only to the same
         origin); ``notes.redirected`` says where to.  Other 3xx are answered
         as they are (``ErrorReader.http_error`` explains them).  ``stamps`` gets the
-        trace stamps (``tracer``); ``resends`` the stale-connection resends."""
+        trace stamps (``bounded.tracer``); ``resends`` the stale-connection resends."""
         payload = bounded.json_request(body)  # a server's own odd model id round-trips
         accept = {"Accept": "text/event-stream", "Accept-Encoding": "identity",
                   REQUEST_ID_HEADER: rid or self.next_request_id(), **payload["headers"]}
-        ext = {"trace": tracer(stamps), RESENDS: [] if resends is None else resends}
+        ext = {"trace": bounded.tracer(stamps), RESENDS: [] if resends is None else resends}
         req = self._http.build_request("POST", url, content=payload["content"], headers=accept,
                                        extensions=ext)
         origin = req.url

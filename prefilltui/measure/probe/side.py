@@ -14,7 +14,7 @@ import httpx
 
 from prefilltui.measure import bounded
 from prefilltui.measure import server as _server
-from prefilltui.measure.probe.sending import Secrets, connect_time, tracer
+from prefilltui.measure.probe.sending import Secrets
 from prefilltui.measure.probe.urls import ServerUrls
 from prefilltui.measure.proxy import ProxyChoice
 from prefilltui.model.prompts import LengthModel, PromptBuilder, build_prompt
@@ -152,10 +152,10 @@ class SideRequests:
             await bounded.fetch(self._http, "GET", self.urls.models_url,
                                 max_bytes=bounded.MAX_MODELS_BYTES,
                                 deadline_s=min(10.0, self.timeout),
-                                extensions={"trace": tracer(stamps)})
+                                extensions={"trace": bounded.tracer(stamps)})
         except (httpx.HTTPError, TimeoutError):
             return None
-        return connect_time(stamps)
+        return bounded.connect_time(stamps)
 
     async def count(self, text: str) -> int | None:
         """``text``'s tokens as the server's tokenize endpoint counts them, or None

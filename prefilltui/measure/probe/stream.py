@@ -22,7 +22,7 @@ from prefilltui.measure.probe import kinds as _kinds
 from prefilltui.measure.probe.errors import ErrorReader
 from prefilltui.measure import server as _server
 from prefilltui.measure.jsonlines import JSONLinesAsSSE, looks_like_jsonlines
-from prefilltui.measure.probe.sending import Secrets, Sender, clip_header, connect_time
+from prefilltui.measure.probe.sending import Secrets, Sender, clip_header
 from prefilltui.measure.probe.values import MAX_PLAUSIBLE_TOKENS, take_usage
 from prefilltui.measure.sse import (SSEStreamDecoder, classify_chunk, classify_response_event,
                                     error_message)
@@ -77,7 +77,7 @@ class StreamReader:
                 r.notes.resent_on_stale_connection = True
                 r.notes.resends.extend(resends)
         try:
-            r.connect_s = connect_time(stamps)
+            r.connect_s = bounded.connect_time(stamps)
             if r.connect_s is not None:
                 r.notes.connect_excluded = True
             # TTFT runs from when the request's bytes start to go out (after pool

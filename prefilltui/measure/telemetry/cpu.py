@@ -33,6 +33,7 @@ RAPL_ROOT = "/sys/class/powercap"
 #: 10-Hz tick it was a third of the sampler's CPU.
 MEM_EVERY_S = 1.0
 
+
 class RaplReader:
     """Sum of the package energy counters, unwrapped into a monotonic counter (J).
 
