@@ -220,7 +220,7 @@ def build_fleet(targets: list[TargetConfig], fleet: FleetOptions, *, analysis: A
     def local() -> Any:
         if "local" not in shared:
             make = local_sampler or (lambda: make_sampler(telemetry.gpus, hz=telemetry.sample_hz))
-            shared["local"] = make().start()
+            shared["local"] = make().slow_between_probes().start()
             out.samplers.append(shared["local"])
         return shared["local"]
 
@@ -230,7 +230,8 @@ def build_fleet(targets: list[TargetConfig], fleet: FleetOptions, *, analysis: A
             if key not in shared:
                 picked = split_vendor(select)[1]  # "amd:0": the page's GPU 0
                 sel = tuple(x.strip() for x in picked.split(",")) if picked else None
-                shared[key] = RemoteGpuSampler(url, hz=poll_hz(len(pages)), select=sel).start()
+                shared[key] = RemoteGpuSampler(url, hz=poll_hz(len(pages)), select=sel
+                                               ).slow_between_probes().start()
                 out.samplers.append(shared[key])
             return shared[key]
         return remote

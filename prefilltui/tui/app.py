@@ -34,7 +34,7 @@ from prefilltui.model.fit import RunningFit
 from prefilltui.model.sanitize import clean
 from prefilltui.model.spec import AnalysisOptions
 from prefilltui.model.types import FitMethod
-from prefilltui.tui import hangup
+from prefilltui.tui import hangup, heap
 from prefilltui.tui.dashboard import DashboardScreen, DrillInScreen
 from prefilltui.tui.feed import (Exporter, FeedConfig, RunnerFactory, TargetFeed,
                                  TelemetrySource)
@@ -214,6 +214,7 @@ class PrefillApp(App[int]):
         self.call_after_refresh(self._show_sub_title)
         if not self.is_headless:  # a real terminal (tests run headless)
             hangup.HangupWatch(hangup.terminals(), self._hung_up).start()
+            self.set_timer(heap.FREEZE_AFTER_S, heap.freeze_startup_heap)
 
     def _hung_up(self) -> None:
         """The terminal hung up (``tui.hangup``; called from its thread): end as SIGHUP

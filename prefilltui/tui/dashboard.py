@@ -169,7 +169,8 @@ class DashboardScreen(Screen[None]):
                    stats=self.query_one(StatsPanel), gauges=self.query_one(GaugePanel),
                    decode=self.query_one(DecodeRow), log=self.query_one(ProbeLog)),
             load=self.load, notify=self.notify, clock=self.clock, replot_hz=self.replot_hz,
-            gauge_hz=self.gauge_hz, label=self.feed.config.label if self.back else None)
+            gauge_hz=self.gauge_hz, label=self.feed.config.label if self.back else None,
+            wake=lambda: self.call_later(self._tick))
         self._replay()
         self.redraw.status()
         # one timer: data at replot_hz, gauges at gauge_hz in the same pass (fewer frames)

@@ -8,11 +8,14 @@ The screen calls ``probe`` for each new probe, ``soon`` after a key, and ``tick`
 from its one timer.
 
 Cost on screen (budget: <= 3 % of a core at 1 probe/s with 10 Hz sampling, <= 5 % at
-the default pacing): a probe only touches buffers; one timer applies everything that
+the default pacing): a probe only touches buffers; one pass applies everything that
 changed (log rows, summary, stats, plot, status) at most ``replot_hz`` times a second
-(``REPLOT_HZ``: one data redraw every 2 s), probes arriving faster drawn together, and, in the same pass, the gauges at ``gauge_hz``, so a probe costs
-one screen update, not one per widget; the per-probe probing/idle state cycle waits
-for the next tick, and keys and theme changes redraw at once.  The users' spans
+(``REPLOT_HZ``: one data redraw every 2 s), probes arriving faster drawn together, and,
+in the same pass, the gauges at ``gauge_hz`` (``GAUGE_HZ``, once a second), so a probe
+costs one screen update, not one per widget.  The pass runs on the screen's timer, and
+at once (``wake``) for a probe that comes when a data redraw is due (after a quiet
+spell) and for keys and theme changes; the per-probe probing/idle state cycle waits for
+the next tick.  The users' spans
 (``--otlp-listen``) redraw without waiting for a probe: each tick compares the users'
 ``version`` with the one drawn (an int), so new spans are drawn on the next data
 redraw (within 2 s), together with the probes, and nothing is redrawn while none came.  The stats are a view of
@@ -55,8 +58,15 @@ REPLOT_HZ = 0.5
 #: left one and a blank each side (Textual truncates the title with "…" beyond).
 TITLE_FRAME = 6
 #: Gauge redraws a second at most in frames of their own (they also ride along every
-#: data redraw; ``widgets.gauges.MIN_REDRAW_S``).
-GAUGE_HZ = 2.0
+#: data redraw; ``widgets.gauges.MIN_REDRAW_S``).  Once a second, as nvtop and
+#: ``nvidia-smi dmon`` refresh by default: at 2 Hz the frames that only move the gauges
+#: were ~0.2 % of a core at one probe a second (docs/performance.md); a probe's own
+#: utilization and power peaks come from the 10-Hz samples in its window, whatever the
+#: gauges' rate, and its window is tinted on the sparklines.
+GAUGE_HZ = 1.0
+#: The timer's slack, as a share of its period: a tick a few ms early (timer jitter)
+#: still draws what is due on it instead of waiting a whole period more.
+SLACK = 0.1
 
 
 class _Judged(NamedTuple):
@@ -92,7 +102,8 @@ class Redraw:
 
     def __init__(self, feed: TargetFeed, panels: Panels, *, load: LoadControl | None,
                  notify: Callable[..., None], clock: Callable[[], float],
-                 replot_hz: float, gauge_hz: float, label: str | None = None) -> None:
+                 replot_hz: float, gauge_hz: float, label: str | None = None,
+                 wake: Callable[[], None] | None = None) -> None:
         self.feed = feed
         self.panels = panels
         self.load = load
@@ -101,6 +112,9 @@ class Redraw:
         self.replot_hz = replot_hz
         self.gauge_hz = gauge_hz
         self.label = label
+        #: asks for a ``tick`` now, not at the timer's next one (the screen's
+        #: ``call_later``); None: the next timer tick
+        self.wake = wake
         #: the fit snapshot last shown (what ``e`` exports)
         self.last_fit: Any = None
         self._dirty = True
@@ -120,16 +134,22 @@ class Redraw:
     # ----------------------------------------------------------------- inputs
     def probe(self, r: ProbeResult) -> None:
         """A probe of this feed (already added to it): buffers only; the log row and
-        every redraw wait for the next tick."""
+        every redraw wait for the next data redraw: at once (``wake``) when the last
+        one is ``1 / replot_hz`` ago or more (a probe after a quiet spell, a paced GPU
+        server), else on the tick that the rate allows."""
         self._dirty = True
         self._pending_rows.append(r)
         self.panels.plot.add_result(r)
+        if self.wake is not None and time.monotonic() >= self._data_next:
+            self.wake()
 
     def soon(self) -> None:
         """A change the user asked for (a key, the theme): drawn on the next tick, not
         after the data redraw's ``replot_hz`` gap."""
         self._dirty = True
         self._data_next = 0.0
+        if self.wake is not None:
+            self.wake()
 
     def status_later(self) -> None:
         """A state change to show on the next tick (the per-probe probing/idle cycle:
@@ -153,7 +173,7 @@ class Redraw:
         (``gauge_hz``, and whenever new data is shown so a probe's window is tinted in
         the same frame as its point).  All of it lands in one screen update."""
         now = time.monotonic()
-        slack = 0.5 * self.interval_s
+        slack = SLACK * self.interval_s
         shown = False
         new_users = self.feed.users_version() != self._users_drawn
         self._dirty |= new_users
@@ -164,7 +184,7 @@ class Redraw:
                 self._data_next = now + 1.0 / self.replot_hz
         if self._status_dirty and not shown:  # _show_data updates the status itself
             self.status()
-        # half a tick of slack: timer jitter must not turn 2 Hz into every third tick
+        # a little slack: timer jitter must not turn 1 Hz into every second tick
         if (self.feed.config.sampler is not None or self.load is not None) and (
                 shown or now >= self._gauge_next - slack):
             self._gauge_next = now + 1.0 / self.gauge_hz

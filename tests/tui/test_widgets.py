@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import pytest
+
 from tests.tui.fakes import fixed_results, make_result
 
 from prefilltui.model import units
@@ -17,10 +19,29 @@ from prefilltui.render.ticks import nice_ticks, tick_label
 
 
 def test_bucket_history_means_by_time():
+    """Each reading stands for the time since the one before it (a bucket at most):
+    90 at 1.2 s covers 0.5-1.2 s, half in the first bucket; 5 at 9.9 s covers 8.9-9.9."""
     hist = [(0.5, 10.0), (1.2, 90.0), (1.4, 30.0), (2.5, None), (9.9, 5.0)]
-    assert bucket_history(hist, now=10.0, span=10.0, width=10) == [
-        10.0, 60.0, None, None, None, None, None, None, None, 5.0]
+    assert bucket_history(hist, now=10.0, span=10.0, width=10) == pytest.approx([
+        50.0, 60.0, None, None, None, None, None, None, 5.0, 5.0])
     assert bucket_history([(-5.0, 1.0)], now=10.0, span=10.0, width=2) == [None, None]
+    # readings with no time between them count as points: their mean, in their bucket
+    assert bucket_history([(3.0, 7.0), (3.0, 9.0)], now=10.0, span=10.0, width=10)[2:4] == [
+        None, pytest.approx(8.0)]
+
+
+def test_bucket_history_is_a_time_average_at_any_sample_rate():
+    """The sampler reads at 10 Hz around a probe and at 2 Hz between (issue 32): a
+    device busy 0.3 s of every second is 30 % busy on the sparkline, not the 50 % of
+    its readings that say busy."""
+    hist, t = [], 0.0
+    while t < 60.0:
+        for v in (100.0, 100.0, 100.0, 0.0, 0.0):  # 0.5 s at 10 Hz around the probe
+            t = round(t + 0.1, 6)
+            hist.append((t, v))
+        t = round(t + 0.5, 6)
+        hist.append((t, 0.0))  # 0.5 s idle: one reading at 2 Hz
+    assert bucket_history(hist, now=60.0, span=60.0, width=6) == pytest.approx([30.0] * 6)
 
 
 def test_window_mask_marks_probe_columns():

@@ -430,3 +430,90 @@ def test_energy_counter_coarser_than_a_short_probe_is_not_used_for_it():
     long = window_stats([rows], "GPU 0", 0.5, 1.5)  # 10 counter periods: the counter
     assert long.energy_source == "counter"
     assert long.energy_j == pytest.approx(700.0, abs=70.0)
+
+
+# -- the sampler slows between probes (issue 32: the app's own cost) -------------------
+
+def test_rate_full_around_a_probe_idle_between():
+    import time
+    from prefilltui.measure.telemetry.base import FAST_MAX_S
+    s = gpu_sampler(fk.fake_gpus(1), hz=10.0).slow_between_probes(2.0, linger_s=0.3)
+    now = time.perf_counter()
+    assert s._period_now(now) == pytest.approx(0.5)  # no probe yet: the idle rate
+    asyncio.run(s.before_probe(None))
+    assert s._period_now(time.perf_counter()) == pytest.approx(0.1)
+    asyncio.run(s.after_probe(ProbeResult()))
+    t = time.perf_counter()
+    assert s._period_now(t) == pytest.approx(0.1)  # the reading after the probe: full
+    assert s._period_now(t + 0.31) == pytest.approx(0.5)
+    # a start whose end never comes (a cancelled sweep) holds the full rate a minute
+    asyncio.run(s.before_probe(None))
+    t = time.perf_counter()
+    assert s._period_now(t + FAST_MAX_S - 1) == pytest.approx(0.1)
+    assert s._period_now(t + FAST_MAX_S + 1) == pytest.approx(0.5)
+    asyncio.run(s.after_probe(ProbeResult()))  # its end after expiry: no error
+
+
+def test_rate_concurrent_probes_keep_the_full_rate():
+    """The fleet's targets share one sampler: one probe ending leaves the other's rate."""
+    import time
+    s = gpu_sampler(fk.fake_gpus(1), hz=10.0).slow_between_probes(2.0, linger_s=0.0)
+    asyncio.run(s.before_probe(None))
+    asyncio.run(s.before_probe(None))
+    asyncio.run(s.after_probe(ProbeResult()))
+    assert s._period_now(time.perf_counter() + 1.0) == pytest.approx(0.1)
+    asyncio.run(s.after_probe(ProbeResult()))
+    assert s._period_now(time.perf_counter() + 1.0) == pytest.approx(0.5)
+
+
+def test_rate_defaults_and_bounds():
+    s = gpu_sampler(fk.fake_gpus(1), hz=10.0)
+    assert s.idle_hz == 10.0  # not asked: one rate, as before
+    s.slow_between_probes()
+    assert s.idle_hz == 2.0
+    assert s.linger_s >= 0.2  # two periods at least: the pacing's idle floor
+    assert gpu_sampler(fk.fake_gpus(1), hz=1.0).slow_between_probes().idle_hz == 1.0
+    for bad in (0.0, -1.0, float("nan")):
+        with pytest.raises(ValueError):
+            s.slow_between_probes(bad)
+    with pytest.raises(ValueError):
+        s.slow_between_probes(2.0, linger_s=-1.0)
+
+
+def test_a_probe_start_wakes_a_slow_sampler():
+    """Between probes the thread sleeps the idle period (here 20 s); a probe's start
+    wakes it to sample at once, then it keeps the full rate."""
+    import time
+    s = make_sampler(nvml_module=fk.fake_gpus(1, util=42), hz=50.0, env={})
+    s.slow_between_probes(0.05, linger_s=0.0)
+    with s:
+        ring = s.devices[0].ring
+        deadline = time.perf_counter() + 5.0
+        while len(ring) < 2 and time.perf_counter() < deadline:  # the open's + the thread's
+            time.sleep(0.01)
+        n0 = len(ring)
+        time.sleep(0.3)
+        assert len(ring) == n0  # idle: nothing for 20 s
+        asyncio.run(s.before_probe(None))
+        deadline = time.perf_counter() + 10.0
+        while len(ring) < n0 + 5 and time.perf_counter() < deadline:
+            time.sleep(0.01)
+        assert len(ring) >= n0 + 5  # woken, then at 50 Hz (idle: one in 20 s)
+        r = ProbeResult(t_send=float(ring.ordered()[n0, 0]), t_end=time.perf_counter())
+        asyncio.run(s.after_probe(r))
+    assert r.util_peak_pct == 42.0 and not s.running
+
+
+def test_slow_fields_once_a_second_at_any_rate():
+    nv = fk.fake_gpus(1)
+    clock = FakeClock()
+    s = gpu_sampler(nv, clock)
+    base = nv.calls["nvmlDeviceGetTemperature"]
+    for i in range(1, 21):  # 2 s at 10 Hz
+        clock.t = i * 0.1
+        s.tick()
+    assert nv.calls["nvmlDeviceGetTemperature"] - base == 2
+    for i in range(1, 9):  # then 4 s at 2 Hz (between probes)
+        clock.t = 2.0 + i * 0.5
+        s.tick()
+    assert nv.calls["nvmlDeviceGetTemperature"] - base == 6

@@ -29,7 +29,20 @@ from prefilltui.measure.telemetry.snapshots import (HISTORY_S, METRICS, RETAIN_S
                                                     describe_error)
 from prefilltui.model.types import ProbeResult, TelemetryKind
 
-__all__ = ["Sampler", "NullSampler"]
+__all__ = ["Sampler", "NullSampler", "IDLE_HZ"]
+
+#: Samples a second between probes when a session slows its sampler down
+#: (``Sampler.slow_between_probes``): the gauges redraw once a second
+#: (``tui.redraw.GAUGE_HZ``) and the 60-s sparklines draw one column per second or
+#: more, so between probes a faster rate shows nothing more; CPU utilization and the
+#: GPUs' power and energy are counter deltas or driver averages, so a slower reading
+#: averages the gap instead of missing it.  The full rate is for the probes: it is what splits a short prefill's
+#: window into readings.
+IDLE_HZ = 2.0
+#: Seconds a probe start keeps the full rate at most: a probe still in flight after a
+#: minute (120+ readings at the idle rate by then) or one whose end was never reported
+#: (a cancelled sweep) stops holding the full rate.
+FAST_MAX_S = 60.0
 
 
 class Sampler:
@@ -65,6 +78,13 @@ class Sampler:
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
         self._ticks = 0
+        #: between probes: samples a second (``slow_between_probes``; = hz: one rate)
+        self.idle_hz = self.hz
+        #: seconds the full rate lasts after a probe's attribution
+        self.linger_s = 0.0
+        self._starts: deque[float] = deque(maxlen=1024)  # start times of probes in flight
+        self._fast_until = -math.inf  # perf_counter time the lingering full rate ends
+        self._wake = threading.Event()  # a probe starts: sample now, at the full rate
         self._snap: TelemetrySnapshot | None = None
         self._snap_ticks = -1
         self.closed = False
@@ -124,6 +144,16 @@ class Sampler:
             self._ticks += 1
         return now
 
+    def _slow_due(self, dev: DeviceState, now: float, every_s: float) -> bool:
+        """Whether this sample of ``dev`` also reads the slow fields (clocks,
+        temperature, memory, the power cap): once every ``every_s`` seconds whatever the
+        rate (the sampler slows between probes), half a period early at the latest."""
+        last = dev.extra.get("slow_t")
+        if last is None or now - last >= every_s - 0.5 * self.period_s or now < last:
+            dev.extra["slow_t"] = now
+            return True
+        return False
+
     def _mark_error(self, dev: DeviceState, now: float, msg: str) -> None:
         """Put ``dev`` in the error state; retry after 1, 2, 4 ... 30 s."""
         dev.backoff_s = min(30.0, dev.backoff_s * 2 if dev.backoff_s else 1.0)
@@ -143,16 +173,53 @@ class Sampler:
             self._thread.start()
         return self
 
+    def slow_between_probes(self, idle_hz: float = IDLE_HZ, linger_s: float | None = None
+                            ) -> "Sampler":
+        """Sample at ``idle_hz`` while no probe is in flight, at ``hz`` from each probe's
+        start (``before_probe`` wakes the thread, which samples at once) until
+        ``linger_s`` after its attribution (default: two of the slower of a period and
+        the sensor's own window, the pacing's idle floor, so the reading after a probe
+        is as fine as the ones in it).  At one probe a second this halves the sampling
+        thread's wake-ups; a session that never probes (an exporter between probes)
+        samples at ``idle_hz``.  No effect when ``idle_hz`` >= ``hz``.  Returns self.
+
+        Raises ValueError for ``idle_hz`` <= 0 or a negative ``linger_s``."""
+        if not idle_hz > 0:
+            raise ValueError(f"idle sample rate must be > 0 Hz, got {idle_hz}")
+        if linger_s is not None and not linger_s >= 0:
+            raise ValueError(f"linger must be >= 0 s, got {linger_s}")
+        self.idle_hz = min(float(idle_hz), self.hz)
+        if linger_s is None:
+            linger_s = 2 * max(self.period_s, self.sensor_window_s or 0.0)
+        self.linger_s = float(linger_s)
+        return self
+
+    def _period_now(self, now: float) -> float:
+        """Seconds to the next sample: a period while a probe is in flight or lingers,
+        else the idle rate's."""
+        starts = self._starts
+        try:
+            while starts and now - starts[0] > FAST_MAX_S:
+                starts.popleft()
+        except IndexError:  # emptied by after_probe meanwhile
+            pass
+        if starts or now < self._fast_until:
+            return self.period_s
+        return 1.0 / self.idle_hz
+
     def _run(self) -> None:
         nxt = time.perf_counter()
         while not self._stop.is_set():
             self.tick()
-            nxt += self.period_s
-            delay = nxt - time.perf_counter()
+            now = time.perf_counter()
+            nxt += self._period_now(now)
+            delay = nxt - now
             if delay < 0:  # fell behind (suspended, overloaded): skip, don't burst
-                nxt = time.perf_counter()
+                nxt = now
                 delay = 0.0
-            self._stop.wait(delay)
+            if self._wake.wait(delay):  # a probe starts: sample now
+                self._wake.clear()
+                nxt = time.perf_counter()
 
     @property
     def running(self) -> bool:
@@ -161,6 +228,7 @@ class Sampler:
     def stop(self, timeout: float = 2.0) -> None:
         """Stop the thread and release the library (idempotent)."""
         self._stop.set()
+        self._wake.set()
         if self._thread is not None:
             self._thread.join(timeout)
             self._thread = None
@@ -258,8 +326,11 @@ class Sampler:
 
     # -- ProbeHook -----------------------------------------------------------------
     async def before_probe(self, client: Any) -> None:
-        """ProbeHook: nothing to do before a probe (samples are continuous)."""
-        return None
+        """ProbeHook: samples are continuous; when the sampler slows between probes
+        (``slow_between_probes``), back to the full rate from now, with a sample now."""
+        self._starts.append(time.perf_counter())
+        if self.idle_hz < self.hz and self.running:
+            self._wake.set()
 
     async def after_probe(self, result: ProbeResult) -> None:
         """ProbeHook: wait (at most ~3 periods, or the driver's sample period plus 2
@@ -276,6 +347,11 @@ class Sampler:
                 due = (last + self.period_s if last is not None else now) + self.period_s / 4
                 await asyncio.sleep(min(max(due - now, self.period_s / 8), deadline - now))
         self.attribute(result)
+        self._fast_until = time.perf_counter() + self.linger_s
+        try:
+            self._starts.popleft()
+        except IndexError:  # expired (FAST_MAX_S) or never started here
+            pass
 
     def _last_sample_t(self) -> float | None:
         """The newest sample's time over the devices (perf_counter s), None before any."""

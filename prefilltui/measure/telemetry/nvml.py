@@ -106,7 +106,6 @@ class GpuSampler(Sampler):
         self.driver = DriverSamples(nv, lambda: self.clock(), lambda: self.wall())
         self.rows_per_s = self.hz + DRIVER_UTIL_HZ
         self.capacity = int(math.ceil(self.retain_s * self.rows_per_s)) + 1
-        self._slow_every = max(1, round(SLOW_PERIOD_S * self.hz))
 
     # -- what the driver's buffers change in the base's timing ----------------------
     def _covered(self, t: float) -> bool:
@@ -331,7 +330,7 @@ class GpuSampler(Sampler):
         use: dict[str, Callable[[], Any]] = x["use"]
         last = dev.last
         vals: dict[str, Any] = {"t": now}
-        slow = x["ticks"] % self._slow_every == 0 or dev.state == "error"
+        slow = self._slow_due(dev, now, SLOW_PERIOD_S) or dev.state == "error"
         buffers = x.get("buffers") or {}
         for name in FAST + (SLOW if slow else ()):
             fn = use.get(name)

@@ -132,7 +132,6 @@ class ReaderSampler(Sampler):
         super().__init__(hz, clock=clock, reason=reason)
         self.source = source
         self._closer = closer
-        self._slow_every = max(1, round(SLOW_PERIOD_S * self.hz))
         prev: DeviceState | None = None
         for r in readers:
             dev = self._new_dev(r.label, r.name, index=r.index)
@@ -155,7 +154,7 @@ class ReaderSampler(Sampler):
 
     def _sample(self, dev: DeviceState, now: float) -> None:
         r: GpuReader = dev.extra["reader"]
-        slow = dev.extra["ticks"] % self._slow_every == 0 or dev.state == "error"
+        slow = self._slow_due(dev, now, SLOW_PERIOD_S) or dev.state == "error"
         vals = plausible(r.read(now, slow))
         dev.extra["ticks"] += 1
         dev.na.clear()

@@ -50,24 +50,44 @@ WITH_DATA_S = 0.25
 def bucket_history(
     history: Iterable[tuple[float, float | None]], now: float, span: float, width: int
 ) -> list[float | None]:
-    """Mean value per time bucket over [now - span, now]; None where no sample.
+    """Time-weighted mean per time bucket over [now - span, now]; None where no sample.
 
-    history: (t_perf seconds, value or None) pairs, about evenly spaced in time (the
-    sampler's ticks, a GPU's driver samples).  Returns ``width`` values, oldest first.
+    history: (t_perf seconds, value or None) pairs in time order (the sampler's ticks, a
+    GPU's driver samples).  Each value stands for the interval since the series'
+    previous value (a counter delta or a driver average describes the time before it),
+    at most one bucket long; the first one for as long as the gap after it.  A bucket's
+    value is the mean over the time its intervals cover, so a sampler that reads faster
+    during a probe than between probes (``Sampler.slow_between_probes``) does not weigh
+    the probe's readings more than its share of the time.  Returns ``width`` values,
+    oldest first.
     """
-    sums = [0.0] * max(width, 0)
-    counts = [0] * max(width, 0)
     if width <= 0 or span <= 0:
         return [None] * max(width, 0)
+    sums = [0.0] * width
+    weights = [0.0] * width
     start = now - span
     step = span / width
-    for t, v in history:
-        if v is None or t < start or t > now:
+    pts = [(t, v) for t, v in history if v is not None]
+    for k, (t, v) in enumerate(pts):
+        if t < start or t > now:
             continue
-        i = min(int((t - start) / step), width - 1)
-        sums[i] += v
-        counts[i] += 1
-    return [sums[i] / counts[i] if counts[i] else None for i in range(width)]
+        if k > 0:
+            gap = t - pts[k - 1][0]
+        else:
+            gap = pts[1][0] - t if len(pts) > 1 else step
+        a = max(t - min(max(gap, 0.0), step), start)
+        last = min(int((t - start) / step), width - 1)
+        if a >= t:  # two readings at one time: the second counts as a point
+            sums[last] += v * 1e-9
+            weights[last] += 1e-9
+            continue
+        for i in range(int((a - start) / step), last + 1):
+            lo = start + i * step
+            part = min(t, lo + step) - max(a, lo)
+            if part > 0:
+                sums[i] += v * part
+                weights[i] += part
+    return [sums[i] / weights[i] if weights[i] > 0 else None for i in range(width)]
 
 
 def window_mask(windows: Iterable[tuple[float, float]], now: float, span: float,
