@@ -517,3 +517,26 @@ def test_slow_fields_once_a_second_at_any_rate():
         clock.t = 2.0 + i * 0.5
         s.tick()
     assert nv.calls["nvmlDeviceGetTemperature"] - base == 6
+
+
+def test_the_covering_reading_is_taken_by_the_hook_not_waited_for():
+    """A probe's end is covered by a reading the hook takes (no wait for the thread's
+    next one, a period away here), and the thread's schedule restarts from it."""
+    import time
+    s = make_sampler(nvml_module=fk.fake_gpus(1, util=42), hz=0.5, env={})  # 2-s period
+    with s:
+        ring = s.devices[0].ring
+        deadline = time.perf_counter() + 5.0
+        while len(ring) < 2 and time.perf_counter() < deadline:  # the open's + the thread's
+            time.sleep(0.01)
+        first = float(ring.ordered()[-1, 0])
+        time.sleep(max(0.0, first + 1.2 - time.perf_counter()))  # the thread's next: +2 s
+        n = len(ring)
+        r = ProbeResult(t_send=first + 0.1, t_end=time.perf_counter())
+        t0 = time.perf_counter()
+        asyncio.run(s.after_probe(r))
+        took = time.perf_counter() - t0
+        assert took < 0.5 and len(ring) == n + 1  # one reading, taken by the hook
+        assert r.util_peak_pct == 42.0
+        time.sleep(max(0.0, first + 2.5 - time.perf_counter()))
+        assert len(ring) == n + 1  # the thread's +2 s reading moved to 2 s after the hook's

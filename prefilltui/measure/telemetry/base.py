@@ -58,6 +58,10 @@ class Sampler:
     kind: TelemetryKind = "none"
     #: where the readings come from, in words (subclasses: "NVML", "amdgpu sysfs", ...)
     source: str = "nothing"
+    #: whether a probe's hooks may read the devices themselves, on the probe's thread
+    #: (a local read of well under a millisecond a device: NVML, sysfs, /proc); False
+    #: for a source that a read may keep waiting (a remote page over HTTP)
+    tick_on_probe: bool = True
 
     def __init__(self, hz: float = 10.0, *, clock: Callable[[], float] | None = None,
                  reason: str | None = None, history_s: float = HISTORY_S,
@@ -84,7 +88,8 @@ class Sampler:
         self.linger_s = 0.0
         self._starts: deque[float] = deque(maxlen=1024)  # start times of probes in flight
         self._fast_until = -math.inf  # perf_counter time the lingering full rate ends
-        self._wake = threading.Event()  # a probe starts: sample now, at the full rate
+        self._wake = threading.Event()  # a hook sampled: the thread's schedule restarts
+        self._last_tick_at = -math.inf  # perf_counter time of the newest tick
         self._snap: TelemetrySnapshot | None = None
         self._snap_ticks = -1
         self.closed = False
@@ -142,7 +147,15 @@ class Sampler:
                     if dev.state == "error":
                         self._mark_ok(dev)
             self._ticks += 1
+            self._last_tick_at = now
         return now
+
+    def _tick_now(self) -> None:
+        """A probe's hook reads the devices now (``tick``) and the thread's schedule
+        restarts from this reading, so the thread's next one is a whole period later,
+        not a few ms after it (a reading over a few ms is mostly quantization)."""
+        self.tick(time.perf_counter())
+        self._wake.set()
 
     def _slow_due(self, dev: DeviceState, now: float, every_s: float) -> bool:
         """Whether this sample of ``dev`` also reads the slow fields (clocks,
@@ -210,16 +223,16 @@ class Sampler:
     def _run(self) -> None:
         nxt = time.perf_counter()
         while not self._stop.is_set():
-            self.tick()
             now = time.perf_counter()
-            nxt += self._period_now(now)
-            delay = nxt - now
-            if delay < 0:  # fell behind (suspended, overloaded): skip, don't burst
-                nxt = now
-                delay = 0.0
-            if self._wake.wait(delay):  # a probe starts: sample now
+            if now >= nxt:
+                self.tick(now)
+                now = time.perf_counter()
+                nxt += self._period_now(now)
+                if nxt < now:  # fell behind (suspended, overloaded): skip, don't burst
+                    nxt = now
+            if self._wake.wait(max(0.0, nxt - now)):  # a hook read the devices
                 self._wake.clear()
-                nxt = time.perf_counter()
+                nxt = self._last_tick_at + self._period_now(time.perf_counter())
 
     @property
     def running(self) -> bool:
@@ -327,15 +340,34 @@ class Sampler:
     # -- ProbeHook -----------------------------------------------------------------
     async def before_probe(self, client: Any) -> None:
         """ProbeHook: samples are continuous; when the sampler slows between probes
-        (``slow_between_probes``), back to the full rate from now, with a sample now."""
+        (``slow_between_probes``), back to the full rate from now, from a reading taken
+        here, before the request goes out (a reading the thread took on a wake-up could
+        land just inside the probe's window, over the idle gap before it)."""
         self._starts.append(time.perf_counter())
         if self.idle_hz < self.hz and self.running:
-            self._wake.set()
+            if self.tick_on_probe:
+                self._tick_now()
+            else:
+                self._wake.set()
 
     async def after_probe(self, result: ProbeResult) -> None:
-        """ProbeHook: wait (at most ~3 periods, or the driver's sample period plus 2
-        periods on a GPU read from its sample buffer; never over 1 s) until the sample
-        covering ``result.t_end`` exists when the thread runs, then ``attribute(result)``."""
+        """ProbeHook: the reading covering ``result.t_end`` taken here when the devices
+        may be read on this thread (``tick_on_probe``; half a period after the last one
+        at the earliest: a wait of a period / 8 on average instead of / 2, so the next
+        probe of a burst starts sooner); else, or when that is not
+        enough (a GPU's utilization read from the driver's sample buffer), wait (at most
+        ~3 periods, or the driver's sample period plus 2 periods; never over 1 s) until
+        it exists when the thread runs; then ``attribute(result)``."""
+        if (result.t_end is not None and self.running and self.tick_on_probe
+                and not self._covered(result.t_end)):
+            # half a period after the last reading at the earliest: a reading over a
+            # few ms is mostly the counters' quantization (10-ms CPU ticks), and it
+            # would count as much as a whole period in the window's mean
+            wait = self._last_tick_at + self.period_s / 2 - time.perf_counter()
+            if wait > 0:
+                await asyncio.sleep(min(wait, self.period_s))
+            if not self._covered(result.t_end):
+                self._tick_now()
         if result.t_end is not None and self.running:
             wait = min(max(3 * self.period_s, self._cover_wait_s), 1.0)
             deadline = time.perf_counter() + wait

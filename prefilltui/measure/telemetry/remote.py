@@ -44,6 +44,10 @@ class RemoteGpuSampler(Sampler):
     device "error" (its values N/A with the reason) and is retried at the next tick.
     """
 
+    #: a reading is a page fetch over HTTP (up to ``FETCH_TIMEOUT_S``): never on a
+    #: probe's thread
+    tick_on_probe = False
+
     kind: TelemetryKind = "gpu"
     source = "GPU page"
 
