@@ -144,8 +144,8 @@ class Redraw:
             self.wake()
 
     def soon(self) -> None:
-        """A change the user asked for (a key, the theme): drawn on the next tick, not
-        after the data redraw's ``replot_hz`` gap."""
+        """A change the user asked for (a key, the theme): drawn at once (``wake``; else
+        on the next tick), not after the data redraw's ``replot_hz`` gap."""
         self._dirty = True
         self._data_next = 0.0
         if self.wake is not None:
