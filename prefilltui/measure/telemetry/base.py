@@ -161,9 +161,9 @@ class Sampler:
         """Whether this sample of ``dev`` also reads the slow fields (clocks,
         temperature, memory, the power cap): once every ``every_s`` seconds whatever the
         rate (the sampler slows between probes), half a period early at the latest."""
-        last = dev.extra.get("slow_t")
+        last = dev.slow_t
         if last is None or now - last >= every_s - 0.5 * self.period_s or now < last:
-            dev.extra["slow_t"] = now
+            dev.slow_t = now
             return True
         return False
 

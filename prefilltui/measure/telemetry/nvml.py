@@ -235,7 +235,7 @@ class GpuSampler(Sampler):
         dev.mig = bool(is_mig_slice or mig_mode)
         dev.power_scope = "whole GPU" if dev.mig else "board"
         dev.vendor, dev.source, dev.util_kind = "NVIDIA", "NVML", "kernel_active"
-        dev.extra.update(h=h, parent=parent, target=uuid or tgt, ticks=0,
+        dev.extra.update(h=h, parent=parent, target=uuid or tgt,
                          power_group=_try(lambda: _s(nv.nvmlDeviceGetUUID(parent)), index))
         try:
             self._probe(dev)
@@ -361,7 +361,6 @@ class GpuSampler(Sampler):
         ``util_rows``: the driver's utilization samples since the last tick, stored
         before it at their own times (this tick's row then has no utilization)."""
         last = dev.last
-        dev.extra["ticks"] += 1
         energy = vals.get("energy")
         if energy is not None:
             prev = last.get("energy_counter_j")

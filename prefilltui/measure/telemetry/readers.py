@@ -142,7 +142,7 @@ class ReaderSampler(Sampler):
             group = r.pci
             if r.no_own_power and prev is not None and not prev.extra["reader"].no_own_power:
                 group = prev.extra["power_group"]
-            dev.extra.update(reader=r, ticks=0, power_group=group)
+            dev.extra.update(reader=r, power_group=group)
             self.devices.append(dev)
             prev = dev
         now = self.clock()
@@ -156,7 +156,6 @@ class ReaderSampler(Sampler):
         r: GpuReader = dev.extra["reader"]
         slow = self._slow_due(dev, now, SLOW_PERIOD_S) or dev.state == "error"
         vals = plausible(r.read(now, slow))
-        dev.extra["ticks"] += 1
         dev.na.clear()
         dev.na.update(r.na)
         energy = vals.get("energy")

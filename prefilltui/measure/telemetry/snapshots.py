@@ -161,4 +161,5 @@ class DeviceState:
     energy0: float | None = None  # first energy counter reading (J)
     retry_at: float = 0.0
     backoff_s: float = 0.0
+    slow_t: float | None = None  # time of the last reading of the slow fields (s)
     extra: dict[str, Any] = field(default_factory=dict)  # subclass handles etc.
