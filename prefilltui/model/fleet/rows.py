@@ -33,7 +33,7 @@ REF_TOKENS = defaults.REF_TOKENS
 #: median is a baseline for the throughput rule.
 LEARNED_MIN_READINGS = 10
 
-#: The verdict column's word for each "why is TTFT high?" cause (model/diagnosis/verdict.py)
+#: The verdict column's word for each "why is TTFT high?" cause (model/diagnosis/causes/)
 #: that stands out; "none" and "not_enough_data" leave the roofline verdict's word.
 CAUSE_WORDS = {"queueing": "queueing", "head_of_line": "HoL blk", "slow_prefill": "slow",
                "prefix_cache": "no cache", "overhead": "overhead", "prompts_longer": "longer",

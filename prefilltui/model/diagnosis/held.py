@@ -1,0 +1,160 @@
+"""The expectation held over time: the server's line at its best, which an incident
+cannot move (``HeldExpectation``), and the users' reference window their TTFT is held
+against.  No I/O, but state: one owner per server (a prober's thread, the app's
+thread) offers it each fit and shows it each verdict.  Seconds in data.
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from collections import deque
+from dataclasses import dataclass, field, replace
+from typing import Iterable, Protocol
+
+from prefilltui.model.diagnosis.causes import HIT_DROP, LONGER
+from prefilltui.model.diagnosis.expectation import Expectation, finite, line_at, median
+from prefilltui.model.fit import LinearFit
+from prefilltui.model.users import UsersWindow
+
+
+class Judged(Protocol):
+    """What ``observe`` reads of a verdict (``verdict.TtftVerdict``)."""
+
+    @property
+    def above(self) -> bool: ...
+
+
+#: Probes a fit needs before it is held as the expectation (below, its interval is too
+#: wide to judge by: ``margin_s`` is large anyway, but a fit on a handful of probes can
+#: be off by more than its interval says).
+HOLD_PROBES = 10
+#: Users' windows the reference is the median of (joined half a window apart: 10
+#: windows of 30 s are 2.5 min of traffic).
+REF_WINDOWS = 10
+
+
+@dataclass
+class HeldExpectation:
+    """The expectation an incident cannot move: held from before it, so the verdict does
+    not learn the incident as the new normal and fall silent.
+
+    ``baseline``: a fixed line (``--baseline RUN``, the exporter's ``baseline_run`` or
+    ``expected_throughput``), never replaced.  Without one, ``offer(fit)`` holds the first
+    fit of at least ``HOLD_PROBES`` probes with a bounded throughput interval, and
+    afterwards replaces it only by one that expects a lower TTFT at both ends of the
+    held fit's lengths (the server at its best: an incident only ever makes TTFT
+    higher, so it can never move the expectation; a warm-up's slow first probes are
+    left behind).  ``users_before``: the users' window of the last verdict that was not
+    ``above`` (so an incident stops its updates), via ``observe``.  Not thread-safe:
+    one owner (a prober's thread, the app's thread).
+    """
+
+    baseline: LinearFit | None = None
+    source: str = "baseline run"
+    held: LinearFit | None = None
+    users_before: UsersWindow | None = None
+    min_probes: int = HOLD_PROBES
+    _held_n: int = field(default=0, repr=False)
+    _fresh: bool = field(default=True, repr=False)  # the held fit is the last offered
+    _pending: deque = field(default_factory=lambda: deque(maxlen=4096), repr=False)
+    _refs: deque = field(default_factory=lambda: deque(maxlen=REF_WINDOWS), repr=False)
+    _joined: float = field(default=-math.inf, repr=False)
+
+    @property
+    def fit(self) -> LinearFit | None:
+        return self.baseline if self.baseline is not None else self.held
+
+    @property
+    def label(self) -> str:
+        """Where the expectation comes from, in words."""
+        if self.baseline is not None:
+            return self.source
+        if self.held is None or self._fresh:
+            return "idle fit"
+        return f"idle fit held at {self._held_n} probes"
+
+    def offer(self, fit: LinearFit | None) -> None:
+        """A newer fit of the same server (the all-time or window fit)."""
+        if self.baseline is not None or fit is None or fit is self.held:
+            return
+        self._fresh = False
+        lo = fit.prefill_tokens_per_s_ci[0]
+        if fit.n < self.min_probes or not fit.prefill_tokens_per_s or not finite(lo) or lo <= 0:
+            return
+        h = self.held
+        if h is not None:
+            ends = (h.x_min, h.x_max) if h.x_max > h.x_min else (0.0, 1.0)
+            if any(line_at(fit, x) > line_at(h, x) for x in ends):
+                return
+        self.held, self._held_n, self._fresh = fit, fit.n, True
+
+    def observe(self, verdict: Judged, users_now: UsersWindow | None,
+                at_s: float | None = None) -> None:
+        """Note the users' window judged at ``at_s`` (unix s; None: now).
+
+        A window joins the users' reference once it is a whole window old (so the
+        present window never overlaps it), no verdict since was ``above`` (an
+        ``above`` verdict drops the windows noted so far: they may hold the onset), and
+        its traffic is not worse than the reference's by half a cause's threshold (hit
+        rate down ``HIT_DROP``/2, median prompt up (``LONGER``-1)/2): an onset too slow
+        to be ``above`` at once cannot creep in either.  Windows join half a window
+        apart; the reference (``users_before``) is the median, field by field, of the
+        last ``REF_WINDOWS`` joined (minutes of traffic): one lucky window does not set
+        it."""
+        at = time.time() if at_s is None else at_s
+        if verdict.above:
+            self._pending.clear()
+            return
+        if users_now is not None and users_now.requests > 0:
+            self._pending.append((at, users_now))
+        while self._pending and self._pending[0][0] <= at - max(self._pending[0][1].window_s, 1.0):
+            t, w = self._pending.popleft()
+            spaced = t >= self._joined + max(w.window_s, 1.0) / 2  # windows half apart
+            if spaced and (self.users_before is None or not _worse(w, self.users_before)):
+                self._refs.append(w)
+                self._joined = t
+                self.users_before = _median_window(self._refs)
+
+    def expectation(self, mfu: float | None = None, mfu_level: str | None = None
+                    ) -> Expectation | None:
+        if self.fit is None and mfu_level is None:
+            return None
+        return Expectation(self.fit, self.label, mfu, mfu_level)
+
+    def reset(self) -> None:
+        """Forget the held fit and the users' reference (the TUI's reset)."""
+        self.held, self._held_n, self.users_before, self._fresh = None, 0, None, True
+        self._pending.clear()
+        self._refs.clear()
+        self._joined = -math.inf
+
+
+
+def _worse(w: UsersWindow, ref: UsersWindow) -> bool:
+    """``w``'s traffic is worse than ``ref``'s by half of a users' cause's threshold (the
+    hit rate or the median prompt: what an onset changes; the TTFT p50 is left to
+    wander, it moves by a third between healthy windows)."""
+    h0, h1 = ref.prefix_cache_hit_rate, w.prefix_cache_hit_rate
+    p0, p1 = ref.prompt_tokens_p50, w.prompt_tokens_p50
+    return bool((finite(h0) and finite(h1) and h0 - h1 >= HIT_DROP / 2)
+                or (finite(p0) and finite(p1) and p1 >= p0 * (1 + (LONGER - 1) / 2)))
+
+
+def _median_window(ws: Iterable[UsersWindow]) -> UsersWindow:
+    """The field-by-field median of users' windows (source, window and estimate of
+    the newest; requests: the median, so the p50's error is not understated)."""
+    ws = list(ws)
+    last = ws[-1]
+
+    def med(name):
+        return median(getattr(w, name) for w in ws)
+
+    return replace(last, requests=int(med("requests") or 0), ttft_p50_s=med("ttft_p50_s"),
+                   ttft_p90_s=med("ttft_p90_s"), ttft_p99_s=med("ttft_p99_s"),
+                   prompt_tokens_p50=med("prompt_tokens_p50"),
+                   prompt_tokens_p90=med("prompt_tokens_p90"), queue_share=med("queue_share"),
+                   expected_ttft_p50_s=med("expected_ttft_p50_s"),
+                   unexplained_prefill_share=med("unexplained_prefill_share"),
+                   prefix_cache_hit_rate=med("prefix_cache_hit_rate"))
+

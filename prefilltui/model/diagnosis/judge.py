@@ -1,0 +1,178 @@
+"""Is TTFT above its expectation beyond the uncertainty?  The verdict names no cause
+unless it is.
+
+The probes': the median excess of the recent probes (or of the last ``NOW_PROBES``, so
+an onset shows before it owns the median) over the expected TTFT exceeds ``margin_s``
+(the fit line's 95 % interval at the probe's length plus the 95 % spread of a median of
+k probes around it, at least ``MIN_QUEUE_S``), with ``NOW_SHARE`` of them above their
+own margin; or a probe still in flight is that late (``in_flight_age_s``).  The
+users': their TTFT p50 rose beyond the reference (``users_before``'s TTFT p50, else the
+expectation at their median prompt) by more than ``USERS_RISE`` of it and the 95 %
+uncertainty of the two windows' p50s.  Pure.  Seconds in data.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Sequence
+
+from prefilltui.model.diagnosis.causes import MIN_PROBES
+from prefilltui.model.diagnosis.expectation import (
+    MEDIAN_SE, MIN_QUEUE_S, Z95, Expectation, expected_ttft, finite, line_at, margin_s, median,
+)
+from prefilltui.model.fit import LinearFit
+from prefilltui.model.units import duration
+from prefilltui.model.users import UserRequest, UsersWindow
+
+#: The newest probes judged on their own too ("now": 12-30 s at a 2-5 s interval), so
+#: an onset is seen before it holds the median of the verdict's ``RECENT``.
+NOW_PROBES = 6
+#: The share of a group's probes that must be above their own margin for the group to
+#: be above (4 of 6): an onset moves them all, contention with users a few.
+NOW_SHARE = 2 / 3
+#: The users' TTFT p50 risen by more than this share of its reference is above it (and
+#: beyond its uncertainty): the p50 of a 30-s window of ~30 requests moved by up to
+#: +-35 % between healthy windows of the fake engine (tests/fakeengine.py), and real
+#: traffic is burstier, so half as much again.
+USERS_RISE = 0.5
+#: The users' TTFT p50 risen by more than this share of its reference with no cause in
+#: sight (and the probes as expected) is called out ("no single cause found"); a rise
+#: their traffic's change explains is named from ``USERS_RISE`` on.  The p50 of a 30-s
+#: window moved by up to +50 % between healthy windows of the fake engine.
+USERS_RISE_ALONE = 1.0
+
+
+class Judge:
+    """Is TTFT above its expectation beyond the uncertainty?  The probes' (the recent
+    ones, or the newest ``NOW_PROBES``), the probe in flight, the users'.
+
+    What it found: ``probes`` (the group the causes read), ``probes_above``, ``margin``
+    / ``ratio`` (s; the group's median TTFT over the expected), ``late`` / ``late_s``
+    (the probe in flight or the newest that is late: words, s over the expected),
+    ``users_ref`` / ``users_ref_src`` (the users' reference p50 s and what it is),
+    ``users_rise`` / ``users_margin`` (s) and ``users_above``; ``above``: any of them.
+    """
+
+    def __init__(self, ok, expect: Expectation | None, in_flight_age_s: float | None,
+                 users: UsersWindow | None, users_before: UsersWindow | None,
+                 reqs: Sequence[UserRequest] = (), newest_ok: bool = True) -> None:
+        self.expect, self.probes, self.ratio, self.margin = expect, list(ok), math.nan, math.inf
+        self.late = ""
+        self.late_s = 0.0
+        fit = expect.fit if expect is not None else None
+        self.probes_above = False
+        if fit is not None and ok:
+            # the window, and its newest probes (the older ones may predate an onset):
+            # the one further above its margin is read (the window on a tie)
+            best = None
+            for group in (ok, ok[-NOW_PROBES:]):
+                if len(group) < MIN_PROBES:
+                    continue
+                x, m, ratio = self._excess(group, fit)
+                if group is ok:
+                    self.margin, self.ratio = m if m is not None else math.inf, ratio
+                if x is not None and m is not None and x > m and m > 0:
+                    if best is None or x / m > best[0]:
+                        best = (x / m, group, m, ratio)
+            if best is not None:
+                _, self.probes, self.margin, self.ratio = best
+                self.probes_above = True
+        if fit is not None and in_flight_age_s is not None:
+            lens = [r.tokens for r in ok if r.tokens] or [fit.x_max]
+            worst = max(line_at(fit, n) for n in lens)
+            m = max(margin_s(fit, n, 1) for n in lens)
+            last = ok[-1].ttft_s if ok and newest_ok else None
+            if in_flight_age_s - worst > m and in_flight_age_s > 2 * worst:
+                self.late_s = in_flight_age_s - worst
+                self.late = (f"a probe in flight {duration(in_flight_age_s)}, ≤ "
+                             f"{duration(worst)} expected at the longest length")
+            elif last is not None and in_flight_age_s < last and last - worst > m \
+                    and last > 2 * worst:
+                # the probe in flight has just begun and the newest to complete waited
+                # that long: in a queue probes complete rarely, and each new one is young
+                # for a second (the real vLLM's exporter said "none" for a scrape after
+                # every probe that came out of the queue)
+                self.late_s = last - worst
+                self.late = (f"the last probe took {duration(last)}, ≤ {duration(worst)} "
+                             f"expected at the longest length (the next in flight "
+                             f"{duration(in_flight_age_s)})")
+        self.users, self.users_before = users, users_before
+        self.users_ref, self.users_ref_src = None, ""
+        if users is not None and finite(users.ttft_p50_s):
+            if users_before is not None and users_before.requests and finite(users_before.ttft_p50_s):
+                self.users_ref, self.users_ref_src = users_before.ttft_p50_s, "before"
+            else:
+                e = users.expected_ttft_p50_s
+                if not finite(e):
+                    e = expected_ttft(expect, users.prompt_tokens_p50)
+                if finite(e):
+                    self.users_ref, self.users_ref_src = e, "expected at their median prompt"
+        self.users_rise = (users.ttft_p50_s - self.users_ref) if self.users_ref is not None else 0.0
+        self.users_margin = max(USERS_RISE * (self.users_ref or 0.0), MIN_QUEUE_S,
+                                _users_p50_margin(users, users_before if self.users_ref_src
+                                                  == "before" else None, reqs))
+        self.users_above = self.users_ref is not None and self.users_rise > self.users_margin
+
+    @staticmethod
+    def _excess(group, fit: LinearFit):
+        """(median excess, its margin, median ratio) of ``group`` over ``fit``; the
+        excess is None unless at least ``NOW_SHARE`` of the probes are above their own
+        single-probe margin too (a few probes that met a user's prompt ahead do not
+        move a small group's median by themselves)."""
+        xs = [(r.ttft_s - line_at(fit, r.tokens), margin_s(fit, r.tokens, len(group)),
+               r.ttft_s / line_at(fit, r.tokens) if line_at(fit, r.tokens) > 0 else None,
+               margin_s(fit, r.tokens, 1))
+              for r in group if r.tokens]
+        each = sum(1 for x, _, _, m1 in xs if x > m1)
+        x = median(x for x, _, _, _ in xs) if xs and each >= NOW_SHARE * len(xs) else None
+        return x, median(m for _, m, _, _ in xs), median(q for _, _, q, _ in xs)
+
+    @property
+    def has_reference(self) -> bool:
+        return (self.expect is not None and self.expect.fit is not None) or self.users_ref is not None
+
+    @property
+    def above(self) -> bool:
+        return self.probes_above or bool(self.late) or self.users_above
+
+    def words(self, ttft: float) -> str:
+        """Whose TTFT, against what."""
+        u = self.users
+        if u is not None and finite(u.ttft_p50_s):
+            est = " (bucket estimate)" if u.estimate else ""
+            ref = ""
+            if self.users_ref is not None:
+                ref = (f", was {duration(self.users_ref)}" if self.users_ref_src == "before"
+                       else f", {duration(self.users_ref)} {self.users_ref_src}")
+            return (f"users' TTFT p50 {duration(u.ttft_p50_s)}{est}{ref} over {u.requests:,} "
+                    f"requests")
+        exp = median(expected_ttft(self.expect, r.tokens) for r in self.probes)
+        src = f", {duration(exp)} expected ({self.expect.source})" if exp is not None else ""
+        return f"probes' TTFT {duration(ttft)}{src}"
+
+
+def _p50_se(w: UsersWindow | None) -> float:
+    """The standard error (s) of a users' window's TTFT p50: sqrt(pi/2) x sigma /
+    sqrt(requests), sigma estimated from the p90 - p50 spread (1.2816 sigma for a normal
+    distribution; the users' TTFT has a longer tail, so this errs wide); 0 without it."""
+    if w is None or not w.requests or not (finite(w.ttft_p90_s) and finite(w.ttft_p50_s)):
+        return 0.0
+    sigma = max(0.0, w.ttft_p90_s - w.ttft_p50_s) / 1.2816
+    return MEDIAN_SE * sigma / math.sqrt(w.requests)
+
+
+def _users_p50_margin(now: UsersWindow, before: UsersWindow | None,
+                      reqs: Sequence[UserRequest] = ()) -> float:
+    """The 95 % uncertainty (s) of the users' TTFT p50 rise: both windows' p50 errors
+    (``_p50_se``), or, where the spans are at hand, the present window's
+    distribution-free 95 % interval of the median of ``reqs``' TTFT (order statistics
+    k/2 +- 1.96 sqrt(k)/2) with the reference's (a median of windows: ``_p50_se``)."""
+    m = Z95 * math.hypot(_p50_se(now), _p50_se(before))
+    t = sorted(u.ttft_s for u in reqs if finite(u.ttft_s))
+    k = len(t)
+    if k >= 5:
+        lo = max(0, math.floor(k / 2 - Z95 * math.sqrt(k) / 2))
+        hi = min(k - 1, math.ceil(k / 2 + Z95 * math.sqrt(k) / 2))
+        half = (t[hi] - t[lo]) / 2
+        m = math.hypot(half, Z95 * _p50_se(before))
+    return m
