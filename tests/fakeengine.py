@@ -371,7 +371,7 @@ class Simulation:
         else:
             snap = self.fit.snapshot("all", self.method)
             fit = snap.fit if snap is not None else None
-        self.hold.offer(fit)
+        self.hold.offer(fit, self.window)
         eng = self.engine
         now_unix = T0 + t
         users = users_window(self.spans, now_unix, self.users_window_s,

@@ -86,7 +86,7 @@ def window_health(window: list[ProbeResult], info: ServerInfo | None, cfg: Targe
     if hold is None:
         return analyze(window, info, cfg.analysis, running_fit=rf, users_evidence=users_evidence)
     snap = rf.snapshot("all", cfg.analysis.fit)
-    hold.offer(snap.fit if snap is not None else None)
+    hold.offer(snap.fit if snap is not None else None, window)
     fit, source = verdict_expectation(hold, cfg)
     ev = (users_evidence or UsersEvidence()).with_before(hold.users_before)
     summary = analyze(window, info, cfg.analysis, running_fit=rf, baseline_fit=fit,

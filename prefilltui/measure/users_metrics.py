@@ -42,8 +42,9 @@ class UsersMetrics:
         self._clock = clock
         self._lock = threading.Lock()
         self._samples: deque[UsersCounters] = deque(maxlen=MAX_SAMPLES)
-        #: (start, prompt tokens, cached tokens) of each probe sent
-        self._probes: deque[tuple[float, int, int]] = deque(maxlen=4096)
+        #: (start, prompt tokens, cached tokens, the server's TTFT or the probe's) of
+        #: each probe sent
+        self._probes: deque[tuple[float, int, int, float | None]] = deque(maxlen=4096)
         self.fit: Callable[[], LinearFit | None] = lambda: None
         #: the background load's requests the server counted in (t0, t1] (unix s):
         #: ``LoadGenerator.requests_between``, set by the session that has a load
@@ -75,8 +76,9 @@ class UsersMetrics:
     async def after_probe(self, result: ProbeResult) -> None:
         n = result.prompt_tokens or result.requested_tokens or 0
         with self._lock:
+            t = result.server_ttft_s if result.server_ttft_s is not None else result.ttft_s
             self._probes.append((result.started_at or self._clock(), int(n),
-                                 int(result.cached_tokens or 0)))
+                                 int(result.cached_tokens or 0), t))
 
     def window(self, now_s: float | None = None, *, fit: LinearFit | None = None,
                window_s: float = WINDOW_S, running: float | None = None,
@@ -98,6 +100,8 @@ class UsersMetrics:
         return users_from_metrics(before, after, own=n,
                                   probe_tokens=sum(p[1] for p in mine),
                                   probe_cached=sum(p[2] for p in mine),
+                                  probe_prompts=[p[1] for p in mine if p[1]],
+                                  probe_ttfts=[p[3] for p in mine if p[3] is not None],
                                   fit=fit if fit is not None else self.fit(),
                                   running=running, waiting=waiting)
 

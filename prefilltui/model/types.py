@@ -166,6 +166,10 @@ class ProbeResult:
     server_itl_mean_s: float | None = None
     # prompt tokens of load requests still in prefill when the probe was sent
     load_ahead_tokens: int | None = None
+    # the server's prompt-token counter's rise over the probe's /metrics window: every
+    # request's prompt prefilled meanwhile, the probe's own included (a long prompt
+    # that held the probe's step shows here when no span names it)
+    window_prompt_tokens: int | None = None
     # declared notes (the run file's ``extra`` object, see the class docstring)
     server_ttft_s: float | None = None
     queue_source: QueueSource | None = None

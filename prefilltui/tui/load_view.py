@@ -91,7 +91,7 @@ def live_verdict(results: Sequence[ProbeResult], fit: LinearFit | None, *,
     level = getattr(assessment, "level", None)
     source = "idle fit"
     if held is not None:
-        held.offer(fit)
+        held.offer(fit, results)
         if held.fit is not None:
             fit, source = held.fit, held.label
         users = users.with_before(held.users_before)

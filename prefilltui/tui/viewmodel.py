@@ -362,24 +362,26 @@ def verdict_forms(v: Any) -> tuple[str, ...]:
     headline, longest first: the shortest and longest length as tokens→TTFT without the
     uncertainty ("TTFT as expected: 33→22 ms, 4.1k→204 ms", 40 columns), the unit once
     ("TTFT ok: 33→22, 4.1k→204 ms", the 28 of an 80-column terminal), the longest alone
-    ("TTFT ok: 4.1k→204 ms").  A length the fit does not pin reads "→?"; the whole line
-    (uncertainties, "not pinned", the idle server) stays in the details."""
+    ("TTFT ok: 4.1k→204 ms"), over the lengths the fit pins (a length it does not pin
+    is left out of the short forms; the whole line, with its uncertainties, "not
+    pinned" and the idle server, stays in the details)."""
     line = verdict_line(v)
     if not _as_expected(v):
         return (line,)
-    rows = list(v.expected)
+    # the lengths the fit pins: a "4→?" beside them said nothing a person could use
+    rows = [r for r in v.expected if r[2] < r[1]]
     ends = [rows[0], rows[-1]] if len(rows) > 1 else rows
     idle = " (idle)" if getattr(v, "idle", False) else ""
-    times = [duration(e) if m < e else "?" for _n, e, m in ends]
-    if all(t == "?" for t in times):
+    times = [duration(e) for _n, e, _m in ends]
+    if not rows:
         # no length pinned: "as expected: 4→?, 1k→?" would claim a judgement the noise
         # does not allow (a loaded CPU: single probes ± 50 % and more)
         return (line, f"TTFT too noisy to judge yet{idle}", "TTFT too noisy to judge")
     toks = [_tokens(n) for n, _e, _m in ends]
     pairs = ", ".join(f"{n}→{t}" for n, t in zip(toks, times))
-    units = {t.rsplit(" ", 1)[-1] for t in times if t != "?"}
+    units = {t.rsplit(" ", 1)[-1] for t in times}
     once = pairs
-    if len(units) == 1 and times[-1] != "?":  # one unit: said once, at the end
+    if len(units) == 1:  # one unit: said once, at the end
         unit = units.pop()
         once = ", ".join(f"{n}→{t.removesuffix(' ' + unit)}" for n, t in zip(toks, times))
         once += f" {unit}"

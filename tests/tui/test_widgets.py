@@ -333,10 +333,15 @@ def test_the_headlines_verdict_line_fits_its_width():
                         "TTFT ok: 128→1,040 ms, 33k→12.3 s", "TTFT ok: 33k→12.3 s")
     assert headline_text(StatsView(slope_s=1e-4, why=long[0], why_forms=long), 28
                          ).plain.endswith("\nTTFT ok: 33k→12.3 s")
-    # a length the fit does not pin: "?", its uncertainty in the whole line only
-    pinless = verdict_forms(_as_expected([(4, 0.035, 12.6), (4097, 0.204, 0.007)]))
+    # a length the fit does not pin: left out of the short forms ("4→?" told a person
+    # nothing), its uncertainty in the whole line only
+    pinless = verdict_forms(_as_expected([(4, 0.035, 12.6), (512, 0.04, 0.003),
+                                          (4097, 0.204, 0.007)]))
     assert pinless[0].startswith("TTFT as expected: 4 tok not pinned (± 12,600 ms)")
-    assert pinless[2] == "TTFT ok: 4→?, 4.1k→204 ms"
+    assert pinless[2] == "TTFT ok: 512→40, 4.1k→204 ms"
+    alone = verdict_forms(_as_expected([(4, 0.035, 12.6), (4097, 0.204, 0.007)]))
+    assert alone[1:] == ("TTFT as expected: 4.1k→204 ms", "TTFT ok: 4.1k→204 ms",
+                         "TTFT ok: 4.1k→204 ms")
     # no length pinned (a loaded CPU's demo read "TTFT as expected: 4→?, 1k→?"): it says
     # the probes are too noisy to judge, the uncertainties in the whole line
     noisy = verdict_forms(_as_expected([(4, 0.035, 0.04), (1024, 2.8, 3.1)]))

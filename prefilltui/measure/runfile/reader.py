@@ -35,7 +35,8 @@ _DURATION_FIELDS = ("ttft_s", "ttfb_s", "total_s", "connect_s", "server_prefill_
 #: One day: far beyond any probe's timeout, far below a corrupt 1e308.
 MAX_DURATION_S = 86_400.0
 _COUNT_FIELDS = ("seq", "requested_tokens", "prompt_tokens", "cached_tokens", "http_status",
-                 "decode_tokens", "decode_streams", "load_ahead_tokens")
+                 "decode_tokens", "decode_streams", "load_ahead_tokens",
+                 "window_prompt_tokens")
 _BOOL_FIELDS = ("ok", "warmup", "burst")
 _STR_FIELDS = ("prompt_tokens_source", "error_kind", "error_message", "api", "model",
                "telemetry_device", "load_kind")

@@ -8,21 +8,29 @@ k probes around it, at least ``MIN_QUEUE_S``), with ``NOW_SHARE`` of them above 
 own margin; or a probe still in flight is that late (``in_flight_age_s``).  The
 users': their TTFT p50 rose beyond the reference (``users_before``'s TTFT p50, else the
 expectation at their median prompt) by more than ``USERS_RISE`` of it and the 95 %
-uncertainty of the two windows' p50s.  Pure.  Seconds in data.
+uncertainty of the two windows' p50s, or the newest of their requests alone are
+(``USERS_NOW``: a change shows there before it owns the window's median).
+
+Once the held line has seen healthy groups of probes (``LinearFit.group_scatter``), a
+group is above only past what those did, and prefill slower than the line by a
+factor (``slowdown.slowdown`` over the newest ``SLOW_GROUP``, the lengths that show
+prefill) is above too.  Pure.  Seconds in data.
 """
 
 from __future__ import annotations
 
 import math
+from dataclasses import replace
 from typing import Sequence
 
 from prefilltui.model.diagnosis.causes import MIN_PROBES
 from prefilltui.model.diagnosis.expectation import (
     MEDIAN_SE, MIN_QUEUE_S, Z95, Expectation, expected_ttft, finite, line_at, margin_s, median,
 )
+from prefilltui.model.diagnosis.slowdown import SLOW_GROUP, SLOW_MIN, slowdown
 from prefilltui.model.fit import LinearFit
 from prefilltui.model.units import duration
-from prefilltui.model.users import UserRequest, UsersWindow
+from prefilltui.model.users import UserRequest, UsersWindow, in_window, users_window
 
 #: The newest probes judged on their own too ("now": 12-30 s at a 2-5 s interval), so
 #: an onset is seen before it holds the median of the verdict's ``RECENT``.
@@ -40,6 +48,12 @@ USERS_RISE = 0.5
 #: their traffic's change explains is named from ``USERS_RISE`` on.  The p50 of a 30-s
 #: window moved by up to +50 % between healthy windows of the fake engine.
 USERS_RISE_ALONE = 1.0
+#: The newest users' requests judged on their own (s, and the fewest): at 0.5 requests
+#: a second, 20 s hold 10.  They are above when five in six or more are above the
+#: reference by more than ``USERS_RISE`` (a healthy request is that far above the
+#: reference's median about one time in six: five of six by chance ~1 in 2,000 looks).
+USERS_NOW_S = 20.0
+USERS_NOW = 6
 
 
 class Judge:
@@ -50,7 +64,10 @@ class Judge:
     / ``ratio`` (s; the group's median TTFT over the expected), ``late`` / ``late_s``
     (the probe in flight or the newest that is late: words, s over the expected),
     ``users_ref`` / ``users_ref_src`` (the users' reference p50 s and what it is),
-    ``users_rise`` / ``users_margin`` (s) and ``users_above``; ``above``: any of them.
+    ``users_rise`` / ``users_margin`` (s) and ``users_above``; ``users`` (the window
+    judged: the newest requests' when they alone show the change, ``users_fast``);
+    ``slowdown`` (the probes' prefill slowdown factor and its half-width, when it
+    holds); ``above``: any of them.
     """
 
     def __init__(self, ok, expect: Expectation | None, in_flight_age_s: float | None,
@@ -59,6 +76,7 @@ class Judge:
         self.expect, self.probes, self.ratio, self.margin = expect, list(ok), math.nan, math.inf
         self.late = ""
         self.late_s = 0.0
+        self.slowdown: tuple[float, float] | None = None
         fit = expect.fit if expect is not None else None
         self.probes_above = False
         if fit is not None and ok:
@@ -74,6 +92,18 @@ class Judge:
                 if x is not None and m is not None and x > m and m > 0:
                     if best is None or x / m > best[0]:
                         best = (x / m, group, m, ratio)
+            # prefill slower than the line, read where prefill shows: the median excess
+            # over every length missed a 2x slower prefill
+            for group in (ok[-SLOW_GROUP:], ok):
+                seen = fit.group_scatter_for(len(group))
+                if seen is None or not finite(seen[1]):
+                    continue  # no healthy groups seen yet: the excess alone judges
+                got = slowdown(group, fit)
+                if got is not None and got[0] - 1 > got[1] and got[0] > max(seen[1], SLOW_MIN):
+                    self.slowdown = got
+                    if best is None:
+                        best = (0.0, group, self.margin, got[0])
+                    break
             if best is not None:
                 _, self.probes, self.margin, self.ratio = best
                 self.probes_above = True
@@ -112,6 +142,17 @@ class Judge:
                                 _users_p50_margin(users, users_before if self.users_ref_src
                                                   == "before" else None, reqs))
         self.users_above = self.users_ref is not None and self.users_rise > self.users_margin
+        self.users_fast = False
+        recent = _users_recent(reqs, users, expect)
+        if not self.users_above and self.users_ref is not None and recent is not None:
+            end = max(u.finished_s for u in reqs)
+            t = [u.ttft_s for u in in_window(reqs, end, USERS_NOW_S) if finite(u.ttft_s)]
+            bar = (1 + USERS_RISE) * self.users_ref
+            if len(t) >= USERS_NOW and sum(1 for x in t if x > bar) * 6 >= len(t) * 5 \
+                    and finite(recent.ttft_p50_s):
+                self.users, self.users_fast = recent, True
+                self.users_rise = recent.ttft_p50_s - self.users_ref
+                self.users_above = self.users_rise > USERS_RISE * self.users_ref
 
     @staticmethod
     def _excess(group, fit: LinearFit):
@@ -125,7 +166,11 @@ class Judge:
               for r in group if r.tokens]
         each = sum(1 for x, _, _, m1 in xs if x > m1)
         x = median(x for x, _, _, _ in xs) if xs and each >= NOW_SHARE * len(xs) else None
-        return x, median(m for _, m, _, _ in xs), median(q for _, _, q, _ in xs)
+        ratio = median(q for _, _, q, _ in xs)
+        seen = fit.group_scatter_for(len(group))
+        if x is not None and seen is not None and finite(ratio) and ratio - 1 <= seen[0]:
+            x = None  # no further above than healthy groups of this size went
+        return x, median(m for _, m, _, _ in xs), ratio
 
     @property
     def has_reference(self) -> bool:
@@ -168,6 +213,9 @@ def _users_p50_margin(now: UsersWindow, before: UsersWindow | None,
     distribution-free 95 % interval of the median of ``reqs``' TTFT (order statistics
     k/2 +- 1.96 sqrt(k)/2) with the reference's (a median of windows: ``_p50_se``)."""
     m = Z95 * math.hypot(_p50_se(now), _p50_se(before))
+    # the window's own requests: over every span kept (minutes) an onset was diluted
+    if reqs and now is not None and now.window_s > 0:
+        reqs = in_window(reqs, max(u.finished_s for u in reqs), now.window_s)
     t = sorted(u.ttft_s for u in reqs if finite(u.ttft_s))
     k = len(t)
     if k >= 5:
@@ -176,3 +224,22 @@ def _users_p50_margin(now: UsersWindow, before: UsersWindow | None,
         half = (t[hi] - t[lo]) / 2
         m = math.hypot(half, Z95 * _p50_se(before))
     return m
+
+
+def _users_recent(reqs: Sequence[UserRequest], users: UsersWindow | None,
+                  expect: Expectation | None) -> UsersWindow | None:
+    """The users' window of the spans that finished in the last ``USERS_NOW_S`` (their
+    newest, ``users_window``), with what spans lack taken from ``users`` (the prefix-cache
+    hit rate from /metrics counters: vLLM 0.32's spans count no cached tokens); None
+    with fewer than ``USERS_NOW`` requests."""
+    if users is None or not reqs:
+        return None
+    end = max(u.finished_s for u in reqs)
+    w = users_window(reqs, now_s=end, window_s=USERS_NOW_S,
+                     fit=expect.fit if expect is not None else None,
+                     running=users.running, waiting=users.waiting)
+    if w.requests < USERS_NOW:
+        return None
+    if w.prefix_cache_hit_rate is None:
+        w = replace(w, prefix_cache_hit_rate=users.prefix_cache_hit_rate)
+    return w

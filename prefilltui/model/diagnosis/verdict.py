@@ -30,7 +30,7 @@ from typing import Any, Literal, Sequence
 
 from prefilltui.model.diagnosis.causes import (
     BLOCKED, CAUSES, HIT_DROP, LINE, LONGER, MIN_OVERHEAD_S, MIN_PROBES, MIN_QUEUE_S, RULES,
-    SHARE, SLOW, WORDS, Cause, Context, Evidence, blocked,
+    SHARE, SLOW, WORDS, Cause, Context, Evidence, blocked, counted_ahead,
 )
 from prefilltui.model.diagnosis.expectation import (
     Expectation, expected_ttft, expected_words, finite, margin_s, median, throughput_expectation,
@@ -125,6 +125,7 @@ def ttft_verdict(results: Sequence[ProbeResult], expect: Expectation | None = No
     ttft = median(r.ttft_s for r in ok) or 0.0
     judge = Judge(ok, expect, in_flight_age_s, users, users_before, reqs,
                   newest_ok=bool(ok) and results[-1] is ok[-1])
+    users = judge.users  # the newest requests' window when they alone show the change
     gated = judge.has_reference
     above = judge.above
     whose: Whose = "users" if judge.users_above else "probes"
@@ -138,7 +139,8 @@ def ttft_verdict(results: Sequence[ProbeResult], expect: Expectation | None = No
         ctx = Context(pr, parts, pttft, expect, waiting=wait, waiting_now=waiting_now is not None,
                       users=users, users_before=users_before, user_requests=reqs,
                       blocked=blocked(pr, reqs), late=judge.late, late_s=judge.late_s,
-                      users_rise_s=judge.users_rise)
+                      users_rise_s=judge.users_rise, counted=counted_ahead(pr, expect, wait),
+                      slowdown=judge.slowdown)
         found = _ask(ctx, users is not None and judge.users_above)
     judged = judge.words(ttft)
     if (not found and above and not judge.probes_above and not judge.late
@@ -211,6 +213,10 @@ def _ask(ctx: Context, users: bool) -> list[Evidence]:
             else:
                 found.append(e)
     found.sort(key=lambda e: e.seconds, reverse=True)
+    if ctx.counted and (ctx.waiting or 0) < LINE:
+        # probes that waited while nobody else did, behind a longer prompt the server
+        # counted meanwhile: one step held the batch, not a queue
+        found.sort(key=lambda e: e.cause != "head_of_line")
     if not changes:
         return found
     first = [e for e, rule in changes if e.seconds >= SHARE * ctx.users_rise_s and rule.leads(e)]

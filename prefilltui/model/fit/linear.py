@@ -85,6 +85,21 @@ class LinearFit:
     noise_floor_s: float | None = None
     rel_scatter: float | None = None
     residuals: np.ndarray | None = field(default=None, compare=False, repr=False)
+    #: the scatter of groups of k consecutive probes seen while the server was healthy:
+    #: (k, the 99th percentile of a group's median relative excess (TTFT - line) /
+    #: line, the 99th percentile of its prefill slowdown factor or NaN), set on a held
+    #: expectation only (``diagnosis.HeldExpectation``): what a group of healthy
+    #: probes does, contention in bursts included, against which a group is "above"
+    group_scatter: tuple[tuple[int, float, float], ...] = field(default=(), compare=False,
+                                                                repr=False)
+
+    def group_scatter_for(self, k: int) -> tuple[float, float] | None:
+        """(excess, slowdown) 99th percentiles of the healthy groups of the size nearest
+        ``k`` (``group_scatter``), or None when none was seen."""
+        if not self.group_scatter:
+            return None
+        _, ex, sl = min(self.group_scatter, key=lambda g: abs(g[0] - k))
+        return ex, sl
 
     @property
     def outliers(self) -> int:

@@ -8,6 +8,8 @@ when the window held only this probe (``window_is_own``).  No I/O; seconds.
 
 from __future__ import annotations
 
+import math
+
 from prefilltui.model.metrics.sample import MetricsDelta
 from prefilltui.model.types import ProbeResult
 
@@ -84,6 +86,9 @@ def apply_counts(result: ProbeResult, d: MetricsDelta) -> None:
     (``notes.metrics_cached_tokens``) when they differ; ``server_flops`` from
     vLLM's ``estimated_flops_per_gpu_total``.  Another request in the window leaves
     them unset and says so (``notes.metrics_window``)."""
+    pt = d.counters.get("prompt_tokens")
+    if pt is not None and math.isfinite(pt) and pt >= 0:
+        result.window_prompt_tokens = int(round(pt))
     cached = d.counters.get("cached_tokens", d.counters.get("cache_hits"))
     flops = d.counters.get("flops")
     if cached is None and flops is None:

@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, field, replace
+from typing import Iterable
 
 from prefilltui.model.fit import LinearFit
 from prefilltui.model.metrics.names import NAMES
@@ -136,10 +137,23 @@ def _delta_buckets(a: UsersCounters, b: UsersCounters, role: str
     return out if out and all(c >= 0 for _, c in out) else ()  # a reset: no delta
 
 
+def without(buckets: tuple[tuple[float, float], ...], values: Iterable[float]
+            ) -> tuple[tuple[float, float], ...]:
+    """Cumulative (le, count) buckets with the observations ``values`` taken off (each
+    from every bucket whose bound holds it), never below 0: prefilltui's own probes,
+    which a server's histogram counts among its users'.  Fresh short probes read in
+    shrank the users' median prompt (1,000-1,180 tokens read for a true 1,635)."""
+    vals = [v for v in values if v is not None and math.isfinite(v)]
+    if not buckets or not vals:
+        return buckets
+    return tuple((le, max(0.0, c - sum(1 for v in vals if v <= le))) for le, c in buckets)
+
+
 def users_from_metrics(before: UsersCounters, after: UsersCounters, *, own: int = 0,
                        probe_tokens: float = 0.0, probe_cached: float = 0.0,
                        fit: LinearFit | None = None, running: float | None = None,
-                       waiting: float | None = None) -> UsersWindow:
+                       waiting: float | None = None, probe_prompts: Iterable[float] = (),
+                       probe_ttfts: Iterable[float] = ()) -> UsersWindow:
     """The ``UsersWindow`` (source "metrics", ``estimate`` True) of the requests that
     finished between two scrapes.  ``own``: prefilltui's own requests in the window (its
     probes and its background load's), taken off ``requests``; ``probe_tokens`` /
@@ -151,9 +165,11 @@ def users_from_metrics(before: UsersCounters, after: UsersCounters, *, own: int 
     left: the probes are fresh prompts, so counted in they would pull the users' rate
     down, to 0 on a server with few users), or the gauge as read at the end (SGLang,
     all traffic).  unexplained_prefill_share stays None (no per-request prefill to
-    weigh)."""
-    ttft = _delta_buckets(before, after, "ttft")
-    prompt = _delta_buckets(before, after, "prompt")
+    weigh).  ``probe_prompts`` / ``probe_ttfts``: the probes' own prompt lengths and
+    TTFTs (s) in the window, taken off the prompt-length and TTFT histograms
+    (``without``)."""
+    ttft = without(_delta_buckets(before, after, "ttft"), probe_ttfts)
+    prompt = without(_delta_buckets(before, after, "prompt"), probe_prompts)
     n = None  # a series the earlier scrape lacks had counted nothing yet: 0
     for role in ("ttft", "prompt", "queue"):
         if role in after.count:
@@ -175,6 +191,10 @@ def users_from_metrics(before: UsersCounters, after: UsersCounters, *, own: int 
         # more hits than queries is no count a server keeps: no rate
         if 0 <= dh <= dq_ and uq > 0 and (users or n is None):
             hit = min(max(uh / uq, 0.0), 1.0)
+        elif 0 <= dq_ <= max(probe_tokens, 0.0) and dh <= 0 and users > 0:
+            # users' prompts were served and the cache was asked nothing for them: a
+            # server with prefix caching off looks nothing up, and none of it was cached
+            hit = 0.0
     elif "cache_hit_rate" in after.values:
         hit = after.values["cache_hit_rate"]
         hit = hit if 0.0 <= hit <= 1.0 else None  # a rate, 0..1: 1e308 or 1.7 is no rate

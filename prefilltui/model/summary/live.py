@@ -249,7 +249,7 @@ class LiveSummary:
         why = None
         if recent:  # held against the all-time fit whatever ``which`` shows, as analyze
             idle = fit if which == "all" else self._all_fit(method)
-            self.held.offer(idle)
+            self.held.offer(idle, recent)
             ev = ev.with_before(self.held.users_before)
             why = ttft_verdict(list(recent), expectation(self.held.fit or idle, baseline_fit,
                                                          roof, verdict,

@@ -22,7 +22,7 @@ from prefilltui.model.diagnosis.causes.base import (
     MIN_PROBES, MIN_QUEUE_S, SHARE, Context, Evidence, Rule,
 )
 from prefilltui.model.diagnosis.causes.cache_hit_drop import HIT_DROP
-from prefilltui.model.diagnosis.causes.head_of_line import BLOCKED, LINE, blocked
+from prefilltui.model.diagnosis.causes.head_of_line import BLOCKED, LINE, blocked, counted_ahead
 from prefilltui.model.diagnosis.causes.overhead import MIN_OVERHEAD_S
 from prefilltui.model.diagnosis.causes.prompts_longer import LONGER
 from prefilltui.model.diagnosis.causes.slow_prefill import SLOW
@@ -48,4 +48,4 @@ RULES: tuple[Rule, ...] = (
 
 __all__ = ["BLOCKED", "CAUSES", "Cause", "Context", "Evidence", "HIT_DROP", "LINE", "LONGER",
            "MIN_OVERHEAD_S", "MIN_PROBES", "MIN_QUEUE_S", "RULES", "Rule", "SHARE", "SLOW",
-           "WORDS", "blocked"]
+           "WORDS", "blocked", "counted_ahead"]

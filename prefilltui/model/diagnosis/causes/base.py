@@ -56,8 +56,11 @@ class Context:
     blocked: probe index -> (seconds of its wait behind users' longer prompts in
     prefill, the longest such prompt) (``head_of_line.blocked``); late / late_s: the
     probe in flight (or the newest) that is late, in words, and by how many s ("" /
-    0.0: none); users_rise_s: the users' TTFT p50 above its reference (s); found: the
-    findings of the rules before in the registry.
+    0.0: none); users_rise_s: the users' TTFT p50 above its reference (s); counted:
+    probe index -> (s above the expectation, other requests' prompt tokens the server
+    counted in its /metrics window) (``head_of_line.counted_ahead``); slowdown: the
+    probes' prefill slowdown factor and its half-width when the judge found one
+    (``slowdown.slowdown``); found: the findings of the rules before in the registry.
     """
 
     probes: Sequence[ProbeResult]
@@ -73,6 +76,8 @@ class Context:
     late: str = ""
     late_s: float = 0.0
     users_rise_s: float = 0.0
+    counted: dict[int, tuple[float, int]] = field(default_factory=dict)
+    slowdown: tuple[float, float] | None = None
     found: tuple[Evidence, ...] = ()
 
 

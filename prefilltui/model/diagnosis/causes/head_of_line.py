@@ -1,6 +1,7 @@
 """``head_of_line``: a long prompt was in prefill ahead of the probe (the background
-load's prompts, a user's request whose prefill interval covers the probe's wait, or the
-decodes froze longer than the probe's own prefill should take); explains TTFT above
+load's prompts, a user's request whose prefill interval covers the probe's wait, a
+longer prompt the server's prompt-token counter counted in the probe's window while
+nobody waited, or the decodes froze longer than the probe's own prefill should take); explains TTFT above
 the expected TTFT.  Not named when requests wait in a line (``LINE``): that is
 queueing, not one prompt ahead."""
 
@@ -11,6 +12,7 @@ from typing import Sequence
 from prefilltui.model.diagnosis.causes.base import (
     MIN_QUEUE_S, SHARE, Context, Evidence, Rule, expected_ttft, finite, median,
 )
+from prefilltui.model.diagnosis.expectation import Expectation, line_at, margin_s
 from prefilltui.model.types import ProbeResult
 from prefilltui.model.units import duration
 from prefilltui.model.users import UserRequest
@@ -53,6 +55,32 @@ def blocked(ok: Sequence[ProbeResult], reqs: Sequence[UserRequest]) -> dict[int,
     return out
 
 
+def counted_ahead(ok: Sequence[ProbeResult], expect: Expectation | None,
+                  wait: float | None) -> dict[int, tuple[float, int]]:
+    """Probes (index into ``ok``) held by a longer prompt that the server's own
+    prompt-token counter shows in their /metrics window (``window_prompt_tokens`` less
+    the probe's own) while no line waited (fewer than ``LINE``), their TTFT above its
+    single-probe margin by ``SHARE`` of it: (seconds above the expectation, the other
+    prompts' tokens).  A step that prefills an 8k prompt without chunking holds every
+    request that arrives meanwhile "in queue" with nobody else waiting (the headline
+    read "queueing: queue 473 ms of TTFT 551 ms (86 %), 0 waiting, 2 running"); the
+    counter tells it from a queue where no span names the long prompt (a span comes
+    when its request ends, often after the probe is judged)."""
+    out: dict[int, tuple[float, int]] = {}
+    fit = expect.fit if expect is not None else None
+    if fit is None or (wait or 0) >= LINE:
+        return out
+    for i, r in enumerate(ok):
+        n = r.tokens
+        if not n or r.window_prompt_tokens is None or not finite(r.ttft_s):
+            continue
+        other = r.window_prompt_tokens - n
+        extra = r.ttft_s - line_at(fit, n)
+        if other > n and extra > margin_s(fit, n, 1) and extra >= SHARE * r.ttft_s:
+            out[i] = (extra, other)
+    return out
+
+
 def judge(ctx: Context) -> Evidence | None:
     ok, expect, blocked = ctx.probes, ctx.expect, ctx.blocked
     queue = next((e for e in ctx.found if e.cause == "queueing"), None)
@@ -77,6 +105,10 @@ def judge(ctx: Context) -> Evidence | None:
             over, n = blocked[i]
             extra = max(0.0, r.ttft_s - exp) if exp is not None else over
             hits.append((r, exp, 0, extra, n))
+        elif i in ctx.counted:
+            # the server counted a longer prompt in this probe's window, nobody waiting
+            extra, other = ctx.counted[i]
+            hits.append((r, exp, 0, extra, 0, other))
         elif froze:
             # the decodes froze longer than this prefill: the rest was another prefill
             hits.append((r, exp, 0, r.decode_stall_s - own, 0))
@@ -86,12 +118,18 @@ def judge(ctx: Context) -> Evidence | None:
     ttft = median(h[0].ttft_s for h in hits)
     ahead = median(h[2] for h in hits if h[2])
     users = median(h[4] for h in hits if h[4])
+    other = median(h[5] for h in hits if len(h) > 5)
     stall = median(h[0].decode_stall_s for h in hits)
     if ahead:
         what = f"a median {ahead:,.0f} prompt tokens in prefill ahead of the probe"
     elif users:
         what = (f"users' long prompts (median {users:,.0f} tokens) in prefill when the probe "
                 "was sent")
+    elif other:
+        wait = median(h[0].server_waiting for h in hits)
+        what = (f"a median {other:,.0f} other prompt tokens prefilled while the probe waited "
+                f"(the server's prompt-token counter), {wait or 0:,.0f} waiting: a long "
+                "prompt held the batch")
     else:
         what = f"decodes froze {duration(stall)}, longer than the probe's own prefill"
     exp = median(h[1] for h in hits)

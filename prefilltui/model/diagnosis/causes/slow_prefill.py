@@ -1,14 +1,17 @@
 """``slow_prefill``: prefill is slower than the expectation (the server's prefill, or
 TTFT minus the fixed cost, at least 1/``SLOW`` x the expected), or the MFU verdict says
-"wrong"; explains the extra prefill time.  Probes sent after a prefix (the prefix
-cache's) and probes that waited behind a user's longer prompt (head-of-line's) are left
-to their own causes."""
+"wrong"; explains the extra prefill time.  TTFT minus the fixed cost is read as the
+slowdown factor over the lengths that show prefill (``slowdown``), and not at all when
+those disagree once the held line has seen healthy groups (a burst of contention, not
+prefill).  Probes sent after a prefix (the prefix cache's) and probes that waited
+behind a longer prompt (head-of-line's) are left to their own causes."""
 
 from __future__ import annotations
 
 from prefilltui.model.diagnosis.causes.base import (
     MIN_PROBES, Context, Evidence, Rule, after_prefix, expected_ttft, median,
 )
+from prefilltui.model.diagnosis.slowdown import slowdown
 
 #: Prefill at most this fraction of the expected throughput (1/SLOW x the time) is slow.
 SLOW = 0.75
@@ -26,7 +29,8 @@ def judge(ctx: Context) -> Evidence | None:
     # probes sent after a prefix (--depth) prefill it too when it is not cached: the
     # prefix-cache cause speaks for them
     # probes that waited behind a user's longer prompt: head-of-line speaks for them
-    keep = [i for i, r in enumerate(ok) if not after_prefix(r) and i not in blocked]
+    keep = [i for i, r in enumerate(ok) if not after_prefix(r) and i not in blocked
+            and i not in ctx.counted]
     ok, parts = [ok[i] for i in keep], [parts[i] for i in keep]
     if len(ok) < MIN_PROBES:
         return None
@@ -45,8 +49,12 @@ def judge(ctx: Context) -> Evidence | None:
         if (waiting or 0) >= 1 or any(r.load_ahead_tokens for r in ok):
             return None  # TTFT holds queueing or a prompt ahead: not the prefill's speed
         pts = [(r.ttft_s, expected_ttft(expect, r.tokens), r.tokens) for r in ok]
-        ratio = median((t - expect.fit.intercept_s) / (e - expect.fit.intercept_s)
-                       for t, e, _ in pts if e is not None and e > expect.fit.intercept_s)
+        got = ctx.slowdown or slowdown(ok, expect.fit)
+        if got is None and expect.fit.group_scatter:
+            return None  # the long probes do not agree on a slowdown: a burst, not prefill
+        ratio = got[0] if got is not None else median(
+            (t - expect.fit.intercept_s) / (e - expect.fit.intercept_s)
+            for t, e, _ in pts if e is not None and e > expect.fit.intercept_s)
         extra = median(t - e for t, e, _ in pts if e is not None)
         what = ("TTFT minus the fixed cost" if waiting is not None
                 else "TTFT minus the fixed cost (no server metrics: queueing not excluded)")
