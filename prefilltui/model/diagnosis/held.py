@@ -34,13 +34,17 @@ HOLD_PROBES = 10
 #: Users' windows the reference is the median of (joined half a window apart: 10
 #: windows of 30 s are 2.5 min of traffic).
 REF_WINDOWS = 10
-#: Fewest users' requests a window needs to join a reference that has one already (the
-#: median of fewer moves by half between healthy windows), and the windows joined
+#: Fewest users' requests a window needs to join the reference (the median of fewer
+#: moves by half between healthy windows), and the windows joined
 #: before a new one is held against the reference (``_worse``): held against one
 #: unlucky first window (3-9 requests, a cold cache), every later healthy window read
 #: "worse" and the reference stayed wrong.
 REF_MIN_REQUESTS = 8
 REF_GATED_AFTER = 3
+#: Windows joined before there is a reference at all: one window of a few requests
+#: (2 of them, 30 ms, median prompt 150: the first minute's) held every later healthy
+#: window "above", so none joined again and the control said "prompts got longer".
+REF_FIRST = 2
 #: Healthy probes the held line is refitted on (the newest; 10 min at a 2-s interval,
 #: 25 min at 5 s): enough for its interval to shrink far below one probe's scatter.
 POOL_PROBES = 300
@@ -175,13 +179,14 @@ class HeldExpectation:
         while self._pending and self._pending[0][0] <= at - max(self._pending[0][1].window_s, 1.0):
             t, w = self._pending.popleft()
             spaced = t >= self._joined + max(w.window_s, 1.0) / 2  # windows half apart
-            if w.requests < REF_MIN_REQUESTS and self._refs:
+            if w.requests < REF_MIN_REQUESTS:
                 continue
             gated = len(self._refs) >= REF_GATED_AFTER and self.users_before is not None
             if spaced and not (gated and _worse(w, self.users_before)):
                 self._refs.append(w)
                 self._joined = t
-                self.users_before = _median_window(self._refs)
+                if len(self._refs) >= REF_FIRST:
+                    self.users_before = _median_window(self._refs)
 
     def _join_probes(self) -> None:
         """Healthy probes join the pool; the held line becomes the pool's fit once it

@@ -27,7 +27,7 @@ from prefilltui.model.diagnosis.causes import MIN_PROBES
 from prefilltui.model.diagnosis.expectation import (
     MEDIAN_SE, MIN_QUEUE_S, Z95, Expectation, expected_ttft, finite, line_at, margin_s, median,
 )
-from prefilltui.model.diagnosis.slowdown import SLOW_GROUP, SLOW_MIN, slowdown
+from prefilltui.model.diagnosis.slowdown import SLOW_GROUP, SLOW_MIN, SLOW_UNSEEN, slowdown
 from prefilltui.model.fit import LinearFit
 from prefilltui.model.units import duration
 from prefilltui.model.users import UserRequest, UsersWindow, in_window, users_window
@@ -96,10 +96,10 @@ class Judge:
             # over every length missed a 2x slower prefill
             for group in (ok[-SLOW_GROUP:], ok):
                 seen = fit.group_scatter_for(len(group))
-                if seen is None or not finite(seen[1]):
-                    continue  # no healthy groups seen yet: the excess alone judges
+                # before healthy groups were seen, a stricter bar of its own
+                bar = seen[1] if seen is not None and finite(seen[1]) else SLOW_UNSEEN
                 got = slowdown(group, fit)
-                if got is not None and got[0] - 1 > got[1] and got[0] > max(seen[1], SLOW_MIN):
+                if got is not None and got[0] - 1 > got[1] and got[0] > max(bar, SLOW_MIN):
                     self.slowdown = got
                     if best is None:
                         best = (0.0, group, self.margin, got[0])

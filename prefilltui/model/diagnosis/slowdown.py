@@ -34,6 +34,10 @@ SLOW_SHARE = 2 / 3
 #: The least slowdown named on its own (x the line's per-token time): past the
 #: scatter of a line held on hundreds of probes, below the ``SLOW`` a cause names.
 SLOW_MIN = 1.2
+#: The least slowdown named before the held pool has seen healthy groups (its
+#: ``group_scatter`` empty): the ``SLOW`` a cause names (1/0.75), so the first minutes
+#: name a 1.5x slower prefill, not contention's 1.2x.
+SLOW_UNSEEN = 1 / 0.75
 #: The healthy groups' percentile a group must pass (1 % of healthy runs of
 #: consecutive probes would, before the other tests), and the fewest runs it is read from.
 GROUP_Q = 0.99
@@ -43,7 +47,7 @@ GROUP_MIN = 50
 def slowdown(group: Sequence[ProbeResult], fit: LinearFit) -> tuple[float, float] | None:
     """(f, its 95 % half-width): how many times the line's per-token time the probes'
     prefill took, f = the median of (TTFT - a) / (b n) over the probes of ``group``
-    whose b n is at least ``VISIBLE`` x the fit's noise at n (``noise_sd_s``).  The
+    whose b n is at least ``VISIBLE`` x the centre's scatter at n (``centre_sd``).  The
     half-width: 1.96 x sqrt(pi/2) x the median of sd / (b n) / sqrt(k) (a median's),
     plus the line's own slope interval (relative).  None with fewer than
     ``SLOW_VISIBLE`` such probes, no positive slope, or fewer than ``SLOW_SHARE`` of
@@ -62,7 +66,7 @@ def factor(pairs: Iterable[tuple[float | int | None, float | None]], fit: Linear
     for n, y in pairs:
         if not n or not finite(y):
             continue
-        sd, bn = fit.noise_sd_s(n), b * n
+        sd, bn = centre_sd(fit, n), b * n
         if finite(sd) and bn >= VISIBLE * sd:
             rows.append(((y - fit.intercept_s) / bn, sd / bn if sd > 0 else 0.0))
     if len(rows) < SLOW_VISIBLE:
@@ -75,6 +79,16 @@ def factor(pairs: Iterable[tuple[float | int | None, float | None]], fit: Linear
     rel = (shi - slo) / 2 / b if finite(slo) and finite(shi) else math.inf
     spread = Z95 * MEDIAN_SE * (median(e for _, e in rows) or 0.0) / math.sqrt(len(rows))
     return f, spread + rel
+
+
+def centre_sd(fit: LinearFit, n: float) -> float:
+    """The s.d. (s) of the centre of one probe's TTFT at ``n``: the robust fit's MAD
+    scale x (TTFT(n) + s0) where it has one (the s.d. of every relative residual, which
+    a few probes behind a user's prompt make large, hid every length's prefill), else
+    the fit's own noise model (``noise_sd_s``)."""
+    if fit.rel_scale and fit.noise_floor_s is not None:
+        return fit.rel_scale * (max(fit.predict(max(0.0, n)), 0.0) + fit.noise_floor_s)
+    return fit.noise_sd_s(n)
 
 
 def group_scatter(pairs: Sequence[tuple[float, float]], fit: LinearFit,
