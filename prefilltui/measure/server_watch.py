@@ -47,17 +47,20 @@ STATED_DEADLINE_S = 5.0
 
 
 async def read_stated(http: httpx.AsyncClient, root: str, kind: str, *,
-                      at_s: float | None = None, timeout: float = STATED_DEADLINE_S
-                      ) -> ServerReading | None:
+                      models_url: str | None = None, at_s: float | None = None,
+                      timeout: float = STATED_DEADLINE_S) -> ServerReading | None:
     """GET the ``kind``'s ``STATED_PATHS`` under ``root`` at once (each at most
-    ``bounded.MAX_META_BYTES``, ``timeout`` s) and make the "stated" ``ServerReading``
-    of what answered 200 with JSON (``server_facts.stated_facts``); None when none did.
-    Never raises for the network or the server."""
+    ``bounded.MAX_META_BYTES``, ``timeout`` s; the model list at ``models_url`` when
+    given: the probe client's, an Azure deployment's ``/openai/models``) and make the
+    "stated" ``ServerReading`` of what answered 200 with JSON
+    (``server_facts.stated_facts``); None when none did.  Never raises for the network
+    or the server."""
     paths = STATED_PATHS.get(kind, STATED_DEFAULT)
 
     async def get(path: str) -> Any:
+        url = models_url if path == "/v1/models" and models_url else root + path
         try:
-            r = await bounded.fetch(http, "GET", root + path, max_bytes=bounded.MAX_META_BYTES,
+            r = await bounded.fetch(http, "GET", url, max_bytes=bounded.MAX_META_BYTES,
                                     deadline_s=timeout)
         except (httpx.HTTPError, TimeoutError):
             return None
@@ -87,6 +90,7 @@ class ServerWatch:
         self._http: httpx.AsyncClient | None = None
         self._root: str | None = None
         self._kind: str | None = None
+        self._models_url: str | None = None
         self._stated_at = -float("inf")  # monotonic: the last read of the endpoints
 
     # -- what callers read (any thread)
@@ -133,6 +137,9 @@ class ServerWatch:
         http, root = getattr(client, "http", None), getattr(client, "root", None)
         if info is not None and isinstance(http, httpx.AsyncClient) and isinstance(root, str):
             self._http, self._root, self._kind = http, root, info.kind
+            # where the client itself lists models (a deployment's own shape)
+            models = getattr(getattr(client, "urls", None), "models_url", None)
+            self._models_url = models if isinstance(models, str) and models else None
 
     async def after_probe(self, result: ProbeResult) -> None:
         if self._http is None or self._root is None or self._http.is_closed:
@@ -148,7 +155,7 @@ class ServerWatch:
         self._stated_at = now
         try:
             reading = await read_stated(self._http, self._root, self._kind or "openai",
-                                        at_s=self._clock())
+                                        models_url=self._models_url, at_s=self._clock())
         except Exception:  # noqa: BLE001 - never into the sweep
             log.exception("reading the server's stated facts failed")
             return
