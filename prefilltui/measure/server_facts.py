@@ -113,12 +113,14 @@ def llama_cpp_facts(j: Any) -> dict[str, int | float | bool | str]:
 
 
 def models_facts(j: Any) -> dict[str, int | float | bool | str]:
-    """``model`` (the listed ids, sorted, joined by ", ") and the first entry's
-    ``max_model_len`` / ``context_length`` from a ``/v1/models`` JSON."""
+    """``model`` (the base models' ids, sorted, joined by ", ") and the first one's
+    ``max_model_len`` / ``context_length`` from a ``/v1/models`` JSON.  An entry with a
+    ``parent`` (a vLLM LoRA adapter, loaded and unloaded at run time) is no base model:
+    left out, so loading one is not another server."""
     data = j.get("data") if isinstance(j, dict) else None
     if not isinstance(data, list):
         return {}
-    entries = [m for m in data if isinstance(m, dict)]
+    entries = [m for m in data if isinstance(m, dict) and not m.get("parent")]
     ids = sorted(str(m["id"]) for m in entries if isinstance(m.get("id"), (str, int))
                  and not isinstance(m.get("id"), bool))
     facts: dict[str, int | float | bool | str] = {}

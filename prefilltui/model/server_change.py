@@ -420,6 +420,14 @@ class ServerChangeTracker:
             return []
         change = replace(change, evidence=change.evidence + ("stated by the server's "
                                                              "metadata endpoints",))
+        low = next((f for _, f in reversed(self._streams["metrics"].flaps)
+                    if f.at_s >= first_base.at_s), None)
+        if low is not None and change.kind == "config":
+            # counters read lower once since the old facts were read, then caught up (a
+            # young server's first probes): with the new facts, that was a new process
+            change = replace(change, kind="restart", evidence=change.evidence + (
+                "counters went down on one /metrics read since the facts were last "
+                "the old ones",))
         return [self._count(change)]
 
     def _stated_after(self, r: ServerReading) -> list[ServerChange]:

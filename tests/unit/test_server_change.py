@@ -85,6 +85,24 @@ def test_counter_reset_alone_is_a_restart():
     assert "the server restarted" in change_words([c], S1 + 10)
 
 
+def test_a_young_server_restarted_is_told_by_its_stated_facts():
+    """llama.cpp restarted with another context after only a probe or two: its counters
+    read lower once, then pass the old totals (one read: no restart on their own); the
+    stated facts that change next tell it was a new process."""
+    tr = ServerChangeTracker()
+    r = lambda t, n: ServerReading.make(S1 + t, counters={"llamacpp:prompt_tokens_total": n})  # noqa: E731
+    ctx = lambda t, n: ServerReading.make(S1 + t, "stated", facts={"n_ctx": n})  # noqa: E731
+    out = feed_all(tr, [r(0, 64), ctx(1, 4096), r(2, 64), r(10, 0), r(11, 128),
+                        ctx(12, 2048)])
+    assert out == []
+    (c,) = tr.feed(ctx(13, 2048))
+    assert c.kind == "restart" and c.changed == (("n_ctx", 4096, 2048),)
+    # the same facts changing with no low read is a config change
+    tr = ServerChangeTracker()
+    (c,) = feed_all(tr, [r(0, 64), ctx(1, 4096), r(2, 70), ctx(12, 2048), ctx(13, 2048)])
+    assert c.kind == "config"
+
+
 def test_one_low_read_is_no_restart():
     """A scrape that summed fewer series (a page cut short) reads lower once; the next
     read is back above the old total: no change."""
@@ -280,9 +298,10 @@ def test_metrics_reading_of_odd_pages():
 
 
 def test_stated_facts_of_each_kind():
-    models = {"data": [{"id": "smol", "max_model_len": 4096}, {"id": "lora-a"}]}
+    models = {"data": [{"id": "smol", "max_model_len": 4096, "parent": None},
+                       {"id": "lora-a", "parent": "smol"}, {"id": "b-model"}]}
     assert stated_facts("vllm", {"/v1/models": models, "/version": {"version": "0.32.0"}}) == {
-        "model": "lora-a, smol", "max_model_len": 4096, "version": "0.32.0"}
+        "model": "b-model, smol", "max_model_len": 4096, "version": "0.32.0"}
     props = {"total_slots": 4, "model_path": "/m/smol.gguf", "build_info": "b6000-abc",
              "default_generation_settings": {"n_ctx": 8192, "params": {"n_keep": 0}},
              "chat_template": "x" * 5000}
