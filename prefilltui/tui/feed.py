@@ -385,8 +385,10 @@ class TargetFeed:
 
     def new_server_changes(self) -> list[ServerChange]:
         """The changes not handed out before (the probe log's lines), oldest first."""
-        out = [c for c in self.server_changes() if (c.seen_s, c.kind) not in self._changes_told]
-        self._changes_told.update((c.seen_s, c.kind) for c in out)
+        recent = self.server_changes()
+        out = [c for c in recent if (c.seen_s, c.kind) not in self._changes_told]
+        if out:  # remember only what is still recent: bounded however long it runs
+            self._changes_told = {(c.seen_s, c.kind) for c in recent}
         return out
 
     def users_lines(self) -> list[str]:
