@@ -37,8 +37,8 @@ from prefilltui.model.types import ProbeResult
 log = logging.getLogger(__name__)
 
 #: Seconds between two reads of the metadata endpoints while nothing is pending: a
-#: switch they alone show (another version behind a gateway) is seen within about two
-#: of these (two reads must agree).
+#: switch they alone show (another version behind a gateway) is seen within one of
+#: these (the read that differs, then the confirming one ``STATED_MIN_GAP_S`` later).
 STATED_EVERY_S = 30.0
 #: The least gap between two reads of them while a change is pending (s).
 STATED_MIN_GAP_S = 1.0
