@@ -28,7 +28,9 @@ from prefilltui.measure.otlp import (OtlpReceiver, SpanHook, UsersTrace, acquire
 from prefilltui.measure.users_metrics import UsersMetrics
 from prefilltui.model.pacing import Pacing, auto_pacing
 from prefilltui.measure.probe import AZURE_KEY_ENV, ProbeClient, Rejections, is_azure
-from prefilltui.measure.runfile import RotatingRunWriter, RunFileBusy, RunWriter, default_run_path
+from prefilltui.measure.runfile import (SERVER_CHANGE_RECORD, RotatingRunWriter, RunFileBusy,
+                                       RunWriter, default_run_path)
+from prefilltui.measure.server_watch import ServerWatch
 from prefilltui.measure.sweep import SweepRunner
 from prefilltui.measure.sweep import TIME_CAP_S, ProbeHook, SweepConfig, make_lengths
 from prefilltui.measure.telemetry import Sampler
@@ -212,6 +214,9 @@ class Session:
     trace: UsersTrace | None = None
     users_metrics: UsersMetrics | None = None
     otlp: OtlpReceiver | None = None
+    #: what the server says about itself, watched for restarts and changes (fed by the
+    #: metrics hook's scrapes; each change is a ``server_change`` line of the run file)
+    server_watch: ServerWatch | None = None
     #: unix seconds the session was built (the users' window of a sweep starts here)
     started_s: float = field(default_factory=time.time)
     _runners: int = 0
@@ -373,6 +378,12 @@ def build_session(options: SessionOptions, base_url: str, *, continuous: bool = 
     session.hooks.append(session.users_metrics)
     if session.load is not None:  # the load's requests are prefilltui's, not users'
         session.users_metrics.load_requests = session.load.requests_between
+    # restarts and changes of the server, read from the same scrapes (and its stated
+    # facts now and then), each written to the run file as it is confirmed
+    session.server_watch = watch = ServerWatch()
+    metrics.on_sample = watch.feed_sample
+    session.hooks.append(watch)
+    watch.on_change.append(lambda c: writer.append_record(SERVER_CHANGE_RECORD, c.to_json()))
     if options.otlp.listen:
         attach_users(session, options.otlp.listen, options.otlp.names)
     path = options.analysis.baseline

@@ -174,11 +174,20 @@ class Engine:
             if r.kind == "user":
                 self.finished.append(r)
 
-    def metrics_text(self, model: str = "fake-engine") -> str:
-        """vLLM-named /metrics: gauges, counters, TTFT and queue histograms."""
+    def metrics_text(self, model: str = "fake-engine", start_time_s: float | None = None) -> str:
+        """vLLM-named /metrics: gauges, counters, TTFT and queue histograms, vLLM 0.32's
+        ``vllm:cache_config_info`` (its prefix caching as set) and, given the server's
+        start, the process collector's ``process_start_time_seconds``."""
         lab = f'model_name="{model}"'
         c = self.counters
-        out = ["# TYPE vllm:num_requests_running gauge",
+        out = [] if start_time_s is None else [
+            "# TYPE process_start_time_seconds gauge",
+            f"process_start_time_seconds {start_time_s:.2f}"]
+        out += ["# TYPE vllm:cache_config_info gauge",
+                f'vllm:cache_config_info{{block_size="16",cache_dtype="auto",'
+                f'enable_prefix_caching="{self.cache_enabled}",engine="0",'
+                f'prefix_caching_hash_algo="sha256"}} 1.0']
+        out += ["# TYPE vllm:num_requests_running gauge",
                f"vllm:num_requests_running{{{lab}}} {len(self.running)}",
                "# TYPE vllm:num_requests_waiting gauge",
                f"vllm:num_requests_waiting{{{lab}}} {len(self.waiting)}",
@@ -443,8 +452,8 @@ class EngineServer(FakeServer):
 
     def __init__(self, engine: Engine | None = None, *, users: Traffic | None = None,
                  max_users: int = 200, otlp_url: str | None = None, seed: int = 1,
-                 model: str = "fake-engine", context: int = 16384) -> None:
-        super().__init__({})
+                 model: str = "fake-engine", context: int = 16384, port: int = 0) -> None:
+        super().__init__({}, port=port)
         self.engine = engine or Engine()
         self.users, self.max_users, self.otlp_url = users, max_users, otlp_url
         self.model, self.context = model, context
@@ -462,7 +471,8 @@ class EngineServer(FakeServer):
         self.script.update({
             "GET /v1/models": Reply.json({"object": "list", "data": [entry]}),
             "GET /version": Reply.json({"version": "0.32.0-fake-engine"}),
-            "GET /metrics": lambda req: Reply.text(self.engine.metrics_text(self.model)),
+            "GET /metrics": lambda req: Reply.text(self.engine.metrics_text(self.model,
+                                                                             self._t0)),
             "POST /tokenize": lambda req: Reply.json(
                 {"count": len(str(req.json.get("prompt", "")).split()), "tokens": [],
                  "max_model_len": context}),

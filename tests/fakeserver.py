@@ -96,10 +96,11 @@ _REASONS = {200: "OK", 400: "Bad Request", 404: "Not Found", 429: "Too Many Requ
 
 
 class FakeServer:
-    """Context manager: starts on ``127.0.0.1:<free port>``, stops on exit."""
+    """Context manager: starts on ``127.0.0.1:<free port>`` (or ``port``: a server
+    started again where the last one was), stops on exit."""
 
     def __init__(self, script: dict[str, Any] | None = None, *,
-                 ssl_context: Any = None) -> None:
+                 ssl_context: Any = None, port: int = 0) -> None:
         self.script: dict[str, Any] = dict(script or {})
         self.ssl_context = ssl_context  # an ssl.SSLContext: serve HTTPS
         self.requests: list[Request] = []
@@ -109,7 +110,8 @@ class FakeServer:
         self._server: asyncio.base_events.Server | None = None
         self._thread: threading.Thread | None = None
         self._ready = threading.Event()
-        self.port = 0
+        #: the port asked for (0: a free one); the one bound once started
+        self.port = port
 
     @property
     def base_url(self) -> str:
@@ -140,15 +142,20 @@ class FakeServer:
         self._loop = loop
         asyncio.set_event_loop(loop)
         self._server = loop.run_until_complete(
-            asyncio.start_server(self._handle, "127.0.0.1", 0, ssl=self.ssl_context))
+            asyncio.start_server(self._handle, "127.0.0.1", self.port, ssl=self.ssl_context))
         self.port = self._server.sockets[0].getsockname()[1]
         self._ready.set()
         try:
             loop.run_forever()
         finally:
             self._server.close()
-            for t in asyncio.all_tasks(loop):
+            tasks = asyncio.all_tasks(loop)
+            for t in tasks:
                 t.cancel()
+            # the handlers close their connections as they end; one more turn of the
+            # loop closes the sockets, so a client's kept-alive connection sees the end
+            # (a server started again on the port is then reached afresh)
+            loop.run_until_complete(asyncio.gather(*tasks, return_exceptions=True))
             loop.run_until_complete(asyncio.sleep(0))
             loop.close()
 

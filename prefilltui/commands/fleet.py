@@ -291,7 +291,8 @@ def _feed_config(FeedConfig, t: TargetConfig, session, sampler, words: str,
         baseline_tok_s=base_tps, baseline_source=base_source, baseline_roofline=roofline,
         hang_after_s=t.hang_after_s, interval_s=session.config.interval_s,
         metrics=lambda: session.metrics.last_sample, itl_goal_s=fleet.itl_goal_s,
-        load=session.load, users=session.users)
+        load=session.load, users=session.users,
+        server_changes=session.server_watch.recent if session.server_watch else None)
 
 
 def target_baseline(t: TargetConfig, session) -> tuple[float | None, str | None, bool]:

@@ -363,15 +363,17 @@ def _matched(live: LiveFacts | None) -> str | None:
 
 def _users_evidence(session: Session) -> UsersEvidence | None:
     """The verdict's users' evidence over the sweep (the receiver's spans or the
-    /metrics window since the session began, against the users' own expectation);
-    None without either."""
+    /metrics window since the session began, against the users' own expectation, and
+    the server's changes of the last 10 minutes); None without either."""
     if session.users is None:
         return None
     started, now = session.started_s, time.time()
     try:
+        watch = session.server_watch
         return UsersEvidence(
             users_now=session.users.window(now, window_s=max(now - started, 1.0)),
-            user_requests=session.users.recent())
+            user_requests=session.users.recent(),
+            server_changes=watch.recent(now) if watch is not None else ())
     except Exception:  # noqa: BLE001 - the users' figures never cost the summary
         return None
 

@@ -122,7 +122,8 @@ def make_watch_app(options: SessionOptions, display: DisplayOptions, base_url: s
         gpu_source=session.gpu_source, metrics=lambda: session.metrics.last_sample,
         baseline_tok_s=(session.baseline.prefill_tokens_per_s
                         if session.baseline is not None else None), load=session.load,
-        users=session.users, sub_title=sub_title)
+        users=session.users, sub_title=sub_title,
+        server_changes=session.server_watch.recent if session.server_watch else None)
     if session.load is not None:
         session.load.start()  # its own thread; the decode row and status line show it
     return app, session

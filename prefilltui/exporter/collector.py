@@ -45,6 +45,9 @@ prefilltui_ttft_cause                           stateset   why TTFT is high (mod
                                                            queueing, head_of_line, ...
 prefilltui_ttft_cause_seconds                   gauge      seconds of TTFT each cause that
                                                            holds explains, by ``cause``
+prefilltui_server_start_time_seconds            gauge      the server's process start (unix s)
+prefilltui_server_changes_total                 counter    the server's restarts and changes,
+                                                           by ``kind`` (model.server_change)
 ==============================================  =========  ==================================
 
 Only for a target whose config asks for background load (``load = "decode:2"``;
@@ -182,6 +185,12 @@ def families(snaps: Sequence[TargetSnapshot], now: float | None = None) -> list[
                                  "none, not_enough_data (docs/load.md)", labels=LABELS)
     cause_s = g("prefilltui_ttft_cause_seconds", "Seconds of the median TTFT each cause that "
                 "holds explains", ("cause",))
+    started = g("prefilltui_server_start_time_seconds", "Unix time the server's process "
+                "started, as its own process_start_time_seconds says (absent where it "
+                "publishes none); a step is a restart")
+    changes = c("prefilltui_server_changes", "Changes of the server behind the target's URL, "
+                "by kind: restart, upstream_switch (another server), config (a stated "
+                "setting), replicas (several servers answer)", ("kind",))
     ll = ("kind", "load_level")
     load_level = g("prefilltui_load_level", "Background load on the target: decode streams or "
                    "requests/s (0 while paused)", ("kind",))
@@ -254,6 +263,10 @@ def families(snaps: Sequence[TargetSnapshot], now: float | None = None) -> list[
             cause.add_metric(lv, {v: v == s.ttft_cause for v in CAUSES})
         for name, v in s.ttft_cause_s:
             cause_s.add_metric(lv + [name], v)
+        if s.server_start_time_s is not None:
+            started.add_metric(lv, s.server_start_time_s)
+        for kind, n in s.server_changes:
+            changes.add_metric(lv + [kind], n)
         fig = s.load
         if fig is not None:  # only when the target's config asks for load
             load_level.add_metric(lv + [fig.kind], fig.level)
@@ -270,7 +283,7 @@ def families(snaps: Sequence[TargetSnapshot], now: float | None = None) -> list[
     out = [info, up, ready, interval, probes, hit, cached, counted, ptoks, last, last_ok,
            error, inflight, hang, timeout, ttft, medians, a, a_lo, a_hi, b, tp, tp_lo, tp_hi,
            expected, mfu, mfu_lo, mfu_hi, npts, wsize, age, stale, stale_after, verdict, parts,
-           cause, cause_s]
+           cause, cause_s, started, changes]
     if any(s.load is not None for s in snaps):
         out += [load_level, load_req, load_tok, stall, excess, itl]
     return out + users

@@ -90,6 +90,11 @@ class TargetSnapshot:
     #: the probes' own spans (``otlp_listen``); None when not known
     users: UsersWindow | None = None
     spans: TraceStats | None = None
+    #: the server's process start time (unix s, its ``process_start_time_seconds`` as
+    #: last confirmed; None where it publishes none) and its changes so far, (kind,
+    #: count) for every kind once the watch runs (``model.server_change``)
+    server_start_time_s: float | None = None
+    server_changes: tuple[tuple[str, int], ...] = ()
 
     @property
     def fit(self) -> LinearFit | None:

@@ -30,6 +30,7 @@ from pathlib import Path
 
 from prefilltui.model.summary import RunSummary
 from prefilltui.model.types import ERROR_KINDS, ProbeResult, ServerInfo
+from prefilltui.model.server_change import ServerChange, change_words
 from prefilltui.model.users import UsersEvidence
 from prefilltui.exporter.config import (JITTER, RUN_FILE_KEEP, RUN_FILE_MAX_BYTES,
                                         TargetConfig, otlp_options)
@@ -200,15 +201,31 @@ class TargetProber:
         """The verdict's users' evidence: this target's receiver or /metrics window
         (against the held expectation) and its kept requests; the empty
         ``UsersEvidence`` without either (or when they fail)."""
+        changes = self.server_changes()
         try:
             users = self.users
             if users is None:
-                return UsersEvidence()
+                return UsersEvidence(server_changes=changes)
             return UsersEvidence(users_now=users.window(fit=self._hold.fit),
-                                 user_requests=users.recent())
+                                 user_requests=users.recent(), server_changes=changes)
         except Exception:  # a receiver's problem never reaches the probing or a scrape
             log.exception("users' figures failed for %s", self.cfg.label)
-            return UsersEvidence()
+            return UsersEvidence(server_changes=changes)
+
+    def server_changes(self) -> tuple[ServerChange, ...]:
+        """The server's restarts and changes of the last 10 minutes
+        (``measure.server_watch.ServerWatch.recent``), oldest first; () before the
+        session is built."""
+        watch = self.session.server_watch if self.session is not None else None
+        return watch.recent() if watch is not None else ()
+
+    def _server_changed(self, change: ServerChange) -> None:
+        """A change the watch confirmed (runner thread): one line in the log, and a new
+        snapshot so a scrape publishes it before the next probe ends."""
+        log.warning("target %s: %s (%s)", self.cfg.label, change_words([change], time.time()),
+                    "; ".join(change.evidence))
+        self.snapshot = self._make_snapshot(self.runner.state if self.runner else "probing",
+                                            self.runner.state_detail if self.runner else "")
 
     def _waiting_now(self) -> float | None:
         sample = getattr(self.metrics_hook, "last_sample", None)
@@ -246,6 +263,8 @@ class TargetProber:
             self.session = build_session(self.session_options(), self.cfg.url, continuous=True)
             self.metrics_hook = self.session.metrics
             self.writer = self.session.writer
+            if self.session.server_watch is not None:
+                self.session.server_watch.on_change.append(self._server_changed)
             self.runner = self.session.new_runner(on_result=self._on_result,
                                                   on_state=self._on_state)
             self.runner.hooks.insert(0, _InFlight(self))  # first: its /metrics scrape counts
@@ -403,7 +422,8 @@ class TargetProber:
             expected=expected, last_error=self._last_error,
             metrics_problem=hook.problem if hook is not None else None,
             run_file=str(self.writer.path) if self.writer is not None else None,
-            load=self._load_figures(), **self._users_figures(), **self._totals)
+            load=self._load_figures(), **self._users_figures(), **self._server_figures(),
+            **self._totals)
 
     @property
     def users(self):
@@ -425,6 +445,15 @@ class TargetProber:
         except Exception:  # never into the probing
             log.exception("users' window failed for %s", self.cfg.label)
             return {}
+
+    def _server_figures(self) -> dict:
+        """The snapshot's ``server_start_time_s`` and ``server_changes`` (counts by
+        kind, every kind present once the watch runs)."""
+        watch = self.session.server_watch if self.session is not None else None
+        if watch is None:
+            return {}
+        return {"server_start_time_s": watch.start_time_s,
+                "server_changes": tuple(sorted(watch.counts.items()))}
 
     def _load_figures(self) -> LoadFigures | None:
         gen = self.session.load if self.session is not None else None

@@ -76,6 +76,9 @@ class MetricsReader:
         #: 200 with Prometheus text (the users' window from /metrics,
         #: ``measure.users_metrics``); must not raise
         self.on_text: Callable[[str, Exposition, int | None], None] | None = None
+        #: called with (its parsed page, the sample made of it) of every such scrape
+        #: (what the server says about itself, ``measure.server_watch``); must not raise
+        self.on_sample: Callable[[Exposition, MetricsSample], None] | None = None
         self._own = client is None
         self._timeout = timeout
         self._client = client or httpx.AsyncClient(
@@ -122,11 +125,13 @@ class MetricsReader:
         except ValueError as e:
             self.problem = f"{self.shown_url} is not Prometheus text ({e}); {enable_hint(self.kind)}"
             return None
-        if self.on_text is not None:
-            try:
-                self.on_text(self.kind, exp, self.group_size)
-            except Exception:  # noqa: BLE001 - a consumer's bug never costs the scrape
-                pass
+        for call, args in ((self.on_text, (self.kind, exp, self.group_size)),
+                           (self.on_sample, (exp, sample))):
+            if call is not None:
+                try:
+                    call(*args)
+                except Exception:  # noqa: BLE001 - a consumer's bug never costs the scrape
+                    pass
         if not sample.hist and not sample.values:
             if sample.engine_series:  # metrics are on, under names prefilltui does not read
                 self.problem = (f"{self.shown_url} publishes {sample.engine_series} "
@@ -180,8 +185,9 @@ class MetricsHook:
         self._quiet: list[float] = []
         self.last_sample: MetricsSample | None = None
         self.last_delta: MetricsDelta | None = None
-        #: handed to every reader this hook uses (``MetricsReader.on_text``)
+        #: handed to every reader this hook uses (``MetricsReader.on_text``, ``on_sample``)
         self.on_text: Callable[[str, Exposition, int | None], None] | None = None
+        self.on_sample: Callable[[Exposition, MetricsSample], None] | None = None
 
     @property
     def problem(self) -> str | None:
@@ -202,6 +208,7 @@ class MetricsHook:
                                         timeout=min(SCRAPE_DEADLINE_S, probe_timeout),
                                         group_size=rank_group_size(info))
         self.reader.on_text = self.on_text
+        self.reader.on_sample = self.on_sample
         return self.reader
 
     def rebind(self) -> None:

@@ -1,4 +1,5 @@
-"""What SGLang and TGI state about their own setup over HTTP: ``sglang_facts``, ``tgi_facts``.
+"""What servers state about their own setup over HTTP: ``sglang_facts``, ``tgi_facts``,
+``llama_cpp_facts``, and ``stated_facts`` (every kind's, re-read to see a server change).
 
 SGLang ``GET /server_info`` (``/get_server_info`` before it, kept as a deprecated alias)
 answers ``{**dataclasses.asdict(server_args), **scheduler_info, "internal_states": [...],
@@ -14,7 +15,7 @@ v3 backend's ``support_chunking`` and ``prefix_caching`` are in its ``BackendInf
 
 Only scalars are kept (numbers, booleans, strings of at most ``MAX_FACT_CHARS``); a
 value of the wrong type is dropped, never raised.  The parsing is pure; the two GETs
-are in ``server.discover``.
+are in ``server.discover``; ``measure.server_watch`` re-reads ``STATED_PATHS``.
 """
 
 from __future__ import annotations
@@ -76,3 +77,77 @@ def sglang_facts(j: Any) -> tuple[int | None, dict[str, int | float | bool | str
 def tgi_facts(j: Any) -> dict[str, int | float | bool | str]:
     """The ``TGI_FACTS`` a TGI ``/info`` JSON states."""
     return _pick(j, TGI_FACTS)
+
+
+# -- what a server states about itself, re-read to see it change -----------------------
+
+#: The metadata endpoints read for each kind's stated identity and setup (GET, JSON):
+#: every kind's ``/v1/models`` (its model ids, vLLM's ``max_model_len``), plus vLLM
+#: ``/version``, llama.cpp ``/props`` (tools/server/server.cpp ``handle_props``:
+#: ``default_generation_settings``, ``total_slots``, ``model_path``, ``build_info``),
+#: SGLang ``/server_info`` and TGI ``/info`` (above).
+STATED_PATHS: dict[str, tuple[str, ...]] = {
+    "vllm": ("/v1/models", "/version"),
+    "llama.cpp": ("/v1/models", "/props"),
+    "sglang": ("/v1/models", SGLANG_SERVER_INFO[0]),
+    "tgi": ("/info",),
+    "ollama": ("/v1/models", "/api/version"),
+}
+STATED_DEFAULT = ("/v1/models",)
+#: The llama.cpp ``/props`` fields kept (top level, then ``default_generation_settings``).
+LLAMA_CPP_FACTS = ("total_slots", "model_path", "build_info", "n_ctx")
+LLAMA_CPP_SETTINGS = ("n_ctx", "n_batch", "n_ubatch", "cache_prompt", "n_keep", "n_discard")
+
+
+def llama_cpp_facts(j: Any) -> dict[str, int | float | bool | str]:
+    """The ``LLAMA_CPP_FACTS`` of a llama.cpp ``/props`` JSON, then those of its
+    ``default_generation_settings`` (and its ``params``, where a release nests them)."""
+    facts = _pick(j, LLAMA_CPP_FACTS)
+    dgs = j.get("default_generation_settings") if isinstance(j, dict) else None
+    if isinstance(dgs, dict):
+        params = dgs.get("params") if isinstance(dgs.get("params"), dict) else {}
+        for k, v in {**_pick(params, LLAMA_CPP_SETTINGS), **_pick(dgs, LLAMA_CPP_SETTINGS)
+                     }.items():
+            facts.setdefault(k, v)
+    return facts
+
+
+def models_facts(j: Any) -> dict[str, int | float | bool | str]:
+    """``model`` (the base models' ids, sorted, joined by ", ") and the first one's
+    ``max_model_len`` / ``context_length`` from a ``/v1/models`` JSON.  An entry with a
+    ``parent`` (a vLLM LoRA adapter, loaded and unloaded at run time) is no base model:
+    left out, so loading one is not another server."""
+    data = j.get("data") if isinstance(j, dict) else None
+    if not isinstance(data, list):
+        return {}
+    entries = [m for m in data if isinstance(m, dict) and not m.get("parent")]
+    ids = sorted(str(m["id"]) for m in entries if isinstance(m.get("id"), (str, int))
+                 and not isinstance(m.get("id"), bool))
+    facts: dict[str, int | float | bool | str] = {}
+    model = _scalar(", ".join(ids)) if ids else None
+    if model is not None:
+        facts["model"] = model
+    if entries:
+        facts.update(_pick(entries[0], ("max_model_len", "context_length")))
+    return facts
+
+
+def stated_facts(kind: str, answers: dict[str, Any]) -> dict[str, int | float | bool | str]:
+    """What a ``kind`` server states about itself, from the JSON answers of its
+    ``STATED_PATHS`` (path -> parsed JSON, None for one that failed): its model ids,
+    context, version, build and the setup its kind states (``sglang_facts``,
+    ``tgi_facts``, ``llama_cpp_facts``); scalars only, never raises."""
+    facts = models_facts(answers.get("/v1/models"))
+    for path, j in answers.items():
+        if not isinstance(j, dict):
+            continue
+        if path in ("/version", "/api/version"):
+            facts.update(_pick(j, ("version",)))
+        elif path == "/props":
+            facts.update(llama_cpp_facts(j))
+        elif path in SGLANG_SERVER_INFO:
+            facts.update(sglang_facts(j)[1])
+        elif path == "/info":
+            facts.update(tgi_facts(j))
+            facts.update(_pick(j, ("model_id", "sha", "docker_label")))
+    return facts

@@ -23,6 +23,7 @@ from typing import Iterable, Literal
 
 from prefilltui.model.fit import LinearFit
 from prefilltui.model.probe_notes import ServerSpan
+from prefilltui.model.server_change import ServerChange
 from prefilltui.model.types import ProbeResult
 
 UsersSource = Literal["traces", "metrics", "none"]
@@ -134,19 +135,27 @@ class UsersEvidence:
     users_before -- its reference, the window before a change (``HeldExpectation``
       keeps it: the field-by-field median of the last healthy windows); None: none yet;
     user_requests -- the users' kept requests from their spans, oldest first (their
-      prefill intervals, for head-of-line); () from /metrics alone.
+      prefill intervals, for head-of-line); () from /metrics alone;
+    server_changes -- the server-side events around the users' and the probes'
+      traffic: restarts, another server behind the URL, a changed config, several
+      replicas (``model.server_change.ServerChange``, oldest first, the last
+      ``RECENT_S`` = 10 min); a reference taken before one of them describes another
+      server (``server_change.change_after``, ``change_words``); () when none was seen.
     The empty record (every default) is "nothing known about the users": the verdict
-    then reads the probes alone.  ``user_requests`` is stored as a tuple whatever
-    iterable is given, so the record is hashable (a cache key).
+    then reads the probes alone.  ``user_requests`` and ``server_changes`` are stored
+    as tuples whatever iterable is given, so the record is hashable (a cache key).
     """
 
     users_now: UsersWindow | None = None
     users_before: UsersWindow | None = None
     user_requests: tuple[UserRequest, ...] = ()
+    server_changes: tuple[ServerChange, ...] = ()
 
     def __post_init__(self) -> None:
         if not isinstance(self.user_requests, tuple):
             object.__setattr__(self, "user_requests", tuple(self.user_requests))
+        if not isinstance(self.server_changes, tuple):
+            object.__setattr__(self, "server_changes", tuple(self.server_changes))
 
     def with_before(self, before: UsersWindow | None) -> "UsersEvidence":
         """This evidence with ``before`` as its reference when it has none (a held

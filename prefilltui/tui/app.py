@@ -354,7 +354,7 @@ def build_app(runner_factory: RunnerFactory, sampler: TelemetrySource | None = N
               gpu_source: str | None = None,
               metrics: Callable[[], MetricsSample | None] | None = None,
               baseline_tok_s: float | None = None, load: Any = None, users: Any = None,
-              **kw: Any) -> PrefillApp:
+              server_changes: Callable[[], tuple] | None = None, **kw: Any) -> PrefillApp:
     """The one-target app (today's dashboard): the factory for the CLI and the tests.
 
     runner_factory(on_result, on_state) -> runner with start/stop/pause/resume/burst/
@@ -362,7 +362,9 @@ def build_app(runner_factory: RunnerFactory, sampler: TelemetrySource | None = N
     object with ``snapshot() -> TelemetrySnapshot`` (already started) or None.
     analysis: the fit shown, the window and the roofline inputs (``fit_method`` /
     ``window`` override its fields); baseline: the ``--baseline`` run's fit; load: the
-    background load (``measure.load.generator.LoadGenerator``, started by the caller).  Other
+    background load (``measure.load.generator.LoadGenerator``, started by the caller);
+    server_changes: the server's recent restarts and changes
+    (``measure.server_watch.ServerWatch.recent``).  Other
     keyword arguments go to ``PrefillApp`` (clock, replot_hz, gauge_hz, on_ready,
     sub_title: a line shown on screen, e.g. the demo server's URL, ...).
     max_results: probes kept in memory (default: ``KEEP_WITH_RUN_FILE`` with a run
@@ -386,7 +388,7 @@ def build_app(runner_factory: RunnerFactory, sampler: TelemetrySource | None = N
                         problems=tuple(problems), max_results=max_results, url=label,
                         metrics=metrics, baseline_tok_s=baseline_tok_s,
                         baseline_source="--baseline run" if baseline_tok_s else None,
-                        load=load, users=users)
+                        load=load, users=users, server_changes=server_changes)
     return PrefillApp([TargetFeed(config, 0)], themes=themes, theme=theme, **kw)
 
 

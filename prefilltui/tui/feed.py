@@ -32,6 +32,7 @@ from prefilltui.model.spec import AnalysisOptions
 from prefilltui.model.summary import LiveFacts, RunSummary
 from prefilltui.model.types import FitScope, ProbeResult, RunnerState, ServerInfo
 from prefilltui.model.fit import Progress
+from prefilltui.model.server_change import ServerChange
 from prefilltui.model.users import UsersEvidence, UsersWindow
 from prefilltui.render.users import users_lines
 
@@ -129,6 +130,9 @@ class FeedConfig:
     #: the users' requests from the server's traces (``measure.otlp.UsersTrace``,
     #: ``--otlp-listen``), None without a receiver
     users: UsersTrace | UsersMetrics | None = None
+    #: the server's restarts and changes of the last 10 minutes, oldest first
+    #: (``measure.server_watch.ServerWatch.recent``); None: not watched
+    server_changes: Callable[[], tuple[ServerChange, ...]] | None = None
 
 
 @dataclass
@@ -182,6 +186,8 @@ class TargetFeed:
         #: probes of the whole session, ok and failed: never reset (the exit line and
         #: the exit code read them; the run file holds them all)
         self.session_total = self.session_ok = self.session_failed = 0
+        #: the server changes ``new_server_changes`` already handed out (their seen_s)
+        self._changes_told: set[tuple[float, str]] = set()
 
     # -- runner
     def start(self, on_result: Callable[[ProbeResult], None],
@@ -359,9 +365,31 @@ class TargetFeed:
         ``users_before`` is left to the feed's ``HeldExpectation`` (the users' window
         of the last healthy verdict)."""
         trace = self.config.users
+        changes = self.server_changes()
         if trace is None:
-            return UsersEvidence()
-        return UsersEvidence(users_now=self.users_window(), user_requests=trace.recent())
+            return UsersEvidence(server_changes=changes)
+        return UsersEvidence(users_now=self.users_window(), user_requests=trace.recent(),
+                             server_changes=changes)
+
+    # -- the server itself
+    def server_changes(self) -> tuple[ServerChange, ...]:
+        """The server's restarts and changes of the last 10 minutes, oldest first (the
+        verdict's ``UsersEvidence.server_changes``); () when not watched or it fails."""
+        get = self.config.server_changes
+        if get is None:
+            return ()
+        try:
+            return tuple(get())
+        except Exception:  # noqa: BLE001 - the verdict goes on without them
+            return ()
+
+    def new_server_changes(self) -> list[ServerChange]:
+        """The changes not handed out before (the probe log's lines), oldest first."""
+        recent = self.server_changes()
+        out = [c for c in recent if (c.seen_s, c.kind) not in self._changes_told]
+        if out:  # remember only what is still recent: bounded however long it runs
+            self._changes_told = {(c.seen_s, c.kind) for c in recent}
+        return out
 
     def users_lines(self) -> list[str]:
         """The users' window as the stats panel's lines (``render.users.users_lines``),

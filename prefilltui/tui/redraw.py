@@ -33,6 +33,7 @@ from typing import Any, Callable, NamedTuple
 from textual.widget import Widget
 
 from prefilltui.model.sanitize import clean
+from prefilltui.model.server_change import change_words
 from prefilltui.model.types import ProbeResult
 from prefilltui.tui.feed import TargetFeed
 from prefilltui.tui.load_control import LoadControl, level_title, load_lines
@@ -177,6 +178,14 @@ class Redraw:
         shown = False
         new_users = self.feed.users_version() != self._users_drawn
         self._dirty |= new_users
+        changes = self.feed.new_server_changes()
+        if changes:  # one line each in the log; the verdict reads them on this redraw
+            self._dirty = new_users = True
+            try:
+                for c in changes:
+                    self.panels.log.add_note(c.seen_s, change_words([c], self.feed.clock()) or c.kind)
+            except Exception as exc:  # never a traceback from a timer
+                self.notify(f"probe log update failed: {exc}", severity="error", timeout=6)
         if now >= self._data_next - slack:
             new_data = bool(self._pending_rows) or new_users
             shown = self._show_data()

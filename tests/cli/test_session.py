@@ -108,8 +108,11 @@ def test_session_builds_one_set_of_objects(tmp_path, monkeypatch):
     s = build_session(args[0], "http://127.0.0.1:9")
     try:
         assert s.lengths == [100, 400, 1600] and s.sampler is None
-        # the metrics hook, then the users' window read from its scrapes (docs/users.md)
-        assert s.hooks == [s.metrics, s.users_metrics] and s.run_path == tmp_path / "run.jsonl"
+        # the metrics hook, then the users' window read from its scrapes (docs/users.md),
+        # then the server's own identity (docs/server-changes.md)
+        assert s.hooks == [s.metrics, s.users_metrics, s.server_watch]
+        assert s.metrics.on_sample == s.server_watch.feed_sample
+        assert s.run_path == tmp_path / "run.jsonl"
         assert s.users is s.users_metrics and s.trace is None
         c = s.new_client()
         assert c.timeout == 10.0 and "sekrit" not in repr(c)

@@ -364,7 +364,7 @@ def test_users_evidence_reaches_the_exporters_verdict():
             return ()
 
     assert not hasattr(p, "users_evidence")  # one source: no override hook to set
-    p.session = SimpleNamespace(users=Users(), trace=None, load=None)
+    p.session = SimpleNamespace(users=Users(), trace=None, load=None, server_watch=None)
     p._hold.users_before = _BEFORE  # the reference of the traffic before
     for r in _idle_probes():
         p._on_result(r)

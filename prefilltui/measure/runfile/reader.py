@@ -3,8 +3,8 @@ the file holds; the session facts; the background-load lines.
 
 ``read_run`` / ``read_run_sessions`` (probes, bad lines reported as
 ``"line N: reason"``, never raised), ``read_session`` (the merged session lines),
-``read_load`` (load lines as ``DecodeTrace``), ``load_baseline`` (the fit of a saved
-run).  Lines are read in bounded pieces (``MAX_LINE_CHARS``).  The writer and the
+``read_load`` (load lines as ``DecodeTrace``), ``read_server_changes`` (the server's
+restarts and changes as ``ServerChange``), ``load_baseline`` (the fit of a saved run).  Lines are read in bounded pieces (``MAX_LINE_CHARS``).  The writer and the
 record names are in ``runfile``.
 """
 
@@ -14,13 +14,15 @@ import math
 import os
 from typing import Iterator
 
-from prefilltui.measure.runfile.writer import (CALIBRATION_RECORD, LOAD_RECORD, SESSION_RECORD,
-                                       SPAN_RECORD)
+from prefilltui.measure.runfile.writer import (CALIBRATION_RECORD, LOAD_RECORD,
+                                               SERVER_CHANGE_RECORD, SESSION_RECORD,
+                                               SPAN_RECORD)
 from prefilltui.model.diagnosis import run_fit
 from prefilltui.model.fit import LinearFit
 from prefilltui.model.jsontypes import loads as json_loads
 from prefilltui.model.probe_notes import ServerSpan
 from prefilltui.model.load import DecodeTrace
+from prefilltui.model.server_change import ServerChange
 from prefilltui.model.types import FitMethod, ProbeResult
 from prefilltui.model.users import apply_span
 
@@ -170,8 +172,9 @@ def read_run_sessions(path: str | os.PathLike, *, calibration: list[ProbeResult]
                             sessions.append(RunSession(sid, i))
                             last_seq = None
                     continue  # facts about the run, not a probe: read_session
-                if isinstance(obj, dict) and obj.get("record") == LOAD_RECORD:
-                    continue  # load requests (read_load)
+                if isinstance(obj, dict) and obj.get("record") in (LOAD_RECORD,
+                                                                   SERVER_CHANGE_RECORD):
+                    continue  # load requests (read_load), the server's changes
                 if isinstance(obj, dict) and obj.get("record") == SPAN_RECORD:
                     _amend_span(sessions[-1].results, obj)  # a probe's late server span
                     continue
@@ -266,6 +269,31 @@ def read_load(path: str | os.PathLike) -> tuple[list[DecodeTrace], list[str]]:
     except OSError as e:
         return [], [f"cannot read {path}: {e.strerror or e}"]
     return traces, problems
+
+
+def read_server_changes(path: str | os.PathLike) -> tuple[list[ServerChange], list[str]]:
+    """The server's restarts and changes a run file recorded (``SERVER_CHANGE_RECORD``
+    lines, ``ServerChange.from_json``), in file order; bad lines are reported as
+    ``"line N: reason"``, never raised, and so is an unreadable file: ``([], [reason])``."""
+    changes: list[ServerChange] = []
+    problems: list[str] = []
+    try:
+        with open(path, encoding="utf-8-sig", errors="replace") as f:
+            for i, line in _lines(f):
+                if line is None or f'"record":"{SERVER_CHANGE_RECORD}"' not in line:
+                    continue
+                try:
+                    c = ServerChange.from_json(json_loads(line))
+                except (ValueError, TypeError) as e:
+                    problems.append(f"line {i}: server change record: {e}")
+                    continue
+                if c is None:
+                    problems.append(f"line {i}: server change record without a time or kind")
+                else:
+                    changes.append(c)
+    except OSError as e:
+        return [], [f"cannot read {path}: {e.strerror or e}"]
+    return changes, problems
 
 
 def load_baseline(path: str, *, method: FitMethod = "robust") -> LinearFit:

@@ -10,7 +10,8 @@ the next line whenever they become known, so ``report`` reads the run as the swe
 saw it; and, when a background load ran (``--load``), one ``{"record": "load", ...}``
 line per load request with its token arrivals (``record_of_trace``); and, with
 ``--otlp-listen``, a ``{"record": "span", ...}`` line for each probe whose server span
-came after its line was written (``SPAN_RECORD``).
+came after its line was written (``SPAN_RECORD``); and a ``{"record": "server_change",
+...}`` line for each restart or change of the server seen (``SERVER_CHANGE_RECORD``).
 
 This module writes (``RunWriter``, ``RotatingRunWriter``) and names the records;
 reading a run file back is ``runfile_read``.
@@ -47,6 +48,11 @@ CALIBRATION_RECORD = "calibration"
 #: written (``measure.otlp``): ``{"record": "span", "seq", "request_id", "span": {...}}``;
 #: ``read_run`` applies it to the probe of that request id (``model.users.apply_span``).
 SPAN_RECORD = "span"
+#: The ``record`` value of a change of the server (a restart, another server behind the
+#: URL, a new config: ``model.server_change.ServerChange.to_json``), written as it is
+#: confirmed (``measure.server_watch``); ``read_run`` skips it, ``read_server_changes``
+#: reads it.
+SERVER_CHANGE_RECORD = "server_change"
 
 
 class RunFileBusy(OSError):

@@ -6,7 +6,8 @@ source of every name).  ``parse_metrics`` turns exposition text into a frozen
 (both in ``sample``), names read in either spelling (``:`` or ``_``) and per-rank
 series combined as the engine means them (``ranks``); ``apply_delta`` fills
 ``ProbeResult.queue_s``, ``server_running``, ``server_waiting`` and ``overhead_s`` from
-it (``apply``).  The scraping (HTTP) is in
+it (``apply``); ``metrics_reading`` reads what the page says about the server itself:
+its start time, stated config and counters (``identity``).  The scraping (HTTP) is in
 ``metrics_hook.py``.
 
 When a server does not publish a metric, ``enable_hint`` says which flag enables it
@@ -31,11 +32,12 @@ from prefilltui.model.metrics.sample import (
 )
 from prefilltui.model.metrics.apply import apply_counts, apply_delta, window_is_own
 from prefilltui.model.metrics.users import UsersCounters, parse_users, users_from_metrics
+from prefilltui.model.metrics.identity import metrics_reading
 
 __all__ = [
     "FIELDS", "FLAT", "LLAMA_CPP", "MAX_GAUGE", "NAMES", "NO_METRICS", "PROMPT_LENGTH_HISTOGRAMS",
     "SGLANG", "TGI", "VLLM", "Exposition", "MetricNames", "MetricsDelta", "MetricsSample",
     "RankLayout", "apply_counts", "apply_delta", "canonical", "combine", "delta", "enable_hint",
     "longest_prompt_bound", "metrics_url", "names_for", "parse_metrics", "window_is_own",
-    "UsersCounters", "parse_users", "users_from_metrics",
+    "UsersCounters", "parse_users", "users_from_metrics", "metrics_reading",
 ]

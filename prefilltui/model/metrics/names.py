@@ -50,6 +50,8 @@ class MetricNames:
     prefixes: tuple[str, ...] = ()
     #: how its per-rank series combine (``ranks``)
     layout: RankLayout = field(default=FLAT)
+    #: info gauges (value 1) whose labels state the engine's config (``identity``)
+    config_info: tuple[str, ...] = ()
 
 
 def canonical(name: str) -> str:
@@ -81,6 +83,9 @@ VLLM = MetricNames(
     enable_hint="vLLM serves /metrics on its API port by default (check that a proxy "
                 "in front of it passes /metrics through)",
     prefixes=("vllm:",),
+    # CacheConfig.metrics_info() as labels (enable_prefix_caching, block_size,
+    # prefix_caching_hash_algo, num_gpu_blocks, cache_dtype, ...) + engine
+    config_info=("vllm:cache_config_info",),
 )
 
 #: SGLang: python/sglang/srt/observability/metrics_collector.py (was metrics/collector.py),

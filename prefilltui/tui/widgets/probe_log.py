@@ -1,6 +1,9 @@
 """Probe log: the last probes (time, tokens, TTFT, utilization peak/mean over the
 request window, energy, status), newest at the bottom.
 
+Between the probes, a note row says what happened to the server (``add_note``: a
+restart, another server behind the URL, ``model.server_change``); it has no probe.
+
 Selecting a row (enter / click) posts ``ProbeLog.Selected`` with the probe so the app
 can show its full message; once the cursor is moved (keys, click) and while the log
 keeps focus, the row under the cursor is posted as ``ProbeLog.Highlighted`` (None
@@ -153,7 +156,8 @@ class ProbeLog(RowCursor, can_focus=True):
     def __init__(self, *, max_rows: int = 200, **kw) -> None:
         super().__init__(**kw)
         self.max_rows = max_rows
-        self._rows: list[tuple[ProbeResult, str]] = []  # (probe, formatted line)
+        #: (probe, formatted line); a note's probe is None
+        self._rows: list[tuple[ProbeResult | None, str]] = []
         self._width = len(HEADER)
         self.cursor_row = 0
         self.follow = True
@@ -168,14 +172,22 @@ class ProbeLog(RowCursor, can_focus=True):
         """One probe (see ``add_results``)."""
         self.add_results([r])
 
+    def add_note(self, at_s: float, text: str) -> None:
+        """One line that is no probe (what changed on the server), stamped with the unix
+        time ``at_s``: " HH:MM:SS  server  TEXT" (controls in ``text`` escaped)."""
+        stamp = time.strftime("%H:%M:%S", time.localtime(at_s))
+        self._append([(None, f" {stamp}   server  {clean(text)}")])
+
     def add_results(self, results: list[ProbeResult]) -> None:
         """Append rows (oldest first), drop the oldest beyond ``max_rows`` and follow
         the newest like a log unless the user moved the cursor up to read one."""
-        if not results:
+        self._append([(r, _row_text(row_cells(r))) for r in results[-self.max_rows:]])
+
+    def _append(self, rows: list[tuple[ProbeResult | None, str]]) -> None:
+        if not rows:
             return
         self.follow = not self.has_focus or self.cursor_row >= self.row_count - 2
-        for r in results[-self.max_rows:]:
-            line = _row_text(row_cells(r))
+        for r, line in rows:
             self._rows.append((r, line))
             self._width = max(self._width, len(line))
         drop = len(self._rows) - self.max_rows
@@ -191,7 +203,7 @@ class ProbeLog(RowCursor, can_focus=True):
         self.refresh()
 
     def current(self) -> ProbeResult | None:
-        """The probe under the cursor (None when the log is empty)."""
+        """The probe under the cursor (None when the log is empty or the row is a note)."""
         if 0 <= self.cursor_row < len(self._rows):
             return self._rows[self.cursor_row][0]
         return None
@@ -259,7 +271,7 @@ class ProbeLog(RowCursor, can_focus=True):
         self._post_highlight()
 
     def action_select_cursor(self) -> None:
-        if 0 <= self.cursor_row < len(self._rows):
+        if 0 <= self.cursor_row < len(self._rows) and self._rows[self.cursor_row][0] is not None:
             self.post_message(self.Selected(self._rows[self.cursor_row][0]))
 
     def on_click(self, event: Click) -> None:
@@ -270,4 +282,5 @@ class ProbeLog(RowCursor, can_focus=True):
         if 0 <= row < len(self._rows):
             event.stop()
             self.move_cursor(row=row)
-            self.post_message(self.Selected(self._rows[row][0]))
+            if self._rows[row][0] is not None:  # a note has no probe to show
+                self.post_message(self.Selected(self._rows[row][0]))
