@@ -93,7 +93,7 @@ def window_health(window: list[ProbeResult], info: ServerInfo | None, cfg: Targe
     summary = analyze(window, info, cfg.analysis, running_fit=rf, baseline_fit=fit,
                       baseline_source=source, users_evidence=ev)
     if summary.ttft_verdict is not None:
-        hold.observe(summary.ttft_verdict, ev.users_now)
+        hold.observe(summary.ttft_verdict, ev.users_now, changes=ev.server_changes)
     return summary
 
 

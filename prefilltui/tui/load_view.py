@@ -99,7 +99,7 @@ def live_verdict(results: Sequence[ProbeResult], fit: LinearFit | None, *,
     v = ttft_verdict(list(results), expect, users_evidence=users,
                      in_flight_age_s=now.in_flight_age_s, waiting_now=now.waiting_now)
     if held is not None:
-        held.observe(v, users.users_now)
+        held.observe(v, users.users_now, changes=users.server_changes)
     return v
 
 

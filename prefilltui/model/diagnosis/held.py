@@ -12,9 +12,10 @@ from collections import deque
 from dataclasses import dataclass, field, replace
 from typing import Iterable, Protocol, Sequence
 
-from prefilltui.model.diagnosis.causes import HIT_DROP, LONGER
 from prefilltui.model.diagnosis.expectation import Expectation, finite, line_at, median
+from prefilltui.model.diagnosis.causes import CHANGE_RECENT_S, HIT_DROP, LONGER
 from prefilltui.model.diagnosis.slowdown import SLOW_GROUP, group_scatter
+from prefilltui.model.server_change import ServerChange
 from prefilltui.model.fit import LinearFit, fit_ols, fit_robust
 from prefilltui.model.types import ProbeResult
 from prefilltui.model.users import UsersWindow
@@ -103,6 +104,7 @@ class HeldExpectation:
     _pooled: bool = field(default=False, repr=False)  # the held line is the pool's fit
     _above_since: float | None = field(default=None, repr=False)
     _aside: list = field(default_factory=list, repr=False)
+    _reset_for: float = field(default=-math.inf, repr=False)  # the change last learned after
 
     @property
     def fit(self) -> LinearFit | None:
@@ -148,7 +150,7 @@ class HeldExpectation:
         self.held, self._held_n, self._fresh = fit, fit.n, True
 
     def observe(self, verdict: Judged, users_now: UsersWindow | None,
-                at_s: float | None = None) -> None:
+                at_s: float | None = None, changes: Sequence[ServerChange] = ()) -> None:
         """Note the users' window judged at ``at_s`` (unix s; None: now).
 
         A window joins the users' reference once it is a whole window old (so the
@@ -161,6 +163,15 @@ class HeldExpectation:
         last ``REF_WINDOWS`` joined (minutes of traffic): one lucky window does not set
         it."""
         at = time.time() if at_s is None else at_s
+        # a change of the server (a restart, another server, a new config) older than
+        # the verdict names it for: what was held described the server before it, so
+        # the new one is learned from here (held forever, the old reference kept a
+        # redeployed server "above" for good)
+        done = [c.at_s for c in changes if getattr(c, "kind", "replicas") != "replicas"
+                and at - c.at_s > CHANGE_RECENT_S]
+        if done and max(done) > self._reset_for:
+            self.reset()
+            self._reset_for = max(done)
         if verdict.above:
             self._pending.clear()
             if self._above_since is None:

@@ -140,7 +140,7 @@ def ttft_verdict(results: Sequence[ProbeResult], expect: Expectation | None = No
                       users=users, users_before=users_before, user_requests=reqs,
                       blocked=blocked(pr, reqs), late=judge.late, late_s=judge.late_s,
                       users_rise_s=judge.users_rise, counted=counted_ahead(pr, expect, wait),
-                      slowdown=judge.slowdown)
+                      slowdown=judge.slowdown, server_changes=ev.server_changes)
         found = _ask(ctx, users is not None and judge.users_above)
     judged = judge.words(ttft)
     if (not found and above and not judge.probes_above and not judge.late
@@ -204,7 +204,8 @@ def _ask(ctx: Context, users: bool) -> list[Evidence]:
     found: list[Evidence] = []
     changes = []
     for rule in RULES:
-        if not (ctx.probes if rule.reads == "probes" else users):
+        asked = {"probes": bool(ctx.probes), "users": users, "either": bool(ctx.probes) or users}
+        if not asked[rule.reads]:
             continue
         e = rule.judge(replace(ctx, found=tuple(found + [c for c, _ in changes])))
         if e is not None:
@@ -220,6 +221,8 @@ def _ask(ctx: Context, users: bool) -> list[Evidence]:
     if not changes:
         return found
     first = [e for e, rule in changes if e.seconds >= SHARE * ctx.users_rise_s and rule.leads(e)]
-    return (sorted(first, key=lambda e: e.seconds, reverse=True)
-            + sorted([e for e, _ in changes if e not in first] + found,
-                     key=lambda e: e.seconds, reverse=True))
+    out = (sorted(first, key=lambda e: e.seconds, reverse=True)
+           + sorted([e for e, _ in changes if e not in first] + found,
+                    key=lambda e: e.seconds, reverse=True))
+    # a change of the server is what the rest happened after: it leads
+    return sorted(out, key=lambda e: e.cause != "server_changed")

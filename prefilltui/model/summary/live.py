@@ -255,7 +255,7 @@ class LiveSummary:
                                                          roof, verdict,
                                                          idle_source=self.held.label),
                                users_evidence=ev)
-            self.held.observe(why, ev.users_now)
+            self.held.observe(why, ev.users_now, changes=ev.server_changes)
         summary = RunSummary(
             server=ServerFacts.of(info) if info is not None else None, probes=counts,
             fit=fit, ols=snap.ols if snap else None, robust=snap.robust if snap else None,

@@ -16,7 +16,8 @@ from __future__ import annotations
 from typing import Literal
 
 from prefilltui.model.diagnosis.causes import (
-    cache_hit_drop, head_of_line, overhead, prefix_cache, prompts_longer, queueing, slow_prefill,
+    cache_hit_drop, head_of_line, overhead, prefix_cache, prompts_longer, queueing,
+    server_changed, slow_prefill,
 )
 from prefilltui.model.diagnosis.causes.base import (
     MIN_PROBES, MIN_QUEUE_S, SHARE, Context, Evidence, Rule,
@@ -25,27 +26,28 @@ from prefilltui.model.diagnosis.causes.cache_hit_drop import HIT_DROP
 from prefilltui.model.diagnosis.causes.head_of_line import BLOCKED, LINE, blocked, counted_ahead
 from prefilltui.model.diagnosis.causes.overhead import MIN_OVERHEAD_S
 from prefilltui.model.diagnosis.causes.prompts_longer import LONGER
+from prefilltui.model.diagnosis.causes.server_changed import RECENT_S as CHANGE_RECENT_S
 from prefilltui.model.diagnosis.causes.slow_prefill import SLOW
 
 Cause = Literal["queueing", "head_of_line", "slow_prefill", "prefix_cache", "overhead",
-                "none", "not_enough_data", "prompts_longer", "cache_hit_drop"]
+                "none", "not_enough_data", "prompts_longer", "cache_hit_drop", "server_changed"]
 #: Every verdict, in the order the exporter's state set lists them (new ones at the end).
 CAUSES: tuple[Cause, ...] = ("queueing", "head_of_line", "slow_prefill", "prefix_cache",
                              "overhead", "none", "not_enough_data", "prompts_longer",
-                             "cache_hit_drop")
+                             "cache_hit_drop", "server_changed")
 #: Words for each cause (the headline's first words).
 WORDS = {"queueing": "queueing", "head_of_line": "head-of-line blocking",
          "slow_prefill": "slow prefill", "prefix_cache": "prefix cache not used",
          "overhead": "overhead (network/TLS/gateway)", "none": "nothing stands out",
          "not_enough_data": "not enough data", "prompts_longer": "users' prompts got longer",
-         "cache_hit_drop": "prefix cache stopped hitting"}
+         "cache_hit_drop": "prefix cache stopped hitting", "server_changed": "the server changed"}
 
 #: The rules in the order they are asked (and, among equal seconds, listed).
 RULES: tuple[Rule, ...] = (
     queueing.RULE, head_of_line.RULE, slow_prefill.RULE, prefix_cache.RULE, overhead.RULE,
-    queueing.USERS_RULE, cache_hit_drop.RULE, prompts_longer.RULE,
+    queueing.USERS_RULE, cache_hit_drop.RULE, prompts_longer.RULE, server_changed.RULE,
 )
 
-__all__ = ["BLOCKED", "CAUSES", "Cause", "Context", "Evidence", "HIT_DROP", "LINE", "LONGER",
+__all__ = ["BLOCKED", "CAUSES", "CHANGE_RECENT_S", "Cause", "Context", "Evidence", "HIT_DROP", "LINE", "LONGER",
            "MIN_OVERHEAD_S", "MIN_PROBES", "MIN_QUEUE_S", "RULES", "Rule", "SHARE", "SLOW",
            "WORDS", "blocked", "counted_ahead"]

@@ -19,6 +19,7 @@ from prefilltui.model.diagnosis.expectation import (  # noqa: F401  (the rules i
     MIN_QUEUE_S, Expectation, expected_ttft, finite, median,
 )
 from prefilltui.model.diagnosis.ttft_breakdown import ProbeParts
+from prefilltui.model.server_change import ServerChange
 from prefilltui.model.types import ProbeResult
 from prefilltui.model.users import UserRequest, UsersWindow
 
@@ -60,7 +61,9 @@ class Context:
     probe index -> (s above the expectation, other requests' prompt tokens the server
     counted in its /metrics window) (``head_of_line.counted_ahead``); slowdown: the
     probes' prefill slowdown factor and its half-width when the judge found one
-    (``slowdown.slowdown``); found: the findings of the rules before in the registry.
+    (``slowdown.slowdown``); server_changes: what changed on the server lately
+    (``model.server_change.ServerChange``, ``UsersEvidence.server_changes``); found:
+    the findings of the rules before in the registry.
     """
 
     probes: Sequence[ProbeResult]
@@ -77,6 +80,7 @@ class Context:
     late_s: float = 0.0
     users_rise_s: float = 0.0
     counted: dict[int, tuple[float, int]] = field(default_factory=dict)
+    server_changes: tuple[ServerChange, ...] = ()
     slowdown: tuple[float, float] | None = None
     found: tuple[Evidence, ...] = ()
 
@@ -85,7 +89,8 @@ class Context:
 class Rule:
     """A registry entry: ``judge`` answers for ``cause``.
 
-    reads: "probes" (asked when there are probes judged) or "users" (asked when the
+    reads: "probes" (asked when there are probes judged), "either" (then or when the
+    users' TTFT is above) or "users" (asked when the
     users' TTFT is above its reference); change: a change in the users' traffic, named
     first when it explains ``SHARE`` of their rise (the queueing or blocking it brings
     is its consequence) and ``leads`` says its finding may lead.
@@ -93,7 +98,7 @@ class Rule:
 
     cause: Cause
     judge: Callable[[Context], Evidence | None]
-    reads: Literal["probes", "users"] = "probes"
+    reads: Literal["probes", "users", "either"] = "probes"
     change: bool = False
     leads: Callable[[Evidence], bool] = lambda e: True
 
