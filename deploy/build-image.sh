@@ -112,7 +112,8 @@ build=(podman build --quiet --pull=never "${net[@]}" --isolation "$ISOLATION"
        --build-arg "SOURCE=$SOURCE" --build-arg "REVISION=$REVISION")
 "${build[@]}" -t "$IMAGE" "$CTX" >/dev/null
 # the build stage tagged (already built: instant), so it stays the next build's cache;
-# then the stages earlier builds left untagged go (~250 MB each) with old base roots
+# then the stages earlier builds left untagged go (~260 MB a source change) with the
+# roots of older package sets
 "${build[@]}" --target build -t localhost/prefilltui-build-stage:latest "$CTX" >/dev/null
 for title in "prefilltui build stage" "prefilltui exporter"; do
     podman image prune --force --filter "label=org.opencontainers.image.title=$title" >/dev/null

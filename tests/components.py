@@ -104,7 +104,7 @@ COMPONENTS = {c.name: c for c in (
     Component("tmux", _which("tmux"), "apt-get install tmux", ("tmux",)),
     Component("yamllint", _which("yamllint"), "apt-get install yamllint", ("yamllint",)),
     Component("podman", _podman,
-              "apt-get install podman mmdebstrap runc slirp4netns  (and run as root)",
+              "apt-get install podman mmdebstrap runc slirp4netns",
               ("podman", "mmdebstrap", "runc", "slirp4netns")),
 )}
 

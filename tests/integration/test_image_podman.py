@@ -47,7 +47,7 @@ from prometheus_client.parser import text_string_to_metric_families
 
 import prefilltui
 from prefilltui.demo.server import free_port
-from tests.components import require
+from tests.components import missing, require
 from tests.unit.test_helm_chart import objects, render
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -73,6 +73,9 @@ def _podman(*args: str, timeout: float = 120, check: bool = True) -> subprocess.
 
 @pytest.fixture(scope="module")
 def image() -> str:
+    if os.geteuid() != 0:
+        missing("podman", "the image's build and run need root (mmdebstrap's root mode, "
+                          "rootful podman)")
     require("podman")
     ref = f"localhost/prefilltui-test:{uuid.uuid4().hex[:10]}"
     t0 = time.monotonic()
@@ -192,10 +195,14 @@ class Running:
         self.name = f"prefilltui-test-{uuid.uuid4().hex[:10]}"
         self._log = workdir / f"{self.name}.log"
         self.proc: subprocess.Popen | None = None
-        if iso.podman_flags is not None:
-            self._start_podman()
-        else:
-            self._start_chroot(workdir)
+        try:
+            if iso.podman_flags is not None:
+                self._start_podman()
+            else:
+                self._start_chroot(workdir)
+        except BaseException:
+            self.remove()  # a container created but not started, a mount
+            raise
 
     # -- podman
     def _start_podman(self) -> None:
@@ -379,12 +386,13 @@ def test_the_image_runs_the_exporter_at_the_demo_target(image, isolation, llama_
     target = _target(isolation, llama_server)
     cmd = _inspect(image)["Config"]["Cmd"]  # the image's defaults, plus the target
     port = int(cmd[cmd.index("--listen") + 1].rsplit(":", 1)[1])
+    grace = _chart(image, {})[0]["spec"]["template"]["spec"]["terminationGracePeriodSeconds"]
     run = Running(isolation, Spec(image, [*cmd, "--interval", "1", "--lengths", LENGTHS,
                                           target], port), tmp_path)
     try:
         metrics, probe = _answers(run, target)
         _check_answers(metrics, probe, target)
-        assert run.stop(30) == 0, run.logs()
+        assert run.stop(grace) == 0, run.logs()
     finally:
         run.remove()
     print(f"isolation {isolation.name}\n/metrics (excerpt):\n"
