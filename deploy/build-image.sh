@@ -115,8 +115,10 @@ build=(podman build --quiet --pull=never "${net[@]}" --isolation "$ISOLATION"
 # then the stages earlier builds left untagged go (~260 MB a source change) with the
 # roots of older package sets
 "${build[@]}" --target build -t localhost/prefilltui-build-stage:latest "$CTX" >/dev/null
+# (only those over an hour old: a build running beside this one may still need its own)
 for title in "prefilltui build stage" "prefilltui exporter"; do
-    podman image prune --force --filter "label=org.opencontainers.image.title=$title" >/dev/null
+    podman image prune --force --filter "label=org.opencontainers.image.title=$title" \
+        --filter until=1h >/dev/null
 done
 for old in $(podman images --format '{{.Repository}}:{{.Tag}}' --filter reference=localhost/prefilltui-base); do
     [ "$old" = "$BASE" ] || podman rmi "$old" >/dev/null 2>&1 || true
