@@ -15,7 +15,7 @@ ARGS        ?=
 PYTEST_ARGS ?=
 FAST_TESTS  := tests/unit tests/cli tests/tui
 
-.PHONY: setup target components demo test test-fast test-real bench torch-venv chart-files
+.PHONY: setup target components demo test test-fast test-real bench torch-venv chart-files image
 
 # The venv, with the project installed editable plus its test extras.
 $(BIN)/prefilltui: pyproject.toml
@@ -52,6 +52,12 @@ test-real: components
 test: setup
 	$(MAKE) --no-print-directory test-fast
 	$(MAKE) --no-print-directory test-real
+
+# The exporter's image (deploy/Containerfile) from Debian's packages and the project's
+# wheels, no image registry (deploy/build-image.sh; docs/kubernetes.md): as root, with
+# podman and mmdebstrap.  IMAGE=registry.example.com/team/prefilltui:0.1.0 names it.
+image: setup
+	PYTHON=$(BIN)/python deploy/build-image.sh
 
 # The Helm chart's copies of the alert rules and the dashboard (a chart reads only its own
 # directory): deploy/ is the one source, tests/unit/test_helm_chart.py fails on a stale copy.

@@ -13,6 +13,9 @@ Components (what each costs was measured on this project's 2-core machines; READ
   chromium       Debian's ``chromium`` (headless screenshots of the figures)
   tmux           Debian's ``tmux`` (the TUI run as a person runs it)
   yamllint       Debian's ``yamllint`` (the Helm chart's YAML and its rendering)
+  podman         Debian's ``podman``, ``mmdebstrap``, ``runc`` and ``slirp4netns`` (the
+                 exporter's image built from Debian's packages and run:
+                 deploy/build-image.sh), as root
 
 A test needs one through ``require(name)``: when it is missing, the test skips with
 the exact install line, for every component the same way, except where
@@ -70,6 +73,17 @@ def _alertmanager() -> str | None:
     return found if shutil.which("amtool") else None
 
 
+def _podman() -> str | None:
+    # the image's base root is made by mmdebstrap's root mode and run by rootful podman;
+    # runc for cgroups crun refuses (v1 beside a v2 mount), slirp4netns for a network of
+    # the container's own that still reaches the host's loopback (both podman's
+    # Recommends, which CI's --no-install-recommends leaves out)
+    if os.geteuid() != 0 or not all(shutil.which(t) for t in ("mmdebstrap", "runc",
+                                                               "slirp4netns")):
+        return None
+    return shutil.which("podman")
+
+
 @dataclass(frozen=True)
 class Component:
     name: str
@@ -89,6 +103,9 @@ COMPONENTS = {c.name: c for c in (
               "apt-get install chromium", ("chromium",)),
     Component("tmux", _which("tmux"), "apt-get install tmux", ("tmux",)),
     Component("yamllint", _which("yamllint"), "apt-get install yamllint", ("yamllint",)),
+    Component("podman", _podman,
+              "apt-get install podman mmdebstrap runc slirp4netns",
+              ("podman", "mmdebstrap", "runc", "slirp4netns")),
 )}
 
 

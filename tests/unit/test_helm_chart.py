@@ -119,12 +119,23 @@ def test_the_statefulset_runs_non_root_read_only_with_probes_and_its_shard():
     assert sts["spec"]["serviceName"] == svc["metadata"]["name"]
 
 
+def containerfile_entrypoint() -> list[str]:
+    """The image's ENTRYPOINT (exec form) as deploy/Containerfile writes it."""
+    (line,) = [ln for ln in (ROOT / "deploy" / "Containerfile").read_text().splitlines()
+               if ln.startswith("ENTRYPOINT ")]
+    return json.loads(line.removeprefix("ENTRYPOINT "))
+
+
 def test_the_container_args_parse_as_the_exporters_command_line():
     from prefilltui.cli import build_parser
 
     c = _statefulset(objects(render({"shards": 3})))["spec"]["template"]["spec"]["containers"][0]
-    args = [a.replace("$(PREFILLTUI_SHARD_INDEX)", "2") for a in c["args"]]
+    # Kubernetes' args replace the image's CMD and follow its ENTRYPOINT
+    entrypoint = containerfile_entrypoint()
+    assert entrypoint[0] == "prefilltui"
+    args = [a.replace("$(PREFILLTUI_SHARD_INDEX)", "2") for a in entrypoint[1:] + c["args"]]
     ns = build_parser().parse_args(args)
+    assert ns.command == "exporter"
     assert (ns.shard.index, ns.shard.count) == (2, 3)
     assert ns.file_sd == ["/etc/prefilltui/targets.json"]
     assert ns.listen == "0.0.0.0:9464"

@@ -25,7 +25,7 @@ import pytest
 import yaml
 
 from tests.components import require
-from tests.unit.test_helm_chart import objects, render
+from tests.unit.test_helm_chart import containerfile_entrypoint, objects, render
 
 pytestmark = pytest.mark.component
 ROOT = Path(__file__).resolve().parents[2]
@@ -94,8 +94,10 @@ def test_prometheus_scrapes_the_rendered_settings_and_routes_probe_by_hashmod(tm
                     a = re.sub(r"^--file-sd=.*", f"--file-sd={sd}", a)
                     a = re.sub(r"^--run-dir=.*", f"--run-dir={tmp_path / f'runs-{i}'}", a)
                     args.append(a)
+                # the image's entrypoint (`prefilltui exporter`) then the pod's args
                 procs.append(subprocess.Popen(
-                    [sys.executable, "-m", "prefilltui", *args], cwd=str(ROOT),
+                    [sys.executable, "-m", "prefilltui", *containerfile_entrypoint()[1:], *args],
+                    cwd=str(ROOT),
                     stdout=subprocess.DEVNULL, stderr=open(tmp_path / f"exporter-{i}.err", "w"),
                     stdin=subprocess.DEVNULL))
             conf = tmp_path / "prometheus.yml"
