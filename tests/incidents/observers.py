@@ -30,6 +30,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import hashlib
+import threading
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -67,10 +68,18 @@ class SimClock:
 
 @contextlib.contextmanager
 def sim_time(clock: SimClock):
-    """``time.time`` / ``monotonic`` / ``perf_counter`` read the simulated clock inside."""
+    """``time.time`` / ``monotonic`` / ``perf_counter`` read the simulated clock inside,
+    in this thread only: any other thread (another test's server, an event loop) keeps
+    the real clocks, so none of its timers is set on the simulated one."""
     saved = (time.time, time.monotonic, time.perf_counter)
-    time.time = clock.unix
-    time.monotonic = time.perf_counter = clock.unix
+    me = threading.get_ident()
+
+    def shim(real):
+        def now() -> float:
+            return clock.unix() if threading.get_ident() == me else real()
+        return now
+
+    time.time, time.monotonic, time.perf_counter = (shim(f) for f in saved)
     try:
         yield
     finally:

@@ -1,7 +1,7 @@
 """The incidents, each with its truth, and the driver that runs one on the simulated clock.
 
 An incident starts at ``ONSET_S`` = 150 s, after a healthy warm-up long enough for
-the exporter at 5 s (~30 probes, every default length five times) and the TUI to hold
+the exporter at 5 s (~27 probes, every default length four or five times) and the TUI to hold
 an expectation and the users' reference to have two full 60-s windows; the first
 ``SCORED_S`` = 60 s after onset are scored.  The control runs ``CONTROL_S`` = 600 s
 with nothing injected.

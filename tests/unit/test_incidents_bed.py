@@ -246,3 +246,22 @@ def test_the_observers_read_the_engine_through_the_products_own_paths(observer):
                else [r for r in traced.feed.results if not r.warmup])
     assert sum(r.span is not None for r in results) > 0.8 * len(results)
     assert all(r.server_ttft_s is not None for r in results if r.span is not None)
+
+
+def test_the_simulated_clock_holds_in_its_own_thread_only():
+    import threading
+    import time
+
+    from tests.incidents.observers import sim_time
+
+    clock = SimClock()
+    clock.now = 1e9  # unix 2.8e9, decades from the real clock
+    seen = {}
+    with sim_time(clock):
+        t = threading.Thread(target=lambda: seen.update(other=time.time()))
+        t.start()
+        t.join()
+        mine = time.time(), time.monotonic(), time.perf_counter()
+    assert mine == (EPOCH_S + 1e9,) * 3
+    assert seen["other"] < EPOCH_S + 5e8  # the real clock, not the simulated one
+    assert time.time() < EPOCH_S + 5e8
