@@ -98,6 +98,8 @@ class UsersWindow:
     window_s -- the window's length (s); requests -- users' requests finished in it;
     ttft_p50_s / p90 / p99 -- the users' TTFT quantiles (s);
     prompt_tokens_p50 / p90 -- their prompt lengths (tokens);
+    prompt_tokens_mean -- their mean prompt (tokens): exact from spans, and from a
+      histogram's sum and count (no bucket estimate) from /metrics;
     queue_share -- their summed queue time / summed TTFT (0..1);
     expected_ttft_p50_s -- the median over users of the TTFT the probes' fit expects
       at each user's prompt length (s);
@@ -117,6 +119,7 @@ class UsersWindow:
     ttft_p99_s: float | None = None
     prompt_tokens_p50: float | None = None
     prompt_tokens_p90: float | None = None
+    prompt_tokens_mean: float | None = None
     queue_share: float | None = None
     expected_ttft_p50_s: float | None = None
     unexplained_prefill_share: float | None = None
@@ -346,6 +349,7 @@ def users_window(requests: Iterable[UserRequest], *, now_s: float, window_s: flo
         source="traces", window_s=window_s, requests=len(rs),
         ttft_p50_s=_q(ttft, 0.5), ttft_p90_s=_q(ttft, 0.9), ttft_p99_s=_q(ttft, 0.99),
         prompt_tokens_p50=_q(lengths, 0.5), prompt_tokens_p90=_q(lengths, 0.9),
+        prompt_tokens_mean=sum(lengths) / len(lengths) if lengths else None,
         queue_share=_finite(queue_share), expected_ttft_p50_s=_finite(_q(expected, 0.5)),
         unexplained_prefill_share=_finite(unexplained), prefix_cache_hit_rate=_finite(hit),
         running=running, waiting=waiting, estimate=False)

@@ -267,6 +267,7 @@ def _median_window(ws: Iterable[UsersWindow]) -> UsersWindow:
                    ttft_p90_s=med("ttft_p90_s"), ttft_p99_s=med("ttft_p99_s"),
                    prompt_tokens_p50=med("prompt_tokens_p50"),
                    prompt_tokens_p90=med("prompt_tokens_p90"), queue_share=med("queue_share"),
+                   prompt_tokens_mean=med("prompt_tokens_mean"),
                    expected_ttft_p50_s=med("expected_ttft_p50_s"),
                    unexplained_prefill_share=med("unexplained_prefill_share"),
                    prefix_cache_hit_rate=med("prefix_cache_hit_rate"))

@@ -183,6 +183,14 @@ def users_from_metrics(before: UsersCounters, after: UsersCounters, *, own: int 
         queue_share = None
     p50 = bucket_quantile(0.5, prompt)
     users = max(int(round(n)) - own, 0) if n is not None and n >= 0 else 0
+    # the mean prompt from the histogram's sum and count, the probes' tokens taken off:
+    # exact where the buckets (1,000-2,000, 2,000-5,000 tokens) only bound the median
+    mean = None
+    if "prompt" in after.total and "prompt" in after.count:
+        dn = after.count["prompt"] - before.count.get("prompt", 0.0) - own
+        ds = after.total["prompt"] - before.total.get("prompt", 0.0) - max(probe_tokens, 0.0)
+        if dn >= 1 and ds > 0:
+            mean = ds / dn
     hit = None
     if "cache_queries" in after.values and "cache_hits" in after.values:
         dq_ = after.values["cache_queries"] - before.values.get("cache_queries", 0.0)
@@ -202,7 +210,7 @@ def users_from_metrics(before: UsersCounters, after: UsersCounters, *, own: int 
         source="metrics", window_s=max(after.t - before.t, 0.0), requests=users,
         ttft_p50_s=bucket_quantile(0.5, ttft), ttft_p90_s=bucket_quantile(0.9, ttft),
         ttft_p99_s=bucket_quantile(0.99, ttft), prompt_tokens_p50=p50,
-        prompt_tokens_p90=bucket_quantile(0.9, prompt),
+        prompt_tokens_p90=bucket_quantile(0.9, prompt), prompt_tokens_mean=mean,
         queue_share=min(max(queue_share, 0.0), 1.0) if queue_share is not None else None,
         expected_ttft_p50_s=(fit.intercept_s + fit.slope_s_per_token * p50
                              if fit is not None and p50 is not None else None),
