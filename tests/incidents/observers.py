@@ -47,6 +47,7 @@ from prefilltui.measure.metrics_hook import MetricsHook, MetricsReader
 from prefilltui.measure.otlp import SpanHook, TraceRouter, UsersTrace
 from prefilltui.measure.otlp import codec
 from prefilltui.measure.otlp.spans import read_batch
+from prefilltui.measure.server_watch import ServerWatch
 from prefilltui.measure.users_metrics import UsersMetrics
 from prefilltui.model.diagnosis import TtftVerdict
 from prefilltui.model.types import ProbeResult, ServerInfo
@@ -155,6 +156,10 @@ class _Base:
         reader = MetricsReader("http://sim:8000", "vllm",
                                client=httpx.AsyncClient(transport=transport))
         self.hook = MetricsHook(reader)
+        # what the server says about itself, from the same scrapes (as build_session
+        # wires it; its metadata reads need a server to ask, and there is none here)
+        self.watch = ServerWatch(clock=clock.unix)
+        self.hook.on_sample = self.watch.feed_sample
         self.users_metrics = UsersMetrics(clock=clock.unix)
         self.hook.on_text = self.users_metrics.feed
         self.trace: UsersTrace | None = None
@@ -207,7 +212,7 @@ class ExporterObserver(_Base):
         self.cfg = TargetConfig(url="http://sim:8000", name="sim", interval_s=interval_s)
         self.prober = TargetProber(self.cfg, run_dir=run_dir, seed=1)
         self.prober.session = SimpleNamespace(users=self.users, trace=self.trace, load=None,
-                                              metrics=self.hook)
+                                              metrics=self.hook, server_watch=self.watch)
         self.prober.metrics_hook = self.hook
         self.prober.runner = SimpleNamespace(server_info=self.info, state="probing",
                                              state_detail="")
@@ -246,7 +251,8 @@ class TuiObserver(_Base):
 
         cfg = FeedConfig(label="sim", runner_factory=lambda on_result, on_state: None,
                          users=self.users, metrics=lambda: self.hook.last_sample,
-                         url="http://sim:8000")
+                         url="http://sim:8000",
+                         server_changes=lambda: self.watch.recent(clock.unix()))
         self.feed = TargetFeed(cfg, clock=clock.unix)
         self.feed.runner = SimpleNamespace(server_info=self.info, notices={})
 
