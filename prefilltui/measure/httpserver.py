@@ -118,10 +118,17 @@ class Request:
 
 @dataclass(eq=False, slots=True)
 class _Conn:
-    writer: asyncio.StreamWriter
+    sock: socket.socket
+    writer: asyncio.StreamWriter | None = None
     busy: bool = False  # a whole request came: being answered, never closed for room
     task: asyncio.Task | None = None
     req: Request | None = None  # the one being read or answered
+
+    def close(self) -> None:
+        if self.writer is not None:
+            self.writer.transport.abort()
+        else:
+            self.sock.close()
 
 
 class HttpServer:
@@ -173,50 +180,45 @@ class HttpServer:
     async def _listen(self) -> None:
         """Accept until ``stop()`` cancels it (the thread's ``LoopThread`` main), then
         let the requests being answered finish."""
+        loop = asyncio.get_running_loop()
         try:
             self._sock.setblocking(False)
-            accepting = asyncio.get_running_loop().create_task(self._accept())
+            loop.add_reader(self._sock.fileno(), self._accept, loop)
             self._thread.ready()
-            await accepting  # forever, until cancelled
+            await loop.create_future()  # forever, until cancelled
         finally:
             self._stopping = True
+            loop.remove_reader(self._sock.fileno())
             self._sock.close()
             for c in [c for c in self._conns if not c.busy]:
-                c.writer.transport.abort()
+                c.close()
             busy = [c.task for c in self._conns if c.task is not None]
             if busy:
                 await asyncio.wait(busy, timeout=STOP_GRACE_S)
             for c in list(self._conns):
-                c.writer.transport.abort()
+                c.close()
 
-    async def _accept(self) -> None:
-        loop = asyncio.get_running_loop()
-        while True:
-            if len(self._conns) >= self.max_connections:
-                await self._pending(loop)  # room is made only for one that waits
-                if not self._make_room(force=False):
-                    await asyncio.sleep(0.01)  # every slot answers a whole request
-                    continue
+    def _accept(self, loop: asyncio.AbstractEventLoop) -> None:
+        """A connection waits in the listen backlog: accept it, first making room when
+        full (so room is made only for one that waits); called again while more wait."""
+        if self._make_room(force=False):
             try:
-                sock, _ = await loop.sock_accept(self._sock)
-                reader, writer = await asyncio.open_connection(sock=sock, limit=READ_BYTES)
+                sock, _ = self._sock.accept()
+            except BlockingIOError:  # gone meanwhile
+                return
             except OSError as e:
-                if e.errno in (errno.EMFILE, errno.ENFILE, errno.ENOBUFS, errno.ENOMEM):
-                    self._make_room(force=True)  # out of files: free one, then retry
-                    await asyncio.sleep(0.05)
-                continue
-            conn = _Conn(writer)
-            self._conns[conn] = None
-            conn.task = loop.create_task(self._serve(conn, reader))
-
-    async def _pending(self, loop: asyncio.AbstractEventLoop) -> None:
-        """Until a connection waits in the listen backlog."""
-        fd, ready = self._sock.fileno(), loop.create_future()
-        loop.add_reader(fd, lambda: ready.done() or ready.set_result(None))
-        try:
-            await ready
-        finally:
-            loop.remove_reader(fd)
+                if e.errno not in (errno.EMFILE, errno.ENFILE, errno.ENOBUFS, errno.ENOMEM):
+                    return
+                self._make_room(force=True)  # out of files: free one, then retry
+            else:
+                conn = _Conn(sock)
+                self._conns[conn] = None
+                conn.task = loop.create_task(self._serve(conn))
+                return
+        # every slot answers a whole request, or out of files: look again shortly
+        fd = self._sock.fileno()
+        loop.remove_reader(fd)
+        loop.call_later(0.01, lambda: self._stopping or loop.add_reader(fd, self._accept, loop))
 
     def _make_room(self, *, force: bool) -> bool:
         """Below ``max_connections`` (or ``force``): close the oldest connection not
@@ -225,14 +227,22 @@ class HttpServer:
             return True
         for c in self._conns:
             if not c.busy:
-                c.writer.transport.abort()
+                c.close()
                 del self._conns[c]
                 self.evicted += 1
                 return True
         return False
 
-    async def _serve(self, conn: _Conn, reader: asyncio.StreamReader) -> None:
-        writer = conn.writer
+    async def _serve(self, conn: _Conn) -> None:
+        try:
+            reader, writer = await asyncio.open_connection(sock=conn.sock, limit=READ_BYTES)
+        except OSError:  # closed to make room before it started
+            self._conns.pop(conn, None)
+            return
+        if conn not in self._conns:  # closed to make room meanwhile
+            writer.transport.abort()
+            return
+        conn.writer = writer
         h = h11.Connection(h11.SERVER, max_incomplete_event_size=MAX_HEAD_BYTES)
         try:
             while not self._stopping:
@@ -319,5 +329,6 @@ class HttpServer:
         data += h.send(h11.EndOfMessage())
         self.counts[status] = self.counts.get(status, 0) + 1
         writer.write(data)
-        async with asyncio.timeout(WRITE_DEADLINE_S):
-            await writer.drain()
+        if writer.transport.get_write_buffer_size():  # not all taken at once
+            async with asyncio.timeout(WRITE_DEADLINE_S):
+                await writer.drain()
