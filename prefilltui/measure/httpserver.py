@@ -64,13 +64,13 @@ from prefilltui.measure.loop_thread import LoopThread
 
 log = logging.getLogger(__name__)
 
-#: Largest request head (request line + headers), bytes (nginx's and Go's order).
+#: Largest request head (request line + headers), bytes: h11's own default.
 MAX_HEAD_BYTES = 16 * 1024
 #: Seconds a client may take to read an answer.
 WRITE_DEADLINE_S = 30.0
 #: Seconds an error answer (400, 413, 431) is given before the connection is closed.
 ERROR_WRITE_S = 1.0
-#: Seconds ``stop()`` gives the requests being answered.
+#: Seconds ``stop()`` gives the requests being answered (it returns within 5 s).
 STOP_GRACE_S = 2.0
 #: Bytes asked of the socket per read of a body.
 READ_BYTES = 64 * 1024
