@@ -270,8 +270,8 @@ class HttpServer:
                 self._conns[conn] = None
         except h11.RemoteProtocolError as e:  # not HTTP/1.1, or over a cap
             if h.our_state in (h11.IDLE, h11.SEND_RESPONSE):
-                ans = self.error_answer(e.error_status_hint, f"bad HTTP request: {e}"[:200],
-                                        conn.req)
+                why = str(e) if e.error_status_hint == 413 else f"bad HTTP request: {e}"
+                ans = self.error_answer(e.error_status_hint, why[:200], conn.req)
                 try:
                     async with asyncio.timeout(ERROR_WRITE_S):
                         await self._send(writer, h, ans, close=True)
