@@ -130,15 +130,6 @@ def _err(msg: str) -> None:
     print(f"prefilltui: {clean(msg, multiline=True)}", file=sys.stderr)
 
 
-def parse_listen(text: str) -> tuple[str, int]:
-    """``HOST:PORT`` / ``[V6]:PORT`` / ``:PORT`` -> (host, port).  Raises ValueError."""
-    host, sep, port = text.rpartition(":")
-    if not sep or not port.isdigit() or int(port) > 65535:
-        raise ValueError(f"--listen expects HOST:PORT, got {text!r}")
-    host = host.strip("[]") or "0.0.0.0"
-    return host, int(port)
-
-
 def _base(args) -> TargetConfig:
     """Every target's defaults from the flags."""
     return TargetConfig(url="http://unset", probe=probe_options(args),
@@ -278,9 +269,10 @@ def run(args) -> int:
     from prefilltui.exporter.fleet import Fleet
     from prefilltui.exporter.http import MetricsServer
     from prefilltui.exporter.target import TargetProber
+    from prefilltui.measure.httpserver import parse_listen
 
     try:
-        host, port = parse_listen(args.listen)
+        host, port = parse_listen(args.listen, default_host="0.0.0.0")
         disc = make_discovery(args, validate=lambda found: _check_discovered(args, found))
         targets = targets_from_args(args, disc.targets() if disc else ())
         room = _preflight(targets)

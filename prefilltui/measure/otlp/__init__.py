@@ -12,7 +12,8 @@ The rest of prefilltui imports this package, never its modules (an import-linter
 contract).
 """
 
-from prefilltui.measure.otlp.receiver import OtlpReceiver, parse_listen
+from prefilltui.measure.httpserver import parse_listen
+from prefilltui.measure.otlp.receiver import OtlpReceiver
 from prefilltui.measure.otlp.shared import acquire as acquire_receiver
 from prefilltui.measure.otlp.shared import release as release_receiver
 from prefilltui.measure.otlp.users import SpanHook, TraceRouter, UsersTrace, target_names

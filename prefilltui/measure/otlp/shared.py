@@ -6,7 +6,8 @@ from __future__ import annotations
 
 import threading
 
-from prefilltui.measure.otlp.receiver import OtlpReceiver, parse_listen
+from prefilltui.measure.httpserver import parse_listen
+from prefilltui.measure.otlp.receiver import OtlpReceiver
 
 _lock = threading.Lock()
 _open: dict[tuple[str, int], tuple[OtlpReceiver, int]] = {}
