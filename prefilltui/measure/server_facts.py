@@ -20,8 +20,9 @@ are in ``server.discover``; ``measure.server_watch`` re-reads ``STATED_PATHS``.
 
 from __future__ import annotations
 
-import math
 from typing import Any
+
+from prefilltui.model.server_change import MAX_FACT_CHARS, fact  # noqa: F401  (the facts' cap, read here)
 
 #: SGLang's configuration endpoints, newest first (the second is the deprecated alias).
 SGLANG_SERVER_INFO = ("/server_info", "/get_server_info")
@@ -37,20 +38,8 @@ SGLANG_FACTS = ("chunked_prefill_size", "max_prefill_tokens", "max_running_reque
 TGI_FACTS = ("max_batch_total_tokens", "max_waiting_tokens", "waiting_served_ratio",
              "max_batch_size", "max_batch_prefill_tokens", "max_concurrent_requests",
              "support_chunking", "prefix_caching", "version")
-#: Longest string fact kept (characters): a version or a policy name.
-MAX_FACT_CHARS = 200
-
-
-def _scalar(v: Any) -> int | float | bool | str | None:
-    if isinstance(v, bool):
-        return v
-    if isinstance(v, int):
-        return v
-    if isinstance(v, float):
-        return v if math.isfinite(v) else None
-    if isinstance(v, str) and 0 < len(v) <= MAX_FACT_CHARS and v.isprintable():
-        return v
-    return None
+#: Longest string fact kept (characters), and the scalar check: the model's, one home.
+_scalar = fact
 
 
 def _pick(j: Any, keys: tuple[str, ...]) -> dict[str, int | float | bool | str]:

@@ -57,7 +57,7 @@ STATED_WAIT_S = 15.0
 #: Facts that say which server this is (another value with no restart sign: another
 #: server behind the URL), not how it is set up.
 IDENTITY_KEYS = ("version", "model", "model_path", "model_id", "build_info", "sha")
-#: Longest fact value kept (characters), as ``measure.server_facts.MAX_FACT_CHARS``.
+#: Longest fact value kept (characters): a version or a policy name.
 MAX_FACT_CHARS = 200
 #: Counter values beyond this are no server's count (tokens, requests, seconds).
 MAX_COUNTER = 1e18
@@ -65,8 +65,9 @@ MAX_COUNTER = 1e18
 _START_RANGE = (1e9, 4.1e9)
 
 
-def _fact(v: object) -> Fact | None:
-    """A scalar fact, else None (a NaN, a container, a long or unprintable string)."""
+def fact(v: object) -> Fact | None:
+    """A scalar fact, else None (a NaN, a container, a long or unprintable string):
+    what a server states about itself that is kept (``measure.server_facts`` too)."""
     if isinstance(v, bool):
         return v
     if isinstance(v, int):
@@ -123,7 +124,7 @@ class ServerReading:
             start = None
         fs: dict[str, Fact] = {}
         for k, v in (facts.items() if isinstance(facts, Mapping) else ()):
-            fv = _fact(v)
+            fv = fact(v)
             if _key(k) and fv is not None:
                 fs[k] = fv
         cs: dict[str, float] = {}
@@ -187,7 +188,7 @@ class ServerChange:
         changed = []
         for row in d.get("changed") or ():
             if isinstance(row, (list, tuple)) and len(row) == 3 and _key(row[0]):
-                changed.append((row[0], _fact(row[1]), _fact(row[2])))
+                changed.append((row[0], fact(row[1]), fact(row[2])))
         ev = tuple(e for e in (d.get("evidence") or ()) if isinstance(e, str) and e.isprintable())
         seen = _number(d.get("seen_s"))
         return cls(at, kind, tuple(changed), ev, seen if seen is not None else at)

@@ -11,17 +11,11 @@ import pytest
 
 from prefilltui.exporter.config import check, target
 from prefilltui.exporter.target import TargetProber
+from tests.unit.test_exporter import _wait
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(600)]
 
 
-def _wait(pred, timeout: float, step: float = 0.1) -> bool:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if pred():
-            return True
-        time.sleep(step)
-    return False
 
 
 def test_llama_server_restart_names_its_context(llama_server_binary, demo_gguf, tmp_path,

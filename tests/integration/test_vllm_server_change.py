@@ -20,6 +20,7 @@ import pytest
 from prefilltui.exporter.collector import families
 from prefilltui.exporter.config import check, target
 from prefilltui.exporter.target import TargetProber
+from tests.unit.test_exporter import _wait
 from prefilltui.measure.runfile import read_run, read_server_changes
 
 pytestmark = [pytest.mark.integration, pytest.mark.vllm, pytest.mark.timeout(1500)]
@@ -27,13 +28,6 @@ pytestmark = [pytest.mark.integration, pytest.mark.vllm, pytest.mark.timeout(150
 INTERVAL_S = 2.0
 
 
-def _wait(pred, timeout: float, step: float = 0.2) -> bool:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if pred():
-            return True
-        time.sleep(step)
-    return False
 
 
 def test_restart_without_prefix_caching_is_named(vllm_target, tmp_path, monkeypatch):

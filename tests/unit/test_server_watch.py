@@ -18,17 +18,11 @@ from prefilltui.exporter.target import TargetProber
 from prefilltui.measure.runfile import read_run, read_server_changes
 from prefilltui.measure.server_watch import STATED_EVERY_S, ServerWatch, read_stated
 from prefilltui.model.server_change import ServerReading
+from tests.unit.test_exporter import _wait
 from tests.fakeengine import Engine, EngineServer
 from tests.fakeserver import Reply
 
 
-def _wait(pred, timeout: float = 30.0, step: float = 0.05) -> bool:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if pred():
-            return True
-        time.sleep(step)
-    return False
 
 
 def _samples(fams: list[Metric], name: str) -> dict[tuple, float]:
