@@ -203,6 +203,17 @@ class Score:
         return f"+{self.named_s:.0f} s{late}{held}; {num}"
 
 
+def names(j: Judgement, cause: str) -> bool:
+    """``j`` names ``cause``: as its cause, or as what a change of the server it leads
+    with did ("the server changed: the server restarted 36 s ago; prefix caching True
+    → False; since then users' prefix-cache hit rate 66% → 0%": a redeploy named for
+    what it is, with the cache it dropped)."""
+    if j.cause == cause:
+        return True
+    return j.cause == "server_changed" and any(getattr(e, "cause", None) == cause
+                                                for e in j.evidence)
+
+
 def score(incident: str, column: str, cause: str, judgements: list[Judgement], onset_s: float,
           end_s: float, truth: dict) -> Score:
     """Score one observer's verdicts (module docstring)."""
@@ -218,13 +229,13 @@ def score(incident: str, column: str, cause: str, judgements: list[Judgement], o
         return Score(incident, column, cause, None, not bad, "", None, len(bad), episodes,
                      judged, ", ".join(c for c, _ in said))
     scored = [j for j in judgements if onset_s < j.t <= end_s]
-    right = [j for j in scored if j.cause == cause]
+    right = [j for j in scored if names(j, cause)]
     named = right[0].t - onset_s if right else None
     tail = [j for j in scored if j.t > end_s - HOLD_S]
-    held = bool(tail) and sum(j.cause == cause for j in tail) >= HOLD_SHARE * len(tail)
+    held = bool(tail) and sum(names(j, cause) for j in tail) >= HOLD_SHARE * len(tail)
     said = Counter(j.cause for j in scored).most_common(1)
     num = number(cause, right[-1], truth) if right else None
     pre = [j for j in judgements if onset_s - HOLD_S < j.t <= onset_s]
-    before = sum(j.cause == cause for j in pre) / len(pre) if pre else 0.0
+    before = sum(names(j, cause) for j in pre) / len(pre) if pre else 0.0
     return Score(incident, column, cause, named, held, said[0][0] if said else "-", num,
                  before=before)

@@ -25,12 +25,13 @@ answers.
 from __future__ import annotations
 
 import math
+import time
 from dataclasses import asdict, dataclass, replace
 from typing import Any, Literal, Sequence
 
 from prefilltui.model.diagnosis.causes import (
     BLOCKED, CAUSES, HIT_DROP, LINE, LONGER, MIN_OVERHEAD_S, MIN_PROBES, MIN_QUEUE_S, RULES,
-    SHARE, SLOW, WORDS, Cause, Context, Evidence, blocked, counted_ahead,
+    SHARE, SLOW, WORDS, Cause, Context, Evidence, blocked, cache_turned_off, counted_ahead,
 )
 from prefilltui.model.diagnosis.expectation import (
     Expectation, expected_ttft, expected_words, finite, margin_s, median, throughput_expectation,
@@ -127,8 +128,10 @@ def ttft_verdict(results: Sequence[ProbeResult], expect: Expectation | None = No
                   newest_ok=bool(ok) and results[-1] is ok[-1])
     users = judge.users  # the newest requests' window when they alone show the change
     gated = judge.has_reference
-    above = judge.above
-    whose: Whose = "users" if judge.users_above else "probes"
+    # a change that turned off the cache the users hit is above by the server's own word
+    off = cache_turned_off(ev.server_changes, users_before, time.time())
+    above = judge.above or off is not None
+    whose: Whose = "users" if judge.users_above or off is not None else "probes"
     # the probes the causes read: the newest ones when only they are above
     pr = judge.probes
     parts = [probe_parts(r) for r in pr]
@@ -141,7 +144,7 @@ def ttft_verdict(results: Sequence[ProbeResult], expect: Expectation | None = No
                       blocked=blocked(pr, reqs), late=judge.late, late_s=judge.late_s,
                       users_rise_s=judge.users_rise, counted=counted_ahead(pr, expect, wait),
                       slowdown=judge.slowdown, server_changes=ev.server_changes)
-        found = _ask(ctx, users is not None and judge.users_above)
+        found = _ask(ctx, (users is not None and judge.users_above) or off is not None)
     judged = judge.words(ttft)
     if (not found and above and not judge.probes_above and not judge.late
             and judge.users_rise <= USERS_RISE_ALONE * (judge.users_ref or 0.0)):

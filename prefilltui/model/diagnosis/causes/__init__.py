@@ -27,6 +27,7 @@ from prefilltui.model.diagnosis.causes.head_of_line import BLOCKED, LINE, blocke
 from prefilltui.model.diagnosis.causes.overhead import MIN_OVERHEAD_S
 from prefilltui.model.diagnosis.causes.prompts_longer import LONGER
 from prefilltui.model.diagnosis.causes.server_changed import RECENT_S as CHANGE_RECENT_S
+from prefilltui.model.diagnosis.causes.server_changed import cache_turned_off
 from prefilltui.model.diagnosis.causes.slow_prefill import SLOW
 
 Cause = Literal["queueing", "head_of_line", "slow_prefill", "prefix_cache", "overhead",
@@ -50,4 +51,4 @@ RULES: tuple[Rule, ...] = (
 
 __all__ = ["BLOCKED", "CAUSES", "CHANGE_RECENT_S", "Cause", "Context", "Evidence", "HIT_DROP", "LINE", "LONGER",
            "MIN_OVERHEAD_S", "MIN_PROBES", "MIN_QUEUE_S", "RULES", "Rule", "SHARE", "SLOW",
-           "WORDS", "blocked", "counted_ahead"]
+           "WORDS", "blocked", "cache_turned_off", "counted_ahead"]

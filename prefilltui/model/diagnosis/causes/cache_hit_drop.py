@@ -7,8 +7,12 @@ uncached prompts lowered the rate (``DILUTED``)."""
 
 from __future__ import annotations
 
+import time
+from dataclasses import replace
+
 from prefilltui.model.diagnosis.causes.base import Context, Evidence, Rule, finite, pct
 from prefilltui.model.diagnosis.causes.prompts_longer import LONGER
+from prefilltui.model.diagnosis.causes.server_changed import cache_turned_off
 from prefilltui.model.units import duration
 
 #: The users' prefix-cache hit rate fallen by this much (0..1) "stopped hitting" (20
@@ -20,9 +24,19 @@ DILUTED = "p90 prompt grew"
 
 def judge(ctx: Context) -> Evidence | None:
     users, before, expect = ctx.users, ctx.users_before, ctx.expect
+    known = before is not None and cache_turned_off(ctx.server_changes, before, time.time())
+    if users is None and known:
+        # the users' /metrics window since the restart has no counts yet: their
+        # traffic as before, none of it cached
+        users = replace(before, prefix_cache_hit_rate=None)
     if users is None or before is None:
         return None
     h0, h1 = before.prefix_cache_hit_rate, users.prefix_cache_hit_rate
+    off = ""
+    if not finite(h1) and known:
+        # the server says its cache is off: nothing hits, though the users' windows since
+        # its restart have no counts yet (and vLLM's spans count no cached tokens)
+        h1, off = 0.0, " (the server's prefix cache is off)"
     if not (finite(h0) and finite(h1)) or h0 - h1 < HIT_DROP:
         return None
     p0, p1 = before.prompt_tokens_p50, users.prompt_tokens_p50
@@ -46,7 +60,7 @@ def judge(ctx: Context) -> Evidence | None:
     why = (f" (the users' {DILUTED} {q0:,.0f} → {q1:,.0f} tokens: long uncached prompts "
            "lower the rate too)" if diluted else "")
     return Evidence("cache_hit_drop", secs, f"users' prefix-cache hit rate {pct(h0)} → "
-                    f"{pct(h1)}{cost}{why}")
+                    f"{pct(h1)}{off}{cost}{why}")
 
 
 def leads(e: Evidence) -> bool:

@@ -25,6 +25,30 @@ def newest(ctx: Context, now_s: float):
     return max(cs, key=lambda c: c.at_s) if cs else None
 
 
+#: Stated facts that turn the prefix cache off, each with the value that does
+#: (vLLM ``enable_prefix_caching`` in ``cache_config_info``, SGLang
+#: ``disable_radix_cache`` in ``/server_info``, TGI ``prefix_caching`` in ``/info``).
+CACHE_OFF = {"enable_prefix_caching": ("False", False), "prefix_caching": ("False", False),
+             "disable_radix_cache": ("True", True)}
+
+
+def cache_turned_off(changes, before, now_s: float) -> tuple[float, float] | None:
+    """(the users' hit rate before, the seconds of prefill per request it saved) when
+    a change in the last ``RECENT_S`` turned the prefix cache off and the users'
+    reference ``before`` hit it: the server says its hit rate is now 0, so this is
+    known before the users' windows after it show it (their counters restart from 0,
+    and vLLM's spans count no cached tokens); None otherwise."""
+    if before is None or not before.prefix_cache_hit_rate:
+        return None
+    for c in changes:
+        if c.kind == "replicas" or not 0 <= now_s - c.at_s <= RECENT_S:
+            continue
+        if any(k in CACHE_OFF and a in CACHE_OFF[k] for k, _b, a in c.changed):
+            p = before.prompt_tokens_mean or before.prompt_tokens_p50 or 0.0
+            return before.prefix_cache_hit_rate, p
+    return None
+
+
 def judge(ctx: Context) -> Evidence | None:
     now = time.time()
     c = newest(ctx, now)
