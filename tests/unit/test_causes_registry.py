@@ -20,12 +20,13 @@ def test_every_rule_module_is_in_the_registry():
 def test_every_rule_names_a_known_cause_with_words_and_one_signature():
     for rule in RULES:
         assert rule.cause in CAUSES and rule.cause in WORDS, rule
-        assert rule.reads in ("probes", "users")
+        assert rule.reads in ("probes", "users", "either")
         params = list(inspect.signature(rule.judge).parameters.values())
         assert len(params) == 1 and params[0].annotation in ("Context", Context), rule
     assert set(WORDS) == set(CAUSES) and len(set(CAUSES)) == len(CAUSES)
-    # a change in the users' traffic is judged on the users' windows
-    assert all(r.reads == "users" for r in RULES if r.change)
+    # a change in the users' traffic is judged on the users' windows; a change of the
+    # server on either side
+    assert all(r.reads == "users" for r in RULES if r.change and r.cause != "server_changed")
 
 
 def test_a_rule_without_its_evidence_finds_nothing():
