@@ -1,0 +1,34 @@
+"""TTFT objectives: the objective and its presets, the longest prompt that meets it,
+attainment and the error budget, the burn rate.
+
+``objective`` (``Objective``, ``parse_objective``: ``ttft=2s@p99``), ``presets``
+(MLPerf Inference's TTFT limits, resolved by the server's model), ``prompt_limit``
+(n_max from the fitted line and its interval), ``attainment`` (the share within the
+objective, exact or from histogram buckets, with its interval; the budget left),
+``burn`` (the multiwindow, multi-burn-rate judgement).  Pure: no I/O.  Seconds.
+
+The rest of prefilltui imports this package, never its modules (an import-linter
+contract); its modules import each other directly.
+"""
+
+from __future__ import annotations
+
+from prefilltui.model.slo.attainment import (
+    Attainment, AttainmentSource, attainment_from_buckets, attainment_of, wilson,
+)
+from prefilltui.model.slo.burn import (
+    BURN_RULES, BurnRule, BurnSeverity, BurnState, WindowBurn, burn_state,
+)
+from prefilltui.model.slo.objective import (
+    PRESET_NAMES, Objective, SloItem, SloPreset, parse_objective,
+)
+from prefilltui.model.slo.presets import MLPERF_TTFT, MlperfLimit, preset_objective, resolve
+from prefilltui.model.slo.prompt_limit import N_SEARCH_MAX, PromptLimit, longest_prompt, z_of
+
+__all__ = [
+    "Attainment", "AttainmentSource", "BURN_RULES", "BurnRule", "BurnSeverity", "BurnState",
+    "MLPERF_TTFT", "MlperfLimit", "N_SEARCH_MAX", "Objective", "PRESET_NAMES", "PromptLimit",
+    "SloItem", "SloPreset", "WindowBurn", "attainment_from_buckets", "attainment_of",
+    "burn_state", "longest_prompt", "parse_objective", "preset_objective", "resolve",
+    "wilson", "z_of",
+]
