@@ -189,3 +189,18 @@ def otlp_listen(text: str) -> str:
     except ValueError as e:
         raise argparse.ArgumentTypeError(str(e))
     return text
+
+
+def slo_objective(text: str):
+    """``--slo``: ``ttft=2s@p99`` / ``ttft=500ms@p90`` or a preset (``mlperf-server``,
+    ``mlperf-interactive``): ``model.slo.parse_objective``; its sentence is the usage
+    error."""
+    from prefilltui.model.slo import parse_objective
+
+    try:
+        return parse_objective(text)
+    except ValueError as e:
+        raise argparse.ArgumentTypeError(str(e)) from None
+
+
+slo_objective.__name__ = "slo"

@@ -14,7 +14,7 @@ from typing import get_args
 
 from prefilltui.commands.argtypes import (_depth_list, _duty, _int_list, _load_levels, _load_spec,
                                           _positive_int, _sample_hz, _until_pct, otlp_listen,
-                                          parse_budget, ranged)
+                                          parse_budget, ranged, slo_objective)
 from prefilltui.measure.sweep import TIME_CAP_S
 from prefilltui.model import defaults
 from prefilltui.model.sanitize import clean
@@ -161,6 +161,11 @@ def add_analysis_args(p: argparse.ArgumentParser) -> None:
                    help=f"sliding-window fit over the last N probes (default {defaults.WINDOW})")
     g.add_argument("--baseline", metavar="RUN.jsonl",
                    help="a saved run to compare the live fit against (drift warning)")
+    g.add_argument("--slo", type=slo_objective, action="append", default=[],
+                   metavar="OBJECTIVE",
+                   help="a TTFT objective: ttft=2s@p99, ttft=500ms@p90 (s or ms, p50..p99.9), "
+                        "or mlperf-server / mlperf-interactive (MLPerf Inference's limit for "
+                        "the server's model); repeat for several (docs/slo.md)")
 
 
 def add_load_args(p: argparse.ArgumentParser, *, levels: bool = False) -> None:
@@ -235,7 +240,7 @@ def roofline_spec(args: argparse.Namespace) -> RooflineSpec:
 def analysis_options(args: argparse.Namespace) -> AnalysisOptions:
     """``add_analysis_args``'s and ``add_hardware_args``'s flags."""
     return AnalysisOptions(fit=args.fit, window=args.window, baseline=args.baseline,
-                           roofline=roofline_spec(args))
+                           roofline=roofline_spec(args), slo=tuple(args.slo))
 
 
 def telemetry_options(args: argparse.Namespace) -> TelemetryOptions:

@@ -5,7 +5,8 @@ attainment and the error budget, the burn rate.
 (MLPerf Inference's TTFT limits, resolved by the server's model), ``prompt_limit``
 (n_max from the fitted line and its interval), ``attainment`` (the share within the
 objective, exact or from histogram buckets, with its interval; the budget left),
-``burn`` (the multiwindow, multi-burn-rate judgement).  Pure: no I/O.  Seconds.
+``burn`` (the multiwindow, multi-burn-rate judgement), ``status`` (one objective
+now, from every source: ``SloStatus``).  Pure: no I/O.  Seconds.
 
 The rest of prefilltui imports this package, never its modules (an import-linter
 contract); its modules import each other directly.
@@ -24,11 +25,12 @@ from prefilltui.model.slo.objective import (
 )
 from prefilltui.model.slo.presets import MLPERF_TTFT, MlperfLimit, preset_objective, resolve
 from prefilltui.model.slo.prompt_limit import N_SEARCH_MAX, PromptLimit, longest_prompt, z_of
+from prefilltui.model.slo.status import SloStatus, slo_status
 
 __all__ = [
     "Attainment", "AttainmentSource", "BURN_RULES", "BurnRule", "BurnSeverity", "BurnState",
     "MLPERF_TTFT", "MlperfLimit", "N_SEARCH_MAX", "Objective", "PRESET_NAMES", "PromptLimit",
-    "SloItem", "SloPreset", "WindowBurn", "attainment_from_buckets", "attainment_of",
+    "SloItem", "SloPreset", "SloStatus", "WindowBurn", "attainment_from_buckets", "attainment_of",
     "burn_state", "longest_prompt", "parse_objective", "preset_objective", "resolve",
-    "wilson", "z_of",
+    "slo_status", "wilson", "z_of",
 ]

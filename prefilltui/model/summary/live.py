@@ -34,7 +34,8 @@ from dataclasses import dataclass, field
 from typing import Sequence
 
 from prefilltui.model import fit as intercept
-from prefilltui.model.summary.analysis import expectation, judge, roofline_summary, window_summary
+from prefilltui.model.summary.analysis import (expectation, judge, roofline_summary, slo_part,
+                                              window_summary)
 from prefilltui.model.roofline import ModelShape
 from prefilltui.model.roofline import Hardware
 from prefilltui.model.fit import LinearFit
@@ -256,6 +257,10 @@ class LiveSummary:
                                                          idle_source=self.held.label),
                                users_evidence=ev)
             self.held.observe(why, ev.users_now)
+        slo, slo_notes = slo_part(self.options, info, baseline_fit or self.held.fit or
+                                  (fit if which == "all" else self._all_fit(method)),
+                                  win.fit if win else None, list(self._ttft), ev)
+        notes += slo_notes
         summary = RunSummary(
             server=ServerFacts.of(info) if info is not None else None, probes=counts,
             fit=fit, ols=snap.ols if snap else None, robust=snap.robust if snap else None,
@@ -267,7 +272,7 @@ class LiveSummary:
             window=window_summary(win, snap, self.options.window), model=model, hardware=hw,
             roofline=roof, verdict=verdict, notes=tuple(notes),
             fit_lengths_estimated=bool(counts.estimated_lengths and fit is not None),
-            live=live, ttft_verdict=why)
+            live=live, ttft_verdict=why, slo=slo)
         self._cache.clear()  # one entry: the view asks for one (which, method) at a time
         self._cache[key] = summary
         return summary
