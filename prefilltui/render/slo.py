@@ -156,3 +156,16 @@ def slo_lines(statuses: tuple[SloStatus, ...]) -> list[str]:
             out.append(f"  burn rate: {rates}"
                        + (f"; {b.burning} burn (page)" if b.burning else "; not burning"))
     return out
+
+
+def worst_first(statuses) -> list[SloStatus]:
+    """The objectives worst first: burning fast, then slow, then by the budget left
+    (the users', else the probes'; none known last), then by the shorter n_max."""
+    def key(st: SloStatus):
+        burn = st.burn.burning if st.burn is not None else None
+        a = st.users if st.users is not None and st.users.total else st.probes
+        left = a.budget_left if a is not None and a.total else None
+        n = st.now.tokens if st.now is not None and st.now.tokens is not None else 1 << 62
+        return ({"fast": 0, "slow": 1}.get(burn or "", 2),
+                left if left is not None else float("inf"), n)
+    return sorted(statuses, key=key)

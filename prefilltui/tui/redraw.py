@@ -38,6 +38,7 @@ from prefilltui.tui.feed import TargetFeed
 from prefilltui.tui.load_control import LoadControl, level_title, load_lines
 from prefilltui.tui.viewmodel import build_stats, drift_warning, roofline_lines, status_line
 from prefilltui.tui.widgets.decode_row import DecodeRow
+from prefilltui.tui.widgets.slo_row import SloRow
 from prefilltui.tui.widgets.gauges import GaugePanel
 from prefilltui.tui.widgets.probe_log import ProbeLog
 from prefilltui.tui.widgets.stats import Headline, StatsPanel, stats_title
@@ -89,6 +90,7 @@ class Panels:
     gauges: GaugePanel
     decode: DecodeRow
     log: ProbeLog
+    slo: SloRow | None = None  # the objective line (``--slo``)
 
 
 class Redraw:
@@ -235,6 +237,8 @@ class Redraw:
             stats.notes += feed.users_lines()  # the users' window (--otlp-listen)
             p.headline.show(stats)
             p.stats.show(stats)
+            if p.slo is not None:
+                p.slo.show(feed.slo())
             level = level_title(feed)
             room = p.side.outer_size.width - TITLE_FRAME - len(level) if p.side.is_mounted else 0
             self._title(p.side, "stats", stats_title(stats, room if room > 0 else None) + level)

@@ -210,6 +210,22 @@ class LiveSummary:
         snap = self.fit.snapshot("all", method)
         return snap.fit if snap is not None else None
 
+    def slo(self, info: ServerInfo | None, users_evidence: UsersEvidence | None = None, *,
+            method: FitMethod | None = None, baseline_fit: LinearFit | None = None,
+            now_s: float | None = None) -> tuple[tuple, list[str]]:
+        """Each objective of ``options.slo`` now (``analysis.slo_part``): n_max at the
+        held idle line (``baseline_fit``, else the fit ``held`` keeps, else the
+        all-time fit) and at the window's line, the recent probes' attainment, the
+        users' from ``users_evidence``'s kept spans, burn windows ending at ``now_s``.
+        Returns (statuses, notes); ((), []) without objectives."""
+        if not self.options.slo:
+            return (), []
+        method = method or self.options.fit
+        idle = baseline_fit or self.held.fit or self._all_fit(method)
+        win = self.fit.window_fit(method)
+        return slo_part(self.options, info, idle, win.fit if win else None, list(self._ttft),
+                        users_evidence, now_s=now_s)
+
     # -- the summary
     def summary(self, info: ServerInfo | None = None, *, gpu_names: tuple[str, ...] = (),
                 which: FitScope = "all", method: FitMethod | None = None,
@@ -257,9 +273,7 @@ class LiveSummary:
                                                          idle_source=self.held.label),
                                users_evidence=ev)
             self.held.observe(why, ev.users_now)
-        slo, slo_notes = slo_part(self.options, info, baseline_fit or self.held.fit or
-                                  (fit if which == "all" else self._all_fit(method)),
-                                  win.fit if win else None, list(self._ttft), ev)
+        slo, slo_notes = self.slo(info, ev, method=method, baseline_fit=baseline_fit)
         notes += slo_notes
         summary = RunSummary(
             server=ServerFacts.of(info) if info is not None else None, probes=counts,
