@@ -11,6 +11,7 @@ from dataclasses import dataclass
 
 from prefilltui.exporter.health import Expected, ttft_buckets
 from prefilltui.exporter.load_figures import LoadFigures
+from prefilltui.exporter.slo import SloFigures
 from prefilltui.model import defaults
 from prefilltui.model.fit import LinearFit
 from prefilltui.model.summary import RunSummary
@@ -90,6 +91,8 @@ class TargetSnapshot:
     #: the probes' own spans (``otlp_listen``); None when not known
     users: UsersWindow | None = None
     spans: TraceStats | None = None
+    #: each TTFT objective (``slo``): its counters and its state (``exporter.slo``)
+    slo: tuple[SloFigures, ...] = ()
 
     @property
     def fit(self) -> LinearFit | None:

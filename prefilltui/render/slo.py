@@ -131,7 +131,7 @@ def slo_lines(statuses: tuple[SloStatus, ...]) -> list[str]:
         o = st.objective
         out.append(f"SLO {o.label} (TTFT ≤ {seconds_text(o.threshold_s)} for "
                    f"{o.percentile:g} % of requests; budget {o.budget * 100:.2g} %)"
-                   + (f" [{o.source}]" if o.source and o.source != "--slo" else ""))
+                   + (f" [{o.source}]" if o.source and o.source not in ("--slo", "config") else ""))
         for lim, name in ((st.idle, "held idle line"), (st.now, "line now")):
             if lim is None:
                 out.append(f"  n_max, {name}: {MISSING} (no resolved fit)")

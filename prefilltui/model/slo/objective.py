@@ -96,9 +96,10 @@ def _threshold_text(s: float, *, space: bool = True) -> str:
     return f"{s:g}{sep}s"
 
 
-def parse_objective(text: str) -> SloItem:
+def parse_objective(text: str, source: str = "--slo") -> SloItem:
     """``ttft=2s@p99`` / ``ttft=500ms@p90`` -> ``Objective``; ``mlperf-server`` /
-    ``mlperf-interactive`` -> ``SloPreset``.
+    ``mlperf-interactive`` -> ``SloPreset``.  ``source``: where the text came from
+    (``Objective.source``: "--slo", "config").
 
     Raises:
         ValueError: with a sentence saying what is wrong (the form, the unit, a
@@ -123,4 +124,4 @@ def parse_objective(text: str) -> SloItem:
     pct = float(m["pct"])
     if not PERCENTILE_MIN <= pct <= PERCENTILE_MAX:
         raise ValueError(f"{raw!r}: the percentile must be p{PERCENTILE_MIN:g} .. p{PERCENTILE_MAX:g}")
-    return Objective(threshold_s=threshold, percentile=pct, source="--slo")
+    return Objective(threshold_s=threshold, percentile=pct, source=source)
