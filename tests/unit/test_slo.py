@@ -237,3 +237,52 @@ def test_slow_burn_alone():
 def test_burn_without_requests_fires_nothing():
     st = burn_state([(1.0, None), (2.0, float("nan"))], Objective(1.0, 99.0), 10.0)
     assert st.firing == () and all(w.rate is None for w in st.windows)
+
+
+# ------------------------------------------------------------------ the rate search
+
+from prefilltui.model.slo import next_rate, saturated, search_result, step_of  # noqa: E402
+
+
+def _queue_ttfts(rate: float, cap: float = 10.0, base: float = 0.2, n: int = 400, seed: int = 0):
+    """An M/M/1-like server: mean TTFT base / (1 - rate/cap), exponential scatter;
+    above capacity the queue grows through the step."""
+    rng = np.random.default_rng(seed + int(rate * 1000))
+    if rate >= cap:
+        return list(base + np.linspace(0, 30, n) * (rate / cap - 1) + rng.exponential(base, n))
+    return list(rng.exponential(base / (1 - rate / cap), n))
+
+
+def _search(o, lo, hi, cap=10.0):
+    steps = []
+    while (r := next_rate(steps, lo, hi)) is not None:
+        steps.append(step_of(r, _queue_ttfts(r, cap), o))
+        assert len(steps) < 20
+    return search_result(o, steps)
+
+
+def test_bisection_finds_the_rate_the_queue_holds():
+    # P(TTFT <= 1 s) = 1 - exp(-1/m) >= 0.9  <=>  m <= 0.434 s  <=>  rate <= 5.39 req/s
+    o = Objective(1.0, 90.0)
+    res = _search(o, 0.5, 40.0)
+    assert res.rate is not None and 4.3 <= res.rate <= 5.9, [(s.rate, s.attainment.share) for s in res.steps]
+    assert res.above is not None and res.above / res.rate <= 1.1
+    assert res.steps[0].rate == 0.5 and res.steps[1].rate == 40.0
+    assert res.steps[1].saturated and "grew" in res.steps[1].why
+    a = res.answer_step.attainment
+    assert a.ci[0] <= a.share <= a.ci[1] and a.share >= 0.9
+
+
+def test_nothing_holds_and_everything_holds():
+    o = Objective(0.05, 99.0)
+    res = _search(o, 0.5, 4.0)
+    assert res.rate is None and len(res.steps) == 1
+    res = _search(Objective(60.0, 50.0), 0.5, 4.0)
+    assert res.rate == 4.0 and res.above is None and len(res.steps) == 2
+
+
+def test_saturation_by_refusals_and_unanswered_requests_miss():
+    assert saturated([0.1] * 10, 1.0, refused=2)[0]
+    assert not saturated([0.1, 0.12] * 10, 1.0)[0]
+    st = step_of(1.0, [0.1, None, 0.2], Objective(1.0, 90.0), unanswered=2)
+    assert st.attainment.total == 5 and st.attainment.good_lo == 2 and not st.meets

@@ -6,7 +6,8 @@ attainment and the error budget, the burn rate.
 (n_max from the fitted line and its interval), ``attainment`` (the share within the
 objective, exact or from histogram buckets, with its interval; the budget left),
 ``burn`` (the multiwindow, multi-burn-rate judgement), ``status`` (one objective
-now, from every source: ``SloStatus``).  Pure: no I/O.  Seconds.
+now, from every source: ``SloStatus``), ``rate_search`` (the highest offered rate that
+holds it: bisection over measured steps).  Pure: no I/O.  Seconds.
 
 The rest of prefilltui imports this package, never its modules (an import-linter
 contract); its modules import each other directly.
@@ -25,12 +26,15 @@ from prefilltui.model.slo.objective import (
 )
 from prefilltui.model.slo.presets import MLPERF_TTFT, MlperfLimit, preset_objective, resolve
 from prefilltui.model.slo.prompt_limit import N_SEARCH_MAX, PromptLimit, longest_prompt, z_of
+from prefilltui.model.slo.rate_search import (
+    RateSearch, RateStep, next_rate, saturated, search_result, step_of,
+)
 from prefilltui.model.slo.status import SloStatus, slo_status
 
 __all__ = [
     "Attainment", "AttainmentSource", "BURN_RULES", "BurnRule", "BurnSeverity", "BurnState",
-    "MLPERF_TTFT", "MlperfLimit", "N_SEARCH_MAX", "Objective", "PRESET_NAMES", "PromptLimit",
+    "MLPERF_TTFT", "MlperfLimit", "N_SEARCH_MAX", "Objective", "PRESET_NAMES", "PromptLimit", "RateSearch", "RateStep",
     "SloItem", "SloPreset", "SloStatus", "WindowBurn", "attainment_from_buckets", "attainment_of",
-    "burn_state", "longest_prompt", "parse_objective", "preset_objective", "resolve",
-    "slo_status", "wilson", "z_of",
+    "burn_state", "longest_prompt", "next_rate", "parse_objective", "preset_objective", "resolve",
+    "saturated", "search_result", "slo_status", "step_of", "wilson", "z_of",
 ]

@@ -27,7 +27,7 @@ from typing import Iterable, Literal, Sequence
 
 from prefilltui.model.slo.objective import Objective
 
-AttainmentSource = Literal["spans", "histogram", "probes"]
+AttainmentSource = Literal["spans", "histogram", "probes", "load"]
 #: The normal quantile of a two-sided 95 % interval.
 Z95 = 1.959963984540054
 
@@ -49,7 +49,8 @@ class Attainment:
 
     good_lo / good_hi -- requests within the threshold, at least / at most (equal when
       exact); total -- requests counted; source -- "spans" (the users' exact TTFTs),
-      "histogram" (bucket counts: see ``bounds_s``) or "probes" (prefilltui's own);
+      "histogram" (bucket counts: see ``bounds_s``), "probes" (prefilltui's own) or
+      "load" (prefilltui's rate-search requests);
     bounds_s -- (b_lo, b_hi) the bucket bounds the counts were read at (None: exact;
       b_hi None when the threshold is above the last finite bound);
     window_s -- the time the requests span (s), when known.
