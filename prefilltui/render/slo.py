@@ -10,7 +10,8 @@ the users'.
 
 from __future__ import annotations
 
-from prefilltui.model.slo import N_SEARCH_MAX, Attainment, PromptLimit, SloStatus
+from prefilltui.model.slo import (N_SEARCH_MAX, Attainment, PromptLimit, SloStatus,
+                                  merged_attainment, replicas_worst_first)
 from prefilltui.model.units import MISSING
 
 
@@ -169,3 +170,43 @@ def worst_first(statuses) -> list[SloStatus]:
         return ({"fast": 0, "slow": 1}.get(burn or "", 2),
                 left if left is not None else float("inf"), n)
     return sorted(statuses, key=key)
+
+
+def fleet_lines(replicas: list[tuple[str, tuple[SloStatus, ...]]]) -> list[str]:
+    """Per objective (by key, in the order first seen): each replica's attainment and
+    budget, worst first (the users' where their spans are known, else the probes',
+    labelled), then the fleet's from the merged counts (``model.slo.merged_attainment``:
+    never an average of shares)."""
+    keys: dict[str, SloStatus] = {}
+    for _label, sts in replicas:
+        for st in sts:
+            keys.setdefault(st.objective.key, st)
+    out: list[str] = []
+    for key, first in keys.items():
+        o = first.objective
+        rows = []
+        for label, sts in replicas:
+            st = next((x for x in sts if x.objective.key == key), None)
+            a = None
+            if st is not None:
+                a = st.users if st.users is not None and st.users.total else st.probes
+            rows.append((label, a))
+        out.append(f"SLO {o.label}, each replica worst first:")
+        for label, a in replicas_worst_first(rows):
+            if a is None or not a.total:
+                out.append(f"  {label}: no requests counted")
+                continue
+            ci = a.ci
+            who = "users" if a.source == "spans" else a.source
+            out.append(f"  {label}: {_pct(a.share)} within (95 % {_pct(ci[0])}–{_pct(ci[1])}, "
+                       f"{int(a.total):,} {who}' requests), budget left {_pct(a.budget_left, 0)}")
+        fleet = merged_attainment(o, [a for _, a in rows])
+        if fleet is not None:
+            ci = fleet.ci
+            out.append(f"  fleet (merged counts): {_pct(fleet.share)} within (95 % "
+                       f"{_pct(ci[0])}–{_pct(ci[1])}, {int(fleet.total):,} requests), budget left "
+                       f"{_pct(fleet.budget_left, 0)}")
+        elif any(a is not None and a.total for _, a in rows):
+            out.append("  fleet: the replicas count different requests (users' and probes'): "
+                       "not merged")
+    return out

@@ -286,3 +286,34 @@ def test_saturation_by_refusals_and_unanswered_requests_miss():
     assert not saturated([0.1, 0.12] * 10, 1.0)[0]
     st = step_of(1.0, [0.1, None, 0.2], Objective(1.0, 90.0), unanswered=2)
     assert st.attainment.total == 5 and st.attainment.good_lo == 2 and not st.meets
+
+
+# ------------------------------------------------------------------ the fleet
+
+from prefilltui.model.slo import (fleet_from_buckets, merged_attainment,  # noqa: E402
+                                  replicas_worst_first)
+
+
+def test_fleet_attainment_is_the_merged_counts_not_an_average():
+    o = Objective(1.0, 99.0)
+    quiet = attainment_of([0.5, 2.0], o)  # 50 % of 2
+    busy = attainment_of([0.5] * 999 + [2.0], o)  # 99.9 % of 1,000
+    fleet = merged_attainment(o, [quiet, busy, None])
+    assert (fleet.good_lo, fleet.total) == (1000, 1002)
+    assert fleet.share == pytest.approx(1000 / 1002)  # not (0.5 + 0.999) / 2
+    order = replicas_worst_first([("busy", busy), ("none", None), ("quiet", quiet)])
+    assert [name for name, _ in order] == ["quiet", "busy", "none"]
+    probes = attainment_of([0.5], o, source="probes")
+    assert merged_attainment(o, [quiet, probes]) is None  # users' and probes' do not mix
+
+
+def test_fleet_from_histograms_merges_at_the_common_bounds():
+    o = Objective(1.0, 90.0)
+    a = [(0.5, 10), (1.0, 18), (2.0, 20), (math.inf, 20)]
+    b = [(0.5, 70), (2.0, 78), (math.inf, 80)]  # no 1.0 bucket: the fleet's bounds coarsen
+    f = fleet_from_buckets(o, [a, b])
+    assert f.bounds_s == (0.5, 2.0)
+    assert (f.good_lo, f.good_hi, f.total) == (80, 98, 100)
+    same = fleet_from_buckets(o, [a, a])
+    assert same.exact and same.good_lo == 36 and same.total == 40
+    assert fleet_from_buckets(o, [a, [(1.0, 3)]]) is None

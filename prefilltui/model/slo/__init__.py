@@ -7,7 +7,8 @@ attainment and the error budget, the burn rate.
 objective, exact or from histogram buckets, with its interval; the budget left),
 ``burn`` (the multiwindow, multi-burn-rate judgement), ``status`` (one objective
 now, from every source: ``SloStatus``), ``rate_search`` (the highest offered rate that
-holds it: bisection over measured steps).  Pure: no I/O.  Seconds.
+holds it: bisection over measured steps), ``fleet`` (each replica worst first, the
+fleet's attainment from merged counts).  Pure: no I/O.  Seconds.
 
 The rest of prefilltui imports this package, never its modules (an import-linter
 contract); its modules import each other directly.
@@ -20,6 +21,9 @@ from prefilltui.model.slo.attainment import (
 )
 from prefilltui.model.slo.burn import (
     BURN_RULES, BurnRule, BurnSeverity, BurnState, WindowBurn, burn_state,
+)
+from prefilltui.model.slo.fleet import (
+    fleet_from_buckets, merged_attainment, merged_buckets, replicas_worst_first,
 )
 from prefilltui.model.slo.objective import (
     PRESET_NAMES, Objective, SloItem, SloPreset, parse_objective,
@@ -35,6 +39,7 @@ __all__ = [
     "Attainment", "AttainmentSource", "BURN_RULES", "BurnRule", "BurnSeverity", "BurnState",
     "MLPERF_TTFT", "MlperfLimit", "N_SEARCH_MAX", "Objective", "PRESET_NAMES", "PromptLimit", "RateSearch", "RateStep",
     "SloItem", "SloPreset", "SloStatus", "WindowBurn", "attainment_from_buckets", "attainment_of",
-    "burn_state", "longest_prompt", "next_rate", "parse_objective", "preset_objective", "resolve",
+    "burn_state", "fleet_from_buckets", "longest_prompt", "merged_attainment",
+    "merged_buckets", "next_rate", "parse_objective", "preset_objective", "replicas_worst_first", "resolve",
     "saturated", "search_result", "slo_status", "step_of", "wilson", "z_of",
 ]
