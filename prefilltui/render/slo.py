@@ -159,6 +159,24 @@ def slo_lines(statuses: tuple[SloStatus, ...]) -> list[str]:
     return out
 
 
+def detail_lines(statuses) -> list[str]:
+    """The TUI details' lines per objective: its source when a preset, n_max at the
+    idle line beside now's, the users above n_max ("3.0 % of the users' prompts are
+    longer than SLO 2 s p99 allows at this throughput")."""
+    out = []
+    for st in statuses:
+        o = st.objective
+        if o.source and o.source not in ("--slo", "config"):
+            out.append(f"SLO {o.label}: {o.source}")
+        if st.idle is not None and st.idle.tokens is not None and st.now is not None:
+            out.append(f"SLO {o.label}: n_max {tokens_k(st.now.tokens)} now, "
+                       f"{tokens_k(st.idle.tokens)} at the idle line (est.)")
+        if st.users_over is not None:
+            out.append(f"{_pct(st.users_over)} of the users' prompts are longer than SLO "
+                       f"{o.label} allows at this throughput")
+    return out
+
+
 def worst_first(statuses) -> list[SloStatus]:
     """The objectives worst first: burning fast, then slow, then by the budget left
     (the users', else the probes'; none known last), then by the shorter n_max."""

@@ -56,3 +56,19 @@ async def test_the_long_form_where_there_is_room():
 async def test_no_objective_no_row():
     app, _ = _app(preload=fixed_results())
     assert await _drawn(app) == ""
+
+
+async def test_the_details_count_the_users_above_n_max():
+    from prefilltui.tui.widgets.stats import StatsPanel
+
+    app, _ = _app(preload=fixed_results(), analysis=SLO, users=_users(time.time(), slow=0))
+    async with app.run_test(size=(120, 40)) as pilot:
+        await pilot.pause()
+        app.flush()
+        await pilot.pause()
+        notes = app.screen.query_one(StatsPanel).view.notes
+    # the users' prompts run 1,000..2,900 tokens; n_max of 200 ms p99 is ~3.8k: none over
+    assert "0.0 % of the users' prompts are longer than SLO 200 ms p99 allows at this " \
+           "throughput" in notes, notes
+    assert any(n.startswith("SLO 200 ms p99: n_max ") and "at the idle line (est.)" in n
+               for n in notes), notes
