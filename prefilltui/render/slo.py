@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from prefilltui.model.slo import (N_SEARCH_MAX, Attainment, PromptLimit, SloStatus,
                                   merged_attainment, replicas_worst_first)
-from prefilltui.model.units import MISSING
+from prefilltui.model.units import MISSING, ms
 
 
 def tokens_k(n: int | None) -> str:
@@ -32,7 +32,9 @@ def seconds_text(s: float | None) -> str:
     """A TTFT as people read one: "1.4 s" from 1 s up, "480 ms" below; N/A for None."""
     if s is None:
         return MISSING
-    return f"{s:.2g} s" if 1 <= s < 10 else f"{s:.3g} s" if s >= 10 else f"{s * 1e3:.0f} ms"
+    if s < 1:
+        return ms(s, 0)  # "480 ms": grouped by the one formatter
+    return f"{s:.2g} s" if s < 10 else f"{s:.3g} s"
 
 
 def _pct(v: float | None, digits: int = 1) -> str:
