@@ -77,6 +77,18 @@ def _users(st: SloStatus, *, long: bool) -> str:
             return ""
         return (f"probes {_pct(p.share)} within (prefilltui's, not the users')" if long
                 else f"probes {_pct(p.share)} in")
+    if u.source == "histogram":
+        lo, hi = u.share_bounds
+        if u.exact:
+            within = _pct(lo)
+        else:
+            within = f"{lo * 100:.1f}–{hi * 100:.1f} %"
+        if long:
+            b = u.bounds_s
+            at = (f" (at the buckets {seconds_text(b[0])} / "
+                  f"{seconds_text(b[1]) if b[1] is not None else '+Inf'})" if b else "")
+            return f"server's TTFT histogram {within} within{at}, probes counted in"
+        return f"hist {within} in"
     pname = f"p{st.objective.percentile:g}"
     left = u.budget_left
     win = _window(u.window_s)
@@ -144,7 +156,8 @@ def slo_lines(statuses: tuple[SloStatus, ...]) -> list[str]:
                        f"{o.percentile:g}th-percentile offset {seconds_text(lim.offset_s)} "
                        f"(estimate: the fit's noise model){extra}")
         if st.users is not None:
-            out.append(_attainment(st.users, "users (spans, exact)"))
+            out.append(_attainment(st.users, "users (spans, exact)" if st.users.source == "spans"
+                                   else "all requests (the server's TTFT histogram)"))
             if st.users_ttft_s is not None:
                 out.append(f"  users' p{o.percentile:g} TTFT {seconds_text(st.users_ttft_s)}")
             if st.users_over is not None:

@@ -18,7 +18,7 @@ from pathlib import Path
 from typing import Any, Callable, Protocol
 
 from prefilltui.measure.otlp import UsersTrace
-from prefilltui.measure.users_metrics import UsersMetrics
+from prefilltui.measure.users_metrics import WINDOW_S as USERS_WINDOW_S, UsersMetrics
 from prefilltui.measure.telemetry import TelemetrySnapshot
 from prefilltui.model import defaults
 from prefilltui.model.fleet import ITL_GOAL_S, Advice, CacheFinding, advise, target_inputs
@@ -386,9 +386,21 @@ class TargetFeed:
         if self._slo_memo is not None and self._slo_memo[0] == key:
             return self._slo_memo[1]
         statuses, _notes = self.live.slo(self.info, self.users_evidence(),
-                                         baseline_fit=self.config.baseline, now_s=time.time())
+                                         baseline_fit=self.config.baseline, now_s=time.time(),
+                                         users_buckets=self._users_buckets(),
+                                         buckets_window_s=USERS_WINDOW_S)
         self._slo_memo = (key, statuses)
         return statuses
+
+    def _users_buckets(self) -> tuple:
+        """The server's TTFT histogram over the users' window (``UsersMetrics``, the
+        /metrics source; or the span receiver's fallback to it), () without one."""
+        users = self.config.users
+        for src in (users, getattr(users, "fallback", None)):
+            read = getattr(src, "ttft_buckets", None)
+            if callable(read):
+                return read(window_s=USERS_WINDOW_S)
+        return ()
 
     def users_version(self) -> int:
         """What the users' source has taken so far (``UsersTrace.version``; 0 without

@@ -317,3 +317,19 @@ def test_fleet_from_histograms_merges_at_the_common_bounds():
     same = fleet_from_buckets(o, [a, a])
     assert same.exact and same.good_lo == 36 and same.total == 40
     assert fleet_from_buckets(o, [a, [(1.0, 3)]]) is None
+
+
+def test_status_reads_the_histogram_when_no_span_is_there():
+    from prefilltui.model.slo import slo_status
+    from prefilltui.render.slo import slo_line_forms
+
+    x, y = _probes()
+    fit = fit_robust(x, y)
+    o = Objective(1.0, 99.0)
+    buckets = [(0.5, 80), (0.75, 90), (1.5, 98), (math.inf, 100)]
+    st = slo_status(o, idle_fit=fit, now_fit=fit, users_buckets=buckets, buckets_window_s=60.0)
+    assert st.users.source == "histogram" and st.users.share_bounds == (0.90, 0.98)
+    assert st.burn is None and st.users_ttft_s is None  # no single requests
+    long, short, _ = slo_line_forms(st)
+    assert "server's TTFT histogram 90.0–98.0 % within (at the buckets 750 ms / 1.5 s)" in long
+    assert "hist 90.0–98.0 % in" in short

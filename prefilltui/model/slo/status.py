@@ -17,7 +17,7 @@ from typing import Sequence
 import numpy as np
 
 from prefilltui.model.fit import LinearFit
-from prefilltui.model.slo.attainment import Attainment, attainment_of
+from prefilltui.model.slo.attainment import Attainment, attainment_from_buckets, attainment_of
 from prefilltui.model.slo.burn import BurnState, burn_state
 from prefilltui.model.slo.objective import Objective
 from prefilltui.model.slo.prompt_limit import PromptLimit, longest_prompt
@@ -29,7 +29,9 @@ class SloStatus:
     """One objective, now.
 
     idle / now -- n_max at the held idle line and at the window's line (None: no
-      resolved fit); users -- the users' attainment from their spans (None: no spans);
+      resolved fit); users -- the users' attainment from their spans, else from the
+      server's TTFT histogram (source "histogram": known at its bucket bounds, and
+      counting prefilltui's own requests too); None: neither;
     probes -- the probes' attainment (prefilltui's own requests); users_ttft_s -- the
       users' TTFT at the objective's percentile (s; from the spans);
     users_over -- the share of the users' prompts longer than n_max now (0..1);
@@ -74,10 +76,14 @@ def _users_queue_s(users: Sequence[UserRequest], percentile: float) -> float:
 def slo_status(objective: Objective, *, idle_fit: LinearFit | None,
                now_fit: LinearFit | None, probe_ttfts_s: Sequence[float] = (),
                users: Sequence[UserRequest] = (), now_s: float | None = None,
-               add_users_queue: bool = True) -> SloStatus:
+               add_users_queue: bool = True,
+               users_buckets: Sequence[tuple[float, float]] = (),
+               buckets_window_s: float | None = None) -> SloStatus:
     """``objective``'s state (see ``SloStatus``).  ``users``: the users' kept requests
     (their spans); ``now_s``: unix s the burn windows end at (the newest request's
-    finish when None).  With ``add_users_queue``, n_max *now* leaves room for the
+    finish when None).  ``users_buckets``: the server's TTFT histogram over a window
+    (cumulative (le, count) deltas, ``buckets_window_s`` long), read when no span is
+    there: the share known at its bounds (``attainment_from_buckets``).  With ``add_users_queue``, n_max *now* leaves room for the
     users' queue time at the objective's percentile (the idle line never: it is the
     server at its best).  Never raises for bad data."""
     spans = [u for u in users if u.ttft_s is not None and math.isfinite(u.ttft_s)]
@@ -96,5 +102,7 @@ def slo_status(objective: Objective, *, idle_fit: LinearFit | None,
         lengths = [u.prompt_tokens for u in spans if u.prompt_tokens is not None]
         if lengths and now is not None and now.tokens is not None:
             over = sum(n > now.tokens for n in lengths) / len(lengths)
+    elif users_buckets:
+        att = attainment_from_buckets(users_buckets, objective, buckets_window_s)
     return SloStatus(objective, idle=idle, now=now, users=att, probes=probes,
                      users_ttft_s=users_ttft, users_over=over, burn=burn)

@@ -131,18 +131,22 @@ def analyze(results: Iterable[ProbeResult], server_info: ServerInfo | None = Non
 def slo_part(options: AnalysisOptions, server_info: ServerInfo | None,
              idle_fit: LinearFit | None, now_fit: LinearFit | None,
              probe_ttfts_s: list[float], users_evidence: UsersEvidence | None,
-             now_s: float | None = None) -> tuple[tuple[SloStatus, ...], list[str]]:
+             now_s: float | None = None, users_buckets=(),
+             buckets_window_s: float | None = None) -> tuple[tuple[SloStatus, ...], list[str]]:
     """Each objective of ``options.slo`` now (``model.slo.slo_status``): the presets
     resolved by the server's model, n_max at ``idle_fit`` (the held idle line, or the
     baseline's) and at ``now_fit`` (the window's), the probes' attainment over
-    ``probe_ttfts_s`` and the users' from their kept spans.  Returns (statuses, notes
+    ``probe_ttfts_s`` and the users' from their kept spans (else from ``users_buckets``,
+    the server's TTFT histogram over ``buckets_window_s``).  Returns (statuses, notes
     on presets that did not apply)."""
     if not options.slo:
         return (), []
     objectives, notes = resolve_slo(options.slo, server_info.model if server_info else None)
     users = users_evidence.user_requests if users_evidence is not None else ()
     return tuple(slo_status(o, idle_fit=idle_fit, now_fit=now_fit, probe_ttfts_s=probe_ttfts_s,
-                            users=users, now_s=now_s) for o in objectives), list(notes)
+                            users=users, now_s=now_s, users_buckets=users_buckets,
+                            buckets_window_s=buckets_window_s)
+                 for o in objectives), list(notes)
 
 
 def expectation(fit: LinearFit | None, baseline_fit: LinearFit | None,

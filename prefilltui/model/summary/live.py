@@ -212,11 +212,13 @@ class LiveSummary:
 
     def slo(self, info: ServerInfo | None, users_evidence: UsersEvidence | None = None, *,
             method: FitMethod | None = None, baseline_fit: LinearFit | None = None,
-            now_s: float | None = None) -> tuple[tuple, list[str]]:
+            now_s: float | None = None, users_buckets=(),
+            buckets_window_s: float | None = None) -> tuple[tuple, list[str]]:
         """Each objective of ``options.slo`` now (``analysis.slo_part``): n_max at the
         held idle line (``baseline_fit``, else the fit ``held`` keeps, else the
         all-time fit) and at the window's line, the recent probes' attainment, the
-        users' from ``users_evidence``'s kept spans, burn windows ending at ``now_s``.
+        users' from ``users_evidence``'s kept spans (else from ``users_buckets``, the
+        server's TTFT histogram), burn windows ending at ``now_s``.
         Returns (statuses, notes); ((), []) without objectives."""
         if not self.options.slo:
             return (), []
@@ -224,7 +226,8 @@ class LiveSummary:
         idle = baseline_fit or self.held.fit or self._all_fit(method)
         win = self.fit.window_fit(method)
         return slo_part(self.options, info, idle, win.fit if win else None, list(self._ttft),
-                        users_evidence, now_s=now_s)
+                        users_evidence, now_s=now_s, users_buckets=users_buckets,
+                        buckets_window_s=buckets_window_s)
 
     # -- the summary
     def summary(self, info: ServerInfo | None = None, *, gpu_names: tuple[str, ...] = (),
