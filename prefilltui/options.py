@@ -134,10 +134,15 @@ class RunFileOptions:
 class LoadOptions:
     """The background load (docs/load.md): ``spec`` (``--load``; None: no load, the
     default: nothing is sent unasked) and ``levels`` (``--load-levels``: the sweep runs
-    once per level, decode streams or requests/s as the spec's kind says)."""
+    once per level, decode streams or requests/s as the spec's kind says); ``search``
+    (``--rate-search``): the rate search's bounds instead of a sweep."""
 
     spec: LoadSpec | None = None
     levels: tuple[float, ...] = ()
+    #: ``--rate-search LO:HI`` (requests/s): the highest rate holding the objective,
+    #: each step ``search_dwell_s`` long (``commands/rate_search``); None: no search
+    search: tuple[float, float] | None = None
+    search_dwell_s: float = 20.0
 
     def effective(self) -> LoadSpec | None:
         """The load the session runs: the spec at the highest level when levels are
@@ -146,6 +151,8 @@ class LoadOptions:
         Raises:
             ValueError: a level the spec's kind does not take (``LoadSpec.at``).
         """
+        if self.search is not None and self.spec is not None:
+            return self.spec.at(self.search[0])  # the search's first step
         if not self.levels:
             return self.spec
         return (self.spec or LoadSpec("decode", 1.0)).at(max(self.levels))

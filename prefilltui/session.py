@@ -343,6 +343,8 @@ def build_session(options: SessionOptions, base_url: str, *, continuous: bool = 
     except OSError as exc:
         raise SessionError(f"cannot write the run file {run_path}: {exc.strerror or exc}"
                            ) from None
+    if options.analysis.slo:  # report judges the run by the same objectives
+        writer.set_session(slo=[item.key for item in options.analysis.slo])
     sampler, gpu_source = None, None
     if tel.enabled:
         try:

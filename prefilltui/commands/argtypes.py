@@ -189,3 +189,36 @@ def otlp_listen(text: str) -> str:
     except ValueError as e:
         raise argparse.ArgumentTypeError(str(e))
     return text
+
+
+def slo_objective(text: str):
+    """``--slo``: ``ttft=2s@p99`` / ``ttft=500ms@p90`` or a preset (``mlperf-server``,
+    ``mlperf-interactive``): ``model.slo.parse_objective``; its sentence is the usage
+    error."""
+    from prefilltui.model.slo import parse_objective
+
+    try:
+        return parse_objective(text)
+    except ValueError as e:
+        raise argparse.ArgumentTypeError(str(e)) from None
+
+
+slo_objective.__name__ = "slo"
+
+
+def _rate_range(text: str) -> tuple[float, float]:
+    """``--rate-search LO:HI``: two request rates, 0 < LO < HI <= the rate load's cap
+    (``model.loadspec.MAX_RATE``)."""
+    from prefilltui.model.loadspec import MAX_RATE
+
+    try:
+        lo, hi = (float(v) for v in text.split(":"))
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected LO:HI requests/s (0.5:8), got {text[:40]!r}")
+    if not (math.isfinite(lo) and math.isfinite(hi) and 0 < lo < hi <= MAX_RATE):
+        raise argparse.ArgumentTypeError(f"expected 0 < LO < HI <= {MAX_RATE:g} requests/s, "
+                                         f"got {text[:40]!r}")
+    return lo, hi
+
+
+_rate_range.__name__ = "rate range"

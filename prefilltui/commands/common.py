@@ -14,7 +14,8 @@ from typing import get_args
 
 from prefilltui.commands.argtypes import (_depth_list, _duty, _int_list, _load_levels, _load_spec,
                                           _positive_int, _sample_hz, _until_pct, otlp_listen,
-                                          parse_budget, ranged)
+                                          parse_budget, ranged, slo_objective, _rate_range,
+                                          _positive_float)
 from prefilltui.measure.sweep import TIME_CAP_S
 from prefilltui.model import defaults
 from prefilltui.model.sanitize import clean
@@ -161,6 +162,11 @@ def add_analysis_args(p: argparse.ArgumentParser) -> None:
                    help=f"sliding-window fit over the last N probes (default {defaults.WINDOW})")
     g.add_argument("--baseline", metavar="RUN.jsonl",
                    help="a saved run to compare the live fit against (drift warning)")
+    g.add_argument("--slo", type=slo_objective, action="append", default=[],
+                   metavar="OBJECTIVE",
+                   help="a TTFT objective: ttft=2s@p99, ttft=500ms@p90 (s or ms, p50..p99.9), "
+                        "or mlperf-server / mlperf-interactive (MLPerf Inference's limit for "
+                        "the server's model); repeat for several (docs/slo.md)")
 
 
 def add_load_args(p: argparse.ArgumentParser, *, levels: bool = False) -> None:
@@ -181,6 +187,14 @@ def add_load_args(p: argparse.ArgumentParser, *, levels: bool = False) -> None:
                             "requests/s with --load rate:...), e.g. 0,1,2,4,8: TTFT split "
                             "into queue/prefill/overhead, the fit, decode ITL p50/p99 and "
                             "stall per level, and where queueing takes over")
+        g.add_argument("--rate-search", type=_rate_range, metavar="LO:HI",
+                       help="with --load rate:... and --slo: instead of the sweep, find the "
+                            "highest offered rate (requests/s, between LO and HI) whose "
+                            "requests meet the objective, by bisection, each step "
+                            "--rate-dwell seconds; prints each step's attainment with its "
+                            "95 %% interval and the answer (docs/slo.md)")
+        g.add_argument("--rate-dwell", type=_positive_float, default=20.0, metavar="S",
+                       help="seconds each rate of --rate-search is offered (default 20)")
 
 
 def add_otlp_args(p: argparse.ArgumentParser) -> None:
@@ -235,7 +249,7 @@ def roofline_spec(args: argparse.Namespace) -> RooflineSpec:
 def analysis_options(args: argparse.Namespace) -> AnalysisOptions:
     """``add_analysis_args``'s and ``add_hardware_args``'s flags."""
     return AnalysisOptions(fit=args.fit, window=args.window, baseline=args.baseline,
-                           roofline=roofline_spec(args))
+                           roofline=roofline_spec(args), slo=tuple(args.slo))
 
 
 def telemetry_options(args: argparse.Namespace) -> TelemetryOptions:
@@ -246,7 +260,10 @@ def telemetry_options(args: argparse.Namespace) -> TelemetryOptions:
 
 def load_options(args: argparse.Namespace, *, levels: bool = False) -> LoadOptions:
     """``add_load_args``'s flags (``--load-levels`` where ``levels``)."""
-    return LoadOptions(spec=args.load, levels=tuple(args.load_levels or ()) if levels else ())
+    if not levels:
+        return LoadOptions(spec=args.load)
+    return LoadOptions(spec=args.load, levels=tuple(args.load_levels or ()),
+                       search=args.rate_search, search_dwell_s=args.rate_dwell)
 
 
 def otlp_options(args: argparse.Namespace) -> OtlpOptions:

@@ -23,7 +23,8 @@ import threading
 from dataclasses import replace
 from pathlib import Path
 
-from prefilltui.commands.argtypes import _int_list, _positive_float, _positive_int, server_url
+from prefilltui.commands.argtypes import (_int_list, _positive_float, _positive_int, server_url,
+                                          slo_objective)
 from prefilltui.commands.common import (add_hardware_args, add_load_args, add_otlp_args,
                                         add_server_args,
                                         probe_options, roofline_spec)
@@ -66,6 +67,9 @@ def register(sub) -> None:
     g.add_argument("--window", type=_window, default=DEFAULT_WINDOW, metavar="N",
                    help=f"probes in the sliding-window fit (default {DEFAULT_WINDOW})")
     g.add_argument("--seed", type=int, default=None, help="seed for the length order and prompts")
+    g.add_argument("--slo", type=slo_objective, action="append", default=[], metavar="OBJECTIVE",
+                   help="every target's TTFT objective (ttft=2s@p99, mlperf-server; repeat for "
+                        "several; the TOML slo wins; docs/slo.md)")
     r = p.add_argument_group("run files")
     r.add_argument("--run-dir", metavar="DIR",
                    help="directory of the per-target run files (default: the user data dir's "
@@ -135,7 +139,7 @@ def _base(args) -> TargetConfig:
     return TargetConfig(url="http://unset", probe=probe_options(args),
                         roofline=roofline_spec(args), lengths=tuple(args.lengths),
                         interval_s=args.interval, window=args.window, load=args.load,
-                        otlp_listen=args.otlp_listen)
+                        otlp_listen=args.otlp_listen, slo=tuple(args.slo))
 
 
 def targets_from_args(args, discovered: list[TargetConfig] | tuple = ()) -> list[TargetConfig]:

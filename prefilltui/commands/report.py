@@ -17,6 +17,7 @@ import argparse
 import re
 import shutil
 import sys
+from dataclasses import replace
 from collections import Counter
 from pathlib import Path
 
@@ -100,6 +101,20 @@ def _load(path: str, *, merge: bool = True, session: int | None = None):
     return results, None
 
 
+def slo_of_session(keys) -> tuple:
+    """The objectives a run file's session line names (``slo``: their keys, as
+    ``--slo`` takes them); one that no longer parses is left out."""
+    from prefilltui.model.slo import parse_objective
+
+    out = []
+    for key in keys if isinstance(keys, list) else []:
+        try:
+            out.append(parse_objective(key))
+        except ValueError:
+            continue
+    return tuple(out)
+
+
 def run(args) -> int:
     options = analysis_options(args)
     results, problem = _load(args.run_file, merge=args.merge_sessions, session=args.session)
@@ -114,6 +129,8 @@ def run(args) -> int:
     gpu_names = session.get("gpu_names")
     gpu_names = ([n for n in gpu_names if isinstance(n, str) and n]
                  if isinstance(gpu_names, list) else None) or None
+    if not options.slo:  # the objectives the run was watched by, unless --slo says others
+        options = replace(options, slo=slo_of_session(session.get("slo")))
     baseline_fit, baseline_problem = _baseline(options.baseline, options.fit)
     # probes after a deliberately cached prefix (--depth) go to their own table; probes
     # under background load are fitted per load level (the idle fit keeps none of them)

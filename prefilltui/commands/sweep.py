@@ -11,6 +11,7 @@ progress then goes to stderr.  Exit: 0 the sweep ran (even with failed probes), 
 
 from __future__ import annotations
 
+import json
 import sys
 import threading
 import time
@@ -193,6 +194,45 @@ def run(args) -> int:
                      args.url, as_json=args.format == "json")
 
 
+def _rate_search(options: SessionOptions, session, stream, as_json: bool) -> int:
+    """``--rate-search``: the highest offered rate holding the first objective
+    (``commands.rate_search``) instead of the sweep; returns the exit code."""
+    from prefilltui.commands.rate_search import answer_lines, run_rate_search
+    from prefilltui.model.slo import resolve
+
+    gen, spec = session.load, options.load.spec
+    objectives, notes = resolve(options.analysis.slo, options.probe.model)
+    try:
+        if gen is None or spec is None or spec.kind != "rate":
+            err("--rate-search needs a rate load: --load rate:R,tokens:L")
+            return ExitCode.USAGE
+        if not objectives:
+            err("--rate-search needs an objective: --slo ttft=2s@p99"
+                + "".join(f" ({n})" for n in notes))
+            return ExitCode.USAGE
+        objective = objectives[0]
+        lo, hi = options.load.search
+        say(f"rate search on {display_url(session.base_url)}: {objective.label}, "
+            f"{lo:g}..{hi:g} req/s of {spec.prompt_tokens}-token prompts, "
+            f"{options.load.search_dwell_s:g} s a step", stream)
+        if not session.start_load(wait_s=30.0):
+            err(f"the load did not start: {gen.describe()}")
+            return ExitCode.FAILURE
+        res = run_rate_search(gen, objective, lo, hi, options.load.search_dwell_s,
+                              lambda text: say(text, stream))
+    except KeyboardInterrupt:
+        err("interrupted")
+        return ExitCode.INTERRUPTED
+    finally:
+        session.close()
+    if as_json:
+        print(json.dumps(res.to_json(), indent=2))
+    else:
+        for line in answer_lines(res):
+            say(line, stream)
+    return ExitCode.OK if res.steps else ExitCode.FAILURE
+
+
 def run_sweep(options: SessionOptions, base_url: str, *, as_json: bool = False) -> int:
     """Run the headless sweep against ``base_url`` and print its summary (text, or one
     JSON object with ``as_json``); returns the exit code.  ``prefilltui demo --headless``
@@ -204,6 +244,8 @@ def run_sweep(options: SessionOptions, base_url: str, *, as_json: bool = False) 
         return e.code
     design = options.design
     stream = sys.stderr if as_json else sys.stdout
+    if options.load.search is not None:
+        return _rate_search(options, session, stream, as_json)
     budget_probes, budget_s = design.budget_probes, design.budget_s
     until = design.until_ci_pct
     depths = [x for x in design.depths if x > 0]

@@ -76,6 +76,22 @@ prefilltui_probe_spans_total                    counter    probes whose own span
 prefilltui_span_latency_seconds                 gauge      median span end -> receipt
 ==============================================  =========  ==================================
 
+Only for a target with a TTFT objective (``slo``; docs/slo.md), by ``objective``
+(``ttft=2s@p99``) and ``source`` (users: their spans; probes: prefilltui's own):
+
+==============================================  =========  ==================================
+prefilltui_slo_objective_seconds                gauge      the objective's TTFT threshold
+prefilltui_slo_target_ratio                     gauge      the share that must meet it (0.99)
+prefilltui_slo_requests_total                   counter    requests counted, by ``source``
+prefilltui_slo_good_requests_total              counter    of them within the threshold
+prefilltui_slo_attainment_ratio                 gauge      share within over the kept requests
+                                                           (+ _lower_/_upper_ 95 %, Wilson)
+prefilltui_slo_error_budget_remaining_ratio     gauge      1 - missed / (budget x requests)
+prefilltui_slo_max_prompt_tokens                gauge      n_max by ``line`` (idle, now), an
+                                                           estimate (+ _lower_/_upper_ 95 %)
+prefilltui_slo_users_over_max_prompt_ratio      gauge      users' prompts longer than n_max now
+==============================================  =========  ==================================
+
 Fit series are absent until the window holds a fit (3 probes at 2+ lengths); an
 unbounded upper bound (the slope's interval reaches 0) is absent rather than +Inf.
 Ages are taken at scrape time, so a scrape that finds a probe hanging says so.
@@ -279,7 +295,7 @@ def families(snaps: Sequence[TargetSnapshot], now: float | None = None) -> list[
             for q, v in (("0.5", fig.itl_p50_s), ("0.99", fig.itl_p99_s)):
                 if v is not None:
                     itl.add_metric(lvl + [q], v)
-    users = users_families(snaps, g, c)
+    users = users_families(snaps, g, c) + slo_families(snaps, g, c)
     out = [info, up, ready, interval, probes, hit, cached, counted, ptoks, last, last_ok,
            error, inflight, hang, timeout, ttft, medians, a, a_lo, a_hi, b, tp, tp_lo, tp_hi,
            expected, mfu, mfu_lo, mfu_hi, npts, wsize, age, stale, stale_after, verdict, parts,
@@ -335,6 +351,67 @@ def users_families(snaps: Sequence[TargetSnapshot], g, c) -> list[Metric]:
             if st.latency_p50_s is not None:
                 lat.add_metric(lv, st.latency_p50_s)
     return [n, ttft, ptok, queue, exp, unexp, hit, spans, lat]
+
+
+def slo_families(snaps: Sequence[TargetSnapshot], g, c) -> list[Metric]:
+    """Each TTFT objective's series (``TargetSnapshot.slo``, ``exporter.slo``): none at all
+    when no target has an objective.  ``objective`` is its key (``ttft=2s@p99``);
+    ``source`` "users" (their spans) or "probes" (prefilltui's own requests)."""
+    if not any(s.slo for s in snaps):
+        return []
+    ob, src = ("objective",), ("objective", "source")
+    thr = g("prefilltui_slo_objective_seconds", "The objective's TTFT threshold", ob)
+    tgt = g("prefilltui_slo_target_ratio", "The share of requests that must meet the threshold "
+            "(0.99 for p99); the error budget is 1 - this", ob)
+    req = c("prefilltui_slo_requests", "Requests counted against the objective: the users' "
+            "spans as they arrive, or the fit's probes", src)
+    good = c("prefilltui_slo_good_requests", "Of them, those whose TTFT met the threshold", src)
+    att = g("prefilltui_slo_attainment_ratio", "Share within the threshold over the kept "
+            "users' spans / the recent probes (exact)", src)
+    att_lo = g("prefilltui_slo_attainment_lower_ratio", "Lower 95 % bound of the attainment "
+               "(Wilson)", src)
+    att_hi = g("prefilltui_slo_attainment_upper_ratio", "Upper 95 % bound of the attainment "
+               "(Wilson)", src)
+    left = g("prefilltui_slo_error_budget_remaining_ratio", "1 - missed / (budget x requests) "
+             "over the same requests (negative: overspent)", src)
+    line = ("objective", "line")
+    nmax = g("prefilltui_slo_max_prompt_tokens", "The longest prompt meeting the objective by "
+             "the fit (estimate), at the held idle line or the window's (line = idle, now)", line)
+    nmax_lo = g("prefilltui_slo_max_prompt_lower_tokens", "Lower 95 % bound of it", line)
+    nmax_hi = g("prefilltui_slo_max_prompt_upper_tokens", "Upper 95 % bound of it (absent "
+                "when unbounded)", line)
+    over = g("prefilltui_slo_users_over_max_prompt_ratio", "Share of the users' prompts longer "
+             "than the longest prompt meeting the objective now", ob)
+    for s in snaps:
+        lv = [clean(s.target), clean(s.model)]
+        for f in s.slo:
+            lo = lv + [f.objective.key]
+            thr.add_metric(lo, f.objective.threshold_s)
+            tgt.add_metric(lo, f.objective.target)
+            for source, n, k in f.counts:
+                req.add_metric(lo + [source], n)
+                good.add_metric(lo + [source], k)
+            st = f.status
+            if st is None:
+                continue
+            for source, a in (("users", st.users), ("probes", st.probes)):
+                if a is None or not a.total:
+                    continue
+                ci = a.ci
+                for fam, v in ((att, a.share), (att_lo, ci[0]), (att_hi, ci[1]),
+                               (left, a.budget_left)):
+                    if v is not None and math.isfinite(v):
+                        fam.add_metric(lo + [source], v)
+            for name, lim in (("idle", st.idle), ("now", st.now)):
+                if lim is None or lim.tokens is None:
+                    continue
+                nmax.add_metric(lo + [name], lim.tokens)
+                for fam, v in ((nmax_lo, lim.ci[0]), (nmax_hi, lim.ci[1])):
+                    if v is not None:
+                        fam.add_metric(lo + [name], v)
+            if st.users_over is not None:
+                over.add_metric(lo, st.users_over)
+    return [thr, tgt, req, good, att, att_lo, att_hi, left, nmax, nmax_lo, nmax_hi, over]
 
 
 def build_info() -> Metric:

@@ -25,6 +25,8 @@ TOML layout (every key optional except ``url``; ``[defaults]`` applies to every
     gpus = "0"               # which GPUs of that page (default: all); the fleet view only
     otlp_listen = "127.0.0.1:4318"  # receive the server's OTLP traces here (docs/users.md)
     otlp_service = "gpu-01"  # its spans' service.name, when targets share a receiver
+    slo = ["ttft=2s@p99"]    # TTFT objectives (or "mlperf-server"); in [defaults]: the
+                             # fleet's, for every target without its own (docs/slo.md)
 
 API keys come only from the environment (``api_key_env`` names the variable); a key
 written in the file is refused, so it never sits in a config file or a process list.
@@ -44,6 +46,7 @@ from prefilltui.model.roofline import known_names
 from prefilltui.model.roofline import lookup_gpu
 from prefilltui.model.loadspec import LoadSpec, parse_load
 from prefilltui.model.fleet import HANG_AFTER_S
+from prefilltui.model.slo import SloItem, parse_objective
 from prefilltui.model.redact import display_url, scrub_secrets
 from prefilltui.options import (AnalysisOptions, OtlpOptions, ProbeOptions, RooflineSpec,
                                 read_model_config)
@@ -112,6 +115,8 @@ class TargetConfig:
     #: (``otlp_service``; default: its label and host:port), docs/users.md
     otlp_listen: str | None = None
     otlp_service: str | None = None
+    #: the TTFT objectives (``slo``, ``model.slo``): ``Objective`` or preset items
+    slo: tuple[SloItem, ...] = ()
 
     @property
     def shown_url(self) -> str:
@@ -140,8 +145,8 @@ class TargetConfig:
     @property
     def analysis(self) -> AnalysisOptions:
         """How the window is analysed: the robust fit over ``window`` probes, with the
-        target's roofline inputs."""
-        return AnalysisOptions(window=self.window, roofline=self.roofline)
+        target's roofline inputs and objectives."""
+        return AnalysisOptions(window=self.window, roofline=self.roofline, slo=self.slo)
 
 
 #: Every key a target takes (file and command line) -> where it goes: (record, field)
@@ -158,6 +163,7 @@ KEYS: dict[str, tuple[tuple[str, str], ...]] = {
     "hang_after": (("", "hang_after_s"),), "stale_after": (("", "stale_after_s"),),
     "load": (("", "load"),),
     "otlp_listen": (("", "otlp_listen"),), "otlp_service": (("", "otlp_service"),),
+    "slo": (("", "slo"),),
     **{k: (("roofline", k),) for k in ("gpu", "peak_tflops", "bandwidth_tbs", "dtype",
                                        "params", "layers", "hidden", "attn_width",
                                        "model_config", "efficiency")},
@@ -309,12 +315,34 @@ def _coerce(d: dict[str, Any], where: str) -> dict[str, Any]:
     for k in _FLOATS:
         if isinstance(out.get(k), int) and not isinstance(out.get(k), bool):
             out[k] = float(out[k])
+    if "slo" in out:  # "ttft=2s@p99" or a list of them -> objectives (model.slo)
+        out["slo"] = slo_items(out["slo"], where)
     if "load" in out:  # "decode:2" -> a LoadSpec (model.loadspec)
         try:
             out["load"] = parse_load(out["load"] if isinstance(out["load"], str) else "")
         except ValueError as e:
             raise ValueError(f"{where}: load: {e}") from None
     return out
+
+
+def slo_items(value: Any, where: str) -> tuple[SloItem, ...]:
+    """The TOML ``slo``: one objective ("ttft=2s@p99", "mlperf-server") or a list of
+    them, parsed (``model.slo.parse_objective``).
+
+    Raises:
+        ValueError: naming ``where`` and the objective that does not parse.
+    """
+    items = [value] if isinstance(value, str) else value
+    if not isinstance(items, list) or not items or len(items) > 16:
+        raise ValueError(f"{where}: slo must be an objective such as \"ttft=2s@p99\" or a "
+                         "list of up to 16 of them")
+    out = []
+    for item in items:
+        try:
+            out.append(parse_objective(item, source="config"))
+        except ValueError as e:
+            raise ValueError(f"{where}: slo: {e}") from None
+    return tuple(out)
 
 
 def _relative_to(path: str, d: dict[str, Any]) -> dict[str, Any]:

@@ -11,6 +11,7 @@ from dataclasses import dataclass
 
 from prefilltui.exporter.health import Expected, ttft_buckets
 from prefilltui.exporter.load_figures import LoadFigures
+from prefilltui.exporter.slo import SloFigures
 from prefilltui.model import defaults
 from prefilltui.model.fit import LinearFit
 from prefilltui.model.summary import RunSummary
@@ -95,6 +96,8 @@ class TargetSnapshot:
     #: count) for every kind once the watch runs (``model.server_change``)
     server_start_time_s: float | None = None
     server_changes: tuple[tuple[str, int], ...] = ()
+    #: each TTFT objective (``slo``): its counters and its state (``exporter.slo``)
+    slo: tuple[SloFigures, ...] = ()
 
     @property
     def fit(self) -> LinearFit | None:

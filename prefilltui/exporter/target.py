@@ -38,6 +38,7 @@ from prefilltui.exporter.health import (Expected, baseline_fit, explicit_baselin
                                         hang_threshold, length_medians, roofline_expected,
                                         ttft_buckets)
 from prefilltui.exporter.load_figures import LoadFigures, load_figures
+from prefilltui.exporter.slo import SloCounters, objectives_of
 from prefilltui.exporter.snapshot import LengthHistogram, TargetSnapshot
 from prefilltui.model.diagnosis import (
     Expectation, HeldExpectation, throughput_expectation, ttft_verdict,
@@ -145,6 +146,7 @@ class TargetProber:
         self._counts: dict[tuple[str, str], int] = {("ok", ""): 0}
         self._counts.update({("failed", k): 0 for k in ERROR_KINDS})
         self._hist: dict[int, list[float]] = {}  # tokens -> [per-bucket counts..., +Inf, sum]
+        self._slo = SloCounters()  # the objectives' counters (``exporter.slo``)
         self._totals = {"cache_hit_probes": 0, "cached_tokens": 0, "cache_counted_probes": 0,
                         "prompt_tokens": 0}
         self._health: RunSummary | None = None
@@ -345,6 +347,8 @@ class TargetProber:
             self._totals["prompt_tokens"] += int(r.prompt_tokens or r.requested_tokens or 0)
             if not r.warmup and r.ttft_s is not None:
                 self._observe(r.requested_tokens, r.ttft_s)
+                if r.fit_eligible:  # the probes' attainment counts the fit's probes
+                    self._slo.probe(self._objectives(), r.ttft_s)
                 self._window.append(r)
                 self._medians = length_medians(self._window)
                 try:
@@ -422,8 +426,27 @@ class TargetProber:
             expected=expected, last_error=self._last_error,
             metrics_problem=hook.problem if hook is not None else None,
             run_file=str(self.writer.path) if self.writer is not None else None,
-            load=self._load_figures(), **self._users_figures(), **self._server_figures(),
-            **self._totals)
+            load=self._load_figures(), slo=self._slo_figures(), **self._users_figures(),
+            **self._server_figures(), **self._totals)
+
+    def _objectives(self) -> tuple:
+        """The target's objectives for its server's model (``exporter.slo``)."""
+        info = self._info
+        return objectives_of(self.cfg.slo, self.cfg.probe.model or (info.model if info else None))
+
+    def _slo_figures(self) -> tuple:
+        """Each objective's counters (the users' new spans counted now) and state."""
+        if not self.cfg.slo:
+            return ()
+        try:
+            objectives = self._objectives()
+            trace = self.session.trace if self.session is not None else None
+            if trace is not None:
+                self._slo.users(objectives, trace.recent())
+            return self._slo.figures(objectives, self._health.slo if self._health else ())
+        except Exception:  # never into the probing
+            log.exception("objectives failed for %s", self.cfg.label)
+            return ()
 
     @property
     def users(self):

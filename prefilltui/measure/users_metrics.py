@@ -105,6 +105,23 @@ class UsersMetrics:
                                   fit=fit if fit is not None else self.fit(),
                                   running=running, waiting=waiting)
 
+    def ttft_buckets(self, now_s: float | None = None, window_s: float = WINDOW_S
+                     ) -> tuple[tuple[float, float], ...]:
+        """The TTFT histogram's cumulative (le, count) deltas over the window ending at
+        the newest scrape at or before ``now_s`` (the server counts every request:
+        prefilltui's own probes and load are in it); () with fewer than two scrapes,
+        no TTFT histogram or a counter reset."""
+        now = self._clock() if now_s is None else now_s
+        with self._lock:
+            got = [s for s in self._samples if s.t <= now]
+        if len(got) < 2:
+            return ()
+        after = got[-1]
+        before = next((s for s in reversed(got) if s.t <= after.t - window_s), got[0])
+        old = dict(before.buckets.get("ttft", ()))
+        out = tuple((le, c - old.get(le, 0.0)) for le, c in after.buckets.get("ttft", ()))
+        return out if out and all(c >= 0 for _, c in out) else ()
+
     def before(self, now_s: float | None = None, *, fit: LinearFit | None = None,
                window_s: float = WINDOW_S) -> UsersWindow | None:
         """The window before ``window(now_s)``; None when it has no users' requests."""

@@ -19,6 +19,7 @@ from dataclasses import dataclass, field, replace
 from prefilltui.model import defaults
 from prefilltui.model.roofline import ModelShape, lookup_model, model_from_config
 from prefilltui.model.roofline import Hardware, lookup_gpu
+from prefilltui.model.slo import SloItem
 from prefilltui.model.types import Dtype, FitMethod, ServerInfo
 
 
@@ -56,12 +57,15 @@ class RooflineSpec:
 class AnalysisOptions:
     """How a run is analysed: the fit shown (``fit``), the sliding window in probes
     (``window``), a baseline run file to compare against (``baseline``, a path read by
-    the caller, never by the model) and the roofline inputs."""
+    the caller, never by the model), the roofline inputs and the TTFT objectives
+    (``slo``: ``--slo``, the TOML ``slo``; each an ``Objective`` or a preset resolved by
+    the server's model, ``model.slo``)."""
 
     fit: FitMethod = defaults.FIT_METHOD
     window: int = defaults.WINDOW
     baseline: str | None = None
     roofline: RooflineSpec = RooflineSpec()
+    slo: tuple[SloItem, ...] = ()
 
 
 def read_model_config(spec: RooflineSpec) -> RooflineSpec:

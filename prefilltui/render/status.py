@@ -8,6 +8,7 @@ import json
 from prefilltui.model.sanitize import clean
 from prefilltui.model.fleet import FleetStatus
 from prefilltui.render.fleet import figures, table
+from prefilltui.render.slo import fleet_lines
 
 
 def format_status(status: FleetStatus, width: int = 100, ref_tokens: int = 1024) -> str:
@@ -33,6 +34,11 @@ def format_status(status: FleetStatus, width: int = 100, ref_tokens: int = 1024)
             lines.append(f"  GPU: {clean(t.gpu_source)}")
         out.append("")
         out.extend(lines)
+    slo = fleet_lines([(clean(t.label), t.summary.slo) for t in status.targets
+                       if t.summary is not None])
+    if slo:
+        out.append("")
+        out.extend(slo)
     bad = [t.label for t in status.targets if not t.healthy]
     out.append("")
     out.append("healthy: every target" if not bad else

@@ -21,6 +21,7 @@ from prefilltui.model.sanitize import clean
 from prefilltui.model.summary import RunSummary
 from prefilltui.model.fit import Progress
 from prefilltui.model.units import MISSING
+from prefilltui.render.slo import slo_lines
 
 
 def doubt(why: str) -> str:
@@ -234,6 +235,7 @@ def format_summary(d: RunSummary, *, percentile_table: bool = True) -> str:
     out += _roofline_lines(d)
     out += format_percentiles(d.percentiles, by_length=percentile_table)
     out.append(f"Verdict: {d.verdict.text}")
+    out += slo_lines(d.slo)
     shown = {d.fixed_cost.note} if d.fixed_cost else set()
     out += [f"  note: {n}" for n in d.notes if n not in shown]
     return "\n".join(out)

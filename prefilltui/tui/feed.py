@@ -18,7 +18,7 @@ from pathlib import Path
 from typing import Any, Callable, Protocol
 
 from prefilltui.measure.otlp import UsersTrace
-from prefilltui.measure.users_metrics import UsersMetrics
+from prefilltui.measure.users_metrics import WINDOW_S as USERS_WINDOW_S, UsersMetrics
 from prefilltui.measure.telemetry import TelemetrySnapshot
 from prefilltui.model import defaults
 from prefilltui.model.fleet import ITL_GOAL_S, Advice, CacheFinding, advise, target_inputs
@@ -155,6 +155,7 @@ class TargetFeed:
         self.clock = clock
         #: (monotonic s, the users' window then): the redraw's two reads share one window
         self._users_memo: tuple[float, UsersWindow | None] | None = None
+        self._slo_memo: tuple[tuple, tuple] | None = None
         self.runner: Runner | None = None
         self.live = LiveSummary(config.analysis)  # the idle fit: no probe under load
         #: each background-load level's own summary (probes under that load, fitted as
@@ -401,6 +402,33 @@ class TargetFeed:
         n = st.probes_matched + st.probes_expired if st is not None else 0
         matched = f"probes' own spans {st.probes_matched}/{n}" if n else None
         return users_lines(self.users_window(), matched=matched)
+
+    def slo(self) -> tuple:
+        """Each TTFT objective now (``LiveSummary.slo``: n_max at the held idle line and
+        at the window's, the probes' attainment, the users' from their spans), cached
+        until the next probe or span; () without ``--slo``."""
+        if not self.config.analysis.slo:
+            return ()
+        # the burn windows end now (unix s, the spans' clock), re-judged once a second
+        key = (self.live.version, self.users_version(), id(self.info), int(time.time()))
+        if self._slo_memo is not None and self._slo_memo[0] == key:
+            return self._slo_memo[1]
+        statuses, _notes = self.live.slo(self.info, self.users_evidence(),
+                                         baseline_fit=self.config.baseline, now_s=time.time(),
+                                         users_buckets=self._users_buckets(),
+                                         buckets_window_s=USERS_WINDOW_S)
+        self._slo_memo = (key, statuses)
+        return statuses
+
+    def _users_buckets(self) -> tuple:
+        """The server's TTFT histogram over the users' window (``UsersMetrics``, the
+        /metrics source; or the span receiver's fallback to it), () without one."""
+        users = self.config.users
+        for src in (users, getattr(users, "fallback", None)):
+            read = getattr(src, "ttft_buckets", None)
+            if callable(read):
+                return read(window_s=USERS_WINDOW_S)
+        return ()
 
     def users_version(self) -> int:
         """What the users' source has taken so far (``UsersTrace.version``; 0 without

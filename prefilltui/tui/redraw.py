@@ -39,6 +39,8 @@ from prefilltui.tui.feed import TargetFeed
 from prefilltui.tui.load_control import LoadControl, level_title, load_lines
 from prefilltui.tui.viewmodel import build_stats, drift_warning, roofline_lines, status_line
 from prefilltui.tui.widgets.decode_row import DecodeRow
+from prefilltui.render.slo import detail_lines
+from prefilltui.tui.widgets.slo_row import SloRow
 from prefilltui.tui.widgets.gauges import GaugePanel
 from prefilltui.tui.widgets.probe_log import ProbeLog
 from prefilltui.tui.widgets.stats import Headline, StatsPanel, stats_title
@@ -90,6 +92,7 @@ class Panels:
     gauges: GaugePanel
     decode: DecodeRow
     log: ProbeLog
+    slo: SloRow | None = None  # the objective line (``--slo``)
 
 
 class Redraw:
@@ -242,8 +245,12 @@ class Redraw:
             stats.why, stats.why_forms = forms[0], forms
             stats.notes[:0] = lines
             stats.notes += feed.users_lines()  # the users' window (--otlp-listen)
+            slo = feed.slo()  # the objectives (--slo): n_max, the users above it
+            stats.notes += detail_lines(slo)
             p.headline.show(stats)
             p.stats.show(stats)
+            if p.slo is not None:
+                p.slo.show(slo)
             level = level_title(feed)
             room = p.side.outer_size.width - TITLE_FRAME - len(level) if p.side.is_mounted else 0
             self._title(p.side, "stats", stats_title(stats, room if room > 0 else None) + level)

@@ -74,3 +74,24 @@ def test_status_reads_the_exporters_toml(fake_server, tmp_path, capsys):
     out = capsys.readouterr().out
     assert code == 4 and "gpu-02: down" in out and "gpu-01: ok" in out
     assert main(["status"]) == 2  # no target: usage error
+
+
+def test_status_with_an_objective_lists_replicas_worst_first_and_the_merged_fleet(fake_server, capsys):
+    fast, _ = linear_target(fake_server, a=0.002, b=1e-5)
+    slow, _ = linear_target(fake_server, a=0.002, b=4e-4)
+    # 256 tokens: 4.6 ms on the fast one, 104 ms on the slow one; 1024: 12 / 412 ms
+    code = main(["status", fast.base_url, slow.base_url, *FAST, "--slo", "ttft=50ms@p90"])
+    out = capsys.readouterr().out
+    assert code in (0, 4), out
+    block = out[out.index("SLO 50 ms p90, each replica worst first:"):].splitlines()
+    slow_line, fast_line, fleet_line = block[1:4]
+    assert slow_line.startswith(f"  {slow.base_url}: ") and fast_line.startswith(f"  {fast.base_url}: ")
+    assert "probes' requests" in slow_line and "budget left" in slow_line
+    assert fleet_line.startswith("  fleet (merged counts): ")
+    # merged counts, not an average: the fleet's share is the summed good over summed total
+    shares = [float(re.search(r": ([\d.]+) % within", ln).group(1)) for ln in block[1:4]]
+    counts = [int(re.search(r", ([\d,]+) (?:probes' )?requests\)", ln).group(1).replace(",", ""))
+              for ln in block[1:4]]
+    assert counts[2] == counts[0] + counts[1]
+    good = shares[0] * counts[0] + shares[1] * counts[1]
+    assert abs(shares[2] - good / counts[2]) < 0.1

@@ -86,3 +86,14 @@ def test_demo_selected_probe_160x48(snap_compare):
         await _settle(pilot)
 
     assert snap_compare(_demo_app(), terminal_size=(160, 48), run_before=before)
+
+
+def test_slo_line_80x24(snap_compare):
+    """``--slo`` with users' spans: the objective row under the status line, the plot
+    one row shorter, everything else as without it."""
+    import time
+
+    from tests.tui.test_slo_tui import SLO, _users
+
+    app = _app(analysis=SLO, users=_users(time.time(), slow=2))
+    assert snap_compare(app, terminal_size=(80, 24), run_before=_settle)

@@ -93,9 +93,25 @@ def _snapshot() -> TargetSnapshot:
         probes=((("ok", ""), 1),), ttft_bounds_s=bounds,
         histograms=(LengthHistogram(64, (1,) * (len(bounds) + 1), 0.1, 1),), summary=summary,
         length_medians_s=((64, 0.03),), fit_ts=1.0, window_size=40, in_flight_since=2.0,
-        expected=Expected(1e4, "config"), last_error=("http", 500))
+        expected=Expected(1e4, "config"), last_error=("http", 500), slo=_slo_figures(window))
     assert snap.verdict is not None and snap.parts_s
     return snap
+
+
+def _slo_figures(window) -> tuple:
+    """One objective with every part present: n_max at both lines, the users' and the
+    probes' attainment, the users' share over n_max."""
+    from prefilltui.exporter.slo import SloFigures
+    from prefilltui.model.slo import Objective, slo_status
+    from prefilltui.model.users import UserRequest
+
+    o = Objective(0.2, 99.0)
+    fit = analyze(window).fit
+    users = [UserRequest(arrival_s=10.0 + i, prompt_tokens=500 + 100 * i, ttft_s=0.1 + 0.01 * i,
+                         end_s=11.0 + i) for i in range(20)]
+    st = slo_status(o, idle_fit=fit, now_fit=fit, probe_ttfts_s=[r.ttft_s for r in window],
+                    users=users)
+    return (SloFigures(o, (("users", 20, 18), ("probes", 12, 12)), st),)
 
 
 def _served_names() -> set[str]:

@@ -130,3 +130,21 @@ def test_exporter_users_series():
     plain = TargetSnapshot(target="t", model="m", server_kind="vllm", api="completions",
                            interval_s=15)
     assert not any(m.name.startswith("prefilltui_users") for m in families([plain]))
+
+
+def test_ttft_bucket_deltas_for_the_objectives():
+    from prefilltui.model.slo import Objective, attainment_from_buckets
+
+    t = [1000.0]
+    um = UsersMetrics(clock=lambda: t[0])
+    assert um.ttft_buckets() == ()
+    um.feed("vllm", _vllm(10, 0, (0, 0), 0, 0))
+    t[0] += 61.0
+    um.feed("vllm", _vllm(40, 20, (0, 0), 0, 0))  # 30 more fast, 20 more slow
+    b = um.ttft_buckets()
+    assert b == ((0.1, 30.0), (1.0, 50.0), (float("inf"), 50.0))
+    at = attainment_from_buckets(b, Objective(0.5, 90.0))
+    assert at.bounds_s == (0.1, 1.0) and (at.good_lo, at.good_hi) == (30, 50)
+    t[0] += 61.0
+    um.feed("vllm", _vllm(1, 0, (0, 0), 0, 0))  # a restart: counters fell
+    assert um.ttft_buckets() == ()

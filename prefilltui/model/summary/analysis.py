@@ -30,6 +30,7 @@ from prefilltui.model.summary.run import (LiveFacts, ProbeCounts, QuadraticFit, 
                                       RunSummary, ServerFacts, Verdict, WindowSummary)
 from prefilltui.model.types import ProbeResult, ServerInfo
 from prefilltui.model.users import UsersEvidence
+from prefilltui.model.slo import SloStatus, resolve as resolve_slo, slo_status
 from prefilltui.model.diagnosis import Expectation, ttft_verdict
 
 
@@ -100,6 +101,10 @@ def analyze(results: Iterable[ProbeResult], server_info: ServerInfo | None = Non
     probes = probe_counts(plain)
     roof = roofline_summary(snap, model, hw, spec.efficiency)
     verdict = judge(snap, model, hw, roof, probes)
+    slo, slo_notes = slo_part(options, server_info, baseline_fit or fit,
+                              win.fit if win else None,
+                              [r.ttft_s for r in plain if r.fit_eligible], users_evidence)
+    notes += slo_notes
     return RunSummary(
         server=ServerFacts.of(server_info) if server_info is not None else None,
         probes=probes, fit=fit, ols=snap.ols if snap else None,
@@ -120,7 +125,28 @@ def analyze(results: Iterable[ProbeResult], server_info: ServerInfo | None = Non
         ttft_verdict=ttft_verdict(plain, expectation(fit, baseline_fit, roof, verdict,
                                                      baseline_source=baseline_source),
                                   users_evidence=users_evidence),
-        server_flops=_server_flops(plain, model))
+        server_flops=_server_flops(plain, model), slo=slo)
+
+
+def slo_part(options: AnalysisOptions, server_info: ServerInfo | None,
+             idle_fit: LinearFit | None, now_fit: LinearFit | None,
+             probe_ttfts_s: list[float], users_evidence: UsersEvidence | None,
+             now_s: float | None = None, users_buckets=(),
+             buckets_window_s: float | None = None) -> tuple[tuple[SloStatus, ...], list[str]]:
+    """Each objective of ``options.slo`` now (``model.slo.slo_status``): the presets
+    resolved by the server's model, n_max at ``idle_fit`` (the held idle line, or the
+    baseline's) and at ``now_fit`` (the window's), the probes' attainment over
+    ``probe_ttfts_s`` and the users' from their kept spans (else from ``users_buckets``,
+    the server's TTFT histogram over ``buckets_window_s``).  Returns (statuses, notes
+    on presets that did not apply)."""
+    if not options.slo:
+        return (), []
+    objectives, notes = resolve_slo(options.slo, server_info.model if server_info else None)
+    users = users_evidence.user_requests if users_evidence is not None else ()
+    return tuple(slo_status(o, idle_fit=idle_fit, now_fit=now_fit, probe_ttfts_s=probe_ttfts_s,
+                            users=users, now_s=now_s, users_buckets=users_buckets,
+                            buckets_window_s=buckets_window_s)
+                 for o in objectives), list(notes)
 
 
 def expectation(fit: LinearFit | None, baseline_fit: LinearFit | None,

@@ -34,7 +34,8 @@ from dataclasses import dataclass, field
 from typing import Sequence
 
 from prefilltui.model import fit as intercept
-from prefilltui.model.summary.analysis import expectation, judge, roofline_summary, window_summary
+from prefilltui.model.summary.analysis import (expectation, judge, roofline_summary, slo_part,
+                                              window_summary)
 from prefilltui.model.roofline import ModelShape
 from prefilltui.model.roofline import Hardware
 from prefilltui.model.fit import LinearFit
@@ -209,6 +210,25 @@ class LiveSummary:
         snap = self.fit.snapshot("all", method)
         return snap.fit if snap is not None else None
 
+    def slo(self, info: ServerInfo | None, users_evidence: UsersEvidence | None = None, *,
+            method: FitMethod | None = None, baseline_fit: LinearFit | None = None,
+            now_s: float | None = None, users_buckets=(),
+            buckets_window_s: float | None = None) -> tuple[tuple, list[str]]:
+        """Each objective of ``options.slo`` now (``analysis.slo_part``): n_max at the
+        held idle line (``baseline_fit``, else the fit ``held`` keeps, else the
+        all-time fit) and at the window's line, the recent probes' attainment, the
+        users' from ``users_evidence``'s kept spans (else from ``users_buckets``, the
+        server's TTFT histogram), burn windows ending at ``now_s``.
+        Returns (statuses, notes); ((), []) without objectives."""
+        if not self.options.slo:
+            return (), []
+        method = method or self.options.fit
+        idle = baseline_fit or self.held.fit or self._all_fit(method)
+        win = self.fit.window_fit(method)
+        return slo_part(self.options, info, idle, win.fit if win else None, list(self._ttft),
+                        users_evidence, now_s=now_s, users_buckets=users_buckets,
+                        buckets_window_s=buckets_window_s)
+
     # -- the summary
     def summary(self, info: ServerInfo | None = None, *, gpu_names: tuple[str, ...] = (),
                 which: FitScope = "all", method: FitMethod | None = None,
@@ -256,6 +276,8 @@ class LiveSummary:
                                                          idle_source=self.held.label),
                                users_evidence=ev)
             self.held.observe(why, ev.users_now, changes=ev.server_changes)
+        slo, slo_notes = self.slo(info, ev, method=method, baseline_fit=baseline_fit)
+        notes += slo_notes
         summary = RunSummary(
             server=ServerFacts.of(info) if info is not None else None, probes=counts,
             fit=fit, ols=snap.ols if snap else None, robust=snap.robust if snap else None,
@@ -267,7 +289,7 @@ class LiveSummary:
             window=window_summary(win, snap, self.options.window), model=model, hardware=hw,
             roofline=roof, verdict=verdict, notes=tuple(notes),
             fit_lengths_estimated=bool(counts.estimated_lengths and fit is not None),
-            live=live, ttft_verdict=why)
+            live=live, ttft_verdict=why, slo=slo)
         self._cache.clear()  # one entry: the view asks for one (which, method) at a time
         self._cache[key] = summary
         return summary

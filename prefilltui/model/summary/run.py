@@ -24,6 +24,7 @@ from prefilltui.model.roofline import MFU_ATTENTION
 from prefilltui.model.roofline import MFU_LABEL, MatmulEstimate, ServerFlopsCheck
 from prefilltui.model.types import JsonObject, ServerInfo, TelemetryKind
 from prefilltui.model.fit import Progress
+from prefilltui.model.slo import SloStatus
 from prefilltui.model.users import TraceStats, UsersWindow, window_to_json
 
 if TYPE_CHECKING:
@@ -265,6 +266,8 @@ class RunSummary:
     #: the background load (``--load``): what it was and did, stall, levels
     load: LoadSummary | None = None
     server_flops: ServerFlopsCheck | None = None
+    #: each TTFT objective (``--slo``) now: n_max, attainment, burn (``model.slo``)
+    slo: tuple[SloStatus, ...] = ()
 
     def to_json(self) -> JsonObject:
         """The summary as JSON (schema ``SCHEMA``; docs/schema.md)."""
@@ -296,5 +299,6 @@ class RunSummary:
             "live": self.live.to_json() if self.live else None,
             "ttft_verdict": self.ttft_verdict.to_json() if self.ttft_verdict else None,
             "load": self.load.to_json() if self.load else None,
+            "slo": [st.to_json() for st in self.slo],
             "server_flops": self.server_flops.to_json() if self.server_flops else None,
         }
