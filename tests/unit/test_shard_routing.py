@@ -79,7 +79,7 @@ def _relabel(labels: dict[str, str], rules: list[dict]) -> dict[str, str]:
         m = re.fullmatch(r.get("regex", "(.*)"), value)
         if m is None:
             continue
-        repl = re.sub(r"\$\{?(\d+)\}?", lambda g: m.group(int(g.group(1))) or "",
+        repl = re.sub(r"\$\{?(\d+)\}?", lambda g, m=m: m.group(int(g.group(1))) or "",
                       str(r.get("replacement", "$1")))
         if repl:
             out[r["target_label"]] = repl
