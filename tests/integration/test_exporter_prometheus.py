@@ -115,8 +115,6 @@ def _ok_probes(prober) -> int:
     return dict(prober.snapshot.probes).get(("ok", ""), 0)
 
 
-# timing-sensitive (two fits of a CPU target taken minutes apart): the same assertions, rerun up to twice
-@pytest.mark.flaky(reruns=2, reruns_delay=5)
 @pytest.mark.timeout(1800)  # ~1.5 min on a quiet 2-core machine; minutes under heavy load
 def test_prometheus_reads_the_sweeps_throughput(one_thread_server, prometheus_binary, tmp_path,
                                                 capsys):
@@ -124,9 +122,12 @@ def test_prometheus_reads_the_sweeps_throughput(one_thread_server, prometheus_bi
     builds them, on a real port) and ``prefilltui sweep`` take turns on the target, one
     probe each (the exporter paused, its probe in flight finished, while a sweep runs:
     one server slot), ``WINDOW`` times.  The CPU target's speed follows the machine's
-    load, so alternating probe by probe gives both the same load.  Prometheus'
-    throughput series must be within 10 % of ``prefilltui report``'s fit over the
-    sweeps' probes (the fit ``sweep`` prints)."""
+    load, so the two are paired: each sweep probe is sent right after an exporter
+    probe, at that probe's length, and both fits see the same lengths under the same
+    load, whatever the load does over the minutes the test takes (an unpaired sweep
+    at another length than the exporter's probe of the moment let a load swing pull
+    the two fits apart).  Prometheus' throughput series must be within 10 % of
+    ``prefilltui report``'s fit over the sweeps' probes (the fit ``sweep`` prints)."""
     from prefilltui.exporter.config import check, target
     from prefilltui.exporter.http import MetricsServer
     from prefilltui.exporter.target import TargetProber
@@ -157,14 +158,18 @@ def test_prometheus_reads_the_sweeps_throughput(one_thread_server, prometheus_bi
         prober.runner.pause()  # it probes only in its turns
         for k in range(WINDOW + 1):  # its first probe is a warm-up
             _wait_for(lambda: prober.runner.state == "paused", 600, "the exporter to pause")
-            if k:
-                segments.append(tmp_path / f"sweep-{k}.jsonl")
-                _sweep_probe(url, lengths[k % len(lengths)], segments[-1], k, capsys)
+            done = prober.runner.finished
             prober.runner.resume()  # one probe: pause again as soon as it started
             _wait_for(lambda: prober.runner.state == "probing", 600, "an exporter probe",
                       step=0.01)
             prober.runner.pause()
-        _wait_for(lambda: prober.runner.state == "paused", 600, "the exporter to pause")
+            _wait_for(lambda done=done: prober.runner.state == "paused"
+                      and prober.runner.finished > done, 600, "its probe to finish")
+            if k:  # its twin: the same length, right after it
+                length = prober.runner.results[-1].requested_tokens
+                assert length in lengths, length
+                segments.append(tmp_path / f"sweep-{k}.jsonl")
+                _sweep_probe(url, length, segments[-1], k, capsys)
         assert _ok_probes(prober) == WINDOW + 1, prober.snapshot.probes
 
         def scraped():

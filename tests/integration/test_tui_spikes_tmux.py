@@ -105,10 +105,40 @@ def runs(marks: list[bool]) -> list[tuple[int, int]]:
     return out
 
 
-# timing-sensitive (the spike is timed against the CPU target under load): the same assertions, rerun up to twice
-@pytest.mark.flaky(reruns=2, reruns_delay=5)
+#: Untinted history columns after the last probe window before the burst is pressed
+#: (one column is span/width of the ~60 s history, ~1.6 s at 80 columns: ~10 s idle).
+IDLE_COLUMNS = 6
+
+
+def _colour_screen_until(tmux: Tmux, pred, timeout: float, what: str) -> str:
+    """The ``capture-pane -e`` screen once ``pred(history)`` holds for the llama-server
+    row's history (``read_history``): a condition on what is drawn, never a sleep that
+    a loaded machine's slower redraws outlast."""
+    deadline = time.monotonic() + timeout
+    screen = ""
+    while time.monotonic() < deadline:
+        screen = tmux("capture-pane", "-p", "-e", "-t", tmux.name)
+        try:
+            if pred(read_history(screen, "llama-server (pid")):
+                return screen
+        except (StopIteration, ValueError):  # the row not drawn (yet)
+            pass
+        time.sleep(0.5)
+    raise AssertionError(f"timed out waiting for {what}; last capture:\n" + SGR.sub("", screen))
+
+
+def _after_last_window(hist: list[tuple[int, bool]]) -> int:
+    """History columns drawn after the last probe window (the newest column is now)."""
+    windows = runs([m for _, m in hist])
+    return len(hist) - windows[-1][1] if windows else len(hist)
+
+
 def test_burst_from_pause_spikes_the_server_history(tmp_path, llama_server_binary,
                                                     demo_gguf):
+    """Each step waits for what it needs on the screen or in the run file (the probes
+    counted, paused, the run file still, ``IDLE_COLUMNS`` idle columns drawn, the
+    burst's window followed by its covering sample), so a loaded machine's slow
+    redraws make it slower, not wrong."""
     tmux = Tmux(tmp_path)
     run = tmp_path / "run.jsonl"
     cmd = (f"{sys.executable} -m prefilltui demo --llama-server {llama_server_binary} "
@@ -129,13 +159,16 @@ def test_burst_from_pause_spikes_the_server_history(tmp_path, llama_server_binar
         while len(run.read_text().splitlines()) != n and time.monotonic() < deadline:
             n = len(run.read_text().splitlines())
             time.sleep(2.0)
-        time.sleep(10.0)
+        _colour_screen_until(tmux, lambda h: _after_last_window(h) >= IDLE_COLUMNS, 120,
+                             f"{IDLE_COLUMNS} idle history columns")
         tmux("send-keys", "-t", tmux.name, "b")
-        _wait_for(tmux, lambda s: "▲ burst" in s.splitlines()[0], 10)  # at once, paused
+        _wait_for(tmux, lambda s: "▲ burst" in s.splitlines()[0], 60)  # at once, paused
         _wait_for(tmux, lambda s: re.search(r"paused burst: \d+ × 256 tokens",
                                             s.splitlines()[0]), 180)
-        time.sleep(1.5)  # the covering sample reaches the history
-        screen = tmux("capture-pane", "-p", "-e", "-t", tmux.name)
+        # the covering sample (the first after the burst) is in the column after its
+        # window: wait until two columns follow the window
+        screen = _colour_screen_until(tmux, lambda h: _after_last_window(h) >= 2, 60,
+                                      "the burst's covering sample")
         plain = SGR.sub("", screen)
         _save("tui-burst-80x24", plain)
         out = os.environ.get("PREFILLTUI_TUI_CAPTURE_DIR")
