@@ -31,8 +31,9 @@ password: a URL source is shown by ``redact.display_url``.  A source caught hold
 document is refused the same way, never read as "no target" (``decode``): an empty
 file (0 bytes, whitespace, a byte-order mark alone), a YAML file of comments only, a
 file gone for a moment while a writer replaces it.  That is a file being written;
-only a well-formed ``[]`` empties the list.  (Prometheus' own file_sd reads an empty
-YAML file as no groups and drops every target, prometheus/prometheus#8202.)
+only a well-formed ``[]`` empties the list, as in Prometheus' own file_sd, where a file
+emptied to 0 bytes left the targets in place and ``[]`` removed them
+(prometheus/prometheus#8202).
 
 Sharding (``Shard``): ``--shard I/N`` keeps the targets whose *entry* falls to I by
 Prometheus' ``hashmod`` relabel action, exactly: md5 of the source label values
