@@ -204,13 +204,18 @@ def test_prometheus_reads_the_sweeps_throughput(one_thread_server, prometheus_bi
         server.stop()
         _stop(prom_proc)
     sweep_tps, sweep_ci = _report_throughput(segments, tmp_path, capsys)
+    # the exporter's pipeline, exactly: Prometheus reads the fit `report` makes of the
+    # exporter's own run file (the same probes: no machine noise in this comparison)
+    own_tps, _ = _report_throughput([tmp_path / "runs" / f"{cfg.slug}.jsonl"],
+                                    tmp_path, capsys)
     report = {"query": f"prefilltui_prefill_throughput_tokens_per_second{sel}",
               "result": result, "bounds": bounds, "sweep_prefill_tokens_per_s": sweep_tps,
-              "sweep_prefill_tokens_per_s_ci": sweep_ci}
+              "sweep_prefill_tokens_per_s_ci": sweep_ci, "exporter_run_file_tokens_per_s": own_tps}
     (tmp_path / "prometheus-query.json").write_text(json.dumps(report, indent=2))
     print("\nPrometheus query result:", json.dumps(report, indent=2))
     assert len(result) == 1 and result[0]["metric"]["model"], result
     got = float(result[0]["value"][1])
+    assert got == pytest.approx(own_tps, rel=1e-3), (got, own_tps)
     lo, hi = (float(b[0]["value"][1]) if b else None for b in bounds)
     # Two fits of WINDOW probes each, paired probe by probe: on a quiet machine within
     # AGREEMENT (10 %); on a loaded one each probe's TTFT scatters and so do the two
