@@ -101,8 +101,9 @@ def add_discovery_args(p: argparse.ArgumentParser) -> None:
                    metavar="S", help=f"seconds between looks at each discovery source "
                                      f"(default {DEFAULT_REFRESH_S:g})")
     g.add_argument("--shard", type=_shard, default=None, metavar="I/N",
-                   help="probe only the targets whose target label falls to shard I of N "
-                        "(Prometheus' hashmod: md5, last 8 bytes, mod N)")
+                   help="probe only the targets whose entry (the file_sd/http_sd string, "
+                        "else the URL; never the name) falls to shard I of N (Prometheus' "
+                        "hashmod: md5, last 8 bytes, mod N)")
 
 
 def _shard(text: str):

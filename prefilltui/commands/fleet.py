@@ -69,8 +69,9 @@ def add_fleet_args(p: argparse.ArgumentParser) -> None:
     g.add_argument("--http-sd", action="append", default=[], metavar="URL",
                    help="targets from a Prometheus http_sd URL, read once at start")
     g.add_argument("--shard", type=_shard, default=None, metavar="I/N",
-                   help="only the targets whose target label falls to shard I of N "
-                        "(Prometheus' hashmod, as the exporter's --shard)")
+                   help="only the targets whose entry (the file_sd/http_sd string, else "
+                        "the URL) falls to shard I of N (Prometheus' hashmod, as the "
+                        "exporter's --shard)")
 
 
 def _shard(text: str):

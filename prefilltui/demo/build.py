@@ -331,8 +331,12 @@ def _build_in(work: Path, dest: Path, log: IO[str], log_path: Path, *, version: 
         if pct is not None:
             bar.update(pct)
 
-    rc = run_logged(["cmake", "--build", str(bdir), "--target", "llama-server",
-                      "-j", str(jobs)], log, on_line=on_line)
+    try:
+        rc = run_logged(["cmake", "--build", str(bdir), "--target", "llama-server",
+                          "-j", str(jobs)], log, on_line=on_line)
+    except BaseException:  # Ctrl-C, a signal: the terminal gets its line and cursor back
+        bar.done("")
+        raise
     if rc:
         bar.done("")
         raise fail("compiling (cmake --build)")

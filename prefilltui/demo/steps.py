@@ -80,44 +80,73 @@ def parse_progress(line: str) -> int | None:
 
 
 class ProgressLine:
-    """One updating progress line on a stream (``\\r``-rewritten on a terminal;
-    a new line every 10 % otherwise, so CI logs stay short)."""
+    """One updating progress bar on a stream.
 
-    def __init__(self, label: str, stream: IO[str] | None = None, width: int = 30):
+    On a terminal it is Rich's progress bar (``rich.progress``; Rich comes with
+    Textual): label, a bar that takes the width left, the percentage and the time
+    elapsed, redrawn in place and fitted to the terminal's width, whatever it is (the
+    old hand-drawn bar was 85 columns and wrapped, a new line per update, in an
+    80-column terminal).  Anywhere else (a CI log, a pipe) it is a plain line every
+    10 %, so a log gets ten lines, not one per compiler step.
+
+    ``console``: the Rich console to draw on (a test's, at a fixed width); default one
+    on ``stream``.
+    """
+
+    def __init__(self, label: str, stream: IO[str] | None = None, width: int = 30, *,
+                 console=None):
+        from rich.console import Console
+
         self.label = label
-        self.stream = stream if stream is not None else sys.stderr
-        self.width = width
+        self.stream = (stream if stream is not None
+                       else console.file if console is not None else sys.stderr)
+        self.width = width  # the plain line's bar, in characters
         self.t0 = time.monotonic()
         self.pct = -1
         self._last_printed = -10
-        try:
-            self.tty = self.stream.isatty()
-        except (AttributeError, ValueError):
-            self.tty = False
+        self.console = console if console is not None else Console(file=self.stream)
+        self.tty = self.console.is_terminal and not self.console.is_dumb_terminal
+        self._bar = None  # the Rich Progress, started at the first update
+        self._task = None
 
     def render(self, pct: int) -> str:
+        """The plain line (not a terminal)."""
         filled = self.width * pct // 100
         el = int(time.monotonic() - self.t0)
         return (f"{self.label} [{'#' * filled}{'.' * (self.width - filled)}] "
                 f"{pct:3d}%  {el // 60}:{el % 60:02d} elapsed")
+
+    def _start(self) -> None:
+        from rich.progress import (BarColumn, Progress, TaskProgressColumn, TextColumn,
+                                   TimeElapsedColumn)
+
+        self._bar = Progress(TextColumn("{task.description}"), BarColumn(bar_width=None),
+                             TaskProgressColumn(), TimeElapsedColumn(),
+                             console=self.console, transient=True)
+        self._task = self._bar.add_task(self.label, total=100)
+        self._bar.start()
 
     def update(self, pct: int) -> None:
         if pct <= self.pct:
             return
         self.pct = pct
         if self.tty:
-            self.stream.write("\r" + self.render(pct))
-            self.stream.flush()
+            if self._bar is None:
+                self._start()
+            self._bar.update(self._task, completed=pct)
         elif pct >= self._last_printed + 10 or pct == 100:
             self._last_printed = pct - pct % 10
             self.stream.write(self.render(pct) + "\n")
             self.stream.flush()
 
     def done(self, message: str) -> None:
-        if self.tty:
-            self.stream.write("\r" + " " * (len(self.render(100)) + 2) + "\r")
-        self.stream.write(message + "\n")
-        self.stream.flush()
+        """Take the bar off the screen (a terminal) and say ``message`` (when given)."""
+        if self._bar is not None:
+            self._bar.stop()  # transient: the bar's lines are erased
+            self._bar = None
+        if message:
+            self.stream.write(message + "\n")
+            self.stream.flush()
 
 
 # ------------------------------------------------------------------------- pip

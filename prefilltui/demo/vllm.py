@@ -136,18 +136,27 @@ def torch_problem(python: str | os.PathLike | None = None) -> str | None:
 # ----------------------------------------------------------------------- progress
 
 class PipProgress:
-    """One line of pip install progress: phase, packages seen, elapsed time
-    (``\\r``-rewritten on a terminal; a line per phase change otherwise)."""
+    """pip install progress: phase, packages seen, time elapsed.
 
-    def __init__(self, stream: IO[str]):
-        self.stream = stream
+    On a terminal a Rich progress line (a spinner, the phase cut to the terminal's
+    width, the elapsed time; ``rich.progress``, as the build's ``ProgressLine``): the
+    old hand-padded line was 100 columns and wrapped, a new line per package, in an
+    80-column terminal.  Anywhere else one plain line per phase change.  ``console``:
+    the Rich console to draw on (a test's, at a fixed width); default one on ``stream``.
+    """
+
+    def __init__(self, stream: IO[str] | None = None, *, console=None):
+        from rich.console import Console
+
+        self.stream = (stream if stream is not None
+                       else console.file if console is not None else sys.stderr)
         self.t0 = time.monotonic()
         self.phase = ""
         self.packages = 0
-        try:
-            self.tty = stream.isatty()
-        except (AttributeError, ValueError):
-            self.tty = False
+        self.console = console if console is not None else Console(file=self.stream)
+        self.tty = self.console.is_terminal and not self.console.is_dumb_terminal
+        self._bar = None
+        self._task = None
 
     def line(self, text: str) -> None:
         phase = self.phase
@@ -160,22 +169,37 @@ class PipProgress:
             phase = "installed"
         else:
             return
-        el = int(time.monotonic() - self.t0)
-        msg = (f"prefilltui: installing vLLM: {phase} ({self.packages} packages) "
-               f"{el // 60}:{el % 60:02d} elapsed")
+        what = f"prefilltui: installing vLLM: {phase} ({self.packages} packages)"
         if self.tty:
-            self.stream.write("\r" + msg.ljust(100)[:100])
-            self.stream.flush()
+            if self._bar is None:
+                self._start(what)
+            else:
+                self._bar.update(self._task, description=what)
         elif phase != self.phase:
-            self.stream.write(msg + "\n")
+            el = int(time.monotonic() - self.t0)
+            self.stream.write(f"{what} {el // 60}:{el % 60:02d} elapsed\n")
             self.stream.flush()
         self.phase = phase
 
+    def _start(self, what: str) -> None:
+        from rich.progress import Progress, SpinnerColumn, TextColumn, TimeElapsedColumn
+        from rich.table import Column
+
+        text = TextColumn("{task.description}",
+                          table_column=Column(no_wrap=True, overflow="ellipsis", ratio=1))
+        self._bar = Progress(SpinnerColumn(), text, TimeElapsedColumn(),
+                             console=self.console, transient=True, expand=True)
+        self._task = self._bar.add_task(what, total=None)
+        self._bar.start()
+
     def done(self, message: str) -> None:
-        if self.tty:
-            self.stream.write("\r" + " " * 100 + "\r")
-        self.stream.write(message + "\n")
-        self.stream.flush()
+        """Take the line off the screen (a terminal) and say ``message`` (when given)."""
+        if self._bar is not None:
+            self._bar.stop()
+            self._bar = None
+        if message:
+            self.stream.write(message + "\n")
+            self.stream.flush()
 
 
 # ------------------------------------------------------------------------ install
@@ -215,10 +239,14 @@ def install_vllm(*, stream: IO[str] | None = None, version: str = VLLM_VERSION) 
                                              f"{log_path}\n{tail(log_path, 8)}", log_path)
                 step("creating the venv", [_base_python(), "-m", "venv", str(home / "venv")])
                 bar = PipProgress(stream)
-                step(f"pip install {VLLM_DIST}=={version}",
-                     [str(py), "-m", "pip", "install", "--disable-pip-version-check",
-                      "--progress-bar", "off", "-c", constraints,
-                      f"{VLLM_DIST}=={version}", *EXTRA_PACKAGES], on_line=bar.line)
+                try:
+                    step(f"pip install {VLLM_DIST}=={version}",
+                         [str(py), "-m", "pip", "install", "--disable-pip-version-check",
+                          "--progress-bar", "off", "-c", constraints,
+                          f"{VLLM_DIST}=={version}", *EXTRA_PACKAGES], on_line=bar.line)
+                except BaseException:  # the reason is said on a line of its own
+                    bar.done("")
+                    raise
                 step("removing " + ", ".join(REMOVE_AFTER_INSTALL),
                      [str(py), "-m", "pip", "uninstall", "-y", *REMOVE_AFTER_INSTALL])
                 step("importing vllm", [str(py), "-c", "import vllm, torch; "

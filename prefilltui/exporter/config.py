@@ -117,6 +117,24 @@ class TargetConfig:
     otlp_service: str | None = None
     #: the TTFT objectives (``slo``, ``model.slo``): ``Objective`` or preset items
     slo: tuple[SloItem, ...] = ()
+    #: the service-discovery entry this target came from, exactly as its source wrote
+    #: it (Prometheus' ``__address__``); "" for a command-line or TOML target
+    entry: str = ""
+
+    @property
+    def shard_key(self) -> str:
+        """What ``--shard`` hashes (``discovery.Shard``): the discovery entry as written,
+        else the ``url`` as given -- the server's address, never its name, so a
+        Prometheus ``hashmod`` on ``__address__`` routes its ``/probe`` scrape to the
+        replica that holds it, and a rename keeps it where it is.  Hashed, never shown."""
+        return self.entry or self.url
+
+    @property
+    def lookup_names(self) -> tuple[str, ...]:
+        """The values a ``/probe?target=`` may name it by: its label, its URL as shown
+        and as configured, and its discovery entry (what a Prometheus job reading the
+        same file sends); lookup keys only, never written anywhere."""
+        return tuple(k for k in (self.label, self.shown_url, self.url, self.entry) if k)
 
     @property
     def shown_url(self) -> str:

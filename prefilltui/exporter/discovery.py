@@ -27,14 +27,24 @@ secret query value refuses the list (Prometheus would store them as label values
 A source whose new content does not parse, names a bad key, or fails the caller's
 ``validate`` keeps its last good list; the reason is logged once per change and served
 as ``prefilltui_sd_*`` series (``SdCollector``).  Labels (``source``) never hold a
-password: a URL source is shown by ``redact.display_url``.
+password: a URL source is shown by ``redact.display_url``.  A source caught holding no
+document is refused the same way, never read as "no target" (``decode``): an empty
+file (0 bytes, whitespace, a byte-order mark alone), a YAML file of comments only, a
+file gone for a moment while a writer replaces it.  That is a file being written;
+only a well-formed ``[]`` empties the list, as in Prometheus' own file_sd, where a file
+emptied to 0 bytes left the targets in place and ``[]`` removed them
+(prometheus/prometheus#8202).
 
-Sharding (``Shard``): ``--shard I/N`` keeps the targets whose ``target`` label falls to
-I by Prometheus' ``hashmod`` relabel action, exactly: md5 of the source label values
+Sharding (``Shard``): ``--shard I/N`` keeps the targets whose *entry* falls to I by
+Prometheus' ``hashmod`` relabel action, exactly: md5 of the source label values
 joined by ``;``, the digest's last 8 bytes as a big-endian uint64, modulo N
 (prometheus/prometheus ``model/relabel/relabel.go``, ``case HashMod``, commit 02a3255).
-A Prometheus ``hashmod`` on ``__param_target`` with modulus N therefore names the
-replica that holds a target.
+The entry (``TargetConfig.shard_key``) is the ``targets`` string as the source writes
+it -- what Prometheus calls ``__address__`` -- or a command-line / TOML target's
+``url``; never its name.  So a Prometheus ``hashmod`` on ``__address__`` (the chart's
+``/probe`` job: it copies ``__address__`` to ``__param_target`` and hashes that) names
+the replica that holds a target whatever labels its group carries, and renaming a
+target (``__prefilltui_name``) never moves it to another replica.
 """
 
 from __future__ import annotations
@@ -47,7 +57,7 @@ import os
 import re
 import threading
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any, Callable, Iterable, Sequence
 
 from prefilltui.exporter.config import TargetConfig, _coerce, check, target
@@ -99,7 +109,8 @@ def hashmod(values: Sequence[str], modulus: int, separator: str = ";") -> int:
 @dataclass(frozen=True, slots=True)
 class Shard:
     """Replica ``index`` of ``count`` (``--shard I/N``, 0 <= I < N): it keeps the targets
-    whose ``target`` label hashes (``hashmod``) to ``index``."""
+    whose entry (``TargetConfig.shard_key``, module docstring) hashes (``hashmod``) to
+    ``index``."""
 
     index: int = 0
     count: int = 1
@@ -113,7 +124,7 @@ class Shard:
         return cls(int(m.group(1)), int(m.group(2)))
 
     def keeps(self, cfg: TargetConfig) -> bool:
-        return self.count == 1 or hashmod([cfg.label], self.count) == self.index
+        return self.count == 1 or hashmod([cfg.shard_key], self.count) == self.index
 
     def select(self, targets: Iterable[TargetConfig]) -> list[TargetConfig]:
         return [t for t in targets if self.keeps(t)]
@@ -155,8 +166,6 @@ def parse_groups(doc: Any, where: str, base: TargetConfig) -> list[TargetConfig]
         ValueError: not a list of groups, a bad entry or label (the message names the
             source, the group and the entry; never a secret's value).
     """
-    if doc is None:
-        doc = []  # an empty YAML file: no target (as Prometheus reads it)
     if not isinstance(doc, list):
         raise ValueError(f"{where}: expected a list of target groups "
                          "([{\"targets\": [...], \"labels\": {...}}])")
@@ -197,7 +206,8 @@ def parse_groups(doc: Any, where: str, base: TargetConfig) -> list[TargetConfig]
                                  "entries become Prometheus labels: keep keys in the "
                                  "environment (__prefilltui_key_env)")
             named = {"name": entry.strip(), **keys}
-            out.append(check(target(url, base, **named), f"{gw} target {named['name']!r}"))
+            cfg = replace(target(url, base, **named), entry=entry)  # as written: __address__
+            out.append(check(cfg, f"{gw} target {named['name']!r}"))
     return out
 
 
@@ -208,29 +218,52 @@ def _secret_query(url: str) -> bool:
                                                          keep_blank_values=True))
 
 
+#: The words of a refused source that holds no document at all (module docstring).
+NOTHING_YET = ("holds no list yet (a writer caught mid-write?); write [] for no target")
+
+
 def decode(text: str, where: str, yaml_ok: bool) -> Any:
     """JSON, else (``yaml_ok``: a file) YAML.  Raises ValueError naming ``where``,
     also for a document nested deeper than the parsers recurse (a target group list
     is three levels deep; ``[[[[...`` a hundred thousand deep is a bad list, not a
-    RecursionError out of the exporter's start or the refresh thread)."""
+    RecursionError out of the exporter's start or the refresh thread).
+
+    A text that holds no document is refused too, never read as "no target": empty
+    (0 bytes, or whitespace, or a byte-order mark alone: ``localfile`` drops one), or
+    a YAML file of comments, ``---`` or ``null`` only (YAML's empty document).  That is
+    what a reader sees of a file being written (truncated, then written) or of a
+    sidecar that wrote its header first; only a well-formed ``[]`` empties the list.
+    """
+    text = text.lstrip("\ufeff")
+    if not text.strip():
+        raise ValueError(f"{where}: empty: {NOTHING_YET}")
     deep = ValueError(f"{where}: nested too deeply to read (a list of target groups "
                       "is three levels deep)")
     try:
-        return json.loads(text)
+        doc = json.loads(text)
     except RecursionError:
         raise deep from None
     except ValueError as e:
         if not yaml_ok:
             raise ValueError(f"{where}: not JSON: {e}") from None
+    else:
+        return _some(doc, where, "JSON null")
     import yaml
 
     try:
-        return yaml.safe_load(text)
+        doc = yaml.safe_load(text)
     except RecursionError:
         raise deep from None
     except yaml.YAMLError as e:
         raise ValueError(f"{where}: neither JSON nor YAML: "
                          f"{' '.join(str(e).split())[:300]}") from None
+    return _some(doc, where, "an empty YAML document (comments, --- or null only)")
+
+
+def _some(doc: Any, where: str, what: str) -> Any:
+    if doc is None:
+        raise ValueError(f"{where}: {what}: {NOTHING_YET}")
+    return doc
 
 
 # ----------------------------------------------------------------------- sources
@@ -260,7 +293,13 @@ class FileSource:
         self._seen: tuple | None = None
 
     def read(self) -> str | None:
-        st = os.stat(self.path)
+        try:
+            st = os.stat(self.path)
+        except FileNotFoundError:
+            # gone for a moment (a writer that deletes, then writes) or for good: either
+            # way not "no target"; it is read again once it is back
+            raise OSError(f"{self.path}: No such file now (removed, or a writer "
+                          "replacing it)") from None
         key = (st.st_mtime_ns, st.st_size, st.st_ino)
         if key == self._seen:
             return None

@@ -77,11 +77,10 @@ class Pages:
         self._all = _registry(sources, process=True, extra=extra)
 
     def find(self, name: str):
-        """The prober a ``/probe?target=`` value names: its label, its URL as shown, or
-        its URL as configured (a lookup key only, never written anywhere)."""
+        """The prober a ``/probe?target=`` value names (``TargetConfig.lookup_names``)."""
         name = name.rstrip("/")
         for p in list(self.sources):
-            if name in {k.rstrip("/") for k in (p.cfg.label, p.cfg.shown_url, p.cfg.url)}:
+            if name in {k.rstrip("/") for k in p.cfg.lookup_names}:
                 return p
         return None
 

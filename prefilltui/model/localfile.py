@@ -12,6 +12,7 @@ other bad TOML, never a ``RecursionError``.
 from __future__ import annotations
 
 import os
+import select
 import stat
 import tomllib
 from pathlib import Path
@@ -42,8 +43,14 @@ def read_text(path: str | Path, max_bytes: int = MAX_CONFIG_BYTES, *,
     try:
         mode = os.fstat(fd).st_mode
         if pipe and stat.S_ISFIFO(mode):
-            os.close(fd)  # open it again, waiting for the writer (a read now is EOF)
-            fd = os.open(path, os.O_RDONLY)
+            # wait for the writer on this very descriptor: closing it to open the FIFO
+            # again, blocking, lost a writer that came in between (the open above lets
+            # a shell's ``<(...)`` writer in, which may write all and close before a
+            # second open, which then waited for a writer that never came: a hang).
+            # A FIFO that never had a writer polls as not ready, so this waits.
+            waiter = select.poll()
+            waiter.register(fd, select.POLLIN)
+            waiter.poll()
         elif not stat.S_ISREG(mode):
             raise ValueError(f"{path}: not a regular file (a directory, a FIFO, a device "
                              "or a socket); give a file")

