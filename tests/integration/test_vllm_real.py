@@ -210,7 +210,7 @@ async def test_small_budget_steps_are_found(vllm_server):
         info = await c.discover()
         if info.max_num_batched_tokens is None:
             # discovery gives /server_info min(10 s, --timeout): a machine loaded far
-            # beyond its cores has taken longer (the kind "slow discovery", issue 31);
+            # beyond its cores has taken longer (the kind "slow discovery");
             # the budget is then read from the same answer by the same function
             import httpx
             from prefilltui.measure.server import VLLM_SERVER_INFO, vllm_batch_budget
