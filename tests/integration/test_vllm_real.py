@@ -200,7 +200,7 @@ async def test_small_budget_steps_are_found(vllm_server):
     no early stop.  The product's own F test on the same probes is printed beside it:
     under a load average of 14 it read p 0.13 and 0.93 (per-length medians mix
     seconds-apart load bursts into the curve); on a quiet machine it finds them
-    (p ~1e-5, docs/on-call.md)."""
+    (p ~1e-5, docs/on-call-notes.md)."""
     rng = random.Random(4)
     units: list[tuple[int, ...]] = []
     for k in CHUNK_KS:
