@@ -2,9 +2,9 @@
 screen shows (``WORDS``), so a cause added without its on-call section fails here.
 
 Each section quotes a headline as prefilltui prints it ("WORDS: ..."), names the
-exporter's state for it (``cause="..."``), has the four parts a person paged at night
-reads (what prefilltui says, what it means, what to do next, which figure to check) and
-fits one screen."""
+exporter's label value for it (``cause="..."``: the state set's or the seconds'), has
+the four parts a person paged at night reads (what prefilltui says, what it means,
+what to do next, which figure to check) and fits one screen."""
 
 from __future__ import annotations
 
