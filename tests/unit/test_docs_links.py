@@ -45,3 +45,10 @@ def test_relative_link_resolves(page, link):
     assert target.exists(), f"{page}: {link}: no such file"
     if anchor and target.suffix == ".md":
         assert anchor in anchors(target), f"{page}: {link}: no heading or <a id> #{anchor}"
+
+
+def test_the_map_places_every_page():
+    """docs/index.md sorts every page by what its reader is doing: a new page is placed."""
+    linked = {Path(link.partition("#")[0]).name for page, link in links() if page == "docs/index.md"}
+    pages = {p.name for p in (ROOT / "docs").glob("*.md")} - {"index.md"}
+    assert pages <= linked, f"not in docs/index.md: {sorted(pages - linked)}"
