@@ -175,7 +175,7 @@ def session_sampler(tel: TelemetryOptions, base_url: str) -> tuple[Sampler, str]
         local=lambda: make_sampler(tel.gpus, hz=tel.sample_hz,
                                    processes=dict(tel.processes) or None),
         remote=lambda url: RemoteGpuSampler(url, select=select))
-    # full rate around each probe, IDLE_HZ between (the app's idle cost, issue 32)
+    # full rate around each probe, IDLE_HZ between (the app's own cost while idle)
     return src.sampler.slow_between_probes().start(), src.words
 
 

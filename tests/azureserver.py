@@ -1,5 +1,5 @@
 """A fake Azure OpenAI data plane for one deployment, on a real loopback socket
-(``FakeServer``'s HTTP/1.1 handling), answering as issue 31's field report says::
+(``FakeServer``'s HTTP/1.1 handling), answering as a real deployment does::
 
     with AzureServer(deployment="gpt-4o-mini", api_version="2024-10-21", key=KEY) as srv:
         srv.deployment_url   # http://127.0.0.1:PORT/openai/deployments/gpt-4o-mini?api-version=...

@@ -45,7 +45,7 @@ from prefilltui.session import Session, SessionError, build_session
 
 
 #: How long a finished sweep waits for the server's spans of its last probes (vLLM
-#: exports its spans within ~5 s, issue 30; ``--otlp-listen``).
+#: exports its spans within ~5 s; ``--otlp-listen``).
 SPAN_WAIT_S = 10.0
 
 

@@ -1,4 +1,4 @@
-"""The exporter under hostile and heavy load (issue 25 #5-#7), loopback only, bounded in
+"""The exporter under hostile and heavy load, loopback only, bounded in
 count and time.
 
     python -m tests.bench.bench_exporter_load [--only scrapes,slowloris,fleet]

@@ -1,4 +1,4 @@
-"""Hostile-server figures (issue 25): peak RSS of ``sweep`` and the exporter against
+"""Hostile-server figures: peak RSS of ``sweep`` and the exporter against
 decompression bombs and huge bodies, and how long a trickling ``/metrics`` holds a
 probe.  Loopback only; every child is time-bounded and its peak RSS read exactly
 from ``wait4`` (``ru_maxrss``).

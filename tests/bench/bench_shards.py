@@ -1,4 +1,4 @@
-"""Sharding measured (issue 33 #2): N exporter replicas split a file_sd list of many fake
+"""Sharding measured: N exporter replicas split a file_sd list of many fake
 targets, a real Prometheus scrapes them all, loopback only, bounded in count and time.
 
     python -m tests.bench.bench_shards [--targets 3000] [--replicas 3] [--servers 4]

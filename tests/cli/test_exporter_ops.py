@@ -1,4 +1,4 @@
-"""Issue 25 findings 7 and 11 with the exporter as a process: /metrics from the first
+"""The exporter as a process under a careless operator: /metrics from the first
 moment with targets coming up in the background, SIGHUP reloads the targets (never
 kills), and the target count and open-file limit are checked up front."""
 

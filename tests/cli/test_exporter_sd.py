@@ -1,4 +1,4 @@
-"""The exporter as a process following a file_sd file (issue 33 #1): a new target
+"""The exporter as a process following a file_sd file: a new target
 starts within one refresh, a removed one's series leave /metrics, a half-written file
 keeps the running targets and says why (log line and prefilltui_sd_* series), and the
 start says what a restart of this shard loses."""

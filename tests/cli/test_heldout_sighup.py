@@ -1,4 +1,4 @@
-"""Held-out variant of issue 25's SIGHUP kind: a SIGHUP sent while the exporter starts
+"""Held-out variant of the SIGHUP kind: a SIGHUP sent while the exporter starts
 (a service manager's ``reload`` right after ``start``, config management touching the
 file at deploy).  The reload handler was installed only after the configuration was
 read and the port opened: such a SIGHUP killed the exporter (exit 129; measured by hand

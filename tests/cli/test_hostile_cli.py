@@ -1,4 +1,4 @@
-"""Issue 25 end to end through the CLI (in process, against the fake server): what a
+"""Hostile inputs end to end through the CLI (in process, against the fake server): what a
 hostile server or a careless operator sends never crashes a command, never leaks a
 secret, and is said plainly."""
 

@@ -9,7 +9,7 @@ seen.  The pieces:
   batching, FCFS queue, a token budget per step with chunked prefill on or off, a
   block-granular LRU prefix cache), publishing vLLM 0.32-named /metrics text and one
   ``llm_request`` record per finished request (made into OTLP spans);
-- ``traffic``: the users (issue 40's mix), the incidents' own clients, the probes'
+- ``traffic``: the users (a production-like mix), the incidents' own clients, the probes'
   pacing;
 - ``observers``: the exporter's ``TargetProber`` and the TUI's ``TargetFeed`` wired as
   the product wires them, fed through its own parsers (/metrics text through the

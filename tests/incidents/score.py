@@ -13,7 +13,7 @@ For an incident, over the first ``SCORED_S`` seconds after onset:
 - the number: read from the last right verdict's headline and evidence text
   (``NUMBERS[cause]``) against the truth (``within`` 25 %).
 
-The bar (issue 40): named within ``BAR_S`` = 30 s with its number within 25 %.
+The bar (what an on-call needs from a page): named within ``BAR_S`` = 30 s with its number within 25 %.
 
 For the control: every verdict whose cause is not none / not_enough_data is a false
 cause; ``false_verdicts`` counts them, ``false_episodes`` counts runs of consecutive

@@ -1,6 +1,6 @@
 """Other people's traffic, the incidents' own clients, and the probes' schedule.
 
-- ``users``: the users prefilltui does not send, as issue 40 describes them: Poisson
+- ``users``: the users prefilltui does not send, a production-like mix: Poisson
   arrivals at ``rate`` requests/s; 70 % start with one of three shared 1,536-token
   system prompts followed by a message of their own (32-640 tokens), the rest unique
   128-1,500-token prompts; 16-128 output tokens (so their decodes co-run with the
@@ -23,7 +23,7 @@ from typing import Callable, Iterator
 
 from tests.incidents.engine import Finished, Prompt, SimEngine
 
-#: issue 40's users
+#: The users' mix: half a request a second, 70 % behind a shared system prompt.
 USERS_RATE = 0.5
 SHARED_SHARE = 0.70
 SYSTEM_PROMPTS = 3

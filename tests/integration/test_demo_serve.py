@@ -1,4 +1,4 @@
-"""``prefilltui demo --serve`` against the built llama-server (issue 32 item 4): the CLI
+"""``prefilltui demo --serve`` against the built llama-server: the CLI
 prints the URL and the commands to try, the target answers while it runs (a
 ``prefilltui sweep URL`` in a second process gets a fit), and Ctrl-C or SIGTERM stops
 it cleanly: exit 0, and no llama-server left behind."""

@@ -1,4 +1,4 @@
-"""Background load against the real targets (issue 21's real checks, kept short):
+"""Background load against the real targets (the simulated scheduler's claims checked on real engines, kept short):
 llama.cpp with --parallel 2 and a small batch interleaves one decode token per chunk
 and caps the stall, with the default batch it freezes the decode for the whole
 prefill; the real vLLM with a small chunk budget caps it too.  Prompts of at most a

@@ -1,4 +1,4 @@
-"""Scripted incidents on the real vLLM 0.32, named by the real exporter (issue 30): the
+"""Scripted incidents on the real vLLM 0.32, named by the real exporter: the
 prefix cache stops hitting for the users, and a queue forms; each must be named right
 (``prefilltui_ttft_cause``) within 60 s of its onset, at a probe interval an on-call
 engineer would set, and nothing but ``none`` / ``not_enough_data`` may be said before.
@@ -58,7 +58,7 @@ MAX_IN_FLIGHT, MAX_REQUESTS = 8, 1500
 #: HOLD_PROBES) and the users' windows are this old (two 60-s windows joined, 30 s
 #: apart), and it lasts at least BASELINE_MIN_S; more than BASELINE_MAX_S fails.
 HOLD_PROBES, USERS_REF_S, BASELINE_MIN_S, BASELINE_MAX_S = 10, 90.0, 60.0, 200.0
-#: The right cause within this long of the onset (issue 30).
+#: The right cause within this long of the onset (a page an on-call can act on).
 WITHIN_S = 60.0
 #: What may be said before the onset (None: no verdict yet, the state set is absent).
 QUIET = ("none", "not_enough_data", None)

@@ -200,7 +200,7 @@ async def test_small_budget_steps_are_found(vllm_server):
     no early stop.  The product's own F test on the same probes is printed beside it:
     under a load average of 14 it read p 0.13 and 0.93 (per-length medians mix
     seconds-apart load bursts into the curve); on a quiet machine it finds them
-    (p ~1e-5, docs/on-call.md)."""
+    (p ~1e-5, docs/on-call-notes.md)."""
     rng = random.Random(4)
     units: list[tuple[int, ...]] = []
     for k in CHUNK_KS:
@@ -210,7 +210,7 @@ async def test_small_budget_steps_are_found(vllm_server):
         info = await c.discover()
         if info.max_num_batched_tokens is None:
             # discovery gives /server_info min(10 s, --timeout): a machine loaded far
-            # beyond its cores has taken longer (the kind "slow discovery", issue 31);
+            # beyond its cores has taken longer (the kind "slow discovery");
             # the budget is then read from the same answer by the same function
             import httpx
             from prefilltui.measure.server import VLLM_SERVER_INFO, vllm_batch_budget

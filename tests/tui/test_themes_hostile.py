@@ -1,4 +1,4 @@
-"""Issue 25 finding 9: a theme is validated fully before use; a bad one is skipped with
+"""A hostile theme file: a theme is validated fully before use; a bad one is skipped with
 its reason, never "Error in stylesheet", never a crash, at start or when ``t`` reaches it."""
 
 from __future__ import annotations

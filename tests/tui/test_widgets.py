@@ -31,7 +31,7 @@ def test_bucket_history_means_by_time():
 
 
 def test_bucket_history_is_a_time_average_at_any_sample_rate():
-    """The sampler reads at 10 Hz around a probe and at 2 Hz between (issue 32): a
+    """The sampler reads at 10 Hz around a probe and at 2 Hz between (the app's own cost): a
     device busy 0.3 s of every second is 30 % busy on the sparkline, not the 50 % of
     its readings that say busy."""
     hist, t = [], 0.0

@@ -1,4 +1,4 @@
-"""Issue 25 finding 1: every read from a server is bounded in bytes after decompression
+"""Every read from a server is bounded in bytes after decompression
 and in total time (one deadline per request, not per read).
 
 Memory is checked with ``tracemalloc``'s peak (every ``bytes`` object an inflated body

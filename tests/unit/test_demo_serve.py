@@ -1,4 +1,4 @@
-"""``prefilltui demo --serve`` with the server start faked (issue 32 item 4): the URL and
+"""``prefilltui demo --serve`` with the server start faked: the URL and
 the commands to try are printed, the target runs until Ctrl-C or SIGTERM and is then
 stopped, for both engines; a target that dies by itself ends it with its log; and the
 live TUI shows the demo server's URL on screen.  tests/integration/test_demo_serve.py

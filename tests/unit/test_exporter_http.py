@@ -1,4 +1,4 @@
-"""Issue 25 findings 5-7: the exporter's HTTP side under hostile clients (half-sent
+"""The exporter's HTTP side under hostile clients (half-sent
 requests, connection floods, many scrapers at once) and its limits, on loopback."""
 
 from __future__ import annotations

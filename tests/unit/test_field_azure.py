@@ -1,4 +1,4 @@
-"""Issue 31's handed input 1, an Azure OpenAI deployment URL, and its kind: the
+"""An Azure OpenAI deployment URL from the field, and its kind: the
 deployment shape with any name, with or without ``api-version``, pasted with its
 endpoint; the key from OPENAI_API_KEY or AZURE_OPENAI_API_KEY, sent as ``api-key``
 and never shown; the query on every request; the prompt-filter chunk at t = 0 is no

@@ -1,4 +1,4 @@
-"""Issue 22's handed inputs, each with its right value: a server that streams past
+"""Inputs from the field, each with its right value: a server that streams past
 max_tokens 1, one that rejects max_tokens and temperature 0, escape codes in text the
 server controls, and a server reachable only through the user's proxy."""
 

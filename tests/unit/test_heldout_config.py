@@ -1,4 +1,4 @@
-"""Held-out variants of issue 25's "config values are validated by type and range with
+"""Held-out variants of "config values are validated by type and range with
 the key named": the sweep design flags a typo can blow up (a 1.6 GB plan for
 --repeats 99999999, minutes of planning for --points 100000000, an endless --pause),
 and config files as editors save them (a byte-order mark, Latin-1)."""

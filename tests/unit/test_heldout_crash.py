@@ -1,4 +1,4 @@
-"""Held-out variants of issues 22 and 25 that crashed the app or held a file whole:
+"""Held-out variants of field and hostile inputs that crashed the app or held a file whole:
 JSON nested past the recursion limit (stream, error body, run file, TOML), a lone
 surrogate or an invisible format character in a server's model id, and local files
 without end (/dev/zero as a config, a run file with a line of many MiB).

@@ -1,4 +1,4 @@
-"""Held-out variants of issue 22's server kinds: HTML pages that do not start with
+"""Held-out variants of the field's server kinds: HTML pages that do not start with
 ``<!doctype html``, a Responses-only server whose web server answers the old paths with
 its own HTML 404, rejections worded as serde and plain-English messages, and model
 lists whose first model cannot generate under a name no word list knows."""

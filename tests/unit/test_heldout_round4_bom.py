@@ -1,5 +1,5 @@
-"""Held-out round 4, JSON with a byte-order mark on the new surfaces: a config file,
-a run file and a file_sd file drop a leading BOM (earlier rounds), but an OTLP/JSON
+"""Held-out, JSON with a byte-order mark on the new surfaces: a config file,
+a run file and a file_sd file drop a leading BOM (each handled already), but an OTLP/JSON
 body and an http_sd answer that began with one were refused whole (400 "Unexpected UTF-8
 BOM": the engine's spans lost, as 400 is not retried; the discovered list refused)."""
 

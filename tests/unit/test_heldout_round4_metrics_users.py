@@ -1,4 +1,4 @@
-"""Held-out round 4, the users' window from a server's /metrics histograms and counters
+"""Held-out, the users' window from a server's /metrics histograms and counters
 (``model.metrics.users``) fed pages no server should publish: a +Inf request count, +Inf
 or NaN sums, cache hits above the queries, a hit-rate gauge of 1e308 or -3, bucket
 counts that decrease, a bucket bound below 0.  None of them crashes the window (an

@@ -1,4 +1,4 @@
-"""Held-out round 4, the OTLP/HTTP receiver under hostile clients: 64 connections that
+"""Held-out, the OTLP/HTTP receiver under hostile clients: 64 connections that
 send half a request head (or nothing) and hold it locked the engine out (every new
 connection, the engine's export included, was closed at once until they timed out, and
 a client reconnecting holds it forever).  The oldest connection that has not sent a

@@ -1,4 +1,4 @@
-"""Held-out round 4, OTLP spans whose numbers no request can have: a latency of 1e300 s
+"""Held-out, OTLP spans whose numbers no request can have: a latency of 1e300 s
 or 1e308 s, a prompt of 1e30 tokens, more cached tokens than the prompt, a queue longer
 than the TTFT it is part of.  Each such span is rejected with its reason (the OTLP
 ``partial_success``), its neighbours in the same body are kept, and the users' window,

@@ -1,4 +1,4 @@
-"""Held-out round 4, service discovery: a file_sd / http_sd list nested deeper than
+"""Held-out, service discovery: a file_sd / http_sd list nested deeper than
 Python's parsers recurse is a bad list like any other (its reason said, the last good
 list kept, the exporter's start a usage error), never a RecursionError traceback."""
 

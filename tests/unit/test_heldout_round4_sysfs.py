@@ -1,4 +1,4 @@
-"""Held-out round 4, AMD and Intel sysfs readers fed values no device can have (the
+"""Held-out, AMD and Intel sysfs readers fed values no device can have (the
 recorded-tree pattern of test_telemetry_amd / _intel): "nan", "inf", 1e400, a busy
 percent of 250 or -5, power of -150 W or 1e24 W, an energy counter that jumps by 1e24 J
 in 0.1 s, VRAM of "inf" bytes, 1e305 degrees.  Each such reading is no reading (that

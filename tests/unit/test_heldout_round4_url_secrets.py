@@ -1,4 +1,4 @@
-"""Held-out round 4, URL shapes: a secret query parameter after a ``;`` separator
+"""Held-out, URL shapes: a secret query parameter after a ``;`` separator
 (``?api-version=2024-10-21;api-key=...``, as some gateways and older frameworks split
 queries) was shown in full by ``display_url``, the one function every screen, log line,
 label and file name uses, while ``scrub_secrets`` masked it; service discovery let such

@@ -1,4 +1,4 @@
-"""Held-out variants of issue 22's stream kinds: a buffering path that also ignores
+"""Held-out variants of the field's stream kinds: a buffering path that also ignores
 max_tokens (the whole answer at once), a buffered body over several reads, a check
 that must not hold the probe, and error bodies in the shapes servers really use
 (FastAPI ``detail``, pydantic lists, Google's list, RFC 9457, plain text), whose own

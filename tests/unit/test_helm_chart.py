@@ -1,4 +1,4 @@
-"""The Helm chart in deploy/helm/prefilltui, checked offline with real tools (issue 33 #3-#4).
+"""The Helm chart in deploy/helm/prefilltui, checked offline with real tools.
 
 Rendered by Helm's own Go engine without a cluster or a helm binary (``helm-python-sdk``
 binds libhelm_c, Helm v4's SDK; the Capabilities it renders against are passed as

@@ -1,5 +1,5 @@
 """A real Prometheus runs the chart's rendered scrape settings against the exporter on
-loopback (issue 33 #4): the targets ConfigMap's file_sd file, two replicas started with
+loopback: the targets ConfigMap's file_sd file, two replicas started with
 the StatefulSet's own arguments (``--shard ORDINAL/2``), and the scrape-config
 ConfigMap's two jobs: every replica's /metrics, and each target's /probe page routed to
 its replica by Prometheus' ``hashmod``.  Every target must be scraped up through /probe

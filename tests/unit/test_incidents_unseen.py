@@ -1,4 +1,4 @@
-"""The "why is TTFT high?" verdict on traffic it was not tuned to (issue 40's bar).
+"""The "why is TTFT high?" verdict on traffic it was not tuned to (the incidents' bar, ``tests/incidents/score.py``).
 
 Every incident of ``tests/incidents`` (its own simulated engine, users and incident
 clients; written without reading the verdict) x every observer the product has: the

@@ -1,4 +1,4 @@
-"""Issue 31's handed input 2 and its kind: an engine's metric names in either spelling
+"""An engine's metric names in either spelling
 (``sglang:``/``sglang_``, ``vllm:``/``vllm_``) and per-rank series combined as the
 engine means them (SGLang tp_rank/pp_rank replicas read once, dp_rank shards added,
 attention data-parallel groups from /server_info, a priority total beside its

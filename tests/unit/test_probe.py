@@ -37,7 +37,7 @@ async def test_split_reads_stamp_on_completing_read(fake_server):
     assert 0.29 <= r.ttft_s <= 0.5  # the read at 0.30 completes the first event
     assert r.ttfb_s < 0.2
     # " world" is a second token for max_tokens 1: the cap was ignored, the stream is
-    # closed at that read (issue 22), not read on to [DONE] at 0.70
+    # closed at that read (a server that ignores the cap may never stop), not read on to [DONE] at 0.70
     assert "ignored max_tokens 1" in r.notes.cap_ignored
     assert 0.29 <= r.total_s < 0.6
 

@@ -1,4 +1,4 @@
-"""Issue 25 findings 2, 3 and 11: URL credentials redacted where URLs enter (one home:
+"""Secrets from hostile inputs: URL credentials redacted where URLs enter (one home:
 ``model/redact.py``), secrets scrubbed before any cut, a key echoed in a number field
 never copied."""
 

@@ -1,4 +1,4 @@
-"""SGLang and TGI server facts over HTTP (issue 31, "Also in this round"): SGLang's
+"""SGLang and TGI server facts over HTTP: SGLang's
 ``/server_info`` (``/get_server_info`` the deprecated alias) gives the chunk budget the
 chunk-step test uses, as vLLM's ``/server_info`` does, and the rank layout the metrics
 read; TGI's ``/info`` its batch facts.  The answers are written from the engines'

@@ -1,4 +1,4 @@
-"""Issue 25 findings 1, 4 and 11 at the sweep level: a trickling /metrics cannot hold a
+"""A hostile server at the sweep level: a trickling /metrics cannot hold a
 probe past its deadlines, the state says what the runner waits for and how long, and a
 failed calibration request is said at once, never a silent extra timeout."""
 

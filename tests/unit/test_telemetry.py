@@ -432,7 +432,7 @@ def test_energy_counter_coarser_than_a_short_probe_is_not_used_for_it():
     assert long.energy_j == pytest.approx(700.0, abs=70.0)
 
 
-# -- the sampler slows between probes (issue 32: the app's own cost) -------------------
+# -- the sampler slows between probes (the app's own cost) ----------------------------
 
 def test_rate_full_around_a_probe_idle_between():
     import time

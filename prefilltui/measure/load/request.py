@@ -29,7 +29,7 @@ from prefilltui.model.jsontypes import loads as json_loads
 #: span is the load's, never a user's or a probe's (``measure.otlp.users.LOAD_ID``).
 LOAD_ROLE = "load"
 #: Most bytes one load stream may send (decoded): a 1,024-token stream is ~0.5 MiB of
-#: events; more means a runaway server (issue 25: every read is bounded).
+#: events; more means a runaway server (every read from a server is bounded).
 MAX_LOAD_STREAM_BYTES = 16 * 2**20
 
 

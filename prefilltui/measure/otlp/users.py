@@ -38,7 +38,7 @@ WINDOW_S = 60.0
 #: Users' requests kept: the two windows, and a count cap for a busy server.
 KEEP_S = 2 * WINDOW_S + 30.0
 KEEP_REQUESTS = 20_000
-#: How long a probe waits for its span (vLLM exports within ~5 s, issue 30), and how
+#: How long a probe waits for its span (vLLM exports within ~5 s), and how
 #: many may wait; a span that came first waits as long for its probe.
 PENDING_S = 30.0
 MAX_PENDING = 512

@@ -34,7 +34,7 @@ from prefilltui.measure import server as _server
 
 #: The api-version a deployment URL without one is asked with: the latest GA version of
 #: Azure OpenAI's data-plane inference API (Microsoft Learn, "Azure OpenAI API version
-#: lifecycle", 2024-10-21), the one the issue's field report pasted.
+#: lifecycle", 2024-10-21), the one a real deployment URL was pasted with.
 AZURE_DEFAULT_API_VERSION = "2024-10-21"
 #: Host name endings of Azure OpenAI resources (Azure OpenAI, Azure AI services,
 #: Azure AI Foundry endpoints).

@@ -8,7 +8,7 @@ its roofline the peak FLOP/s.  COUNTER.json: ``tests/flopcount/count_torch.py`` 
 for the same shape (``--shapes llama-3-8b`` on the GPU box) at two or more lengths.
 
 MFU = (FLOPs one more prompt token costs over the fitted range) / (b x peak), for
-- the quick estimate 2·P (what prefilltui showed before issue 23);
+- the quick estimate 2·P (what prefilltui showed before it counted matmuls);
 - the matmul count, linear layers only;
 - the matmul count with attention's causal half (what prefilltui shows: "MFU (matmul FLOPs)");
 - the matmul count with attention's full square (what eager/SDPA kernels and vLLM bill);
