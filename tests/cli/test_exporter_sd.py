@@ -22,6 +22,19 @@ def _write(path, entries):
     os.replace(tmp, path)
 
 
+
+def _watch(port, tmp_path):
+    """(the exporter's stderr so far, whether a target is up, its /metrics URL)."""
+    url = f"http://127.0.0.1:{port}/metrics"
+
+    def log():
+        return (tmp_path / "stderr.txt").read_text()
+
+    def up(name):
+        return re.search(rf'prefilltui_target_up{{[^}}]*target="{re.escape(name)}"}} 1\.0',
+                         _get(url)[1]) is not None
+    return log, up, url
+
 def test_the_exporter_follows_its_file_sd_file(fake_server, tmp_path):
     srv = prefill_server(fake_server)
     a, b = f"{srv.base_url}/", srv.base_url.replace("127.0.0.1", "localhost")
@@ -30,12 +43,7 @@ def test_the_exporter_follows_its_file_sd_file(fake_server, tmp_path):
     proc, port, err = _start_exporter(["--file-sd", str(sd), "--sd-refresh", "0.5",
                                        "--shard", "0/1", "--run-dir", str(tmp_path / "r")],
                                       tmp_path=tmp_path)
-    url = f"http://127.0.0.1:{port}/metrics"
-    log = lambda: (tmp_path / "stderr.txt").read_text()  # noqa: E731
-
-    def up(name):
-        return re.search(rf'prefilltui_target_up{{[^}}]*target="{re.escape(name)}"}} 1\.0',
-                         _get(url)[1]) is not None
+    log, up, url = _watch(port, tmp_path)
     try:
         assert port is not None, log()
         assert _wait(lambda: "shard 0/1: 1 of 1 listed targets" in log(), timeout=10)
@@ -74,12 +82,7 @@ def test_a_file_truncated_to_zero_bytes_keeps_the_target_until_the_new_list(fake
     _write(sd, [a])
     proc, port, err = _start_exporter(["--file-sd", str(sd), "--sd-refresh", "0.5",
                                        "--run-dir", str(tmp_path / "r")], tmp_path=tmp_path)
-    url = f"http://127.0.0.1:{port}/metrics"
-    log = lambda: (tmp_path / "stderr.txt").read_text()  # noqa: E731
-
-    def up(name):
-        return re.search(rf'prefilltui_target_up{{[^}}]*target="{re.escape(name)}"}} 1\.0',
-                         _get(url)[1]) is not None
+    log, up, url = _watch(port, tmp_path)
     try:
         assert port is not None, log()
         assert _wait(lambda: up(a), timeout=30), log()

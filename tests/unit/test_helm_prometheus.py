@@ -32,6 +32,20 @@ pytestmark = pytest.mark.component
 ROOT = Path(__file__).resolve().parents[2]
 
 
+
+def _start_prometheus(prometheus: str, scrape: dict, tmp_path, procs: list) -> str:
+    """Real Prometheus on the rendered scrape config (1-s interval), its process added to
+    ``procs``; its base URL."""
+    conf = tmp_path / "prometheus.yml"
+    conf.write_text(yaml.safe_dump({"global": {"scrape_interval": "1s"}, **scrape}))
+    prom_port = _port()
+    procs.append(subprocess.Popen(
+        [prometheus, f"--config.file={conf}", f"--storage.tsdb.path={tmp_path / 'tsdb'}",
+         f"--web.listen-address=127.0.0.1:{prom_port}"],
+        stdout=open(tmp_path / "prometheus.log", "w"), stderr=subprocess.STDOUT,
+        stdin=subprocess.DEVNULL))
+    return f"http://127.0.0.1:{prom_port}"
+
 def _port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
@@ -101,15 +115,7 @@ def test_prometheus_scrapes_the_rendered_settings_and_routes_probe_by_hashmod(tm
                     cwd=str(ROOT),
                     stdout=subprocess.DEVNULL, stderr=open(tmp_path / f"exporter-{i}.err", "w"),
                     stdin=subprocess.DEVNULL))
-            conf = tmp_path / "prometheus.yml"
-            conf.write_text(yaml.safe_dump({"global": {"scrape_interval": "1s"}, **scrape}))
-            prom_port = _port()
-            procs.append(subprocess.Popen(
-                [prometheus, f"--config.file={conf}", f"--storage.tsdb.path={tmp_path / 'tsdb'}",
-                 f"--web.listen-address=127.0.0.1:{prom_port}"],
-                stdout=open(tmp_path / "prometheus.log", "w"), stderr=subprocess.STDOUT,
-                stdin=subprocess.DEVNULL))
-            prom = f"http://127.0.0.1:{prom_port}"
+            prom = _start_prometheus(prometheus, scrape, tmp_path, procs)
             job = "pt-prefilltui"
 
             def every_probe_up():
@@ -214,15 +220,7 @@ def test_named_targets_are_scraped_at_the_replica_that_probes_them(tmp_path):
         (container,) = by_name["pt-prefilltui"]["spec"]["template"]["spec"]["containers"]
         procs = _start_replicas(container, ports, sd, tmp_path)
         try:
-            conf = tmp_path / "prometheus.yml"
-            conf.write_text(yaml.safe_dump({"global": {"scrape_interval": "1s"}, **scrape}))
-            prom_port = _port()
-            procs.append(subprocess.Popen(
-                [prometheus, f"--config.file={conf}", f"--storage.tsdb.path={tmp_path / 'tsdb'}",
-                 f"--web.listen-address=127.0.0.1:{prom_port}"],
-                stdout=open(tmp_path / "prometheus.log", "w"), stderr=subprocess.STDOUT,
-                stdin=subprocess.DEVNULL))
-            prom = f"http://127.0.0.1:{prom_port}"
+            prom = _start_prometheus(prometheus, scrape, tmp_path, procs)
             job = "pt-prefilltui"
 
             def every_probe_up():
