@@ -168,7 +168,7 @@ def _start_replicas(container: dict, ports: list[int], sd: Path, tmp_path: Path)
             a = re.sub(r"^--run-dir=.*", f"--run-dir={tmp_path / f'runs-{i}'}", a)
             args.append(a)
         procs.append(subprocess.Popen(
-            [sys.executable, "-m", "prefilltui", *args], cwd=str(ROOT),
+            [sys.executable, "-m", "prefilltui", *containerfile_entrypoint()[1:], *args], cwd=str(ROOT),
             stdout=subprocess.DEVNULL, stderr=open(tmp_path / f"exporter-{i}.err", "w"),
             stdin=subprocess.DEVNULL))
     return procs
