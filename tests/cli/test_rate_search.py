@@ -60,9 +60,10 @@ def test_rate_search_finds_the_rate_and_fixed_rates_agree(tmp_path, capsys):
         res = json.loads(cap.out)
         rate, above = res["rate_per_s"], res["fails_at_per_s"]
         steps = res["steps"]
-        # the curve: lo met, hi saturated (waiting without bound), bisected to 10 %
+        # the curve: lo met, hi missed (saturated when the machine gives the fake engine
+        # its cores; on a loaded one it may only miss), bisected to 10 %
         assert steps[0]["rate_per_s"] == 1 and steps[0]["meets"]
-        assert steps[1]["rate_per_s"] == 10 and steps[1]["saturated"]
+        assert steps[1]["rate_per_s"] == 10 and not steps[1]["meets"]
         assert rate is not None and above is not None and 1 <= rate < above <= 1.1 * rate + 1e-9
         assert 1.5 < rate < 6, steps
         a = res["attainment"]
