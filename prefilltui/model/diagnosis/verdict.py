@@ -129,7 +129,8 @@ def ttft_verdict(results: Sequence[ProbeResult], expect: Expectation | None = No
     users = judge.users  # the newest requests' window when they alone show the change
     gated = judge.has_reference
     # a change that turned off the cache the users hit is above by the server's own word
-    off = cache_turned_off(ev.server_changes, users_before, time.time())
+    now = time.time()
+    off = cache_turned_off(ev.server_changes, users_before, now)
     above = judge.above or off is not None
     whose: Whose = "users" if judge.users_above or off is not None else "probes"
     # the probes the causes read: the newest ones when only they are above
@@ -143,7 +144,8 @@ def ttft_verdict(results: Sequence[ProbeResult], expect: Expectation | None = No
                       users=users, users_before=users_before, user_requests=reqs,
                       blocked=blocked(pr, reqs), late=judge.late, late_s=judge.late_s,
                       users_rise_s=judge.users_rise, counted=counted_ahead(pr, expect, wait),
-                      slowdown=judge.slowdown, server_changes=ev.server_changes)
+                      slowdown=judge.slowdown, server_changes=ev.server_changes,
+                      now_s=now, cache_off=off is not None)
         found = _ask(ctx, (users is not None and judge.users_above) or off is not None)
     judged = judge.words(ttft)
     if (not found and above and not judge.probes_above and not judge.late

@@ -62,7 +62,9 @@ class Context:
     counted in its /metrics window) (``head_of_line.counted_ahead``); slowdown: the
     probes' prefill slowdown factor and its half-width when the judge found one
     (``slowdown.slowdown``); server_changes: what changed on the server lately
-    (``model.server_change.ServerChange``, ``UsersEvidence.server_changes``); found:
+    (``model.server_change.ServerChange``, ``UsersEvidence.server_changes``); now_s:
+    the verdict's time (unix s, read once); cache_off: one of those changes turned off
+    the prefix cache the users' reference hit (``server_changed.cache_turned_off``); found:
     the findings of the rules before in the registry.
     """
 
@@ -81,6 +83,8 @@ class Context:
     users_rise_s: float = 0.0
     counted: dict[int, tuple[float, int]] = field(default_factory=dict)
     server_changes: tuple[ServerChange, ...] = ()
+    now_s: float = 0.0
+    cache_off: bool = False
     slowdown: tuple[float, float] | None = None
     found: tuple[Evidence, ...] = ()
 

@@ -7,12 +7,10 @@ uncached prompts lowered the rate (``DILUTED``)."""
 
 from __future__ import annotations
 
-import time
 from dataclasses import replace
 
 from prefilltui.model.diagnosis.causes.base import Context, Evidence, Rule, finite, pct
 from prefilltui.model.diagnosis.causes.prompts_longer import LONGER
-from prefilltui.model.diagnosis.causes.server_changed import cache_turned_off
 from prefilltui.model.units import duration
 
 #: The users' prefix-cache hit rate fallen by this much (0..1) "stopped hitting" (20
@@ -24,7 +22,7 @@ DILUTED = "p90 prompt grew"
 
 def judge(ctx: Context) -> Evidence | None:
     users, before, expect = ctx.users, ctx.users_before, ctx.expect
-    known = before is not None and cache_turned_off(ctx.server_changes, before, time.time())
+    known = before is not None and ctx.cache_off
     if users is None and known:
         # the users' /metrics window since the restart has no counts yet: their
         # traffic as before, none of it cached

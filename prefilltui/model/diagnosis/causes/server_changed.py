@@ -8,8 +8,6 @@ without the prefix cache was named "users' prompts got longer", which they were 
 
 from __future__ import annotations
 
-import time
-
 from prefilltui.model.diagnosis.causes.base import Context, Evidence, Rule
 from prefilltui.model.server_change import change_words
 
@@ -50,7 +48,7 @@ def cache_turned_off(changes, before, now_s: float) -> tuple[float, float] | Non
 
 
 def judge(ctx: Context) -> Evidence | None:
-    now = time.time()
+    now = ctx.now_s
     c = newest(ctx, now)
     if c is None:
         return None
