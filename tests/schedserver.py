@@ -25,7 +25,6 @@ seconds``), so the server-side ITL can be read beside the client's gaps.
 from __future__ import annotations
 
 import asyncio
-import json
 import time
 from dataclasses import dataclass, field
 
@@ -247,7 +246,3 @@ def expected(budget: int | None, decodes: int, prompt_tokens: int, per_token_s: 
     decode streams (module docstring)."""
     chunk = prompt_tokens if budget is None else min(prompt_tokens, budget - decodes)
     return per_token_s * chunk, per_token_s * prompt_tokens
-
-
-def json_body(req: Request) -> dict:
-    return json.loads(req.body or b"{}")

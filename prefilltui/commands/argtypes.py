@@ -72,16 +72,6 @@ def _positive_float(text: str) -> float:
     return v
 
 
-def _non_negative_float(text: str) -> float:
-    try:
-        v = float(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected a number, got {text!r}")
-    if not (v >= 0 and math.isfinite(v)):
-        raise argparse.ArgumentTypeError(f"expected a number >= 0, got {text!r}")
-    return v
-
-
 def _duty(text: str) -> float:
     """A busy share in (0, 1]."""
     v = _positive_float(text)

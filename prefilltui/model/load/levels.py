@@ -208,14 +208,3 @@ def share(r: LevelRow) -> float | None:
 def _ms(s: float | None) -> str:
     return ms(s, 0)
 
-
-def levels_from_json(d) -> LevelTable | None:
-    """A LevelTable from its ``to_json`` dict (None for anything else)."""
-    if not isinstance(d, dict):
-        return None
-    try:
-        rows = tuple(LevelRow(**{**r, "throughput_ci": tuple(r.get("throughput_ci") or (None, None))})
-                     for r in d.get("rows") or ())
-        return LevelTable(rows, d.get("kind"), d.get("knee"), str(d.get("knee_line", "")))
-    except TypeError:
-        return None

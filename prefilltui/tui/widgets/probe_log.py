@@ -217,12 +217,6 @@ class ProbeLog(RowCursor, can_focus=True):
             self._highlighting = False
             self.post_message(self.Highlighted(None))
 
-    def clear_log(self) -> None:
-        self._rows.clear()
-        self.cursor_row = 0
-        self._set_virtual_size()
-        self.refresh()
-
     def _set_virtual_size(self) -> None:
         self.virtual_size = Size(self._width + 1, len(self._rows) + 1)  # + the header
 
