@@ -76,3 +76,11 @@ def format_table(rows: list[Row]) -> str:
         prev = r.section
         out.append(line(c))
     return "\n".join(out)
+
+
+def print_rows(rows: list[Row]) -> int:
+    """Print a bench's table, then its first row's data (the figures behind it); 0, the
+    bench's exit status."""
+    print(format_table(rows))
+    print(rows[0].data)
+    return 0

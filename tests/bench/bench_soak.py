@@ -253,13 +253,9 @@ def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--quick", action="store_true")
     ap.add_argument("--soak-seconds", type=float, default=None)
-    opts = ap.parse_args(argv)
-    from tests.bench import format_table
+    from tests.bench import print_rows
 
-    rows = run(opts)
-    print(format_table(rows))
-    print(rows[0].data)
-    return 0
+    return print_rows(run(ap.parse_args(argv)))
 
 
 if __name__ == "__main__":
