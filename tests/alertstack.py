@@ -22,7 +22,6 @@ import random
 import re
 import shutil
 import signal
-import socket
 import subprocess
 import sys
 import threading
@@ -36,6 +35,7 @@ from typing import Any, Callable
 
 import yaml
 
+from prefilltui.demo.server import free_port
 from tests.fakeserver import FakeServer, Reply, models_reply, sse_data, sse_done, sse_text
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -60,12 +60,6 @@ def binaries() -> dict[str, str | None]:
 
 def missing_binaries() -> list[str]:
     return [k for k, v in binaries().items() if v is None]
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def seconds(duration: str) -> float:

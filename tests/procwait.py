@@ -1,7 +1,10 @@
-"""Waiting for a process to end, shared by the life-cycle tests (unit and integration)."""
+"""Waiting for a process to end, shared by the life-cycle tests, the benches and the
+component tests (unit and integration)."""
 
 from __future__ import annotations
 
+import signal
+import subprocess
 import time
 
 import psutil
@@ -19,3 +22,15 @@ def gone(pid: int, within: float = 20.0) -> bool:
             return True
         time.sleep(0.05)
     return False
+
+
+def stop(p: subprocess.Popen, timeout: float = 20.0, sig: int = signal.SIGTERM) -> None:
+    """Ask ``p`` to end with ``sig``; killed (and reaped) when it has not ended within
+    ``timeout`` seconds.  A process that already ended is left as it is."""
+    if p.poll() is None:
+        p.send_signal(sig)
+        try:
+            p.wait(timeout)
+        except subprocess.TimeoutExpired:
+            p.kill()
+            p.wait()

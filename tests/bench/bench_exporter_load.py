@@ -28,7 +28,6 @@ import asyncio
 import os
 import re
 import resource
-import signal
 import socket
 import subprocess
 import sys
@@ -40,6 +39,7 @@ from pathlib import Path
 import psutil
 
 from tests.bench.fastserver import FastServerProcess
+from tests.procwait import stop
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -66,16 +66,6 @@ def start_exporter(args: list[str], tmp: Path, fd_limit: int | None = None
         time.sleep(0.05)
     p.kill()
     raise RuntimeError("exporter did not print its port in 300 s")
-
-
-def stop(p: subprocess.Popen) -> None:
-    if p.poll() is None:
-        p.send_signal(signal.SIGTERM)
-        try:
-            p.wait(20)
-        except subprocess.TimeoutExpired:
-            p.kill()
-            p.wait()
 
 
 def scrape(port: int, timeout: float = 30.0) -> tuple[str, float]:

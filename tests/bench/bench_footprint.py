@@ -33,6 +33,7 @@ import psutil
 
 from tests.bench import Row
 from tests.bench.fastserver import FastServerProcess
+from tests.procwait import stop
 
 SECTION = "5 footprint"
 #: Probes before the baseline RSS reading (app: fewer, it sustains ~10x fewer probes/s).
@@ -161,16 +162,6 @@ class PtyApp:
         return p.returncode
 
 
-def stop_child(p: subprocess.Popen) -> None:
-    if p.poll() is None:
-        p.send_signal(signal.SIGINT)
-        try:
-            p.wait(10)
-        except subprocess.TimeoutExpired:
-            p.kill()
-            p.wait()
-
-
 def prefilltui_cmd(*args: str) -> list[str]:
     return [sys.executable, "-m", "prefilltui", *args]
 
@@ -211,7 +202,7 @@ def rss_growth(mode: str, url: str, probes: int, max_s: float, tmp: str) -> dict
         if app is not None:
             app.quit()
         else:
-            stop_child(proc)
+            stop(proc, 10, signal.SIGINT)
     done = n1 - n0
     growth = (rss1 - rss0) / 2**20
     scaled = growth * probes / done if done else float("nan")

@@ -25,8 +25,6 @@ import argparse
 import json
 import os
 import re
-import signal
-import socket
 import subprocess
 import sys
 import tempfile
@@ -37,15 +35,11 @@ from pathlib import Path
 
 import psutil
 
+from prefilltui.demo.server import free_port
 from prefilltui.exporter.discovery import hashmod
+from tests.procwait import stop
 
 ROOT = Path(__file__).resolve().parents[2]
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def _fastserver(log: Path) -> tuple[subprocess.Popen, int]:
@@ -69,16 +63,6 @@ def _exporter(sd: Path, shard: str, interval: float, tmp: Path, port: int) -> su
          "--interval", f"{interval:g}", "--listen", f"127.0.0.1:{port}",
          "--run-dir", str(tmp / f"runs-{shard.replace('/', 'of')}")],
         stdout=subprocess.DEVNULL, stderr=err, stdin=subprocess.DEVNULL, cwd=str(ROOT))
-
-
-def _stop(p: subprocess.Popen, timeout: float = 30) -> None:
-    if p.poll() is None:
-        p.send_signal(signal.SIGTERM)
-        try:
-            p.wait(timeout)
-        except subprocess.TimeoutExpired:
-            p.kill()
-            p.wait()
 
 
 def _get(url: str, timeout: float = 30, tries: int = 5) -> str:
@@ -161,12 +145,12 @@ def main(argv: list[str] | None = None) -> int:
         sd.write_text(json.dumps(groups))
         expected = [sum(1 for t in names if hashmod([t], opts.replicas) == r)
                     for r in range(opts.replicas)]
-        ports = [_free_port() for _ in range(opts.replicas)]
+        ports = [free_port() for _ in range(opts.replicas)]
         t0 = time.monotonic()
         ex = [_exporter(sd, f"{r}/{opts.replicas}", opts.interval, tmp, ports[r])
               for r in range(opts.replicas)]
         procs += ex
-        prom_port = _free_port()
+        prom_port = free_port()
         conf = tmp / "prometheus.yml"
         conf.write_text(prometheus_config(ports, sd))
         prom = f"http://127.0.0.1:{prom_port}"
@@ -230,7 +214,7 @@ def main(argv: list[str] | None = None) -> int:
                 out[t] = out.get(t, 0.0) + float(m.group(2))
             return out
         before = [windows(p) for p in ports]
-        _stop(ex[1])
+        stop(ex[1], 30)
         ex[1] = _exporter(sd, f"1/{opts.replicas}", opts.interval, tmp, ports[1])
         procs.append(ex[1])
         for _ in range(60):
@@ -249,7 +233,7 @@ def main(argv: list[str] | None = None) -> int:
         return 0 if ok else 1
     finally:
         for p in reversed(procs):
-            _stop(p)
+            stop(p, 30)
 
 
 if __name__ == "__main__":

@@ -21,7 +21,6 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import socket
 import subprocess
 import sys
 import time
@@ -30,6 +29,7 @@ from pathlib import Path
 
 import psutil
 
+from prefilltui.demo.server import free_port
 from prefilltui.measure.telemetry import Sampler, make_sampler
 from prefilltui.model.types import ProbeResult
 
@@ -112,12 +112,6 @@ def memory_hour(quick: bool = False) -> dict:
 
 
 # ---- real CPU fallback during a prefill ------------------------------------------------
-def _free_port() -> int:
-    with socket.socket() as sk:
-        sk.bind(("127.0.0.1", 0))
-        return sk.getsockname()[1]
-
-
 def _get(url: str, timeout: float = 2.0) -> int:
     with urllib.request.urlopen(url, timeout=timeout) as r:
         return r.status
@@ -159,7 +153,7 @@ def prefill_spike(tokens: int = 1000) -> dict:
     srv = None
     try:
         if binary and gguf:
-            port = _free_port()
+            port = free_port()
             srv = subprocess.Popen(
                 [str(binary), "-m", str(gguf), "--host", "127.0.0.1", "--port", str(port),
                  "--metrics", "-c", "4096", "-t", "2"],

@@ -28,6 +28,7 @@ excluded; the app's CPU in those 10 s is printed on its own):
 from __future__ import annotations
 
 import argparse
+import signal
 import subprocess
 import sys
 import tempfile
@@ -37,9 +38,10 @@ import psutil
 
 from tests.bench import Row, median, ms
 from tests.bench.bench_footprint import (
-    REPO, PtyApp, bench_env, lines, prefilltui_cmd, stop_child, wait_lines,
+    REPO, PtyApp, bench_env, lines, prefilltui_cmd, wait_lines,
 )
 from tests.bench.fastserver import FastServerProcess
+from tests.procwait import stop
 
 SECTION_TUI = "2 TUI vs headless"
 SECTION_FP = "5 footprint"
@@ -98,7 +100,7 @@ def segment(mode: str, url: str, seconds: float, out: str, tmp: str) -> dict:
         if app is not None:
             app.quit()
         else:
-            stop_child(proc)
+            stop(proc, 10, signal.SIGINT)
     return {"mode": mode, "cpu_share": (c1 - c0) / (w1 - w0), "wall_s": w1 - w0,
             "warmup_cpu_share": (c0 - cw) / (w0 - ww),
             "term_bytes_per_s": (b1 - b0) / (w1 - w0) if app else None, "skip": n0,
@@ -204,13 +206,9 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--quick", action="store_true")
     ap.add_argument("--segment-s", type=float, default=None)
     ap.add_argument("--pairs", type=int, default=None)
-    opts = ap.parse_args(argv)
-    from tests.bench import format_table
+    from tests.bench import print_rows
 
-    rows = run(opts)
-    print(format_table(rows))
-    print(rows[0].data)
-    return 0
+    return print_rows(run(ap.parse_args(argv)))
 
 
 if __name__ == "__main__":

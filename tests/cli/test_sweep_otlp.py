@@ -7,22 +7,16 @@ run file too, read back) and the users are summarised apart."""
 from __future__ import annotations
 
 import json
-import socket
 import threading
 import time
 
 import httpx
 
+from prefilltui.demo.server import free_port
 from prefilltui.cli import main
 from prefilltui.measure.runfile import read_run
 from tests.fakeserver import Reply, models_reply, sse_data, sse_done, sse_text
 from tests.unit.otlp_bodies import export
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def test_probes_get_their_spans_and_users_are_counted(fake_server, tmp_path, capsys,
@@ -32,7 +26,7 @@ def test_probes_get_their_spans_and_users_are_counted(fake_server, tmp_path, cap
     # the sweep returns as soon as every span is in; a loaded machine may need longer
     # than the 10 s it gives a real server
     monkeypatch.setattr(sweep, "SPAN_WAIT_S", 60.0)
-    port = _free_port()
+    port = free_port()
     endpoint = f"http://127.0.0.1:{port}/v1/traces"
     posted: list[threading.Thread] = []
     server_ttft: dict[str, float] = {}

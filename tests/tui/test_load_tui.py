@@ -24,7 +24,7 @@ def _args(url, tmp_path, *extra):
     return session_options(args, load=load_options(args)), display_options(args)
 
 
-async def _until(cond, seconds=20.0):
+async def _until(cond, seconds=30.0):
     for _ in range(int(seconds / 0.05)):
         if cond():
             return True

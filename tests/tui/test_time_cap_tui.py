@@ -2,22 +2,14 @@
 (``measure.sweep.TIME_CAP_S``), said once on the status line and in a notification;
 ``+`` widens past it (the user's choice)."""
 
-import asyncio
 
 from prefilltui.cli import build_parser
 from prefilltui.commands.common import load_options, session_options
 from prefilltui.commands.watch import display_options, make_watch_app
 from tests.fakeserver import models_reply, per_token_completion
+from tests.tui.test_load_tui import _until
 
 NOTE = "over the longest prompt expected within 0.3 s a probe"
-
-
-async def _until(cond, seconds=30.0):
-    for _ in range(int(seconds / 0.05)):
-        if cond():
-            return True
-        await asyncio.sleep(0.05)
-    return False
 
 
 #: 1 ms a prompt token (a CPU target): the 4,007-token probe would take 4 s.

@@ -10,6 +10,7 @@ import time
 import pytest
 
 from tests.fakeserver import Reply, models_reply, sse_data, sse_done, sse_text
+from tests.unit.test_exporter import _wait
 from prefilltui.cli import main
 from prefilltui.exporter.collector import families
 from prefilltui.exporter.config import check, load_toml, target
@@ -39,15 +40,6 @@ def _samples(snap: TargetSnapshot, now: float) -> dict[str, list]:
         for s in fam.samples:
             out.setdefault(s.name, []).append((s.labels, s.value))
     return out
-
-
-def _wait(pred, timeout: float = 20.0, step: float = 0.02) -> bool:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if pred():
-            return True
-        time.sleep(step)
-    return False
 
 
 # ------------------------------------------------------------------ the TOML keys

@@ -4,7 +4,6 @@ config asks for load, the verdict for every target, a bad load spec named."""
 from __future__ import annotations
 
 import re
-import time
 
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
@@ -14,15 +13,7 @@ from prefilltui.exporter.config import check, load_toml, target
 from prefilltui.model.loadspec import parse_load
 from prefilltui.exporter.target import TargetProber
 from tests.schedserver import SchedServer
-
-
-def _wait(cond, timeout=30.0):
-    end = time.monotonic() + timeout
-    while time.monotonic() < end:
-        if cond():
-            return True
-        time.sleep(0.05)
-    return False
+from tests.unit.test_exporter import _wait
 
 
 def _samples(snaps):
@@ -47,14 +38,14 @@ def test_load_metrics_only_when_asked(tmp_path):
                               run_dir=tmp_path, seed=1).start()
         try:
             assert _wait(lambda: loaded.snapshot.load is not None
-                         and loaded.snapshot.load.stall_s is not None)
+                         and loaded.snapshot.load.stall_s is not None, timeout=30)
         finally:
             loaded.stop(timeout=5)
         plain = TargetProber(check(target(srv.base_url, name="plain", lengths=(24, 124),
                                           interval=0.05)),
                              run_dir=tmp_path, seed=2).start()
         try:
-            assert _wait(lambda: plain.snapshot.ttft_cause is not None)
+            assert _wait(lambda: plain.snapshot.ttft_cause is not None, timeout=30)
         finally:
             plain.stop(timeout=5)
         load_sent = [r for r in srv.requests if r.path == "/v1/completions"

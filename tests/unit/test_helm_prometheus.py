@@ -12,8 +12,6 @@ from __future__ import annotations
 
 import json
 import re
-import signal
-import socket
 import subprocess
 import sys
 import time
@@ -24,8 +22,10 @@ from pathlib import Path
 import pytest
 import yaml
 
+from prefilltui.demo.server import free_port
 from prefilltui.exporter.discovery import hashmod
 from tests.components import require
+from tests.procwait import stop
 from tests.unit.test_helm_chart import containerfile_entrypoint, objects, render
 
 pytestmark = pytest.mark.component
@@ -38,19 +38,13 @@ def _start_prometheus(prometheus: str, scrape: dict, tmp_path, procs: list) -> s
     ``procs``; its base URL."""
     conf = tmp_path / "prometheus.yml"
     conf.write_text(yaml.safe_dump({"global": {"scrape_interval": "1s"}, **scrape}))
-    prom_port = _port()
+    prom_port = free_port()
     procs.append(subprocess.Popen(
         [prometheus, f"--config.file={conf}", f"--storage.tsdb.path={tmp_path / 'tsdb'}",
          f"--web.listen-address=127.0.0.1:{prom_port}"],
         stdout=open(tmp_path / "prometheus.log", "w"), stderr=subprocess.STDOUT,
         stdin=subprocess.DEVNULL))
     return f"http://127.0.0.1:{prom_port}"
-
-def _port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
 
 def _query(prom: str, expr: str) -> list[dict]:
     url = f"{prom}/api/v1/query?" + urllib.parse.urlencode({"query": expr})
@@ -72,21 +66,11 @@ def _wait(pred, timeout: float, what: str):
     raise AssertionError(f"timed out after {timeout:.0f} s waiting for {what} (last: {last!r})")
 
 
-def _stop(p: subprocess.Popen) -> None:
-    if p.poll() is None:
-        p.send_signal(signal.SIGTERM)
-        try:
-            p.wait(20)
-        except subprocess.TimeoutExpired:
-            p.kill()
-            p.wait()
-
-
 def test_prometheus_scrapes_the_rendered_settings_and_routes_probe_by_hashmod(tmp_path):
     prometheus = require("prometheus")
     from tests.bench.fastserver import FastServerProcess
 
-    ports = [_port(), _port()]
+    ports = [free_port(), free_port()]
     with FastServerProcess() as fast:
         names = [f"{fast.base_url}/t/{i}" for i in range(6)]
         sd = tmp_path / "targets.json"
@@ -153,7 +137,7 @@ def test_prometheus_scrapes_the_rendered_settings_and_routes_probe_by_hashmod(tm
             _wait(dropped, 30, "the removed target's series to leave /metrics")
         finally:
             for p in reversed(procs):
-                _stop(p)
+                stop(p)
 
 
 def _start_replicas(container: dict, ports: list[int], sd: Path, tmp_path: Path) -> list:
@@ -196,7 +180,7 @@ def test_named_targets_are_scraped_at_the_replica_that_probes_them(tmp_path):
     from tests.bench.fastserver import FastServerProcess
 
     n = 3
-    ports = [_port() for _ in range(n)]
+    ports = [free_port() for _ in range(n)]
     with FastServerProcess() as fast:
         taken: set[str] = set()
         a0 = _named_entry(fast.base_url, "gpu-a0", n, taken)
@@ -251,4 +235,4 @@ def test_named_targets_are_scraped_at_the_replica_that_probes_them(tmp_path):
                 assert replica[label] == f"127.0.0.1:{ports[hashmod([entry], n)]}", (label, where)
         finally:
             for p in reversed(procs):
-                _stop(p)
+                stop(p)
