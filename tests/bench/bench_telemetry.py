@@ -39,14 +39,6 @@ LLAMA_SERVER = [Path("/tmp/llb/build/bin/llama-server")]
 GGUF = [Path("/tmp/llb/gguf/SmolLM2-135M-Instruct.Q4_1.gguf")]
 
 
-class StepClock:
-    def __init__(self) -> None:
-        self.t = 0.0
-
-    def __call__(self) -> float:
-        return self.t
-
-
 def _fake8(clock=None, hz: float = 10.0) -> Sampler:
     nv = fk.fake_gpus(8, util=lambda: 50, power_mw=lambda: 300_000,
                       energy_mj=lambda: int(time.perf_counter() * 1e6))
@@ -55,7 +47,7 @@ def _fake8(clock=None, hz: float = 10.0) -> Sampler:
 
 def tick_cost(n: int = 2000) -> float:
     """CPU microseconds per tick with 8 fake GPUs."""
-    clock = StepClock()
+    clock = fk.FakeClock()
     s = _fake8(clock)
     t0 = time.thread_time()
     for i in range(1, n + 1):
@@ -66,7 +58,7 @@ def tick_cost(n: int = 2000) -> float:
 
 def snapshot_cost(n: int = 50) -> float:
     """CPU microseconds per fresh snapshot (8 GPUs, full 60 s history)."""
-    clock = StepClock()
+    clock = fk.FakeClock()
     s = _fake8(clock)
     for i in range(1, 700):
         clock.t = i * 0.1
@@ -94,7 +86,7 @@ def thread_cost(seconds: float = 5.0) -> float:
 
 def memory_hour(quick: bool = False) -> dict:
     """Step a fake clock through 1 h at 10 Hz (8 GPUs); RSS at checkpoints."""
-    clock = StepClock()
+    clock = fk.FakeClock()
     s = _fake8(clock)
     proc = psutil.Process()
     total = 600 if quick else 3600

@@ -385,3 +385,13 @@ def library_not_found() -> FakeNvml:
 def driver_not_loaded() -> FakeNvml:
     """A FakeNvml whose nvmlInit raises NVMLError_DriverNotLoaded."""
     return FakeNvml(init_error=NVMLError_DriverNotLoaded())
+
+
+class FakeClock:
+    """A clock the test sets (``clock.t = 1.5``): the samplers' and readers' ``clock``."""
+
+    def __init__(self, t: float = 0.0) -> None:
+        self.t = t
+
+    def __call__(self) -> float:
+        return self.t

@@ -17,7 +17,8 @@ from prefilltui.measure.telemetry.readers import EnergyCounter
 from prefilltui.model.types import ProbeResult
 from tests.unit import fake_nvml as fk
 from tests.unit.sysfs_tree import amd_card, xe_card
-from tests.unit.test_telemetry_amd import FakeClock, amd_sampler
+from tests.unit.fake_nvml import FakeClock
+from tests.unit.test_telemetry_amd import amd_sampler
 
 
 def _sane_device(d) -> None:

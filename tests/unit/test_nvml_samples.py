@@ -14,20 +14,12 @@ from tests.unit import fake_nvml as fk
 WALL0 = 1_796_000_000.0  # unix seconds at clock() == 0
 
 
-class Clock:
-    def __init__(self) -> None:
-        self.t = 0.0
-
-    def __call__(self) -> float:
-        return self.t
-
-
 def us(t: float) -> int:
     """clock() seconds -> the driver's wall-clock microseconds."""
     return int(round((WALL0 + t) * 1e6))
 
 
-def _open(gpu: fk.FakeGpu, clock: Clock) -> GpuSampler:
+def _open(gpu: fk.FakeGpu, clock: fk.FakeClock) -> GpuSampler:
     return GpuSampler.open(nvml_module=fk.FakeNvml([gpu]), clock=clock, env={},
                            wall=lambda: WALL0 + clock.t)
 
@@ -48,7 +40,7 @@ def test_short_prefill_leaves_its_mark():
     """A 50 ms prefill at t = 1.00 s: polled utilization and power miss it (0 %,
     100 W at every tick); the driver's samples carry it (25 % for the 0.2 s period
     ending at 1.2 s, 600 W at 20 ms resolution) into the history and attribution."""
-    clock = Clock()
+    clock = fk.FakeClock()
     g = _gpu()
     s = _open(g, clock)
     assert s.sensor_window_s == pytest.approx(0.2)  # measured, not the 1 s worst case
@@ -80,7 +72,7 @@ def test_short_prefill_leaves_its_mark():
 
 
 def test_buffers_unsupported_or_on_an_unknown_clock_fall_back_to_polling():
-    clock = Clock()
+    clock = fk.FakeClock()
     g = fk.FakeGpu(util=40)  # no buffers: NotSupported
     s = _open(g, clock)
     assert s.devices[0].extra["buffers"] == {}
@@ -95,7 +87,7 @@ def test_buffers_unsupported_or_on_an_unknown_clock_fall_back_to_polling():
 
 
 def test_empty_buffer_then_samples_and_pacing():
-    clock = Clock()
+    clock = fk.FakeClock()
     g = fk.FakeGpu(util=0, power_mw=100_000)
     g.samples[fk.NVML_GPU_UTILIZATION_SAMPLES] = []  # supported, nothing yet: NotFound
     s = _open(g, clock)

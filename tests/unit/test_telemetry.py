@@ -10,19 +10,12 @@ import asyncio
 import pytest
 
 from tests.unit import fake_nvml as fk
+from tests.unit.fake_nvml import FakeClock
 
 from prefilltui.measure.telemetry import GpuSampler, parse_gpu_selection
 from prefilltui.measure.telemetry import (DeviceSnapshot, SampleRing, TelemetrySnapshot,
                                        make_sampler)
 from prefilltui.model.types import ProbeResult
-
-
-class FakeClock:
-    def __init__(self, t: float = 0.0) -> None:
-        self.t = t
-
-    def __call__(self) -> float:
-        return self.t
 
 
 def gpu_sampler(nv, clock=None, **kw) -> GpuSampler:

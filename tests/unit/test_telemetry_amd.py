@@ -16,16 +16,9 @@ from prefilltui.measure.telemetry import sysfs as sysfs_mod
 from prefilltui.measure.telemetry.amd import import_amdsmi, AmdSmiUnavailable
 from prefilltui.model.types import ProbeResult
 from tests.unit import fake_nvml as fk
+from tests.unit.fake_nvml import FakeClock
 from tests.unit.fake_amdsmi import AmdSmiLibraryException, FakeAmdSmi, FakeGpu
 from tests.unit.sysfs_tree import amd_card, nvidia_card
-
-
-class FakeClock:
-    def __init__(self, t: float = 0.0) -> None:
-        self.t = t
-
-    def __call__(self) -> float:
-        return self.t
 
 
 def amd_sampler(root, clock=None, gpus=None, amdsmi_module=False, **kw):

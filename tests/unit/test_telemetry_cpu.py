@@ -13,6 +13,7 @@ import pytest
 from prefilltui.measure.telemetry import CpuSampler, RaplReader
 from prefilltui.measure.telemetry import make_sampler
 from prefilltui.model.types import ProbeResult
+from tests.unit.fake_nvml import FakeClock
 
 Times = namedtuple("Times", "user nice system idle iowait irq softirq steal guest guest_nice")
 
@@ -21,14 +22,6 @@ def _no_nvml():
     from tests.unit import fake_nvml as fk
 
     return fk.library_not_found()
-
-
-class FakeClock:
-    def __init__(self, t: float = 0.0) -> None:
-        self.t = t
-
-    def __call__(self) -> float:
-        return self.t
 
 
 def write_rapl(root, pkg: int, energy_uj: int, max_uj: int = 262_143_328_850,

@@ -8,15 +8,8 @@ import pytest
 from prefilltui.measure.telemetry import make_sampler
 from prefilltui.model.types import ProbeResult
 from tests.unit import fake_nvml as fk
+from tests.unit.fake_nvml import FakeClock
 from tests.unit.sysfs_tree import amd_card, i915_card, set_rc6, xe_card
-
-
-class FakeClock:
-    def __init__(self, t: float = 0.0) -> None:
-        self.t = t
-
-    def __call__(self) -> float:
-        return self.t
 
 
 def intel_sampler(root, clock, gpus=None):
