@@ -6,62 +6,35 @@ to an HTTP proxy), forwards those for a known host to its upstream URL (so a hos
 that no DNS can resolve is reachable only through the proxy), and answers 502 for
 any other host.  The body is relayed chunk by chunk as the upstream sends it
 (streams stay streams); ``seen`` lists ``"METHOD URL"`` of each request.  No CONNECT
-(https targets are not needed by the tests).  Runs an asyncio loop in a thread.
+(https targets are not needed by the tests).  Runs FakeServer's asyncio loop in a
+thread.
 """
 
 from __future__ import annotations
 
 import asyncio
-import threading
 import urllib.parse
 
 import httpx
+
+from tests.fakeserver import FakeServer
 
 _HOP = {"connection", "keep-alive", "proxy-connection", "proxy-authorization",
         "transfer-encoding", "content-length", "te", "trailer", "upgrade"}
 
 
-class ForwardProxy:
+class ForwardProxy(FakeServer):
+    """FakeServer's loop, thread and life cycle; its own handler (no script)."""
+
     def __init__(self, routes: dict[str, str]) -> None:
+        super().__init__()
         self.routes = routes
         self.seen: list[str] = []
-        self.port = 0
-        self._loop: asyncio.AbstractEventLoop | None = None
-        self._ready = threading.Event()
-        self._thread: threading.Thread | None = None
+        self._client = httpx.AsyncClient(trust_env=False, timeout=60)
 
     @property
     def url(self) -> str:
-        return f"http://127.0.0.1:{self.port}"
-
-    def __enter__(self) -> "ForwardProxy":
-        self._thread = threading.Thread(target=self._run, name="forwardproxy", daemon=True)
-        self._thread.start()
-        if not self._ready.wait(10):
-            raise RuntimeError("proxy did not start")
-        return self
-
-    def __exit__(self, *exc) -> None:
-        if self._loop is not None:
-            self._loop.call_soon_threadsafe(self._loop.stop)
-        if self._thread is not None:
-            self._thread.join(5)
-
-    def _run(self) -> None:
-        loop = asyncio.new_event_loop()
-        self._loop = loop
-        server = loop.run_until_complete(asyncio.start_server(self._handle, "127.0.0.1", 0))
-        self.port = server.sockets[0].getsockname()[1]
-        self._client = httpx.AsyncClient(trust_env=False, timeout=60)
-        self._ready.set()
-        try:
-            loop.run_forever()
-        finally:
-            server.close()
-            for t in asyncio.all_tasks(loop):
-                t.cancel()
-            loop.run_until_complete(asyncio.sleep(0))
-            loop.close()
+        return self.base_url
 
     async def _handle(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         try:
