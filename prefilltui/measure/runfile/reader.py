@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import math
 import os
-from typing import Iterator
+from typing import Any, Callable, Iterator
 
 from prefilltui.measure.runfile.writer import (CALIBRATION_RECORD, LOAD_RECORD,
                                                SERVER_CHANGE_RECORD, SESSION_RECORD,
@@ -250,50 +250,46 @@ def read_session(path: str | os.PathLike) -> dict:
     return merged
 
 
+def _read_records(path: str | os.PathLike, record: str, parse: Callable[[Any], Any],
+                  what: str) -> tuple[list, list[str]]:
+    """The ``record`` lines of a run file through ``parse``, in file order; a line
+    ``parse`` refuses (raises, or returns None: no time or kind) is reported as
+    ``"line N: <what> record: reason"``, never raised, and so is an unreadable file:
+    ``([], [reason])``."""
+    out: list = []
+    problems: list[str] = []
+    try:
+        with open(path, encoding="utf-8-sig", errors="replace") as f:
+            for i, line in _lines(f):
+                if line is None or f'"record":"{record}"' not in line:
+                    continue
+                try:
+                    item = parse(json_loads(line))
+                except (ValueError, TypeError, KeyError) as e:
+                    problems.append(f"line {i}: {what} record: {e}")
+                    continue
+                if item is None:
+                    problems.append(f"line {i}: {what} record without a time or kind")
+                else:
+                    out.append(item)
+    except OSError as e:
+        return [], [f"cannot read {path}: {e.strerror or e}"]
+    return out, problems
+
+
 def read_load(path: str | os.PathLike) -> tuple[list[DecodeTrace], list[str]]:
     """The background-load requests of a run file (``LOAD_RECORD`` lines) as
     DecodeTraces (arrival offsets turned back into the run's perf_counter clock);
     bad lines are reported as ``"line N: reason"``, never raised.  Never raises for
     an unreadable file: ``([], [reason])``."""
-    traces: list[DecodeTrace] = []
-    problems: list[str] = []
-    try:
-        with open(path, encoding="utf-8-sig", errors="replace") as f:
-            for i, line in _lines(f):
-                if line is None or f'"record":"{LOAD_RECORD}"' not in line:
-                    continue
-                try:
-                    traces.append(trace_from_record(json_loads(line)))
-                except (ValueError, TypeError, KeyError) as e:
-                    problems.append(f"line {i}: load record: {e}")
-    except OSError as e:
-        return [], [f"cannot read {path}: {e.strerror or e}"]
-    return traces, problems
+    return _read_records(path, LOAD_RECORD, trace_from_record, "load")
 
 
 def read_server_changes(path: str | os.PathLike) -> tuple[list[ServerChange], list[str]]:
     """The server's restarts and changes a run file recorded (``SERVER_CHANGE_RECORD``
     lines, ``ServerChange.from_json``), in file order; bad lines are reported as
     ``"line N: reason"``, never raised, and so is an unreadable file: ``([], [reason])``."""
-    changes: list[ServerChange] = []
-    problems: list[str] = []
-    try:
-        with open(path, encoding="utf-8-sig", errors="replace") as f:
-            for i, line in _lines(f):
-                if line is None or f'"record":"{SERVER_CHANGE_RECORD}"' not in line:
-                    continue
-                try:
-                    c = ServerChange.from_json(json_loads(line))
-                except (ValueError, TypeError) as e:
-                    problems.append(f"line {i}: server change record: {e}")
-                    continue
-                if c is None:
-                    problems.append(f"line {i}: server change record without a time or kind")
-                else:
-                    changes.append(c)
-    except OSError as e:
-        return [], [f"cannot read {path}: {e.strerror or e}"]
-    return changes, problems
+    return _read_records(path, SERVER_CHANGE_RECORD, ServerChange.from_json, "server change")
 
 
 def load_baseline(path: str, *, method: FitMethod = "robust") -> LinearFit:
