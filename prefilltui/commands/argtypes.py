@@ -72,6 +72,16 @@ def _positive_float(text: str) -> float:
     return v
 
 
+def _shard(text: str):
+    """``--shard I/N`` (``exporter.discovery.Shard``: Prometheus' hashmod)."""
+    from prefilltui.exporter.discovery import Shard
+
+    try:
+        return Shard.parse(text)
+    except ValueError as e:
+        raise argparse.ArgumentTypeError(str(e)) from None
+
+
 def _duty(text: str) -> float:
     """A busy share in (0, 1]."""
     v = _positive_float(text)

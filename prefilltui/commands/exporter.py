@@ -23,8 +23,8 @@ import threading
 from dataclasses import replace
 from pathlib import Path
 
-from prefilltui.commands.argtypes import (_int_list, _positive_float, _positive_int, server_url,
-                                          slo_objective)
+from prefilltui.commands.argtypes import (_int_list, _positive_float, _positive_int, _shard,
+                                          server_url, slo_objective)
 from prefilltui.commands.common import (add_hardware_args, add_load_args, add_otlp_args,
                                         add_server_args,
                                         probe_options, roofline_spec)
@@ -104,15 +104,6 @@ def add_discovery_args(p: argparse.ArgumentParser) -> None:
                    help="probe only the targets whose entry (the file_sd/http_sd string, "
                         "else the URL; never the name) falls to shard I of N (Prometheus' "
                         "hashmod: md5, last 8 bytes, mod N)")
-
-
-def _shard(text: str):
-    from prefilltui.exporter.discovery import Shard
-
-    try:
-        return Shard.parse(text)
-    except ValueError as e:
-        raise argparse.ArgumentTypeError(str(e)) from None
 
 
 def _interval(text: str) -> float:

@@ -23,8 +23,9 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any, Callable
 
-from prefilltui.commands.argtypes import _positive_float, _positive_int
-from prefilltui.commands.common import err, probe_options, roofline_spec, sweep_design
+from prefilltui.commands.argtypes import _positive_float, _positive_int, _shard
+from prefilltui.commands.common import (err, probe_options, roofline_spec, run_app,
+                                        sweep_design)
 from prefilltui.exit_codes import ExitCode
 from prefilltui.exporter.config import (JITTER, TargetConfig, check, load_toml, otlp_options,
                                         unique)
@@ -72,15 +73,6 @@ def add_fleet_args(p: argparse.ArgumentParser) -> None:
                    help="only the targets whose entry (the file_sd/http_sd string, else "
                         "the URL) falls to shard I of N (Prometheus' hashmod, as the "
                         "exporter's --shard)")
-
-
-def _shard(text: str):
-    from prefilltui.exporter.discovery import Shard
-
-    try:
-        return Shard.parse(text)
-    except ValueError as e:
-        raise argparse.ArgumentTypeError(str(e)) from None
 
 
 def discovered_targets(args: argparse.Namespace, base: TargetConfig) -> list[TargetConfig]:
@@ -347,15 +339,7 @@ def run_fleet(args: argparse.Namespace, display: DisplayOptions) -> int:
     app = build_fleet_app(fleet.configs, theme=theme, themes=themes,
                           problems=[problem] if problem else [], load=fleet.load,
                           ref_tokens=options.ref_tokens)
-    switch = sys.getswitchinterval()
-    sys.setswitchinterval(min(switch, 0.0005))  # as the dashboard: first tokens read at once
-    code = ExitCode.FAILURE
-    try:
-        code = app.run()
-        code = ExitCode.OK if code is None else int(code)
-    finally:
-        sys.setswitchinterval(switch)
-        fleet.close()
+    code = run_app(app, fleet.close)
     if app.hung_up:  # the terminal is gone: nobody to tell, and a write would fail
         return code
     total = sum(f.session_total for f in app.feeds)  # not reset by a dashboard's r

@@ -22,7 +22,7 @@ from typing import Any, Callable
 from prefilltui.commands.argtypes import server_url
 from prefilltui.commands.common import (
     add_analysis_args, add_hardware_args, add_load_args, add_server_args, add_sweep_args,
-    add_otlp_args, add_telemetry_args, err, load_options, otlp_options, session_options,
+    add_otlp_args, add_telemetry_args, err, load_options, otlp_options, run_app, session_options,
 )
 from prefilltui.commands.exports import cache_finding, make_exporter
 from prefilltui.commands.fleet import add_fleet_args, run_fleet
@@ -142,18 +142,7 @@ def run_tui(options: SessionOptions, display: DisplayOptions, base_url: str, *,
     except SessionError as exc:
         err(str(exc))
         return exc.code
-    code = ExitCode.FAILURE
-    # The probe thread must get the GIL back as soon as the first token's bytes
-    # arrive; the default 5 ms switch interval lets the UI thread hold it for that
-    # long (measured: TUI-vs-headless TTFT 1.42 -> 0.73 ms, tests/bench).
-    switch = sys.getswitchinterval()
-    sys.setswitchinterval(min(switch, 0.0005))
-    try:
-        code = app.run()
-        code = ExitCode.OK if code is None else int(code)
-    finally:
-        sys.setswitchinterval(switch)
-        session.close()
+    code = run_app(app, session.close)
     if app.hung_up:  # the terminal is gone: nobody to tell, and a write would fail
         return code
     feed = app.feed  # the whole session's counts (the dashboard's r resets its own)
