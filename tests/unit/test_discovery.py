@@ -251,6 +251,13 @@ def test_http_sd_is_polled_and_a_failure_keeps_the_last_list(http_sd):
     assert d.refresh() is True and [t.label for t in d.targets()] == ["http://b:1"]
 
 
+def test_an_http_sd_answer_with_a_byte_order_mark_is_read(http_sd):
+    _Handler.answers = [(200, b"\xef\xbb\xbf" + json.dumps(groups("gpu-01:8000")).encode())]
+    d = Discovery([HttpSource(http_sd, 30)], BASE)
+    d.refresh()
+    assert d.states[0].error is None and [t.label for t in d.targets()] == ["gpu-01:8000"]
+
+
 def test_http_sd_url_credentials_never_show(http_sd):
     src = HttpSource(http_sd.replace("http://", "http://u:secretpw@") + "?token=tok123", 30)
     assert "secretpw" not in src.name and "tok123" not in src.name

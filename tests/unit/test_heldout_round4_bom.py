@@ -1,18 +1,14 @@
 """Held-out, JSON with a byte-order mark on the new surfaces: a config file,
 a run file and a file_sd file drop a leading BOM (each handled already), but an OTLP/JSON
 body and an http_sd answer that began with one were refused whole (400 "Unexpected UTF-8
-BOM": the engine's spans lost, as 400 is not retried; the discovered list refused)."""
+BOM": the engine's spans lost, as 400 is not retried; the discovered list refused: its
+test is with the other http_sd tests, test_discovery.py)."""
 
 from __future__ import annotations
-
-import http.server
-import threading
 
 import httpx
 from google.protobuf import json_format
 
-from prefilltui.exporter.config import TargetConfig
-from prefilltui.exporter.discovery import Discovery, HttpSource
 from prefilltui.measure.otlp import OtlpReceiver, TraceRouter, UsersTrace
 from prefilltui.measure.otlp import codec
 from tests.unit.otlp_bodies import export
@@ -34,29 +30,3 @@ def test_an_otlp_json_body_with_a_byte_order_mark_is_read():
         assert [u.request_id for u in trace.recent(-1)] == ["cmpl-bom-0"]
     finally:
         rx.stop()
-
-
-class _Bom(http.server.BaseHTTPRequestHandler):
-    def do_GET(self):  # noqa: N802 - http.server's name
-        body = BOM + b'[{"targets": ["gpu-01:8000"]}]'
-        self.send_response(200)
-        self.send_header("Content-Type", "application/json")
-        self.send_header("Content-Length", str(len(body)))
-        self.end_headers()
-        self.wfile.write(body)
-
-    def log_message(self, *a):
-        pass
-
-
-def test_an_http_sd_answer_with_a_byte_order_mark_is_read():
-    srv = http.server.ThreadingHTTPServer(("127.0.0.1", 0), _Bom)
-    threading.Thread(target=srv.serve_forever, daemon=True).start()
-    try:
-        d = Discovery([HttpSource(f"http://127.0.0.1:{srv.server_address[1]}/sd", 30)],
-                      TargetConfig(url="http://unset"))
-        d.refresh()
-        assert d.states[0].error is None and [t.label for t in d.targets()] == ["gpu-01:8000"]
-    finally:
-        srv.shutdown()
-        srv.server_close()
