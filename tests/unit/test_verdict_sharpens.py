@@ -63,6 +63,18 @@ def run_exporter(probes: int, onset: int | None = None, factor: float = 2.0, see
     return out, hold
 
 
+def _healthy(seed: int):
+    """(cfg, hold, window): 150 healthy probes judged one by one, the hold sharpened."""
+    cfg = TargetConfig(url="http://127.0.0.1:9", window=40)
+    hold = HeldExpectation()
+    window: deque[ProbeResult] = deque(maxlen=cfg.window)
+    g = stream(seed)
+    for _ in range(150):
+        window.append(next(g))
+        window_health(list(window), None, cfg, hold)
+    return cfg, hold, window
+
+
 def _episodes(verdicts) -> int:
     """Runs of consecutive verdicts that name a cause or say "no single cause"."""
     out, was = 0, False
@@ -118,15 +130,7 @@ def test_a_long_prompt_holding_the_step_is_head_of_line_not_a_queue():
     ("queue 473 ms of TTFT 551 ms (86 %), 0 waiting, 2 running" was the headline),
     and the server's prompt-token counter rose by 8,000 more than the probe's own
     tokens in its window: one step held the batch."""
-    cfg = TargetConfig(url="http://127.0.0.1:9", window=40)
-    hold = HeldExpectation()
-    window: deque[ProbeResult] = deque(maxlen=cfg.window)
-    g = stream(3)
-    r = next(g)
-    for _ in range(150):
-        window.append(r)
-        window_health(list(window), None, cfg, hold)
-        r = next(g)
+    cfg, hold, window = _healthy(3)
     said = []
     for i in range(15):
         n = DEFAULT_LENGTHS[i % len(DEFAULT_LENGTHS)]
@@ -150,15 +154,7 @@ def test_a_long_prompt_holding_the_step_is_head_of_line_not_a_queue():
 
 def test_a_line_of_waiting_requests_stays_queueing():
     """The same probe delays with requests waiting in line: a queue."""
-    cfg = TargetConfig(url="http://127.0.0.1:9", window=40)
-    hold = HeldExpectation()
-    window: deque[ProbeResult] = deque(maxlen=cfg.window)
-    g = stream(4)
-    r = next(g)
-    for _ in range(150):
-        window.append(r)
-        window_health(list(window), None, cfg, hold)
-        r = next(g)
+    cfg, hold, window = _healthy(4)
     for i in range(10):
         n = DEFAULT_LENGTHS[i % len(DEFAULT_LENGTHS)]
         window.append(ProbeResult(
