@@ -3,6 +3,7 @@ exits 0, the API key never leaks, usage errors and a busy port give their exit c
 
 from __future__ import annotations
 
+import contextlib
 import os
 import re
 import signal
@@ -18,7 +19,11 @@ from tests.unit.test_exporter import _get, _wait, prefill_server
 ROOT = Path(__file__).resolve().parents[2]
 
 
+@contextlib.contextmanager
 def _start_exporter(args, env=None, tmp_path=None):
+    """``prefilltui exporter ARGS --listen 127.0.0.1:0`` (its stderr in
+    tmp_path/stderr.txt): (proc, port) once it serves, port None if it ended first;
+    killed on the way out if it still runs."""
     err = open(tmp_path / "stderr.txt", "w")
     proc = subprocess.Popen([sys.executable, "-m", "prefilltui", "exporter", *args,
                              "--listen", "127.0.0.1:0"], stdout=subprocess.DEVNULL, stderr=err,
@@ -32,27 +37,28 @@ def _start_exporter(args, env=None, tmp_path=None):
         port = int(m.group(1)) if m else None
         return port is not None or proc.poll() is not None
     assert _wait(ready, timeout=30)
-    return proc, port, err
+    try:
+        yield proc, port
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+        err.close()
 
 
 def test_sigterm_flushes_and_exits_cleanly_and_key_never_leaks(fake_server, tmp_path):
     srv = prefill_server(fake_server)
     key = "sk-exporter-SECRET-0123456789"
     runs = tmp_path / "runs"
-    proc, port, err = _start_exporter(
+    with _start_exporter(
         [srv.base_url, "--interval", "0.05", "--lengths", "16,64", "--run-dir", str(runs),
-         "--api-key-env", "MY_KEY"], env={"MY_KEY": key}, tmp_path=tmp_path)
-    try:
+         "--api-key-env", "MY_KEY"], env={"MY_KEY": key}, tmp_path=tmp_path) as (proc, port):
         assert port is not None
         assert _wait(lambda: len([r for r in srv.requests if r.path == "/v1/completions"]) >= 9)
         status, text = _get(f"http://127.0.0.1:{port}/metrics")
         assert status == 200
         proc.send_signal(signal.SIGTERM)
         assert proc.wait(10) == 0
-    finally:
-        if proc.poll() is None:
-            proc.kill()
-        err.close()
     stderr = (tmp_path / "stderr.txt").read_text()
     assert "stopping" in stderr and "Traceback" not in stderr
     files = list(runs.iterdir())
@@ -101,16 +107,15 @@ def test_the_first_probe_comes_at_once_at_a_long_interval(fake_server, tmp_path)
     """``prefilltui exporter URL --interval 600``: ready and probed at once, not
     'connecting' with no probe for the first ten minutes."""
     srv = prefill_server(fake_server)
-    proc, port, err = _start_exporter([srv.base_url, "--interval", "600", "--run-dir",
-                                       str(tmp_path / "runs")], tmp_path=tmp_path)
-    url = f"http://127.0.0.1:{port}/metrics"
+    with _start_exporter([srv.base_url, "--interval", "600", "--run-dir",
+                          str(tmp_path / "runs")], tmp_path=tmp_path) as (proc, port):
+        url = f"http://127.0.0.1:{port}/metrics"
 
-    def probed():
-        page = _get(url)[1]
-        ok = re.search(r'^prefilltui_probes_total\{[^}]*outcome="ok"[^}]*\} (\S+)$', page, re.M)
-        ready = re.search(r"^prefilltui_target_ready\{[^}]*\} 1\.0$", page, re.M)
-        return bool(ok and float(ok.group(1)) >= 1 and ready)
-    try:
+        def probed():
+            page = _get(url)[1]
+            ok = re.search(r'^prefilltui_probes_total\{[^}]*outcome="ok"[^}]*\} (\S+)$', page, re.M)
+            ready = re.search(r"^prefilltui_target_ready\{[^}]*\} 1\.0$", page, re.M)
+            return bool(ok and float(ok.group(1)) >= 1 and ready)
         assert port is not None
         assert _wait(probed, timeout=60), (tmp_path / "stderr.txt").read_text()
         page = _get(url)[1]
@@ -118,7 +123,5 @@ def test_the_first_probe_comes_at_once_at_a_long_interval(fake_server, tmp_path)
         assert re.search(r"^prefilltui_probe_interval_seconds\{[^}]*\} 600\.0$", page, re.M)
         probes = [r for r in srv.requests if r.path == "/v1/completions"]
         assert len(probes) == 3  # two calibration requests, then the first probe only
-    finally:
         proc.send_signal(signal.SIGTERM)
         assert proc.wait(10) == 0
-        err.close()

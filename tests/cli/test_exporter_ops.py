@@ -32,18 +32,13 @@ def test_metrics_is_served_at_once_and_ready_says_which_targets_wait(fake_server
     stall = fake_server({"GET /v1/models": Reply.sse([(60.0, b"")])})
     cfg = tmp_path / "t.toml"
     _targets(cfg, [(stall.base_url, f"t{i:02d}") for i in range(60)])
-    proc, port, err = _start_exporter(["--config", str(cfg), "--run-dir", str(tmp_path / "r")],
-                                      tmp_path=tmp_path)
-    try:
+    with _start_exporter(["--config", str(cfg), "--run-dir", str(tmp_path / "r")],
+                         tmp_path=tmp_path) as (proc, port):
         assert port is not None, _stderr(tmp_path)
         t0 = time.monotonic()
         status, text = _get(f"http://127.0.0.1:{port}/metrics", timeout=5)
         assert status == 200 and time.monotonic() - t0 < 3
         assert len(re.findall(r"^prefilltui_target_ready\{.*\} 0\.0$", text, re.M)) == 60
-    finally:
-        proc.kill()
-        proc.wait()
-        err.close()
 
 
 def test_sighup_reloads_the_targets_and_a_bad_file_is_refused(fake_server, tmp_path):
@@ -51,14 +46,13 @@ def test_sighup_reloads_the_targets_and_a_bad_file_is_refused(fake_server, tmp_p
     srv = prefill_server(fake_server)
     cfg = tmp_path / "t.toml"
     _targets(cfg, [(srv.base_url, "a")])
-    proc, port, err = _start_exporter(["--config", str(cfg), "--run-dir", str(tmp_path / "r")],
-                                      tmp_path=tmp_path)
-    url = f"http://127.0.0.1:{port}/metrics"
+    with _start_exporter(["--config", str(cfg), "--run-dir", str(tmp_path / "r")],
+                         tmp_path=tmp_path) as (proc, port):
+        url = f"http://127.0.0.1:{port}/metrics"
 
-    def up(name):
-        return re.search(rf'prefilltui_target_up{{model="[^"]*",target="{name}"}} 1\.0',
-                         _get(url)[1]) is not None
-    try:
+        def up(name):
+            return re.search(rf'prefilltui_target_up{{model="[^"]*",target="{name}"}} 1\.0',
+                             _get(url)[1]) is not None
         assert _wait(lambda: up("a"), timeout=30)
         _targets(cfg, [(srv.base_url, "a"), (srv.base_url, "b")])
         proc.send_signal(signal.SIGHUP)
@@ -77,10 +71,6 @@ def test_sighup_reloads_the_targets_and_a_bad_file_is_refused(fake_server, tmp_p
         assert _wait(lambda: 'target="a"' not in _get(url)[1], timeout=10)
         proc.send_signal(signal.SIGTERM)
         assert proc.wait(10) == 0
-    finally:
-        if proc.poll() is None:
-            proc.kill()
-        err.close()
     assert "Traceback" not in _stderr(tmp_path)
 
 

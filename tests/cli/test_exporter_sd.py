@@ -40,11 +40,10 @@ def test_the_exporter_follows_its_file_sd_file(fake_server, tmp_path):
     a, b = f"{srv.base_url}/", srv.base_url.replace("127.0.0.1", "localhost")
     sd = tmp_path / "sd.json"
     _write(sd, [a])
-    proc, port, err = _start_exporter(["--file-sd", str(sd), "--sd-refresh", "0.5",
-                                       "--shard", "0/1", "--run-dir", str(tmp_path / "r")],
-                                      tmp_path=tmp_path)
-    log, up, url = _watch(port, tmp_path)
-    try:
+    with _start_exporter(["--file-sd", str(sd), "--sd-refresh", "0.5",
+                          "--shard", "0/1", "--run-dir", str(tmp_path / "r")],
+                         tmp_path=tmp_path) as (proc, port):
+        log, up, url = _watch(port, tmp_path)
         assert port is not None, log()
         assert _wait(lambda: "shard 0/1: 1 of 1 listed targets" in log(), timeout=10)
         assert "a restart loses these 1 windows" in log()
@@ -63,11 +62,6 @@ def test_the_exporter_follows_its_file_sd_file(fake_server, tmp_path):
         assert up(b)
         proc.send_signal(signal.SIGTERM)
         assert proc.wait(10) == 0
-    finally:
-        if proc.poll() is None:
-            proc.kill()
-            proc.wait()
-        err.close()
     assert "Traceback" not in log()
 
 
@@ -80,10 +74,9 @@ def test_a_file_truncated_to_zero_bytes_keeps_the_target_until_the_new_list(fake
     a, b = f"{srv.base_url}/", srv.base_url.replace("127.0.0.1", "localhost")
     sd = tmp_path / "targets.json"
     _write(sd, [a])
-    proc, port, err = _start_exporter(["--file-sd", str(sd), "--sd-refresh", "0.5",
-                                       "--run-dir", str(tmp_path / "r")], tmp_path=tmp_path)
-    log, up, url = _watch(port, tmp_path)
-    try:
+    with _start_exporter(["--file-sd", str(sd), "--sd-refresh", "0.5",
+                          "--run-dir", str(tmp_path / "r")], tmp_path=tmp_path) as (proc, port):
+        log, up, url = _watch(port, tmp_path)
         assert port is not None, log()
         assert _wait(lambda: up(a), timeout=30), log()
         with open(sd, "w"):
@@ -101,13 +94,6 @@ def test_a_file_truncated_to_zero_bytes_keeps_the_target_until_the_new_list(fake
         assert _wait(lambda: up(b), timeout=30), log()
         assert _wait(lambda: f'target="{a}"' not in _get(url)[1], timeout=10)
         assert "reloaded service discovery: 1 added, 1 removed" in log()
-    finally:
-        if proc.poll() is None:
-            proc.send_signal(signal.SIGTERM)
-            try:
-                proc.wait(10)
-            except Exception:
-                proc.kill()
-                proc.wait()
-        err.close()
+        proc.send_signal(signal.SIGTERM)  # a graceful stop, for the Traceback check
+        proc.wait(10)
     assert "Traceback" not in log()

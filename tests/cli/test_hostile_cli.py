@@ -75,19 +75,14 @@ def test_exporter_labels_pages_logs_and_files_never_hold_url_secrets(fake_server
     live = srv.base_url.replace("http://", "http://alice:PASSWORD123@") + "?api_key=QSECRET99"
     dead = "http://bob:DEADPASS77@127.0.0.1:9/?token=TOKSECRET55"
     runs = tmp_path / "runs"
-    proc, port, err = _start_exporter([live, dead, "--interval", "0.05", "--lengths", "16,64",
-                                       "--run-dir", str(runs)], tmp_path=tmp_path)
-    try:
+    with _start_exporter([live, dead, "--interval", "0.05", "--lengths", "16,64",
+                          "--run-dir", str(runs)], tmp_path=tmp_path) as (proc, port):
         assert port is not None
         assert _wait(lambda: sum(r.path == "/v1/completions" for r in srv.requests) >= 3)
         assert _wait(lambda: "is down" in (tmp_path / "stderr.txt").read_text())
         pages = [_get(f"http://127.0.0.1:{port}{p}")[1] for p in ("/metrics", "/")]
         proc.send_signal(signal.SIGTERM)
         assert proc.wait(10) == 0
-    finally:
-        if proc.poll() is None:
-            proc.kill()
-        err.close()
     stderr = (tmp_path / "stderr.txt").read_text()
     files = sorted(runs.iterdir())
     everything = "\n".join([stderr, *pages, *(f.name for f in files),
