@@ -395,3 +395,10 @@ class FakeClock:
 
     def __call__(self) -> float:
         return self.t
+
+
+def run_ticks(sampler, clock: FakeClock, steps, dt: float = 0.1) -> None:
+    """``sampler.tick()`` at each step of ``steps`` (``clock.t`` = step x ``dt`` s)."""
+    for i in steps:
+        clock.t = i * dt
+        sampler.tick()

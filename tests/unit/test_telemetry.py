@@ -62,9 +62,7 @@ def test_gpu1_power_not_supported_gpu0_normal():
     nv.gpus[1].unsupported.add("power")
     clock = FakeClock()
     s = gpu_sampler(nv, clock)
-    for i in range(1, 6):
-        clock.t = i * 0.1
-        s.tick()
+    fk.run_ticks(s, clock, range(1, 6))
     d0, d1 = s.snapshot().devices
     assert d0.state == d1.state == "ok"
     assert d0.power_w == 250.0 and "power" not in d0.na
@@ -80,9 +78,7 @@ def test_not_supported_never_requeried():
     nv.gpus[0].unsupported.add("temperature")
     clock = FakeClock()
     s = gpu_sampler(nv, clock)
-    for i in range(1, 40):
-        clock.t = i * 0.1
-        s.tick()
+    fk.run_ticks(s, clock, range(1, 40))
     assert nv.calls["nvmlDeviceGetTemperature"] == 1
     d = s.snapshot().devices[0]
     assert d.temperature_c is None and d.reason("temperature") == "Not Supported"
@@ -269,9 +265,7 @@ def test_attribution_window_scripted():
     power = [60, 60, 60, 60, 60, 60, 60, 60, 60, 60, 500, 610, 550, 60, 60]
     nv = fk.fake_gpus(1, util=utils, power_mw=[p * 1000 for p in power])
     s = gpu_sampler(nv, clock)
-    for i in range(1, 15):
-        clock.t = i * 0.1
-        s.tick()
+    fk.run_ticks(s, clock, range(1, 15))
     r = ProbeResult(t_send=0.95, t_end=1.25)  # samples at 1.0, 1.1, 1.2 + the one at 1.3
     s.attribute(r)
     assert r.telemetry_device == "GPU 0"
@@ -289,9 +283,7 @@ def test_attribution_short_probe_uses_next_sample():
     clock = FakeClock(0.0)
     nv = fk.fake_gpus(1, util=[5, 5, 88, 5])
     s = gpu_sampler(nv, clock)
-    for i in range(1, 4):
-        clock.t = i * 0.1
-        s.tick()
+    fk.run_ticks(s, clock, range(1, 4))
     r = ProbeResult(t_send=0.12, t_end=0.15)  # shorter than one period
     s.attribute(r)
     assert r.util_peak_pct == 88.0
@@ -382,9 +374,7 @@ def test_history_and_ring_bounded():
     clock = FakeClock(0.0)
     s = gpu_sampler(fk.fake_gpus(1), clock)
     before = s.ring_bytes()
-    for i in range(1, 11000):
-        clock.t = i * 0.1
-        s.tick()
+    fk.run_ticks(s, clock, range(1, 11000))
     assert s.ring_bytes() == before
     # 600 s at 10 Hz plus up to 6 driver utilization samples a second, + 1
     assert s.capacity == 600 * 16 + 1
