@@ -54,7 +54,7 @@ from prefilltui.model.fit import RunningFit
 from prefilltui.model.types import ProbeResult
 from prefilltui.model.users import UserRequest, UsersEvidence, UsersWindow
 from prefilltui.model.diagnosis import HeldExpectation, TtftVerdict, ttft_verdict
-from tests.fakeserver import FakeServer, Reply, Request, sse_data
+from tests.fakeserver import FakeServer, QueueReply, Reply, Request, sse_data
 
 #: Unix seconds of the simulated clock's 0.
 T0 = 1_700_000_000.0
@@ -491,8 +491,6 @@ class EngineServer(FakeServer):
         self._kick.set()
 
     def _completion(self, req: Request) -> Reply:
-        from tests.schedserver import QueueReply
-
         body = req.json or {}
         n = max(1, len(str(body.get("prompt", "")).split()))
         if n + 1 > self.context:
@@ -517,29 +515,6 @@ class EngineServer(FakeServer):
         self.engine.submit(r)
         self._ensure()
         return QueueReply(200, {"Content-Type": "text/event-stream"}, queue=q, chunks=[])
-
-    async def _send(self, writer, r: Reply, t0: float) -> bool:
-        """A streamed reply's chunks as the engine emits them (``SchedServer``'s way)."""
-        from tests.schedserver import QueueReply
-
-        if not isinstance(r, QueueReply):
-            return await super()._send(writer, r, t0)
-        head = ["HTTP/1.1 200 OK", "Content-Type: text/event-stream",
-                "Transfer-Encoding: chunked", "Connection: keep-alive"]
-        writer.write(("\r\n".join(head) + "\r\n\r\n").encode("latin-1"))
-        await writer.drain()
-        while True:
-            data = await r.queue.get()
-            if data is None:
-                break
-            writer.write(b"%x\r\n" % len(data) + data + b"\r\n")
-            await writer.drain()
-        writer.write(b"0\r\n\r\n")
-        await writer.drain()
-        return True
-
-    def _drop(self, q) -> None:
-        return None  # a dropped client's request runs to its end (the engine keeps it)
 
     async def _users(self) -> None:
         tr = self.users

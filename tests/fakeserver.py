@@ -72,6 +72,14 @@ class Reply:
         return cls(status, {"Content-Type": "text/event-stream"}, chunks=norm, **kw)
 
 
+@dataclass
+class QueueReply(Reply):
+    """A streamed reply whose chunks come from ``queue`` as they are put (None ends it);
+    a client that goes away mid-stream is handed to ``FakeServer._drop``."""
+
+    queue: asyncio.Queue | None = None
+
+
 def sse_data(obj: Any) -> bytes:
     """``data: <json>\\n\\n`` for one chunk object."""
     return b"data: " + json.dumps(obj).encode() + b"\n\n"
@@ -214,6 +222,8 @@ class FakeServer:
         """Write one reply; False when the connection must be dropped."""
         if r.drop:
             return False
+        if isinstance(r, QueueReply):
+            return await self._send_queue(writer, r.queue)
         head = [f"HTTP/1.1 {r.status} {_REASONS.get(r.status, 'Status')}"]
         hdrs = dict(r.headers)
         if r.chunks is None:
@@ -240,6 +250,29 @@ class FakeServer:
         writer.write(b"0\r\n\r\n")
         await writer.drain()
         return not r.close
+
+    async def _send_queue(self, writer: asyncio.StreamWriter, q: asyncio.Queue) -> bool:
+        head = ["HTTP/1.1 200 OK", "Content-Type: text/event-stream",
+                "Transfer-Encoding: chunked", "Connection: keep-alive"]
+        writer.write(("\r\n".join(head) + "\r\n\r\n").encode("latin-1"))
+        await writer.drain()
+        try:
+            while True:
+                data = await q.get()
+                if data is None:
+                    break
+                writer.write(b"%x\r\n" % len(data) + data + b"\r\n")
+                await writer.drain()
+            writer.write(b"0\r\n\r\n")
+            await writer.drain()
+            return True
+        except (ConnectionError, asyncio.CancelledError):
+            self._drop(q)
+            raise
+
+    def _drop(self, q: asyncio.Queue) -> None:
+        """A client left a ``QueueReply``'s stream: its request runs on (a subclass may
+        take it out)."""
 
 
 def per_token_completion(a: float = 0.005, b: float = 1e-3) -> Any:

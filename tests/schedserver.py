@@ -28,7 +28,7 @@ import asyncio
 import time
 from dataclasses import dataclass, field
 
-from tests.fakeserver import FakeServer, Reply, Request, sse_data
+from tests.fakeserver import FakeServer, QueueReply, Reply, Request, sse_data
 
 #: The ITL histogram's bucket bounds (s), as vLLM 0.32.0 publishes them.
 ITL_BUCKETS = (0.01, 0.025, 0.05, 0.075, 0.1, 0.15, 0.2, 0.3, 0.4, 0.5, 0.75, 1.0, 2.5, 5.0,
@@ -49,13 +49,6 @@ class _Req:
 
     def __post_init__(self) -> None:
         self.left = self.prompt_tokens
-
-
-@dataclass
-class QueueReply(Reply):
-    """A streamed reply whose chunks come from ``queue`` (None ends it)."""
-
-    queue: asyncio.Queue | None = None
 
 
 @dataclass
@@ -212,28 +205,6 @@ class SchedServer(FakeServer):
             r.queue.put_nowait(None)
             if r in self._reqs:
                 self._reqs.remove(r)
-
-    # ----------------------------------------------------------------- HTTP
-    async def _send(self, writer: asyncio.StreamWriter, r: Reply, t0: float) -> bool:
-        if not isinstance(r, QueueReply):
-            return await super()._send(writer, r, t0)
-        head = ["HTTP/1.1 200 OK", "Content-Type: text/event-stream",
-                "Transfer-Encoding: chunked", "Connection: keep-alive"]
-        writer.write(("\r\n".join(head) + "\r\n\r\n").encode("latin-1"))
-        await writer.drain()
-        try:
-            while True:
-                data = await r.queue.get()
-                if data is None:
-                    break
-                writer.write(b"%x\r\n" % len(data) + data + b"\r\n")
-                await writer.drain()
-            writer.write(b"0\r\n\r\n")
-            await writer.drain()
-            return True
-        except (ConnectionError, asyncio.CancelledError):
-            self._drop(r.queue)
-            raise
 
     def _drop(self, q: asyncio.Queue) -> None:
         """A client went away: its request leaves the engine."""
