@@ -11,7 +11,8 @@ import pytest
 
 from tests.fakeserver import Reply, llama_routes, models_reply, sse_data, sse_done, sse_text
 from prefilltui.cli import main
-from prefilltui.measure.probe import ProbeClient, scrub_key
+from prefilltui.measure.probe import ProbeClient
+from prefilltui.model.redact import scrub_secrets
 from prefilltui.measure.runfile import read_run
 
 LENGTHS = "50,100,200,400"
@@ -348,14 +349,14 @@ REAL_KEY = "sk-live-4f9a8B7c6d5e4f3a2b1c"
 def test_scrub_key_only_where_a_key_can_appear(key):
     words = ("Bad request: ValidationException: extraneous key [include_usage]; "
              "prompt is empty; EMPTY input; max_tokens must be > 0")
-    assert scrub_key(words, key) == words  # the server's words, untouched
+    assert scrub_secrets(words, key) == words  # the server's words, untouched
     echoed = (f"rejected header Authorization: Bearer {key}; x-api-key: {key}; "
               f"GET http://gw/v1/models?api_key={key}&x=1")
-    got = scrub_key(echoed, key)
+    got = scrub_secrets(echoed, key)
     assert got == ("rejected header Authorization: Bearer ***; x-api-key: ***; "
                    "GET http://gw/v1/models?api_key=***&x=1")
     if key == REAL_KEY:  # a real key as a whole token, any letter case
-        got = scrub_key(f"invalid key {key}. Key {key.upper()} revoked ({key})", key)
+        got = scrub_secrets(f"invalid key {key}. Key {key.upper()} revoked ({key})", key)
         assert got == "invalid key ***. Key *** revoked (***)"
 
 

@@ -13,9 +13,8 @@ clients of one session one ``Rejections`` (the fields the server rejected).
 """
 
 from prefilltui.measure.probe.body import Rejections
-from prefilltui.measure.probe.client import ProbeClient, scrub_key
+from prefilltui.measure.probe.client import ProbeClient
 from prefilltui.measure.probe.sending import REQUEST_ID_HEADER
 from prefilltui.measure.probe.urls import AZURE_KEY_ENV, is_azure
 
-__all__ = ["AZURE_KEY_ENV", "ProbeClient", "REQUEST_ID_HEADER", "Rejections", "is_azure",
-           "scrub_key"]
+__all__ = ["AZURE_KEY_ENV", "ProbeClient", "REQUEST_ID_HEADER", "Rejections", "is_azure"]

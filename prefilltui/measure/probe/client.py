@@ -60,14 +60,9 @@ from prefilltui.measure.probe.urls import server_urls
 from prefilltui.measure.probe.values import token_ceiling, vet
 from prefilltui.measure.proxy import ProxyChoice, choose_proxy
 from prefilltui.model.prompts import LengthModel, PromptBuilder
-from prefilltui.model.redact import scrub_secrets, split_credentials
+from prefilltui.model.redact import split_credentials
 from prefilltui.model.probe_notes import RejectedField, Resend
 from prefilltui.model.types import JsonObject, ProbeResult, ServerInfo
-
-
-def scrub_key(text: str | None, key: str | None) -> str | None:
-    """``redact.scrub_secrets`` (kept under its old name for callers and tests)."""
-    return scrub_secrets(text, key)
 
 
 class ProbeClient:

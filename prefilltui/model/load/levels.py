@@ -154,8 +154,8 @@ def level_table(results: Iterable[ProbeResult], traces: Sequence[DecodeTrace] = 
     rows = tuple(level_row(v, [r for r in results if level_of(r) == v], traces, idle)
                  for v in lv)
     kind = next((r.kind for r in rows if r.kind), None)
-    knee = next((r.level for r in rows if _share(r) is not None
-                 and _share(r) >= KNEE_QUEUE_SHARE), None)
+    knee = next((r.level for r in rows if share(r) is not None
+                 and share(r) >= KNEE_QUEUE_SHARE), None)
     return LevelTable(rows, kind, knee, knee_line(rows, knee, kind))
 
 
@@ -167,7 +167,7 @@ def _line(rs: Sequence[ProbeResult]) -> LinearFit | None:
     return fit_robust(xs, ys) or fit_ols(xs, ys)
 
 
-def _share(r: LevelRow) -> float | None:
+def share(r: LevelRow) -> float | None:
     """The queue share the knee reads: the server's own queue time when at least half
     the level's probes had it, else the wait above the idle fit."""
     if r.queue_share is not None and r.queue_n * 2 >= max(1, r.probes):
@@ -183,26 +183,21 @@ def _unit(kind: LoadKind | None, level: float) -> str:
 
 def knee_line(rows: Sequence[LevelRow], knee: float | None, kind: LoadKind | None) -> str:
     """"queueing takes over at 4 decode streams: queue 1.2 s of TTFT 2.0 s (60 %)"."""
-    known = [r for r in rows if _share(r) is not None]
+    known = [r for r in rows if share(r) is not None]
     if not known:
         return ("knee: not enough data (no queue time of the probes' own and no idle level "
                 "to hold TTFT against)")
     if knee is None:
-        top = max(known, key=lambda r: _share(r) or 0.0)
-        where = f" (at {_unit(kind, top.level)})" if _share(top) else ""
-        return f"queueing never takes over: at most {_share(top):.0%} of TTFT{where}"
+        top = max(known, key=lambda r: share(r) or 0.0)
+        where = f" (at {_unit(kind, top.level)})" if share(top) else ""
+        return f"queueing never takes over: at most {share(top):.0%} of TTFT{where}"
     r = next(r for r in rows if r.level == knee)
-    if r.queue_share is not None and _share(r) == r.queue_share:
+    if r.queue_share is not None and share(r) == r.queue_share:
         what = f"queue {_ms(r.queue_s)}"
     else:
         what = f"waiting {_ms(r.wait_s)} above the idle TTFT"
     return (f"queueing takes over at {_unit(kind, knee)}: {what} of TTFT "
-            f"{_ms(r.ttft_p50_s)} ({_share(r):.0%})")
-
-
-def share(r: LevelRow) -> float | None:
-    """The queue share the knee reads (``_share``), for the renderers."""
-    return _share(r)
+            f"{_ms(r.ttft_p50_s)} ({share(r):.0%})")
 
 
 def _ms(s: float | None) -> str:
