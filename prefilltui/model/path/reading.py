@@ -107,7 +107,9 @@ def split_hops(ttft_s: float | None, prefill: tuple[WorkerReading | None, Worker
     published and no transfer ran; decode_s: the decode worker's TTFT moved (from its
     arrival, so it holds the transfer) minus the transfer; router_s: the client's TTFT
     minus the three (the path minus the hops).  A hop that cannot be read is None and
-    ``problem`` says why; never raises.
+    ``problem`` says why (then the probe's hops are not used); no transfer series at
+    all is no problem: ``transfer_s`` None, the transfer inside ``decode_s``.  Never
+    raises.
     """
     pb, pa = prefill
     db, da = decode
@@ -154,9 +156,8 @@ def split_hops(ttft_s: float | None, prefill: tuple[WorkerReading | None, Worker
         e = _d(b.external_tokens, a.external_tokens)
         if e is not None:
             ext = (ext or 0.0) + e
-    if xfer is None:
-        problems.append("no worker publishes KV transfer times (vLLM NIXL, SGLang); the "
-                        "transfer is inside the decode hop")
+    # no transfer series (vLLM's ExampleConnector publishes none): transfer_s stays None
+    # and the transfer is inside the decode hop; the other hops still hold
     deferred = max((r.deferred for r in (db, da) if r is not None and r.deferred is not None),
                    default=None)
     decode_s = None

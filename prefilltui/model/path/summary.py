@@ -85,15 +85,19 @@ def _median(xs) -> float | None:
 def hop_medians(results: Sequence[ProbeResult]) -> tuple[dict[str, float | None],
                                                          dict[str, float | None]]:
     """Each hop's median (s, keys ``<hop>_s`` and ``ttft_s``) over the ok probes with
-    complete hops, and each hop's share of their median TTFT."""
+    usable hops, and each hop's share of TTFT: its seconds summed over those probes over
+    their TTFTs summed (shares of one set of probes, so they add up to 1 where every hop
+    is known; medians would not)."""
     with_hops = [r for r in results if r.ok and not r.warmup and r.hops is not None
                  and r.hops.problem is None and r.ttft_s]
     hops_s: dict[str, float | None] = {f"{h}_s": _median(r.hops.seconds(h) for r in with_hops)
                                        for h in HOP_NAMES}
-    ttft = _median(r.ttft_s for r in with_hops)
-    hops_s["ttft_s"] = ttft
-    shares = {h: (hops_s[f"{h}_s"] / ttft if hops_s[f"{h}_s"] is not None and ttft else None)
-              for h in HOP_NAMES}
+    hops_s["ttft_s"] = _median(r.ttft_s for r in with_hops)
+    total = sum(r.ttft_s for r in with_hops)
+    shares: dict[str, float | None] = {}
+    for h in HOP_NAMES:
+        vals = [r.hops.seconds(h) for r in with_hops]
+        shares[h] = (sum(vals) / total if vals and total > 0 and None not in vals else None)
     return hops_s, shares
 
 
@@ -118,6 +122,10 @@ def summarize_path(results: Sequence[ProbeResult], prefill_probes: Sequence[Pref
     kv = kv_figures(moved, failed, expected_bytes_per_token)
     problems = tuple(dict.fromkeys(r.hops.problem for r in ok
                                    if r.hops is not None and r.hops.problem))
+    if good and all(h.transfer_s is None for h in good):
+        problems += ("no worker publishes KV transfer times (vLLM's NIXL connector and "
+                     "SGLang do; vLLM's ExampleConnector does not): the transfer is inside "
+                     "the decode hop",)
     cause, words = hop_cause(ok)
     if kv.words:
         words = f"{words}; {kv.words}" if words else kv.words

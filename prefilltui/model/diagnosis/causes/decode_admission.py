@@ -15,7 +15,9 @@ from prefilltui.model.units import duration
 
 
 def judge(ctx: Context) -> Evidence | None:
-    hops = [r.hops for r in ctx.probes if r.hops is not None and r.hops.problem is None]
+    # a probe whose transfer failed is the transfer's (the decode worker recomputed)
+    hops = [r.hops for r in ctx.probes if r.hops is not None and r.hops.problem is None
+            and not r.hops.failed_transfers]
     d = median(h.decode_s for h in hops)
     if d is None or d < max(SHARE * ctx.ttft_s, MIN_QUEUE_S):
         return None

@@ -1,7 +1,9 @@
 """``kv_transfer``: on a disaggregated path, the KV transfer between the prefill and the
 decode worker is at least ``SHARE`` of TTFT (and ``MIN_QUEUE_S``), or transfers failed
 in the probes' windows; explains the transfer's median seconds (with failures: the
-probes' median TTFT above their hops' transfer-free part, at least the transfer).
+median of the failed probes' transfer and decode hops, since a decode worker whose
+transfer failed recomputes the prompt itself, vLLM's ``kv_load_failure_policy``
+"recompute", and ``decode_admission`` leaves those probes to this rule).
 
 The transfer's time and bytes are the workers' own counters around each probe
 (``model.path.split_hops``: vLLM ``vllm:nixl_xfer_time_seconds``,
@@ -32,9 +34,12 @@ def judge(ctx: Context) -> Evidence | None:
         gbs = sum(b for b, _ in moved) / sum(s for _, s in moved) / 1e9
         rate = f", {gbs:.2f} GB/s (the link's rate not stated)"
     if failed:
-        return Evidence("kv_transfer", t or 0.0, f"{failed} KV transfer(s) failed in "
-                        f"{len(hops)} probes' windows; transfer {duration(t)} of TTFT "
-                        f"{duration(ctx.ttft_s)}{rate}" if t is not None else
+        lost = median((h.transfer_s or 0.0) + h.decode_s for h in hops
+                      if h.failed_transfers and h.decode_s is not None)
+        return Evidence("kv_transfer", lost or t or 0.0, f"{failed} KV transfer(s) failed in "
+                        f"{len(hops)} probes' windows (the decode worker recomputes the prompt: "
+                        f"{duration(lost)} after the prefill of TTFT {duration(ctx.ttft_s)})"
+                        f"{rate}" if lost is not None else
                         f"{failed} KV transfer(s) failed in {len(hops)} probes' windows")
     if t is None or t < max(SHARE * ctx.ttft_s, MIN_QUEUE_S):
         return None
