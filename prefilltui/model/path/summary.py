@@ -85,19 +85,18 @@ def _median(xs) -> float | None:
 def hop_medians(results: Sequence[ProbeResult]) -> tuple[dict[str, float | None],
                                                          dict[str, float | None]]:
     """Each hop's median (s, keys ``<hop>_s`` and ``ttft_s``) over the ok probes with
-    usable hops, and each hop's share of TTFT: its seconds summed over those probes over
-    their TTFTs summed (shares of one set of probes, so they add up to 1 where every hop
-    is known; medians would not)."""
+    usable hops, and each hop's share: its median over the medians' sum when every hop
+    is known (the shares add up to 1 and match the medians shown; the medians' sum is
+    within a few % of the median TTFT when the hops add up), else over the median TTFT."""
     with_hops = [r for r in results if r.ok and not r.warmup and r.hops is not None
                  and r.hops.problem is None and r.ttft_s]
     hops_s: dict[str, float | None] = {f"{h}_s": _median(r.hops.seconds(h) for r in with_hops)
                                        for h in HOP_NAMES}
-    hops_s["ttft_s"] = _median(r.ttft_s for r in with_hops)
-    total = sum(r.ttft_s for r in with_hops)
-    shares: dict[str, float | None] = {}
-    for h in HOP_NAMES:
-        vals = [r.hops.seconds(h) for r in with_hops]
-        shares[h] = (sum(vals) / total if vals and total > 0 and None not in vals else None)
+    hops_s["ttft_s"] = ttft = _median(r.ttft_s for r in with_hops)
+    known = [hops_s[f"{h}_s"] for h in HOP_NAMES]
+    whole = sum(known) if None not in known else ttft
+    shares = {h: (hops_s[f"{h}_s"] / whole if hops_s[f"{h}_s"] is not None and whole else None)
+              for h in HOP_NAMES}
     return hops_s, shares
 
 
