@@ -135,6 +135,8 @@ class PathHook:
         self._client: Any = None
         self._before: tuple[WorkerReading | None, WorkerReading | None] = (None, None)
         self.last_problem: str | None = None
+        #: failed KV transfers counted around the probes so far (the exporter's counter)
+        self.failed_total = 0
 
     @property
     def roles(self) -> dict[str, str]:
@@ -191,6 +193,7 @@ class PathHook:
                 pa, da = await self._scrape_both()
             if result.ok:
                 result.hops = split_hops(result.ttft_s, (pb, pa), (db, da))
+                self.failed_total += result.hops.failed_transfers or 0
                 self.last_problem = result.hops.problem
                 if self.prefill.problem or self.decode.problem:
                     self.last_problem = self.prefill.problem or self.decode.problem

@@ -303,3 +303,74 @@ def test_a_control_stays_clean(tmp_path):
         verdicts, _, _ = _watch(pair, tmp_path, slow_after=None, deadline_s=120)
     assert len(verdicts) >= 30
     assert not [c for _, c in verdicts if c in HOP_CAUSES]
+
+
+# -- the exporter: the TOML and file_sd forms, the series
+
+def test_toml_and_file_sd_forms_of_a_path(tmp_path):
+    from prefilltui.exporter.config import load_toml
+    from prefilltui.exporter.discovery import parse_groups
+    from prefilltui.exporter.config import TargetConfig
+
+    f = tmp_path / "t.toml"
+    f.write_text('[[target]]\nurl = "http://r:8000"\nname = "pd-a"\n'
+                 'prefill = "http://p:8100"\ndecode = "http://d:8200"\n')
+    (t,) = load_toml(str(f))
+    assert (t.url, t.prefill, t.decode) == ("http://r:8000", "http://p:8100", "http://d:8200")
+    f.write_text('[[target]]\nurl = "http://r:8000"\nprefill = "http://p:8100"\n')
+    with pytest.raises(ValueError, match="prefill and decode go together"):
+        load_toml(str(f))
+    base = TargetConfig(url="http://unset")
+    doc = [{"targets": ["r:8000"], "labels": {"__prefilltui_path": "pd-a",
+                                              "__prefilltui_role": "router"}},
+           {"targets": ["p:8100"], "labels": {"__prefilltui_path": "pd-a",
+                                              "__prefilltui_role": "prefill"}},
+           {"targets": ["d:8200"], "labels": {"__prefilltui_path": "pd-a",
+                                              "__prefilltui_role": "decode"}},
+           {"targets": ["solo:8000"]}]
+    got = parse_groups(doc, "sd.json", base)
+    pd = next(t for t in got if t.prefill)
+    assert (pd.label, pd.url, pd.prefill, pd.decode) == ("pd-a", "http://r:8000",
+                                                         "http://p:8100", "http://d:8200")
+    assert [t.url for t in got if not t.prefill] == ["http://solo:8000"]
+    with pytest.raises(ValueError, match="path 'pd-a' needs one router, one prefill and one "
+                                         "decode entry"):
+        parse_groups(doc[:2], "sd.json", base)
+    with pytest.raises(ValueError, match="__prefilltui_role"):
+        parse_groups([{"targets": ["r:1"], "labels": {"__prefilltui_path": "x",
+                                                      "__prefilltui_role": "gateway"}}],
+                     "sd.json", base)
+
+
+def test_the_exporter_publishes_the_hops(tmp_path):
+    from prefilltui.exporter.collector import families
+    from prefilltui.exporter.config import check, target
+    from prefilltui.exporter.target import TargetProber
+
+    with PdPair(PdKnobs(failed_transfers=2)) as pair:
+        cfg = check(target(pair.router, name="pd-a", lengths=(64, 256), interval=0.05,
+                           prefill=pair.prefill, decode=pair.decode))
+        p = TargetProber(cfg, run_dir=tmp_path, seed=3).start()
+        try:
+            deadline = time.monotonic() + 60
+            while time.monotonic() < deadline and not (
+                    p.snapshot.path is not None and p.snapshot.path.probes >= 6):
+                time.sleep(0.1)
+        finally:
+            p.stop(timeout=5)
+    fams = {f.name: f for f in families([p.snapshot])}
+    hops = {s.labels["hop"]: s.value for s in fams["prefilltui_path_hop_seconds"].samples}
+    assert set(hops) == {"router", "prefill", "transfer", "decode"} and hops["prefill"] > 0
+    shares = [s.value for s in fams["prefilltui_path_hop_share_ratio"].samples]
+    assert sum(shares) == pytest.approx(1.0)
+    (exp,) = fams["prefilltui_kv_expected_bytes_per_token"].samples
+    assert exp.value == KV_BYTES_PER_TOKEN
+    (bpt,) = fams["prefilltui_kv_transfer_bytes_per_token"].samples
+    assert bpt.value == pytest.approx(KV_BYTES_PER_TOKEN, rel=0.01)
+    failed = [s for s in fams["prefilltui_kv_transfer_failed"].samples
+              if s.name.endswith("_total")]
+    assert failed[0].value == 2
+    roles = {s.labels["role"] for s in fams["prefilltui_path_worker_info"].samples}
+    assert roles == {"router", "prefill", "decode"}
+    assert "kv_transfer" in {s.labels["prefilltui_ttft_cause"]
+                             for s in fams["prefilltui_ttft_cause"].samples}
