@@ -18,7 +18,7 @@ from prefilltui.model.hops import Hops
 from prefilltui.model.metrics import Exposition
 from prefilltui.model.path import (
     HOP_CAUSES, WorkerReading, kv_bytes_per_token, kv_figures, read_worker,
-    role_from_labels, role_from_server_info, split_hops,
+    role_from_labels, role_from_server_info, role_notice, split_hops,
 )
 from prefilltui.model.roofline import lookup_model
 from prefilltui.model.types import ProbeResult
@@ -129,6 +129,10 @@ def test_roles_where_the_engine_says_them():
     assert role_from_labels([{"worker_type": "prefill"}]) == ("prefill", "worker_type")
     assert role_from_labels([{"worker_type": "prefill"}, {"worker_type": "decode"}]) is None
     assert role_from_labels([], consumer=True) == ("decode", "kv_role")
+    # a stated role against the flag is said, never swapped
+    said = role_notice("prefill", ("decode", "disaggregation_mode"), "http://w:1")
+    assert said.startswith("http://w:1 was given as the prefill worker but says it is the decode")
+    assert role_notice("decode", ("decode", "kv_role"), "http://w:1") is None
 
 
 def test_hops_round_trip_in_the_run_file():
@@ -372,5 +376,27 @@ def test_the_exporter_publishes_the_hops(tmp_path):
     assert failed[0].value == 2
     roles = {s.labels["role"] for s in fams["prefilltui_path_worker_info"].samples}
     assert roles == {"router", "prefill", "decode"}
-    assert "kv_transfer" in {s.labels["prefilltui_ttft_cause"]
-                             for s in fams["prefilltui_ttft_cause"].samples}
+    # the verdict's state set offers the hop causes
+    states = {s.labels["prefilltui_ttft_cause"] for s in fams["prefilltui_ttft_cause"].samples}
+    assert {"kv_transfer", "decode_admission", "router"} <= states
+
+
+def test_the_demo_connectors_load_series_are_the_transfer():
+    """Shaped on the real vLLM 0.32 CPU pair's pages (prefilltui's ExampleConnector
+    subclass; both instances register its series, the prefill's stay 0): one probe of a
+    1,273-token prompt moved 1,152 tokens (whole 128-token blocks) of SmolLM2-135M's KV,
+    30 layers x 3 KV heads x 64 x 2 x 2 B = 23,040 B a token."""
+    page = ('vllm:time_to_first_token_seconds_sum{engine="0"} %s\n'
+            'vllm:time_to_first_token_seconds_count{engine="0"} %s\n'
+            'vllm:example_connector_load_time_seconds_sum{engine="0"} %s\n'
+            'vllm:example_connector_load_time_seconds_count{engine="0"} %s\n'
+            'vllm:example_connector_load_bytes_sum{engine="0"} %s\n'
+            'vllm:prompt_tokens_by_source_total{engine="0",source="external_kv_transfer"} %s\n')
+    rd = lambda *v: read_worker(Exposition(page % v), "vllm")  # noqa: E731
+    h = split_hops(0.62, (rd(0, 0, 0, 0, 0, 0), rd(0.45, 1, 0, 0, 0, 0)),
+                   (rd(0, 0, 0, 0, 0, 0), rd(0.11, 1, 0.04, 1, 1152 * 23040, 1152)))
+    assert h.problem is None and h.transfer_s == pytest.approx(0.04)
+    assert h.decode_s == pytest.approx(0.07) and h.router_s == pytest.approx(0.06)
+    shape = lookup_model("HuggingFaceTB/SmolLM2-135M-Instruct")
+    kv = kv_figures([(h.kv_tokens, float(h.kv_bytes), h.transfer_s)], 0, kv_bytes_per_token(shape))
+    assert kv.expected_bytes_per_token == 23040 and kv.check == "ok" and kv.ratio == 1.0

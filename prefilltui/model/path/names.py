@@ -12,7 +12,13 @@ published by the instance that reads the KV (the decode side pulls).
 blocked status)"), ``vllm:num_requests_kv_fetch_by_stage{stage=...}`` (gauge, only on a
 ``kv_consumer``), ``vllm:prompt_tokens_by_source_total{source="external_kv_transfer"}``
 (``vllm/v1/metrics/stats.py``: tokens whose KV came from the connector).
-vLLM's ExampleConnector (KV through a shared directory) publishes no transfer series.
+vLLM's ExampleConnector (KV through a shared directory) publishes no transfer series;
+prefilltui's demo connector (``prefilltui/demo/vllm_side/prefilltui_pd_connector.py``, a
+subclass of it that times the same loads through vLLM's connector-stats path, as NIXL's
+does) publishes ``vllm:example_connector_load_time_seconds`` and
+``vllm:example_connector_load_bytes`` (histograms, one observation per request whose KV
+the decode side loaded).  Its ``..._save_*`` series are left out: the save runs inside
+the prefill worker's forward, so it is already in the prefill hop.
 
 SGLang (``docs/references/production_metrics.md``, ``python/sglang/srt/metrics/
 collector.py``): ``sglang:kv_transfer_latency_ms`` (histogram, ms),
@@ -50,9 +56,9 @@ class PathNames:
 VLLM_PATH = PathNames(
     kind="vllm",
     ttft=("vllm:time_to_first_token_seconds",),
-    xfer=("vllm:nixl_xfer_time_seconds",),
+    xfer=("vllm:nixl_xfer_time_seconds", "vllm:example_connector_load_time_seconds"),
     post=("vllm:nixl_post_time_seconds",),
-    xfer_bytes=("vllm:nixl_bytes_transferred",),
+    xfer_bytes=("vllm:nixl_bytes_transferred", "vllm:example_connector_load_bytes"),
     failed=("vllm:nixl_num_failed_transfers_total",),
     waiting_by_reason=("vllm:num_requests_waiting_by_reason",),
     external_tokens=("vllm:prompt_tokens_by_source_total",),
