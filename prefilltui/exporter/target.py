@@ -433,7 +433,8 @@ class TargetProber:
         """A path's window summarised (``Session.path_summary``) and its failed transfers
         so far; nothing for a single server (or when the summary fails)."""
         session = self.session
-        if session is None or session.path is None:
+        # a session stand-in (the incident bed drives the prober without sockets) has none
+        if getattr(session, "path", None) is None:
             return {}
         try:
             return {"path": session.path_summary(list(self._window), self._info),

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from prefilltui.model.hops import HOP_NAMES
 from prefilltui.model.path import PathSummary
-from prefilltui.model.units import ms_short
+from prefilltui.model.units import ms, ms_short
 
 #: The row's separator between hops.
 ARROW = " ▸ "
@@ -42,10 +42,10 @@ def path_lines(p: PathSummary) -> list[str]:
     for name, f in (("through the router", p.path_fit), ("prefill worker alone", p.prefill_fit)):
         if f is not None:
             out.append(f"  fit {name}: TTFT = {ms_short(f.intercept_s)} ms + "
-                       f"{f.slope_s_per_token * 1e3:.4f} ms/token x n ({f.n} probes)")
+                       f"{ms(f.slope_s_per_token, 4, unit=False)} ms/token x n ({f.n} probes)")
     if p.path_fit is not None and p.prefill_fit is not None:
         out.append(f"  the path adds {ms_short(p.path_fit.intercept_s - p.prefill_fit.intercept_s)}"
-                   f" ms + {(p.path_fit.slope_s_per_token - p.prefill_fit.slope_s_per_token) * 1e3:.4f}"
+                   f" ms + {ms(p.path_fit.slope_s_per_token - p.prefill_fit.slope_s_per_token, 4, unit=False)}"
                    " ms/token x n to the prefill worker's line")
     kv = p.kv
     if kv.bytes_per_token is not None:
