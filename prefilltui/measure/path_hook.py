@@ -14,6 +14,7 @@ the flag each was given as (a contradiction is a notice, never a silent swap).
 from __future__ import annotations
 
 import asyncio
+import json
 import time
 from collections import deque
 from typing import Any, Callable
@@ -75,8 +76,6 @@ class Worker:
         if self._asked_info:
             return
         self._asked_info = True
-        import json
-
         body = await self._get("/server_info")
         if body is None:
             self.problem = None
