@@ -36,7 +36,7 @@ from prefilltui.model.loadspec import LoadSpec
 from prefilltui.model.spec import AnalysisOptions, RooflineSpec, read_model_config
 
 __all__ = ["ApiKind", "ProbeOptions", "SweepDesign", "TelemetryOptions", "RunFileOptions",
-           "LoadOptions", "LoadSpec", "OtlpOptions", "DisplayOptions", "FleetOptions",
+           "LoadOptions", "LoadSpec", "OtlpOptions", "PathOptions", "DisplayOptions", "FleetOptions",
            "SessionOptions",
            "AnalysisOptions", "RooflineSpec",
            "read_model_config", "API_KEY_ENV"]
@@ -196,6 +196,20 @@ class FleetOptions:
 
 
 @dataclass(frozen=True, slots=True)
+class PathOptions:
+    """A target that is a path (docs/disaggregated.md): the probes' URL is the router;
+    ``prefill`` / ``decode`` the workers' base URLs (both or neither; None: a single
+    server)."""
+
+    prefill: str | None = None
+    decode: str | None = None
+
+    @property
+    def enabled(self) -> bool:
+        return bool(self.prefill and self.decode)
+
+
+@dataclass(frozen=True, slots=True)
 class SessionOptions:
     """Everything ``session.build_session`` builds a measuring session from."""
 
@@ -206,3 +220,4 @@ class SessionOptions:
     analysis: AnalysisOptions = AnalysisOptions()
     load: LoadOptions = LoadOptions()
     otlp: OtlpOptions = OtlpOptions()
+    path: PathOptions = PathOptions()

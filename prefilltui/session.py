@@ -23,6 +23,7 @@ from prefilltui.model.fit import LinearFit
 from prefilltui.measure.load import LoadGenerator
 from prefilltui.measure.load import LoadHook
 from prefilltui.measure.metrics_hook import MetricsHook
+from prefilltui.measure.path_hook import PathHook
 from prefilltui.measure.otlp import (OtlpReceiver, SpanHook, UsersTrace, acquire_receiver,
                                      release_receiver, target_names)
 from prefilltui.measure.users_metrics import UsersMetrics
@@ -34,7 +35,8 @@ from prefilltui.measure.server_watch import ServerWatch
 from prefilltui.measure.sweep import SweepRunner
 from prefilltui.measure.sweep import TIME_CAP_S, ProbeHook, SweepConfig, make_lengths
 from prefilltui.measure.telemetry import Sampler
-from prefilltui.model.types import ProbeResult
+from prefilltui.model.redact import display_url
+from prefilltui.model.types import ProbeResult, ServerInfo
 from prefilltui.exit_codes import ExitCode
 from prefilltui.options import (API_KEY_ENV, ProbeOptions, SessionOptions, SweepDesign,
                                 TelemetryOptions)
@@ -217,6 +219,9 @@ class Session:
     #: what the server says about itself, watched for restarts and changes (fed by the
     #: metrics hook's scrapes; each change is a ``server_change`` line of the run file)
     server_watch: ServerWatch | None = None
+    #: a target that is a path (``--prefill`` / ``--decode``): the hops of each probe
+    #: and the prefill worker's own probes (``measure.path_hook``); None: one server
+    path: PathHook | None = None
     #: unix seconds the session was built (the users' window of a sweep starts here)
     started_s: float = field(default_factory=time.time)
     _runners: int = 0
@@ -253,6 +258,24 @@ class Session:
         if self.load.state == "off":
             self.load.start()
         return self.load.wait_steady(wait_s, min_tokens) if wait_s > 0 else self.load.alive
+
+    def path_summary(self, results: list[ProbeResult], info: ServerInfo | None = None):
+        """The path's summary over ``results`` (``model.path.summarize_path``; None for
+        a single server), the expected KV bytes per token from the model shape
+        discovery found or the user gave, in the KV dtype of ``--dtype``."""
+        from prefilltui.model.path import kv_bytes_per_token, summarize_path
+        from prefilltui.model.roofline import lookup_model
+
+        if self.path is None:
+            return None
+        spec = self.options.analysis.roofline
+        shape = spec.config_shape or lookup_model(spec.model or (info.model if info else None))
+        expected = kv_bytes_per_token(shape, spec.dtype)
+        return summarize_path(results, list(self.path.prefill_probes),
+                              urls=(display_url(self.base_url), self.path.prefill.shown,
+                                    self.path.decode.shown),
+                              roles=self.path.roles, expected_bytes_per_token=expected,
+                              notices=self.path.notices)
 
     def close(self) -> None:
         """Stop the load, the runner and the sampler and close the run file
@@ -385,6 +408,17 @@ def build_session(options: SessionOptions, base_url: str, *, continuous: bool = 
     session.server_watch = watch = ServerWatch()
     metrics.on_sample = watch.feed_sample
     session.hooks.append(watch)
+    if options.path.enabled:
+        session.path = PathHook(options.path.prefill, options.path.decode,
+                                new_prefill_client=client_factory(options.probe,
+                                                                  options.path.prefill,
+                                                                  design.seed),
+                                runfile=writer)
+        # right after the metrics hook: the workers are scraped as close around the
+        # probe as the router's page is
+        session.hooks.insert(1, session.path)
+        writer.set_session(path={"prefill": display_url(options.path.prefill),
+                                 "decode": display_url(options.path.decode)})
     watch.on_change.append(lambda c: writer.append_record(SERVER_CHANGE_RECORD, c.to_json()))
     if options.otlp.listen:
         attach_users(session, options.otlp.listen, options.otlp.names)

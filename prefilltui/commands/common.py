@@ -15,14 +15,14 @@ from typing import Any, Callable, get_args
 from prefilltui.commands.argtypes import (_depth_list, _duty, _int_list, _load_levels, _load_spec,
                                           _positive_int, _sample_hz, _until_pct, otlp_listen,
                                           parse_budget, ranged, slo_objective, _rate_range,
-                                          _positive_float)
+                                          _positive_float, server_url)
 from prefilltui.measure.sweep import TIME_CAP_S
 from prefilltui.exit_codes import ExitCode
 from prefilltui.model import defaults
 from prefilltui.model.sanitize import clean
 from prefilltui.model.types import FIT_METHODS, Dtype
 from prefilltui.options import (API_KEY_ENV, AnalysisOptions, LoadOptions, OtlpOptions,
-                                ProbeOptions, RooflineSpec, RunFileOptions, SessionOptions, SweepDesign,
+                                PathOptions, ProbeOptions, RooflineSpec, RunFileOptions, SessionOptions, SweepDesign,
                                 TelemetryOptions, read_model_config)
 
 
@@ -225,6 +225,31 @@ def add_otlp_args(p: argparse.ArgumentParser) -> None:
                         "are shown beside them (default: off)")
 
 
+def add_path_args(p: argparse.ArgumentParser) -> None:
+    """``--prefill URL --decode URL``: the URL given is a router in front of a prefill
+    and a decode worker (docs/disaggregated.md)."""
+    g = p.add_argument_group("disaggregated path (docs/disaggregated.md)")
+    g.add_argument("--prefill", type=server_url, metavar="URL", default=None,
+                   help="the prefill worker's base URL: the URL given is the router; each "
+                        "probe's TTFT is split into router, prefill, KV transfer and decode "
+                        "from the workers' /metrics, and the prefill worker is probed "
+                        "directly too (its own line); needs --decode")
+    g.add_argument("--decode", type=server_url, metavar="URL", default=None,
+                   help="the decode worker's base URL (needs --prefill)")
+
+
+def path_options(args: argparse.Namespace) -> PathOptions:
+    """``add_path_args``'s flags.
+
+    Raises:
+        ValueError: one of the two without the other (a usage error).
+    """
+    prefill, decode = args.prefill, args.decode
+    if bool(prefill) != bool(decode):
+        raise ValueError("--prefill and --decode go together: a path has both workers")
+    return PathOptions(prefill=prefill, decode=decode)
+
+
 def add_output_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--format", choices=("text", "json"), default="text",
                    help="text summary (default) or one JSON object on stdout")
@@ -290,11 +315,12 @@ def otlp_options(args: argparse.Namespace) -> OtlpOptions:
 
 def session_options(args: argparse.Namespace, *, depths: list[int] | None = None,
                     load: LoadOptions = LoadOptions(),
-                    otlp: OtlpOptions = OtlpOptions()) -> SessionOptions:
+                    otlp: OtlpOptions = OtlpOptions(),
+                    path: PathOptions = PathOptions()) -> SessionOptions:
     """The options of a measuring command (server, sweep, hardware, telemetry and
     analysis groups, ``--out``; ``load``: the command's ``load_options``, none by
     default; ``otlp``: its ``otlp_options``, no receiver by default)."""
     return SessionOptions(probe=probe_options(args), design=sweep_design(args, depths=depths),
                           telemetry=telemetry_options(args),
                           run_file=RunFileOptions(path=args.out),
-                          analysis=analysis_options(args), load=load, otlp=otlp)
+                          analysis=analysis_options(args), load=load, otlp=otlp, path=path)

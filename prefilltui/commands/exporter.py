@@ -26,7 +26,7 @@ from pathlib import Path
 from prefilltui.commands.argtypes import (_int_list, _positive_float, _positive_int, _shard,
                                           server_url, slo_objective)
 from prefilltui.commands.common import (add_hardware_args, add_load_args, add_otlp_args,
-                                        add_server_args,
+                                        add_path_args, add_server_args, path_options,
                                         probe_options, roofline_spec)
 from prefilltui.commands.signals import take_early_sighups
 from prefilltui.exit_codes import ExitCode
@@ -57,6 +57,7 @@ def register(sub) -> None:
     p.add_argument("--listen", default="127.0.0.1:9464", metavar="HOST:PORT",
                    help="address to serve /metrics on (default 127.0.0.1:9464; port 0: any free port)")
     add_server_args(p)
+    add_path_args(p)
     g = p.add_argument_group("probing")
     g.add_argument("--interval", type=_interval, default=DEFAULT_INTERVAL_S, metavar="S",
                    help=f"shortest gap between probe starts per target, in seconds (default "
@@ -139,7 +140,12 @@ def targets_from_args(args, discovered: list[TargetConfig] | tuple = ()) -> list
     labels unique, then this replica's ``--shard``.  Raises ValueError / OSError (the
     file)."""
     base = _base(args)
-    targets = [check(replace(base, url=u)) for u in args.urls]
+    path = path_options(args)  # the URL's workers when it is a router (one URL only)
+    if path.enabled and len(args.urls) != 1:
+        raise ValueError("--prefill / --decode name the workers of one router URL; for "
+                         "several paths give prefill = / decode = per target in --config")
+    targets = [check(replace(base, url=u, prefill=path.prefill, decode=path.decode))
+               for u in args.urls]
     if args.config:
         targets += load_toml(args.config, base)
     shard = getattr(args, "shard", None)

@@ -28,7 +28,7 @@ from prefilltui.commands.common import (err, probe_options, roofline_spec, run_a
                                         sweep_design)
 from prefilltui.exit_codes import ExitCode
 from prefilltui.exporter.config import (JITTER, TargetConfig, check, load_toml, otlp_options,
-                                        unique)
+                                        path_options, unique)
 from prefilltui.model import defaults
 from prefilltui.model.fleet import fleet_interval, fleet_load
 from prefilltui.options import (AnalysisOptions, DisplayOptions, FleetOptions, LoadOptions,
@@ -241,7 +241,9 @@ def build_fleet(targets: list[TargetConfig], fleet: FleetOptions, *, analysis: A
                 telemetry=TelemetryOptions(enabled=False),
                 run_file=RunFileOptions(path=str(out.run_dir / f"{t.slug}.jsonl")),
                 analysis=replace(analysis, window=t.window, roofline=t.roofline),
-                load=LoadOptions(spec=t.load), otlp=otlp_options(t))
+                load=LoadOptions(spec=t.load), otlp=otlp_options(t),
+                # a path is one row, its router's: its workers are scraped in its session
+                path=path_options(t))
             session = build_session(opts, t.url, continuous=True)
             out.sessions.append(session)
             if session.load is not None:

@@ -22,7 +22,8 @@ from dataclasses import replace
 from prefilltui.commands.argtypes import server_url
 from prefilltui.commands.common import (add_analysis_args, add_depth_arg, add_hardware_args,
                                         add_load_args, add_otlp_args, add_output_args,
-                                        add_server_args, otlp_options,
+                                        add_path_args, add_server_args, otlp_options,
+                                        path_options,
                                         add_sweep_args, add_telemetry_args, err, load_options,
                                         say, session_options)
 from prefilltui.commands.load_sweep import (LoadFailed, run_probes, session_facts_of_load,
@@ -38,6 +39,7 @@ from prefilltui.exit_codes import ExitCode
 from prefilltui.options import SessionOptions, SweepDesign
 from prefilltui.render.tables import format_depth, format_diagnosis
 from prefilltui.render.load_text import load_block
+from prefilltui.render.path import path_lines
 from prefilltui.render.text import format_summary, format_sweep, summary_json
 from prefilltui.render.users import users_lines
 from prefilltui.measure.sweep import SweepRunner
@@ -65,6 +67,7 @@ def register(sub) -> None:
     add_analysis_args(p)
     add_load_args(p, levels=True)
     add_otlp_args(p)
+    add_path_args(p)
     add_output_args(p)
     p.set_defaults(func=run)
 
@@ -188,9 +191,14 @@ class SlowSteps:
 
 def run(args) -> int:
     """Entry point of ``prefilltui sweep``; returns the exit code (see the module doc)."""
+    try:
+        path = path_options(args)
+    except ValueError as e:
+        err(str(e))
+        return ExitCode.USAGE
     return run_sweep(session_options(args, depths=args.depth,
                                      load=load_options(args, levels=True),
-                                     otlp=otlp_options(args)),
+                                     otlp=otlp_options(args), path=path),
                      args.url, as_json=args.format == "json")
 
 
@@ -372,8 +380,13 @@ def run_sweep(options: SessionOptions, base_url: str, *, as_json: bool = False) 
         elif runner.state == "done":
             summary = replace(summary, live=replace(live, notes=live.notes + tuple(
                 depth_notes or ["depth probes: none completed"])))
+    path = session.path_summary(results, info)
     if as_json:
-        print(summary_json(summary))
+        if path is None:
+            print(summary_json(summary))
+        else:  # the path's object beside the summary's keys (docs/disaggregated.md)
+            print(json.dumps({**summary.to_json(), "path": path.to_json()}, indent=2,
+                             allow_nan=False, default=str))
     else:
         blocks = [format_sweep(summary, fit_line=not analysed, said=said),
                   # the table above has the percentiles per length
@@ -382,7 +395,8 @@ def run_sweep(options: SessionOptions, base_url: str, *, as_json: bool = False) 
                   format_diagnosis(summary.diagnosis) if summary.diagnosis is not None else "",
                   load_block(summary.load, summary.ttft_verdict),
                   "\n".join(users_lines(summary.live.users if summary.live else None,
-                                        matched=_matched(summary.live)))]
+                                        matched=_matched(summary.live))),
+                  "\n".join(path_lines(path)) if path is not None else ""]
         if runner.state == "failed":
             blocks.append(f"stopped early: {runner.state_detail}")
         say("\n" + "\n\n".join(b for b in blocks if b), stream)

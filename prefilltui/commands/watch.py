@@ -22,7 +22,8 @@ from typing import Any, Callable
 from prefilltui.commands.argtypes import server_url
 from prefilltui.commands.common import (
     add_analysis_args, add_hardware_args, add_load_args, add_server_args, add_sweep_args,
-    add_otlp_args, add_telemetry_args, err, load_options, otlp_options, run_app, session_options,
+    add_otlp_args, add_path_args, add_telemetry_args, err, load_options, otlp_options,
+    path_options, run_app, session_options,
 )
 from prefilltui.commands.exports import cache_finding, make_exporter
 from prefilltui.commands.fleet import add_fleet_args, run_fleet
@@ -68,6 +69,7 @@ def register(sub) -> None:
     add_analysis_args(p)
     add_load_args(p)
     add_otlp_args(p)
+    add_path_args(p)
     add_tui_args(p)
     add_fleet_args(p)
     p.set_defaults(func=run)
@@ -77,9 +79,19 @@ def run(args: argparse.Namespace) -> int:
     """Entry point of ``prefilltui watch``: one URL, today's dashboard; several, or
     ``--config`` / ``--file-sd`` / ``--http-sd``, the fleet overview."""
     listed = args.config or args.file_sd or args.http_sd  # a target list: the fleet
+    try:
+        path = path_options(args)
+    except ValueError as e:
+        err(str(e))
+        return ExitCode.USAGE
     if len(args.urls) == 1 and not listed:
-        return run_tui(session_options(args, load=load_options(args), otlp=otlp_options(args)),
+        return run_tui(session_options(args, load=load_options(args), otlp=otlp_options(args),
+                                       path=path),
                        display_options(args), args.urls[0])
+    if path.enabled:
+        err("--prefill / --decode name the workers of one router URL; for several paths "
+            "use --config FILE with prefill = / decode = per target (docs/disaggregated.md)")
+        return ExitCode.USAGE
     if not args.urls and not listed:
         err("no target: give a server URL (several for the fleet overview), --config FILE "
             "or --file-sd FILE")

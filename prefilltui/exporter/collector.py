@@ -92,6 +92,19 @@ prefilltui_slo_max_prompt_tokens                gauge      n_max by ``line`` (id
 prefilltui_slo_users_over_max_prompt_ratio      gauge      users' prompts longer than n_max now
 ==============================================  =========  ==================================
 
+Only for a target that is a path (``prefill`` / ``decode``; docs/disaggregated.md):
+
+==============================================  =========  ==================================
+prefilltui_path_hop_seconds                     gauge      median of each ``hop`` (router,
+                                                           prefill, transfer, decode)
+prefilltui_path_hop_share_ratio                 gauge      each hop's share of TTFT
+prefilltui_kv_transfer_bytes_per_token          gauge      KV bytes moved per token moved
+prefilltui_kv_expected_bytes_per_token          gauge      KV bytes per token the model needs
+prefilltui_kv_transfer_bytes_per_second         gauge      KV bytes per second of transfer
+prefilltui_kv_transfer_failed_total             counter    failed transfers around probes
+prefilltui_path_worker_info                     gauge      1 per ``role`` and ``worker`` URL
+==============================================  =========  ==================================
+
 Fit series are absent until the window holds a fit (3 probes at 2+ lengths); an
 unbounded upper bound (the slope's interval reaches 0) is absent rather than +Inf.
 Ages are taken at scrape time, so a scrape that finds a probe hanging says so.
@@ -113,6 +126,7 @@ from prometheus_client.registry import Collector
 from prefilltui import __version__
 from prefilltui.exporter.snapshot import TargetSnapshot
 from prefilltui.model.sanitize import clean
+from prefilltui.model.hops import HOP_NAMES
 from prefilltui.model.summary import VERDICTS
 from prefilltui.model.diagnosis import CAUSES
 
@@ -295,7 +309,7 @@ def families(snaps: Sequence[TargetSnapshot], now: float | None = None) -> list[
             for q, v in (("0.5", fig.itl_p50_s), ("0.99", fig.itl_p99_s)):
                 if v is not None:
                     itl.add_metric(lvl + [q], v)
-    users = users_families(snaps, g, c) + slo_families(snaps, g, c)
+    users = users_families(snaps, g, c) + slo_families(snaps, g, c) + path_families(snaps, g, c)
     out = [info, up, ready, interval, probes, hit, cached, counted, ptoks, last, last_ok,
            error, inflight, hang, timeout, ttft, medians, a, a_lo, a_hi, b, tp, tp_lo, tp_hi,
            expected, mfu, mfu_lo, mfu_hi, npts, wsize, age, stale, stale_after, verdict, parts,
@@ -303,6 +317,47 @@ def families(snaps: Sequence[TargetSnapshot], now: float | None = None) -> list[
     if any(s.load is not None for s in snaps):
         out += [load_level, load_req, load_tok, stall, excess, itl]
     return out + users
+
+
+def path_families(snaps: Sequence[TargetSnapshot], g, c) -> list[Metric]:
+    """A disaggregated path's series (``TargetSnapshot.path``, docs/disaggregated.md):
+    absent for a single server, none at all when no target is a path."""
+    if not any(s.path is not None for s in snaps):
+        return []
+    hop = g("prefilltui_path_hop_seconds", "Median over the window of each hop of a probe's "
+            "TTFT through the router: router, prefill, transfer (KV), decode", ("hop",))
+    share = g("prefilltui_path_hop_share_ratio", "Each hop's share of TTFT (its median over "
+              "the medians' sum)", ("hop",))
+    bpt = g("prefilltui_kv_transfer_bytes_per_token", "KV bytes the transfers moved per "
+            "token transferred (the workers' counters around the window's probes)")
+    ebpt = g("prefilltui_kv_expected_bytes_per_token", "KV cache bytes per token the model "
+             "shape needs: layers x KV heads x head dim x 2 x dtype bytes")
+    rate = g("prefilltui_kv_transfer_bytes_per_second", "KV bytes moved per second of transfer "
+             "over the window")
+    failed = c("prefilltui_kv_transfer_failed", "Failed KV transfers counted in the workers' "
+               "windows around the probes")
+    worker = g("prefilltui_path_worker_info", "The path's workers: 1 per role (router, "
+               "prefill, decode), the worker's URL (a password in it shown as ***)",
+               ("role", "worker"))
+    for s in snaps:
+        p = s.path
+        if p is None:
+            continue
+        lv = [clean(s.target), clean(s.model)]
+        for h in HOP_NAMES:
+            v, r = p.hops_s.get(f"{h}_s"), p.shares.get(h)
+            if v is not None:
+                hop.add_metric(lv + [h], v)
+            if r is not None:
+                share.add_metric(lv + [h], r)
+        for fam, v in ((bpt, p.kv.bytes_per_token), (ebpt, p.kv.expected_bytes_per_token),
+                       (rate, p.kv.bytes_per_s)):
+            if v is not None:
+                fam.add_metric(lv, float(v))
+        failed.add_metric(lv, s.kv_failed_total)
+        for role, url in (("router", p.router), ("prefill", p.prefill), ("decode", p.decode)):
+            worker.add_metric(lv + [role, clean(url)], 1.0)
+    return [hop, share, bpt, ebpt, rate, failed, worker]
 
 
 def users_families(snaps: Sequence[TargetSnapshot], g, c) -> list[Metric]:

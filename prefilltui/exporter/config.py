@@ -25,6 +25,8 @@ TOML layout (every key optional except ``url``; ``[defaults]`` applies to every
     gpus = "0"               # which GPUs of that page (default: all); the fleet view only
     otlp_listen = "127.0.0.1:4318"  # receive the server's OTLP traces here (docs/users.md)
     otlp_service = "gpu-01"  # its spans' service.name, when targets share a receiver
+    prefill = "http://gpu-01:8100"  # url is then a router in front of a prefill and a
+    decode = "http://gpu-02:8200"   # decode worker (both or neither; docs/disaggregated.md)
     slo = ["ttft=2s@p99"]    # TTFT objectives (or "mlperf-server"); in [defaults]: the
                              # fleet's, for every target without its own (docs/slo.md)
 
@@ -48,8 +50,8 @@ from prefilltui.model.loadspec import LoadSpec, parse_load
 from prefilltui.model.fleet import HANG_AFTER_S
 from prefilltui.model.slo import SloItem, parse_objective
 from prefilltui.model.redact import display_url, scrub_secrets
-from prefilltui.options import (AnalysisOptions, OtlpOptions, ProbeOptions, RooflineSpec,
-                                read_model_config)
+from prefilltui.options import (AnalysisOptions, OtlpOptions, PathOptions, ProbeOptions,
+                                RooflineSpec, read_model_config)
 
 #: One probe start every 15 s per target: 4 probes/min, invisible next to any real
 #: workload (see docs/exporter.md for the load in requests and tokens).
@@ -117,6 +119,10 @@ class TargetConfig:
     otlp_service: str | None = None
     #: the TTFT objectives (``slo``, ``model.slo``): ``Objective`` or preset items
     slo: tuple[SloItem, ...] = ()
+    #: a target that is a path: ``url`` is the router, these the workers' base URLs
+    #: (``prefill`` / ``decode``; both or neither, docs/disaggregated.md)
+    prefill: str | None = None
+    decode: str | None = None
     #: the service-discovery entry this target came from, exactly as its source wrote
     #: it (Prometheus' ``__address__``); "" for a command-line or TOML target
     entry: str = ""
@@ -181,7 +187,7 @@ KEYS: dict[str, tuple[tuple[str, str], ...]] = {
     "hang_after": (("", "hang_after_s"),), "stale_after": (("", "stale_after_s"),),
     "load": (("", "load"),),
     "otlp_listen": (("", "otlp_listen"),), "otlp_service": (("", "otlp_service"),),
-    "slo": (("", "slo"),),
+    "slo": (("", "slo"),), "prefill": (("", "prefill"),), "decode": (("", "decode"),),
     **{k: (("roofline", k),) for k in ("gpu", "peak_tflops", "bandwidth_tbs", "dtype",
                                        "params", "layers", "hidden", "attn_width",
                                        "model_config", "efficiency")},
@@ -284,6 +290,7 @@ def check(cfg: TargetConfig, where: str | None = None) -> TargetConfig:
     if cfg.load is not None and not isinstance(cfg.load, LoadSpec):
         raise ValueError(f"{where}: load must be a load spec such as \"decode:2\"")
     _check_otlp(cfg, where)
+    _check_path(cfg, where)
     roof = cfg.roofline
     if roof.gpu is not None and roof.peak_tflops is None and lookup_gpu(roof.gpu) is None:
         raise ValueError(f"{where}: gpu = {roof.gpu[:60]!r} is not in the catalog (known: "
@@ -307,6 +314,24 @@ def _check_otlp(cfg: TargetConfig, where: str) -> None:
     if cfg.otlp_service is not None and (not isinstance(cfg.otlp_service, str)
                                          or not cfg.otlp_service.strip()):
         raise ValueError(f"{where}: otlp_service must be a non-empty string")
+
+
+def _check_path(cfg: TargetConfig, where: str) -> None:
+    """``prefill`` and ``decode`` together, each a server URL.  Raises ValueError."""
+    if (cfg.prefill is None) != (cfg.decode is None):
+        raise ValueError(f"{where}: prefill and decode go together (a path has both workers)")
+    for key, url in (("prefill", cfg.prefill), ("decode", cfg.decode)):
+        if url is None:
+            continue
+        problem = url_problem(url) if isinstance(url, str) else "not a string"
+        if problem:
+            shown = display_url(url) if isinstance(url, str) else url
+            raise ValueError(f"{where}: {key} {shown!r}: {problem}")
+
+
+def path_options(cfg: TargetConfig) -> PathOptions:
+    """The target's ``PathOptions`` (none for a single server)."""
+    return PathOptions(prefill=cfg.prefill, decode=cfg.decode)
 
 
 def otlp_options(cfg: TargetConfig) -> OtlpOptions:

@@ -172,6 +172,7 @@ def parse_groups(doc: Any, where: str, base: TargetConfig) -> list[TargetConfig]
     if sum(len(g.get("targets") or ()) if isinstance(g, dict) else 1 for g in doc) > MAX_ENTRIES:
         raise ValueError(f"{where}: more than {MAX_ENTRIES} targets")
     out: list[TargetConfig] = []
+    paths: dict[str, dict[str, list[tuple[str, TargetConfig]]]] = {}
     for gi, group in enumerate(doc, 1):
         gw = f"{where} group {gi}"
         if not isinstance(group, dict) or set(group) - {"targets", "labels"}:
@@ -188,6 +189,8 @@ def parse_groups(doc: Any, where: str, base: TargetConfig) -> list[TargetConfig]
                 raise ValueError(f"{gw}: label {name!r} looks like a credential: labels are "
                                  "stored by Prometheus; name the key's environment variable "
                                  "with __prefilltui_key_env")
+            if name in PATH_LABELS:
+                continue  # a group of a path (``_paths``)
             if name.startswith("__prefilltui_"):
                 if name not in LABELS:
                     raise ValueError(f"{gw}: unknown label {name!r} (known: "
@@ -207,7 +210,40 @@ def parse_groups(doc: Any, where: str, base: TargetConfig) -> list[TargetConfig]
                                  "environment (__prefilltui_key_env)")
             named = {"name": entry.strip(), **keys}
             cfg = replace(target(url, base, **named), entry=entry)  # as written: __address__
-            out.append(check(cfg, f"{gw} target {named['name']!r}"))
+            role, path = labels.get("__prefilltui_role"), labels.get("__prefilltui_path")
+            if role is None and path is None:
+                out.append(check(cfg, f"{gw} target {named['name']!r}"))
+                continue
+            if role not in ("router", "prefill", "decode") or not isinstance(path, str) or not path:
+                raise ValueError(f"{gw}: a path's group has __prefilltui_path (its name) and "
+                                 "__prefilltui_role (router, prefill or decode)")
+            paths.setdefault(path, {}).setdefault(role, []).append((gw, cfg))
+    return out + _paths(paths, where)
+
+
+#: The labels that make groups one path: its name, and each group's role in it.
+PATH_LABELS = ("__prefilltui_path", "__prefilltui_role")
+
+
+def _paths(paths: dict[str, dict[str, list[tuple[str, TargetConfig]]]], where: str
+           ) -> list[TargetConfig]:
+    """One target per path: its router's, with the prefill and decode workers' URLs
+    (docs/disaggregated.md), named by the path unless its router's group names it.
+
+    Raises:
+        ValueError: a path without exactly one router, one prefill and one decode entry.
+    """
+    out = []
+    for name, roles in paths.items():
+        counts = {r: len(roles.get(r, ())) for r in ("router", "prefill", "decode")}
+        if set(counts.values()) != {1}:
+            raise ValueError(f"{where}: path {name[:60]!r} needs one router, one prefill and "
+                             f"one decode entry (has {', '.join(f'{v} {k}' for k, v in counts.items())})")
+        gw, router = roles["router"][0]
+        named = router.name if router.name != router.entry else name
+        cfg = replace(router, name=named, prefill=roles["prefill"][0][1].url,
+                      decode=roles["decode"][0][1].url)
+        out.append(check(cfg, f"{gw} path {name[:60]!r}"))
     return out
 
 

@@ -9,6 +9,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from prefilltui.model.path import PathSummary
+
 from prefilltui.exporter.health import Expected, ttft_buckets
 from prefilltui.exporter.load_figures import LoadFigures
 from prefilltui.exporter.slo import SloFigures
@@ -98,6 +100,11 @@ class TargetSnapshot:
     server_changes: tuple[tuple[str, int], ...] = ()
     #: each TTFT objective (``slo``): its counters and its state (``exporter.slo``)
     slo: tuple[SloFigures, ...] = ()
+    #: a target that is a path (``prefill`` / ``decode``): its window's hops, fits and
+    #: KV figures (``model.path.PathSummary``), and the failed KV transfers counted
+    #: around its probes so far; None / 0 for a single server
+    path: PathSummary | None = None
+    kv_failed_total: int = 0
 
     @property
     def fit(self) -> LinearFit | None:

@@ -33,7 +33,7 @@ from prefilltui.model.types import ERROR_KINDS, ProbeResult, ServerInfo
 from prefilltui.model.server_change import ServerChange, change_words
 from prefilltui.model.users import UsersEvidence
 from prefilltui.exporter.config import (JITTER, RUN_FILE_KEEP, RUN_FILE_MAX_BYTES,
-                                        TargetConfig, otlp_options)
+                                        TargetConfig, otlp_options, path_options)
 from prefilltui.exporter.health import (Expected, baseline_fit, explicit_baseline,
                                         hang_threshold, length_medians, roofline_expected,
                                         ttft_buckets)
@@ -248,7 +248,7 @@ class TargetProber:
         return SessionOptions(probe=cfg.probe, design=design,
                               telemetry=TelemetryOptions(enabled=False), run_file=run_file,
                               analysis=cfg.analysis, load=LoadOptions(spec=cfg.load),
-                              otlp=otlp_options(cfg))
+                              otlp=otlp_options(cfg), path=path_options(cfg))
 
     def start(self) -> "TargetProber":
         """Build the session and start probing.
@@ -427,7 +427,21 @@ class TargetProber:
             metrics_problem=hook.problem if hook is not None else None,
             run_file=str(self.writer.path) if self.writer is not None else None,
             load=self._load_figures(), slo=self._slo_figures(), **self._users_figures(),
-            **self._server_figures(), **self._totals)
+            **self._server_figures(), **self._path_figures(), **self._totals)
+
+    def _path_figures(self) -> dict:
+        """A path's window summarised (``Session.path_summary``) and its failed transfers
+        so far; nothing for a single server (or when the summary fails)."""
+        session = self.session
+        # a session stand-in (the incident bed drives the prober without sockets) has none
+        if getattr(session, "path", None) is None:
+            return {}
+        try:
+            return {"path": session.path_summary(list(self._window), self._info),
+                    "kv_failed_total": session.path.failed_total}
+        except Exception:  # never into the probing or a scrape
+            log.exception("path figures failed for %s", self.cfg.label)
+            return {}
 
     def _objectives(self) -> tuple:
         """The target's objectives for its server's model (``exporter.slo``)."""

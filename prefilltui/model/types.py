@@ -11,6 +11,7 @@ import dataclasses
 from dataclasses import dataclass, field
 from typing import Any, Literal, get_args
 
+from prefilltui.model.hops import Hops
 from prefilltui.model.jsontypes import JsonObject
 from prefilltui.model.loadspec import LoadKind
 from prefilltui.model.probe_notes import (DepthInfo, ProbeNotes, QueueSource, ServerSpan,
@@ -179,6 +180,8 @@ class ProbeResult:
     notes: ProbeNotes = field(default_factory=ProbeNotes)
     depth: DepthInfo | None = None
     span: ServerSpan | None = None
+    # a probe through a disaggregated path: its TTFT by hop (``model.hops``)
+    hops: Hops | None = None
     extra: JsonObject = field(default_factory=dict)
 
     @property
@@ -242,6 +245,8 @@ class ProbeResult:
         extra.update((k, v) for k, v in self.extra.items() if k not in extra)
         if extra:
             d["extra"] = extra
+        if self.hops is not None:
+            d["hops"] = self.hops.to_json()
         return d
 
     @classmethod
@@ -272,6 +277,9 @@ class ProbeResult:
         r.span = ServerSpan.from_json(extra.get("span"))
         if r.span is not None:
             d_took = d_took | {"span"}
+        r.hops = Hops.from_json(extra.get("hops"))
+        if r.hops is not None:
+            d_took = d_took | {"hops"}
         r.extra = {k: v for k, v in extra.items() if k not in took | n_took | d_took}
         return r
 
@@ -280,7 +288,7 @@ class ProbeResult:
 LINE_FIELDS = tuple(f.name for f in dataclasses.fields(ProbeResult)
                     if f.name not in ("server_ttft_s", "queue_source", "power_mean_w",
                                       "energy_source", "arrival_s", "notes", "depth", "span",
-                                      "extra"))
+                                      "hops", "extra"))
 _LINE_SET = frozenset(LINE_FIELDS)
 #: Declared notes kept as plain values under ``extra``.
 _EXTRA_SCALARS = ("server_ttft_s", "queue_source", "power_mean_w", "energy_source", "arrival_s")

@@ -55,6 +55,7 @@ from prefilltui.tui.widgets.gauges import GaugePanel
 from prefilltui.tui.widgets.message_line import MessageLine, Severity
 from prefilltui.tui.widgets.probe_log import ProbeLog, probe_message
 from prefilltui.tui.widgets.stats import DetailsBox, Headline, StatsPanel
+from prefilltui.tui.widgets.path_row import PathRow
 from prefilltui.tui.widgets.slo_row import SloRow
 from prefilltui.tui.widgets.status_line import StatusLine
 from prefilltui.tui.widgets.ttft_plot import TTFTPlot
@@ -144,6 +145,7 @@ class DashboardScreen(Screen[None]):
     def compose(self) -> ComposeResult:
         yield StatusLine(id="status")
         yield SloRow(id="slo")
+        yield PathRow(id="path")
         with Horizontal(id="top"):
             yield TTFTPlot(id="plot")
             with Vertical(id="stats-box"):
@@ -170,7 +172,7 @@ class DashboardScreen(Screen[None]):
                    side=self.query_one("#stats-box"), headline=self.query_one(Headline),
                    stats=self.query_one(StatsPanel), gauges=self.query_one(GaugePanel),
                    decode=self.query_one(DecodeRow), log=self.query_one(ProbeLog),
-                   slo=self.query_one(SloRow)),
+                   slo=self.query_one(SloRow), path=self.query_one(PathRow)),
             load=self.load, notify=self.notify, clock=self.clock, replot_hz=self.replot_hz,
             gauge_hz=self.gauge_hz, label=self.feed.config.label if self.back else None,
             wake=lambda: self.call_later(self._tick))

@@ -40,6 +40,7 @@ from prefilltui.tui.load_control import LoadControl, level_title, load_lines
 from prefilltui.tui.viewmodel import build_stats, drift_warning, roofline_lines, status_line
 from prefilltui.tui.widgets.decode_row import DecodeRow
 from prefilltui.render.slo import detail_lines
+from prefilltui.tui.widgets.path_row import PathRow
 from prefilltui.tui.widgets.slo_row import SloRow
 from prefilltui.tui.widgets.gauges import GaugePanel
 from prefilltui.tui.widgets.probe_log import ProbeLog
@@ -93,6 +94,7 @@ class Panels:
     decode: DecodeRow
     log: ProbeLog
     slo: SloRow | None = None  # the objective line (``--slo``)
+    path: PathRow | None = None  # a disaggregated path's hops (``--prefill``/``--decode``)
 
 
 class Redraw:
@@ -251,6 +253,8 @@ class Redraw:
             p.stats.show(stats)
             if p.slo is not None:
                 p.slo.show(slo)
+            if p.path is not None:
+                p.path.show(feed.results)
             level = level_title(feed)
             room = p.side.outer_size.width - TITLE_FRAME - len(level) if p.side.is_mounted else 0
             self._title(p.side, "stats", stats_title(stats, room if room > 0 else None) + level)
